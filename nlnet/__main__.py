@@ -1,0 +1,5 @@
+import sys
+
+from nlnet.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Sub-commands of the nlnet CLI that drive the engine."""
