@@ -1,0 +1,477 @@
+"""The built-in long-range video task: real handwritten digits, related across distant frames.
+
+Each clip is a short video made from scikit-learn's handwritten digits (``load_digits``: 1797
+real 8x8 scans that ship with scikit-learn, so nothing is downloaded):
+
+* frame 0 shows the **cue**: one white digit inside a thin white box, at a random position;
+* the last frame shows ``num_choices`` **coloured** digits of distinct classes at random,
+  non-overlapping positions; exactly one of them has the cue's class;
+* every frame but the last also shows ``distractors`` white digits without a box (random
+  classes), and every pixel gets Gaussian noise.
+
+The target is the **colour of the last-frame digit whose class equals the cue's class**
+(``num_choices``-way, balanced). Answering needs a relation between content at unrelated
+positions in the first and the last frame, the kind of long-range spacetime dependency the
+non-local operation of ``001_4890b07ab5be0a19.txt`` (Sec. 3, Eq. 1; Figure 1) captures in one step.
+
+Why a C2D network cannot solve it (Table 1 of the paper without temporal mixing): C2D runs the
+same 2D network on every frame; with global average pooling and a linear classifier, its logits
+are a *sum* of per-frame terms, ``l_k = u_k(frame 0) + v_k(last frame) + ...``. The colour of
+the match is a bilinear function of the cue's class and the last frame's class-to-colour
+assignment, which is drawn anew for every clip, so no sum of a cue term and a last-frame term
+can read it out; the best such sum works only for the rare assignments that agree with a fixed
+class-to-colour preference. Any single frame alone carries no information about the target
+(every colour appears exactly once in the last frame). A spacetime non-local block lets the
+cue's position attend to the last-frame digit of the same class and fetch its colour.
+
+Generation is deterministic from ``seed``; the 1797 digit images are split by index into
+disjoint train/val/test pools *before* any clip is drawn, so test clips only contain digit
+images never seen in training. :func:`prepare_digits` writes the clips as real mp4 files in the
+class-per-folder layout ``root/<split>/<class>/*.mp4`` (read back by
+``nlnet.data.datasets.VideoFolderDataset``) with a manifest that lets a later call skip the work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "COLOR_NAMES",
+    "DigitsTaskConfig",
+    "DigitsTaskSplit",
+    "generate_split",
+    "load_digit_bank",
+    "prepare_digits",
+    "split_digit_indices",
+]
+
+SPLITS: tuple[str, ...] = ("train", "val", "test")
+GENERATOR_VERSION = 1
+
+#: Colour names (the class names on disk) and their RGB values in [0, 1].
+COLOR_NAMES: tuple[str, ...] = ("red", "green", "blue", "yellow", "magenta", "cyan")
+_COLORS = np.array(
+    [
+        [1.00, 0.15, 0.15],
+        [0.15, 1.00, 0.15],
+        [0.30, 0.40, 1.00],
+        [1.00, 0.95, 0.10],
+        [1.00, 0.20, 1.00],
+        [0.10, 1.00, 1.00],
+    ],
+    dtype=np.float32,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class DigitsTaskConfig:
+    """Size and difficulty of the digits task (all clips of a split share it).
+
+    Attributes:
+        num_frames: frames per clip T (>= 2; the cue is in frame 0, the choices in frame T-1).
+        size: frame height and width in pixels.
+        digit_size: side of a rendered digit (the 8x8 scans are upscaled bilinearly).
+        num_choices: coloured digits in the last frame = number of target classes (2..6).
+        distractors: unboxed white digits in every frame but the last (0 = none).
+        noise: standard deviation of the Gaussian pixel noise (intensities in [0, 1]).
+        num_train, num_val, num_test: clips per split.
+        split_fractions: fractions of the 1797 digit images given to train/val/test.
+        seed: the seed every random choice derives from.
+    """
+
+    num_frames: int = 8
+    size: int = 32
+    digit_size: int = 12
+    num_choices: int = 4
+    distractors: int = 1
+    noise: float = 0.05
+    num_train: int = 2400
+    num_val: int = 400
+    num_test: int = 800
+    split_fractions: tuple[float, float, float] = (0.6, 0.15, 0.25)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_frames < 2:
+            raise ValueError(f"num_frames must be >= 2 (cue + choices), got {self.num_frames}")
+        if not 2 <= self.num_choices <= len(COLOR_NAMES):
+            raise ValueError(
+                f"num_choices must be in [2, {len(COLOR_NAMES)}], got {self.num_choices}"
+            )
+        if self.digit_size < 4:
+            raise ValueError(f"digit_size must be >= 4 pixels, got {self.digit_size}")
+        if self.distractors < 0:
+            raise ValueError(f"distractors must be >= 0, got {self.distractors}")
+        if self.noise < 0:
+            raise ValueError(f"noise must be >= 0, got {self.noise}")
+        for name in ("num_train", "num_val", "num_test"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        fr = tuple(float(f) for f in self.split_fractions)
+        if len(fr) != 3 or min(fr) <= 0 or abs(sum(fr) - 1.0) > 1e-6:
+            raise ValueError(
+                f"split_fractions must be three positive numbers summing to 1, got {fr}"
+            )
+        # The last frame must hold num_choices boxes side by side; the first the cue plus
+        # the distractors. A footprint is the digit plus a one-pixel box and a gap.
+        foot = self.footprint
+        per_side = self.size // foot
+        if per_side * per_side < max(self.num_choices, 1 + self.distractors):
+            raise ValueError(
+                f"size={self.size} is too small for {self.num_choices} choices / "
+                f"{1 + self.distractors} digits of digit_size={self.digit_size} per frame"
+            )
+
+    @property
+    def footprint(self) -> int:
+        """Side of the square a digit occupies (digit, its optional box, a 1-pixel gap)."""
+        return self.digit_size + 3
+
+    @property
+    def class_names(self) -> list[str]:
+        """Target class names (colours), index = label."""
+        return list(COLOR_NAMES[: self.num_choices])
+
+    def split_size(self, split: str) -> int:
+        """Number of clips of ``split`` ("train", "val" or "test")."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        return {"train": self.num_train, "val": self.num_val, "test": self.num_test}[split]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["split_fractions"] = list(self.split_fractions)
+        return d
+
+    def fingerprint(self) -> str:
+        """A short hash of everything that determines the generated files."""
+        payload = json.dumps({"v": GENERATOR_VERSION, **self.to_dict()}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass
+class DigitsTaskSplit:
+    """One generated split in memory.
+
+    Attributes:
+        clips: uint8 array (N, T, H, W, 3).
+        labels: int64 array (N,), the colour index of the matching digit.
+        cue_class: int64 (N,), digit class of the cue.
+        cue_box: int64 (N, 4), the cue digit's (y0, x0, y1, x1) in frame 0 (exclusive end).
+        match_box: int64 (N, 4), the matching digit's box in the last frame.
+        digit_ids: list of the sklearn digit indices used by each clip.
+    """
+
+    clips: np.ndarray
+    labels: np.ndarray
+    cue_class: np.ndarray
+    cue_box: np.ndarray
+    match_box: np.ndarray
+    digit_ids: list[list[int]]
+
+
+_BANK_CACHE: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def load_digit_bank(digit_size: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """The 1797 scikit-learn digits upscaled to ``digit_size`` (bilinear), intensities in [0, 1].
+
+    Returns:
+        ``(images, labels)``: float32 (1797, digit_size, digit_size) and int64 (1797,).
+    """
+    if digit_size in _BANK_CACHE:
+        return _BANK_CACHE[digit_size]
+    import torch
+    import torch.nn.functional as F
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = torch.from_numpy(digits.images.astype(np.float32) / 16.0)  # (1797, 8, 8)
+    if digit_size != 8:
+        images = F.interpolate(
+            images[:, None], size=(digit_size, digit_size), mode="bilinear", align_corners=False
+        )[:, 0]
+    out = (images.clamp(0, 1).numpy(), digits.target.astype(np.int64))
+    _BANK_CACHE[digit_size] = out
+    return out
+
+
+def split_digit_indices(
+    labels: np.ndarray, fractions: Sequence[float] = (0.6, 0.15, 0.25), seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Split the digit images by index into disjoint train/val/test pools, stratified by class.
+
+    Args:
+        labels: (N,) digit classes of the image bank.
+        fractions: train/val/test fractions.
+        seed: seed of the shuffle.
+
+    Returns:
+        ``{"train": idx, "val": idx, "test": idx}``, disjoint sorted int arrays covering all N.
+    """
+    rng = np.random.default_rng([seed, 7919])
+    out: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
+    for cls in np.unique(labels):
+        idx = np.flatnonzero(labels == cls)
+        idx = idx[rng.permutation(len(idx))]
+        n_train = int(round(fractions[0] * len(idx)))
+        n_val = int(round(fractions[1] * len(idx)))
+        out["train"].append(idx[:n_train])
+        out["val"].append(idx[n_train : n_train + n_val])
+        out["test"].append(idx[n_train + n_val :])
+    return {s: np.sort(np.concatenate(v)) for s, v in out.items()}
+
+
+def _place(rng: np.random.Generator, n: int, size: int, foot: int) -> list[tuple[int, int]]:
+    """Top-left corners of ``n`` non-overlapping ``foot`` x ``foot`` squares in a frame."""
+    for _ in range(200):
+        boxes: list[tuple[int, int]] = []
+        for _ in range(50 * n):
+            y, x = (int(v) for v in rng.integers(0, size - foot + 1, size=2))
+            if all(abs(y - by) >= foot or abs(x - bx) >= foot for by, bx in boxes):
+                boxes.append((y, x))
+                if len(boxes) == n:
+                    return boxes
+    # Fall back to a jittered grid (always fits, checked in DigitsTaskConfig).
+    per_side = size // foot
+    cells = rng.permutation(per_side * per_side)[:n]
+    slack = size - per_side * foot
+    return [
+        (
+            int(c // per_side * foot + rng.integers(0, slack + 1)),
+            int(c % per_side * foot + rng.integers(0, slack + 1)),
+        )
+        for c in cells
+    ]
+
+
+def _draw(
+    frame: np.ndarray, img: np.ndarray, y: int, x: int, color: np.ndarray, box: bool
+) -> tuple[int, int, int, int]:
+    """Draw ``img`` (s, s) tinted by ``color`` with its top-left at (y+1, x+1); max-compose."""
+    s = img.shape[0]
+    y0, x0 = y + 1, x + 1
+    region = frame[y0 : y0 + s, x0 : x0 + s]
+    np.maximum(region, img[..., None] * color, out=region)
+    if box:  # a one-pixel outline just outside the digit
+        frame[y0 - 1, x0 - 1 : x0 + s + 1] = color
+        frame[y0 + s, x0 - 1 : x0 + s + 1] = color
+        frame[y0 - 1 : y0 + s + 1, x0 - 1] = color
+        frame[y0 - 1 : y0 + s + 1, x0 + s] = color
+    return y0, x0, y0 + s, x0 + s
+
+
+def _one_clip(
+    rng: np.random.Generator,
+    cfg: DigitsTaskConfig,
+    images: np.ndarray,
+    by_class: list[np.ndarray],
+    label: int,
+) -> tuple[np.ndarray, int, tuple[int, ...], tuple[int, ...], list[int]]:
+    T, S, K = cfg.num_frames, cfg.size, cfg.num_choices
+    video = np.zeros((T, S, S, 3), dtype=np.float32)
+    white = np.ones(3, dtype=np.float32)
+    used: list[int] = []
+
+    def pick(cls: int) -> np.ndarray:
+        pool = by_class[cls]
+        i = int(pool[rng.integers(len(pool))])
+        used.append(i)
+        return images[i]
+
+    # Last frame: K distinct classes, colour k on choice k; the match carries colour `label`.
+    classes = rng.choice(10, size=K, replace=False)
+    cue_class = int(classes[label])
+    spots = _place(rng, K, S, cfg.footprint)
+    match_box: tuple[int, ...] = ()
+    for k in range(K):
+        b = _draw(video[T - 1], pick(int(classes[k])), *spots[k], _COLORS[k], box=False)
+        if k == label:
+            match_box = b
+    # Frames 0..T-2: distractors; frame 0 also holds the boxed cue (a different image).
+    for t in range(T - 1):
+        n = cfg.distractors + (1 if t == 0 else 0)
+        if n == 0:
+            continue
+        spots = _place(rng, n, S, cfg.footprint)
+        for j, (y, x) in enumerate(spots):
+            if t == 0 and j == 0:
+                cue_box = _draw(video[0], pick(cue_class), y, x, white, box=True)
+            else:
+                _draw(video[t], pick(int(rng.integers(10))), y, x, white * 0.9, box=False)
+    if cfg.noise > 0:
+        video += rng.normal(0.0, cfg.noise, size=video.shape).astype(np.float32)
+    clip = (np.clip(video, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+    return clip, cue_class, cue_box, match_box, used
+
+
+def generate_split(cfg: DigitsTaskConfig, split: str) -> DigitsTaskSplit:
+    """Generate one split in memory (deterministic in ``cfg``; independent of the other splits).
+
+    Args:
+        cfg: the task configuration.
+        split: "train", "val" or "test".
+
+    Returns:
+        A :class:`DigitsTaskSplit` with ``cfg.split_size(split)`` clips and balanced labels
+        (counts differ by at most one).
+    """
+    n = cfg.split_size(split)
+    images, labels = load_digit_bank(cfg.digit_size)
+    pool = split_digit_indices(labels, cfg.split_fractions, cfg.seed)[split]
+    by_class = [pool[labels[pool] == c] for c in range(10)]
+    sid = SPLITS.index(split)
+    targets = np.arange(n) % cfg.num_choices
+    targets = targets[np.random.default_rng([cfg.seed, sid, 1]).permutation(n)]
+    T, S = cfg.num_frames, cfg.size
+    clips = np.zeros((n, T, S, S, 3), dtype=np.uint8)
+    cue_class = np.zeros(n, dtype=np.int64)
+    cue_box = np.zeros((n, 4), dtype=np.int64)
+    match_box = np.zeros((n, 4), dtype=np.int64)
+    ids: list[list[int]] = []
+    for i in range(n):
+        rng = np.random.default_rng([cfg.seed, sid, 2, i])
+        clips[i], cue_class[i], cb, mb, used = _one_clip(
+            rng, cfg, images, by_class, int(targets[i])
+        )
+        cue_box[i], match_box[i] = cb, mb
+        ids.append(used)
+    return DigitsTaskSplit(clips, targets.astype(np.int64), cue_class, cue_box, match_box, ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# On-disk cache: root/<split>/<class>/*.mp4 + manifest.json
+# ---------------------------------------------------------------------------------------------
+
+MANIFEST = "manifest.json"
+
+
+def _write_mp4(path: Path, clip: np.ndarray, fps: int = 8) -> None:
+    """Write a uint8 (T, H, W, 3) clip as a (near-)lossless H.264 mp4."""
+    try:
+        from nlnet.data.video import write_video  # the data pipeline's writer, when present
+    except ImportError:  # pragma: no cover - exercised only before nlnet.data.video exists
+        write_video = None
+    if write_video is not None:
+        try:
+            write_video(path, clip, fps=fps, codec="libx264", crf=0, pix_fmt="yuv444p")
+            return
+        except TypeError:
+            pass
+    import av
+
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height = clip.shape[2], clip.shape[1]
+        stream.pix_fmt = "yuv444p"
+        stream.options = {"crf": "0", "preset": "ultrafast"}
+        for frame in clip:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def default_cache_dir() -> Path:
+    """``$NLNET_CACHE`` or ``~/.cache/nlnet`` (``./.cache/nlnet`` if the home is read-only)."""
+    env = os.environ.get("NLNET_CACHE")
+    if env:
+        return Path(env)
+    home = Path.home() / ".cache" / "nlnet"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        return home
+    except OSError:
+        return Path.cwd() / ".cache" / "nlnet"
+
+
+def read_manifest(root: str | os.PathLike) -> dict[str, Any] | None:
+    """The manifest of a generated dataset directory, or None."""
+    path = Path(root) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def prepare_digits(
+    cfg: DigitsTaskConfig,
+    root: str | os.PathLike | None = None,
+    *,
+    force: bool = False,
+    progress: bool = False,
+) -> Path:
+    """Generate the task as mp4 files under ``root`` (skipped when the manifest already matches).
+
+    The layout is ``root/<split>/<colour>/<split>_<index>.mp4`` plus ``root/manifest.json``
+    recording the configuration, its fingerprint, the class names and, per split, every clip's
+    file, label, cue class and the boxes of the cue and of its match (for visualisation).
+
+    Args:
+        cfg: the task configuration.
+        root: target directory; default ``default_cache_dir() / "digits-<fingerprint>"``.
+        force: regenerate even if a matching manifest exists.
+        progress: show a progress bar (tqdm) while writing.
+
+    Returns:
+        The dataset root directory.
+    """
+    root = Path(root) if root is not None else default_cache_dir() / f"digits-{cfg.fingerprint()}"
+    manifest = read_manifest(root)
+    if not force and manifest is not None and manifest.get("fingerprint") == cfg.fingerprint():
+        return root
+    tmp = root.with_name(root.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    names = cfg.class_names
+    out: dict[str, Any] = {
+        "generator": "nlnet.data.digits",
+        "version": GENERATOR_VERSION,
+        "fingerprint": cfg.fingerprint(),
+        "config": cfg.to_dict(),
+        "classes": names,
+        "splits": {},
+    }
+    total = sum(cfg.split_size(s) for s in SPLITS)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc="digits: writing mp4", unit="clip", leave=False)
+    for split in SPLITS:
+        data = generate_split(cfg, split)
+        for name in names:
+            (tmp / split / name).mkdir(parents=True, exist_ok=True)
+        records = []
+        for i in range(len(data.labels)):
+            rel = f"{split}/{names[data.labels[i]]}/{split}_{i:05d}.mp4"
+            _write_mp4(tmp / rel, data.clips[i])
+            records.append(
+                {
+                    "file": rel,
+                    "label": int(data.labels[i]),
+                    "cue_class": int(data.cue_class[i]),
+                    "cue_box": [int(v) for v in data.cue_box[i]],
+                    "match_box": [int(v) for v in data.match_box[i]],
+                }
+            )
+            if bar is not None:
+                bar.update(1)
+        out["splits"][split] = records
+    if bar is not None:
+        bar.close()
+    (tmp / MANIFEST).write_text(json.dumps(out, indent=1))
+    shutil.rmtree(root, ignore_errors=True)
+    tmp.rename(root)
+    return root

@@ -1,0 +1,520 @@
+"""Experiment configuration: nested frozen dataclasses, YAML files with ``_base_`` inheritance,
+dotted command-line overrides and strict validation.
+
+The defaults follow the training recipe of the paper (``001_4890b07ab5be0a19.txt``, Section 4.1):
+SGD with momentum 0.9, weight decay 1e-4, learning rate 0.01 decayed by 0.1 at 150k and 300k of
+400k iterations, dropout 0.5 after global pooling, BatchNorm trained, and 10-clip testing with
+averaged softmax scores.  Section 5.1 (128-frame fine-tune, frozen BN, lr 0.0025) and Section 5.2
+(Charades, per-category sigmoid, lr 0.00125 decayed every 75k of 200k iterations) are expressed as
+YAML files in ``configs/`` that override these defaults.
+
+A YAML file may name a base file (or a list of them) with ``_base_: ../base.yaml``; the bases are
+merged first (dictionaries merged recursively, everything else replaced), then the file itself,
+then the command-line overrides (``optim.lr=0.005``, values parsed as YAML scalars).  Any key that
+is not part of the schema is an error that names the key and the valid ones; the free-form
+sections ``data`` and ``model.overrides`` accept any key and are passed on verbatim.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "ModelConfig",
+    "OptimConfig",
+    "TrainConfig",
+    "EvalConfig",
+    "Config",
+    "ConfigError",
+    "load_config",
+    "resolve_config_path",
+    "list_configs",
+    "config_from_dict",
+    "config_to_dict",
+    "save_config",
+    "apply_overrides",
+    "parse_overrides",
+    "replace",
+]
+
+
+class ConfigError(ValueError):
+    """Raised for an invalid configuration (unknown key, wrong type, bad value)."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which network to build (passed to ``nlnet.models.create_model``).
+
+    Attributes:
+        name: registry name, e.g. ``c2d_r50_nl5`` (Table 2b: 5 non-local blocks).
+        num_classes: classifier width (400 for Kinetics, 157 for Charades).
+        pretrained_2d: ImageNet 2D weights to inflate (Section 4.1), a path or ``None``.
+        pretrained: a checkpoint (``.pt`` written by ``nlnet train``) to initialise from, e.g. the
+            32-frame model for the 128-frame fine-tune (Section 5.1) or a Kinetics model for
+            Charades (Section 5.2).
+        reset_head: with ``pretrained``, drop the classifier weights (``head_names``) and keep the
+            fresh ones, so a model of another class count can be used as a backbone.
+        head_names: parameter-name prefixes of the classifier.
+        overrides: extra keyword arguments for ``create_model`` (free-form).
+    """
+
+    name: str = "c2d_r50"
+    num_classes: int = 400
+    pretrained_2d: str | None = None
+    pretrained: str | None = None
+    reset_head: bool = False
+    head_names: tuple[str, ...] = ("fc",)
+    overrides: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """SGD and the iteration-based multi-step schedule (Section 4.1).
+
+    Attributes:
+        lr: base learning rate for the whole (global) mini-batch.
+        momentum: SGD momentum (0.9 in the paper).
+        weight_decay: L2 weight decay (1e-4 in the paper).
+        weight_decay_bn: weight decay of BatchNorm scales/shifts; ``None`` means ``weight_decay``.
+        nesterov: Nesterov momentum.
+        max_iters: number of optimizer steps (400k in the paper); ignored when ``epochs`` is set.
+        epochs: if set (> 0), train for this many passes over the data instead of ``max_iters``.
+        steps: iterations at which the learning rate is multiplied by ``gamma``.
+        gamma: decay factor (0.1).
+        warmup_iters: linear warm-up length in iterations (0: none).
+        warmup_factor: learning-rate multiplier at iteration 0 of the warm-up.
+        clip_grad_norm: clip the global gradient norm to this value (0: off).
+    """
+
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    weight_decay_bn: float | None = None
+    nesterov: bool = False
+    max_iters: int = 400_000
+    epochs: int = 0
+    steps: tuple[int, ...] = (150_000, 300_000)
+    gamma: float = 0.1
+    warmup_iters: int = 0
+    warmup_factor: float = 0.1
+    clip_grad_norm: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training loop.
+
+    Attributes:
+        batch_size: clips per process (per GPU) and micro-batch (8 per GPU in Section 4.1).
+        accum_steps: micro-batches accumulated per optimizer step.
+        amp: ``none`` | ``bf16`` | ``fp16`` (mixed precision, CUDA only; ignored on the CPU).
+        freeze_bn: BatchNorm in eval mode with frozen affine parameters (Section 5.1).
+        sync_bn: convert BatchNorm to SyncBatchNorm under DDP on CUDA.
+        loss: ``ce`` (softmax cross-entropy) or ``bce`` (per-category sigmoid, Section 5.2).
+        dropout: dropout ratio after global pooling (0.5 in Section 4.1).
+        seed: seed of model init, data order and augmentation.
+        workers: DataLoader worker processes.
+        log_every: iterations between metric records.
+        ckpt_every: iterations between checkpoints (0: only at the end).
+        eval_every: iterations between validation runs (0: only at the end, if ``data.val`` is set).
+        stop_after: stop this invocation after that many iterations, with a checkpoint, as if the
+            job had been pre-empted (0: off); ``--resume`` continues exactly.
+        device: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``.
+        deterministic: ask PyTorch for deterministic kernels.
+        progress: show a tqdm progress bar (rank 0 only).
+    """
+
+    batch_size: int = 8
+    accum_steps: int = 1
+    amp: str = "none"
+    freeze_bn: bool = False
+    sync_bn: bool = True
+    loss: str = "ce"
+    dropout: float = 0.5
+    seed: int = 0
+    workers: int = 4
+    log_every: int = 20
+    ckpt_every: int = 1000
+    eval_every: int = 0
+    stop_after: int = 0
+    device: str = "auto"
+    deterministic: bool = False
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Multi-clip testing (Section 4.1, "Inference").
+
+    Attributes:
+        clips: clips sampled uniformly over each video (10 in the paper).
+        crops: spatial crops per clip (1: fully-convolutional on the whole resized frame; 3: the
+            three-crop option).
+        batch_size: clips per forward pass.
+        workers: DataLoader worker processes.
+        split: dataset split used by ``nlnet eval``.
+    """
+
+    clips: int = 10
+    crops: int = 1
+    batch_size: int = 1
+    workers: int = 2
+    split: str = "val"
+
+
+@dataclass(frozen=True)
+class Config:
+    """A full experiment: model, data, optimizer, training loop, evaluation, output directory.
+
+    ``data`` is free-form and handed to ``nlnet.data.build_dataset(cfg.data, split)``.
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: dict = field(default_factory=dict)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    output_dir: str = "runs/default"
+    name: str = ""
+    class_names: tuple[str, ...] | None = None
+
+
+_FREE_FORM = {("data",), ("model", "overrides")}
+_CHOICES = {
+    ("train", "amp"): ("none", "bf16", "fp16"),
+    ("train", "loss"): ("ce", "bce"),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# dict <-> dataclass
+# --------------------------------------------------------------------------------------------
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` (a small subset of typing) and coerce."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    if origin is tuple:
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = [value]
+            else:
+                raise ConfigError(f"{where}: expected a list, got {value!r}")
+        (item_tp, *_rest) = typing.get_args(tp)
+        return tuple(_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value))
+    if tp is dict or origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return copy.deepcopy(dict(value))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported type {tp}")  # pragma: no cover
+
+
+def _build(cls: type, data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    where = ".".join(path) if path else "config"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = ".".join((*path, str(unknown[0])))
+        raise ConfigError(
+            f"unknown config key {key!r}; valid keys in {where}: {', '.join(sorted(fields))}"
+        )
+    kwargs = {}
+    for name, value in data.items():
+        tp = hints[name]
+        sub_path = (*path, name)
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = _build(tp, value or {}, sub_path)
+        else:
+            kwargs[name] = _coerce(value, tp, ".".join(sub_path))
+        choices = _CHOICES.get(sub_path)
+        if choices is not None and kwargs[name] not in choices:
+            raise ConfigError(
+                f"{'.'.join(sub_path)}: expected one of {', '.join(choices)}, got {value!r}"
+            )
+    return cls(**kwargs)
+
+
+def _validate(cfg: Config) -> None:
+    def positive(where: str, value: float, strict: bool = True) -> None:
+        if value < 0 or (strict and value == 0):
+            bound = "> 0" if strict else ">= 0"
+            raise ConfigError(f"{where}: expected a value {bound}, got {value!r}")
+
+    positive("model.num_classes", cfg.model.num_classes)
+    positive("optim.lr", cfg.optim.lr)
+    positive("optim.max_iters", cfg.optim.max_iters)
+    positive("optim.epochs", cfg.optim.epochs, strict=False)
+    positive("optim.weight_decay", cfg.optim.weight_decay, strict=False)
+    positive("optim.warmup_iters", cfg.optim.warmup_iters, strict=False)
+    positive("optim.clip_grad_norm", cfg.optim.clip_grad_norm, strict=False)
+    if list(cfg.optim.steps) != sorted(cfg.optim.steps):
+        raise ConfigError(f"optim.steps: expected increasing iterations, got {cfg.optim.steps}")
+    positive("train.batch_size", cfg.train.batch_size)
+    positive("train.accum_steps", cfg.train.accum_steps)
+    positive("train.workers", cfg.train.workers, strict=False)
+    positive("train.log_every", cfg.train.log_every)
+    positive("train.ckpt_every", cfg.train.ckpt_every, strict=False)
+    positive("train.eval_every", cfg.train.eval_every, strict=False)
+    positive("train.stop_after", cfg.train.stop_after, strict=False)
+    if not 0.0 <= cfg.train.dropout < 1.0:
+        raise ConfigError(f"train.dropout: expected a ratio in [0, 1), got {cfg.train.dropout}")
+    positive("eval.clips", cfg.eval.clips)
+    positive("eval.crops", cfg.eval.crops)
+    positive("eval.batch_size", cfg.eval.batch_size)
+    if cfg.class_names is not None and len(cfg.class_names) != cfg.model.num_classes:
+        raise ConfigError(
+            f"class_names: expected {cfg.model.num_classes} names (model.num_classes), "
+            f"got {len(cfg.class_names)}"
+        )
+
+
+def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
+    """Build and validate a :class:`Config` from a (possibly partial) nested mapping.
+
+    Missing keys take their defaults; unknown keys raise :class:`ConfigError`.
+    """
+    cfg = _build(Config, dict(data or {}), ())
+    _validate(cfg)
+    return cfg
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    """Return the configuration as plain nested dicts/lists/scalars (YAML- and torch-safe)."""
+    return _plain(cfg)
+
+
+def replace(cfg: Config, **dotted: Any) -> Config:
+    """Return a copy of ``cfg`` with dotted keys replaced: ``replace(cfg, **{"optim.lr": 0.1})``."""
+    data = config_to_dict(cfg)
+    for key, value in dotted.items():
+        _set_dotted(data, key, value)
+    return config_from_dict(data)
+
+
+def save_config(cfg: Config, path: str | os.PathLike) -> Path:
+    """Write the resolved configuration as YAML (the run directory's ``config.yaml``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=None)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# YAML files, _base_ inheritance, named configs
+# --------------------------------------------------------------------------------------------
+def _config_dirs() -> list[Path]:
+    here = Path(__file__).resolve()
+    dirs = []
+    env = os.environ.get("NLNET_CONFIG_PATH")
+    if env:
+        dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    dirs += [here.parents[2] / "configs", here.parents[1] / "configs"]
+    return [d for d in dirs if d.is_dir()]
+
+
+def list_configs() -> list[str]:
+    """Names of the shipped configs (``kinetics/c2d_r50_nl5``, ...), usable with ``--config``."""
+    names: set[str] = set()
+    for d in _config_dirs():
+        for p in d.rglob("*.yaml"):
+            names.add(p.relative_to(d).with_suffix("").as_posix())
+    return sorted(names)
+
+
+def resolve_config_path(name_or_path: str | os.PathLike) -> Path:
+    """Find a config file: an existing path, or a name relative to the shipped ``configs/``.
+
+    ``kinetics/c2d_r50_nl5`` resolves to ``configs/kinetics/c2d_r50_nl5.yaml``.
+    Set ``NLNET_CONFIG_PATH`` (``os.pathsep``-separated) to search more directories first.
+    """
+    raw = Path(name_or_path)
+    candidates = [raw, raw.with_name(raw.name + ".yaml")]
+    for d in _config_dirs():
+        candidates += [d / raw, d / (str(raw) + ".yaml")]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise FileNotFoundError(
+        f"config {str(name_or_path)!r} not found (as a path or under "
+        f"{', '.join(str(d) for d in _config_dirs()) or 'configs/'}); "
+        f"shipped configs: {', '.join(list_configs()) or 'none'}"
+    )
+
+
+def _deep_merge(base: dict, update: Mapping) -> dict:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(dict(out[key]), value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _load_yaml_tree(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    if path in seen:
+        chain = " -> ".join(str(p) for p in (*seen, path))
+        raise ConfigError(f"_base_ cycle: {chain}")
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    data = dict(data)
+    bases = data.pop("_base_", None)
+    if bases is None:
+        return data
+    if isinstance(bases, str):
+        bases = [bases]
+    merged: dict = {}
+    for base in bases:
+        base_path = (path.parent / base).resolve()
+        if not base_path.is_file():
+            base_path = resolve_config_path(base)
+        merged = _deep_merge(merged, _load_yaml_tree(base_path, (*seen, path)))
+    return _deep_merge(merged, data)
+
+
+# --------------------------------------------------------------------------------------------
+# dotted overrides
+# --------------------------------------------------------------------------------------------
+def parse_overrides(items: Iterable[str]) -> list[tuple[str, Any]]:
+    """Parse ``key.sub=value`` strings; values are YAML scalars (``0.005``, ``[1, 2]``, ``null``)."""
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. optim.lr=0.005")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r}: empty key")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from exc
+        out.append((key, value))
+    return out
+
+
+def _schema_keys(path: tuple[str, ...]) -> list[str] | None:
+    """Valid keys at ``path`` in the schema, or ``None`` for free-form sections."""
+    if any(path[: len(p)] == p for p in _FREE_FORM):
+        return None
+    cls: Any = Config
+    for part in path:
+        hints = typing.get_type_hints(cls)
+        cls = hints.get(part)
+        if not dataclasses.is_dataclass(cls):
+            return []
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _set_dotted(data: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for depth, part in enumerate(parts):
+        valid = _schema_keys(tuple(parts[:depth]))
+        if valid is not None and part not in valid:
+            where = ".".join(parts[:depth]) or "config"
+            raise ConfigError(
+                f"unknown config key {'.'.join(parts[: depth + 1])!r}; "
+                f"valid keys in {where}: {', '.join(sorted(valid)) or '(none: not a section)'}"
+            )
+        if depth == len(parts) - 1:
+            node[part] = value
+        else:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+
+
+def apply_overrides(data: dict, overrides: Iterable[str] | Mapping[str, Any]) -> dict:
+    """Apply dotted overrides to a nested dict (in place) and return it."""
+    pairs = overrides.items() if isinstance(overrides, Mapping) else parse_overrides(overrides)
+    for key, value in pairs:
+        _set_dotted(data, key, value)
+    return data
+
+
+def load_config(
+    name_or_path: str | os.PathLike | None = None,
+    overrides: Iterable[str] | Mapping[str, Any] = (),
+) -> Config:
+    """Load a YAML config (with ``_base_`` inheritance), apply dotted overrides and validate.
+
+    Args:
+        name_or_path: a YAML path or a shipped config name (``kinetics/c2d_r50_nl5``); ``None``
+            starts from the defaults.
+        overrides: ``["optim.lr=0.005", "train.batch_size=2"]`` or ``{"optim.lr": 0.005}``.
+
+    Returns:
+        The validated, frozen :class:`Config`.  ``name`` defaults to the config's name.
+    """
+    data: dict = {}
+    if name_or_path is not None:
+        path = resolve_config_path(name_or_path)
+        data = _load_yaml_tree(path)
+        data.setdefault("name", path.stem)
+    apply_overrides(data, overrides)
+    return config_from_dict(data)

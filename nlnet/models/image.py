@@ -1,0 +1,149 @@
+"""Image ResNets with non-local blocks.
+
+* The COCO setting of ``001_4890b07ab5be0a19.txt`` Section 6: one non-local block added to the
+  ResNet backbone of Mask R-CNN, "right before the last residual block of res4" (after
+  ``layer3.4`` of a ResNet-50, ``layer3.21`` of a ResNet-101).
+* The practitioner's ``ResNet50NonLocal`` of ``002_37c65fde0c26af44.txt`` ("Integration into a
+  ResNet"): one block after stage 4 (``layer4``), ``reduction=2``, no subsampling.
+* The guide's segmentation head with and without attention ("Comparison with/without
+  self-attention in semantic segmentation"): a 3x3 conv to 512 channels with BN and ReLU, an
+  optional non-local block (``reduction=2``, ``sub_sample=2``), a 1x1 classifier and a bilinear
+  upsampling to the input size, on a dilated ResNet-50 (output stride 8).
+
+All backbones are torchvision ResNets, so torchvision ImageNet weights load directly
+(:func:`nlnet.models.inflate.load_pretrained_2d` copies equal-shaped tensors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchvision.models import resnet
+
+from nlnet.models.surgery import insert_non_local, non_local_paths
+
+__all__ = [
+    "resnet_non_local",
+    "SegmentationHead",
+    "SegmentationNet",
+]
+
+_DEPTHS = {18: resnet.resnet18, 34: resnet.resnet34, 50: resnet.resnet50, 101: resnet.resnet101,
+           152: resnet.resnet152}
+
+
+def _torchvision_resnet(depth: int, **kwargs: Any) -> resnet.ResNet:
+    if depth not in _DEPTHS:
+        raise ValueError(f"depth: expected one of {sorted(_DEPTHS)}, got {depth!r}")
+    return _DEPTHS[depth](weights=None, **kwargs)
+
+
+def resnet_non_local(
+    depth: int = 50,
+    num_classes: int = 1000,
+    at: str | Sequence[str] = "res4",
+    **block_options: Any,
+) -> resnet.ResNet:
+    """A torchvision image ResNet with non-local blocks (2D blocks).
+
+    Args:
+        depth: 18, 34, 50, 101 or 152.
+        num_classes: classifier outputs.
+        at: a placement preset (``"res4"`` = right before the last residual block of res4,
+            the COCO setting of Section 6; see :data:`nlnet.models.surgery.PLACEMENTS`),
+            ``"after_layer4"`` (the guide's ``ResNet50NonLocal``) or module paths.
+        **block_options: options of :class:`nlnet.layers.nonlocal_block.NonLocal2d`.
+
+    Returns:
+        The ResNet; input ``(B, 3, H, W)``, output ``(B, num_classes)``.
+    """
+    model = _torchvision_resnet(depth, num_classes=num_classes)
+    if at == "after_layer4":
+        at = "layer4"
+    elif isinstance(at, str) and at.startswith(("res", "nl")):
+        layers = tuple(len(getattr(model, f"layer{i}")) for i in range(1, 5))
+        at = non_local_paths(at, layers)
+    return insert_non_local(model, at, **block_options)
+
+
+class SegmentationHead(nn.Module):
+    """The guide's segmentation head, with or without a non-local block.
+
+    Args:
+        in_channels: channels of the backbone features (2048 for a ResNet-50).
+        num_classes: classes per pixel (19 for Cityscapes).
+        use_attention: insert a non-local block after the channel reduction.
+        mid_channels: channels after the reduction (512 in the guide).
+        **block_options: options of the 2D block; default ``reduction=2, sub_sample=2``.
+
+    Input ``(B, in_channels, h, w)``; output ``(B, num_classes, h, w)`` (not upsampled).
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 2048,
+        num_classes: int = 19,
+        use_attention: bool = True,
+        mid_channels: int = 512,
+        **block_options: Any,
+    ) -> None:
+        super().__init__()
+        from nlnet.layers.nonlocal_block import NonLocal2d
+
+        self.use_attention = bool(use_attention)
+        self.reduce = nn.Sequential(
+            nn.Conv2d(in_channels, mid_channels, 3, padding=1, bias=False),
+            nn.BatchNorm2d(mid_channels),
+            nn.ReLU(inplace=True),
+        )
+        if self.use_attention:
+            opts = {"reduction": 2, "sub_sample": 2, **block_options}
+            self.non_local: nn.Module | None = NonLocal2d(mid_channels, **opts)
+        else:
+            self.non_local = None
+        self.classifier = nn.Conv2d(mid_channels, num_classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.reduce(x)  # (B, 512, h, w)
+        if self.non_local is not None:
+            x = self.non_local(x)
+        return self.classifier(x)  # (B, K, h, w)
+
+
+class SegmentationNet(nn.Module):
+    """Dilated ResNet backbone (output stride 8) + :class:`SegmentationHead`.
+
+    The backbone keeps torchvision's parameter names (``conv1``, ``bn1``, ``layer1``..
+    ``layer4``) so an ImageNet ResNet state dict loads; the head is ``head.*``.
+
+    Input ``(B, 3, H, W)``; output logits ``(B, num_classes, H, W)``.
+    """
+
+    def __init__(
+        self,
+        depth: int = 50,
+        num_classes: int = 19,
+        use_attention: bool = True,
+        **block_options: Any,
+    ) -> None:
+        super().__init__()
+        if depth < 50:
+            raise ValueError(f"depth: expected a bottleneck ResNet (50, 101, 152), got {depth!r}")
+        base = _torchvision_resnet(depth, replace_stride_with_dilation=[False, True, True])
+        for name in ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4"):
+            self.add_module(name, getattr(base, name))
+        self.head = SegmentationHead(2048, num_classes, use_attention, **block_options)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x: expected an image batch (B, C, H, W), got {shape}")
+        size = x.shape[-2:]
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))  # (B, 2048, H/8, W/8)
+        x = self.head(x)
+        return F.interpolate(x, size=size, mode="bilinear", align_corners=False)

@@ -1,0 +1,218 @@
+"""Build video models from 2D ImageNet ResNet weights by inflation (``001_4890b07ab5be0a19.txt``,
+Section 4, "Inflated 3D ConvNet").
+
+A 2D ``k x k`` kernel becomes a ``t x k x k`` kernel whose ``t`` temporal planes are each the 2D
+kernel rescaled by ``1/t``. On a video that repeats one frame, every inflated convolution then
+computes the 2D convolution of that frame (away from the temporal borders, see below), so the
+inflated network reproduces the 2D network's output. C2D (``t = 1`` everywhere) is exact at every
+frame. For I3D, zero temporal padding means that at the first and last ``t // 2`` frames some of
+the ``t`` planes see padding instead of the repeated frame: those frames get only ``(t - p) / t``
+of the 2D response, so only the interior frames match the 2D network.
+
+The source is a state dict in torchvision's ResNet layout (``conv1.weight``, ``bn1.*``,
+``layerX.Y.convZ.weight``, ``layerX.Y.downsample.0.weight``, ``fc.*``), given as a dict or a
+path loaded with ``torch.load(..., weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+__all__ = [
+    "InflationReport",
+    "inflate_conv_weight",
+    "inflate_state_dict",
+    "load_pretrained_2d",
+    "read_state_dict",
+]
+
+#: Keys of the target model that are never taken from a 2D checkpoint (new layers).
+DEFAULT_NEW_KEYS: tuple[str, ...] = ("non_local.",)
+#: Key prefixes of the classifier: loaded only if the shapes agree, otherwise left as initialised.
+DEFAULT_HEAD_KEYS: tuple[str, ...] = ("fc.",)
+
+
+@dataclass
+class InflationReport:
+    """What :func:`load_pretrained_2d` did with each key of the model's state dict."""
+
+    copied: list[str] = field(default_factory=list)
+    inflated: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # new layers / mismatched classifier: init kept
+    ignored: list[str] = field(default_factory=list)  # source keys not used (classifier)
+
+    def __str__(self) -> str:
+        return (
+            f"InflationReport(copied={len(self.copied)}, inflated={len(self.inflated)}, "
+            f"kept_initialised={len(self.kept)}, ignored_source_keys={len(self.ignored)})"
+        )
+
+
+def inflate_conv_weight(weight_2d: torch.Tensor, time_dim: int) -> torch.Tensor:
+    """Inflate a 2D convolution kernel ``(O, I, kh, kw)`` to ``(O, I, t, kh, kw)``.
+
+    Every temporal plane is ``weight_2d / t`` (Section 4), so the planes sum to ``weight_2d``.
+
+    Args:
+        weight_2d: the 2D kernel.
+        time_dim: the temporal size ``t >= 1``.
+    """
+    if not isinstance(weight_2d, torch.Tensor) or weight_2d.dim() != 4:
+        shape = tuple(weight_2d.shape) if isinstance(weight_2d, torch.Tensor) else weight_2d
+        raise ValueError(f"weight_2d: expected a 4D kernel (O, I, kh, kw), got {shape!r}")
+    if not isinstance(time_dim, int) or time_dim < 1:
+        raise ValueError(f"time_dim: expected a positive int, got {time_dim!r}")
+    w = weight_2d.unsqueeze(2).expand(-1, -1, time_dim, -1, -1)  # (O, I, t, kh, kw)
+    return w / time_dim
+
+
+def read_state_dict(source: str | os.PathLike | Mapping[str, torch.Tensor]) -> dict:
+    """Return a flat ``name -> tensor`` dict from a path or a mapping.
+
+    A path is read with ``torch.load(path, map_location="cpu", weights_only=True)``. Checkpoints
+    that wrap the weights under ``"state_dict"`` or ``"model"`` are unwrapped, and a
+    ``"module."`` prefix (DataParallel) is stripped.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        if not os.path.isfile(source):
+            raise ValueError(f"pretrained_2d: no such file {os.fspath(source)!r}")
+        source = torch.load(source, map_location="cpu", weights_only=True)
+    if not isinstance(source, Mapping):
+        raise TypeError(
+            f"pretrained_2d: expected a state dict (mapping) or a path, got {type(source).__name__}"
+        )
+    for wrapper in ("state_dict", "model"):
+        inner = source.get(wrapper)
+        if isinstance(inner, Mapping) and not any(
+            isinstance(v, torch.Tensor) for v in source.values()
+        ):
+            source = inner
+            break
+    out = {}
+    for k, v in source.items():
+        if not isinstance(v, torch.Tensor):
+            raise TypeError(f"pretrained_2d: value of key {k!r} is {type(v).__name__}, not a tensor")
+        out[k[len("module.") :] if k.startswith("module.") else k] = v
+    return out
+
+
+def _starts(key: str, prefixes: Iterable[str]) -> bool:
+    return any(key.startswith(p) or f".{p}" in key for p in prefixes)
+
+
+def _fmt(keys: list[str], limit: int = 8) -> str:
+    more = f", ... ({len(keys)} in all)" if len(keys) > limit else ""
+    return ", ".join(keys[:limit]) + more
+
+
+def inflate_state_dict(
+    state_dict_2d: Mapping[str, torch.Tensor],
+    model: nn.Module,
+    *,
+    new_keys: Iterable[str] = DEFAULT_NEW_KEYS,
+    head_keys: Iterable[str] = DEFAULT_HEAD_KEYS,
+    strict: bool = True,
+) -> tuple[dict[str, torch.Tensor], InflationReport]:
+    """Map a 2D ResNet state dict onto ``model``'s state dict, inflating kernels where needed.
+
+    For every key of ``model.state_dict()``: a source tensor of the same shape is copied; a 4D
+    source kernel whose target is 5D ``(O, I, t, kh, kw)`` is inflated with
+    :func:`inflate_conv_weight`; keys under ``new_keys`` (non-local blocks) keep their
+    initialisation; keys under ``head_keys`` (the classifier) are copied when the shapes agree and
+    kept otherwise (e.g. 1000 ImageNet classes vs 400 Kinetics classes).
+
+    Args:
+        state_dict_2d: the source weights in torchvision's ResNet layout.
+        model: the target (C2D/I3D video model, or a 2D model with the same layout).
+        new_keys: key fragments of layers that do not exist in the 2D network.
+        head_keys: key prefixes of the classifier.
+        strict: raise on missing keys, unexpected keys or shape mismatches.
+
+    Returns:
+        ``(state_dict, report)`` where ``state_dict`` is complete for ``model`` (kept keys carry
+        the model's current values).
+
+    Raises:
+        ValueError: with the offending key names, when ``strict`` and the source is not the
+            same architecture (missing or unexpected keys, or a shape that cannot be inflated).
+    """
+    new_keys, head_keys = tuple(new_keys), tuple(head_keys)
+    target = model.state_dict()
+    src = dict(state_dict_2d)
+    report = InflationReport()
+    out: dict[str, torch.Tensor] = {}
+    missing, mismatched = [], []
+    for key, tgt in target.items():
+        if _starts(key, new_keys):
+            report.kept.append(key)
+            out[key] = tgt
+            continue
+        is_head = any(key.startswith(p) for p in head_keys)
+        if key not in src:
+            if is_head:
+                report.kept.append(key)
+                out[key] = tgt
+            else:
+                missing.append(key)
+            continue
+        s = src[key]
+        if tuple(s.shape) == tuple(tgt.shape):
+            out[key] = s.to(dtype=tgt.dtype)
+            report.copied.append(key)
+        elif s.dim() == 4 and tgt.dim() == 5 and (*tgt.shape[:2], *tgt.shape[3:]) == s.shape:
+            out[key] = inflate_conv_weight(s.to(dtype=tgt.dtype), int(tgt.shape[2]))
+            report.inflated.append(key)
+        elif is_head:
+            report.kept.append(key)
+            report.ignored.append(key)
+            out[key] = tgt
+        else:
+            mismatched.append(f"{key}: source {tuple(s.shape)} vs model {tuple(tgt.shape)}")
+    unexpected = [k for k in src if k not in target]
+    report.ignored += [k for k in unexpected if any(k.startswith(p) for p in head_keys)]
+    unexpected = [k for k in unexpected if not any(k.startswith(p) for p in head_keys)]
+    if strict and (missing or unexpected or mismatched):
+        parts = []
+        if missing:
+            parts.append(f"missing keys (in the model, not in the 2D state dict): {_fmt(missing)}")
+        if unexpected:
+            parts.append(f"unexpected keys (in the 2D state dict, not in the model): "
+                         f"{_fmt(unexpected)}")
+        if mismatched:
+            parts.append(f"shape mismatch: {_fmt(mismatched)}")
+        raise ValueError(
+            "pretrained_2d: the 2D state dict does not match this model's architecture "
+            "(expected a torchvision ResNet of the same depth); " + "; ".join(parts)
+        )
+    for key in missing + [m.split(":")[0] for m in mismatched]:
+        out[key] = target[key]
+        report.kept.append(key)
+    return out, report
+
+
+def load_pretrained_2d(
+    model: nn.Module,
+    source: str | os.PathLike | Mapping[str, torch.Tensor],
+    *,
+    strict: bool = True,
+    new_keys: Iterable[str] = DEFAULT_NEW_KEYS,
+    head_keys: Iterable[str] = DEFAULT_HEAD_KEYS,
+) -> InflationReport:
+    """Initialise ``model`` in place from 2D ResNet weights (a path or a state dict).
+
+    See :func:`inflate_state_dict` for the rules; the result is loaded with
+    ``model.load_state_dict(..., strict=True)``.
+
+    Returns:
+        The :class:`InflationReport` listing copied, inflated and kept keys.
+    """
+    sd, report = inflate_state_dict(
+        read_state_dict(source), model, new_keys=new_keys, head_keys=head_keys, strict=strict
+    )
+    model.load_state_dict(sd, strict=True)
+    return report

@@ -1,0 +1,410 @@
+"""C2D and I3D ResNet video backbones (``001_4890b07ab5be0a19.txt``, Section 4 and Table 1).
+
+The C2D baseline of Table 1 processes a clip frame by frame: every convolution is a
+``1 x k x k`` kernel, and the temporal dimension is reduced only by the strided ``conv1``,
+``pool1`` and ``pool2``. For a ``32 x 224 x 224`` input the stage outputs are::
+
+    conv1  1x7x7, 64, stride (2,2,2)        -> 64   x 16 x 112 x 112
+    pool1  3x3x3 max, stride (2,2,2)         -> 64   x  8 x  56 x  56
+    res2   [1x1,64 | 3x3,64 | 1x1,256] x3    -> 256  x  8 x  56 x  56
+    pool2  3x1x1 max, stride (2,1,1)         -> 256  x  4 x  56 x  56
+    res3   [1x1,128 | 3x3,128 | 1x1,512] x4  -> 512  x  4 x  28 x  28
+    res4   [1x1,256 | 3x3,256 | 1x1,1024] x6 -> 1024 x  4 x  14 x  14   (x23 for ResNet-101)
+    res5   [1x1,512 | 3x3,512 | 1x1,2048] x3 -> 2048 x  4 x   7 x   7
+    global average pool, dropout 0.5, fc
+
+I3D (Section 4, "Inflated 3D ConvNet") inflates one kernel in every two residual blocks, either
+the ``3x3`` kernel to ``3x3x3`` (``inflate="3x3x3"``) or the first ``1x1`` kernel to ``3x1x1``
+(``inflate="3x1x1"``), and ``conv1`` to ``5x7x7``.
+
+Deviations from the printed Table 1, all documented in ``docs/models.md``:
+
+* Padding is not given in Table 1. We pad ``pool1`` by ``(1, 1, 1)`` and ``pool2`` by
+  ``(1, 0, 0)``, which are the paddings that give exactly the output sizes of Table 1 with the
+  printed kernels. The released Caffe2 code (``lib/models/resnet_video_org.py`` of
+  facebookresearch/video-nonlocal-net) uses ``2x3x3`` / ``2x1x1`` windows without padding for
+  ``pool1`` / ``pool2`` instead; the output sizes are the same.
+* Which blocks are inflated: "one kernel for every 2 residual blocks" is implemented with the
+  pattern of the released code (``obtain_arc`` in ``resnet_video_org.py``): all 3 blocks of
+  res2, blocks 0 and 2 of res3, the even blocks of res4 (0, 2, 4 for ResNet-50; 0, 2, ..., 22
+  for ResNet-101) and block 1 of res5. ``inflate_blocks="even"`` selects the plain
+  "every even block of every stage" alternative.
+* The spatial stride of a stage sits on the ``3x3`` convolution (``conv2``), as in torchvision's
+  ResNet v1.5 and in the released code; this keeps torchvision's ImageNet weights loadable.
+
+Parameter names follow torchvision's ``ResNet``/``Bottleneck`` (``conv1``, ``bn1``, ``layer1`` ..
+``layer4``, ``layerX.Y.conv1/bn1/conv2/bn2/conv3/bn3/downsample.0/downsample.1``, ``fc``), so a
+torchvision ImageNet state dict loads after inflation (:mod:`nlnet.models.inflate`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+__all__ = [
+    "Bottleneck3d",
+    "ResNet3d",
+    "VideoClassifierHead",
+    "BLOCK_CONFIG",
+    "STAGE_NAMES",
+    "inflation_pattern",
+]
+
+#: Residual blocks per stage (res2, res3, res4, res5) for each depth (He et al. 2016).
+BLOCK_CONFIG: dict[int, tuple[int, int, int, int]] = {
+    50: (3, 4, 6, 3),
+    101: (3, 4, 23, 3),
+    152: (3, 8, 36, 3),
+}
+
+#: Paper stage name -> torchvision attribute name.
+STAGE_NAMES: dict[str, str] = {"res2": "layer1", "res3": "layer2", "res4": "layer3", "res5": "layer4"}
+
+_INFLATE_KINDS = (None, "3x3x3", "3x1x1")
+
+
+def inflation_pattern(
+    layers: Sequence[int], which: str | Sequence[Sequence[bool]] = "original"
+) -> list[list[bool]]:
+    """Which residual blocks of each stage get an inflated (temporal) kernel in I3D.
+
+    Section 4 of ``001_4890b07ab5be0a19.txt`` inflates "one kernel for every 2 residual blocks".
+
+    Args:
+        layers: number of residual blocks of res2..res5, e.g. ``(3, 4, 6, 3)``.
+        which: ``"original"`` (the pattern of the released code: all of res2, even blocks of
+            res3 and res4, block 1 of res5), ``"even"`` (blocks 0, 2, 4, ... of every stage),
+            ``"all"``, ``"none"``, or an explicit nested list of booleans, one per block.
+
+    Returns:
+        One list of booleans per stage.
+    """
+    layers = [int(n) for n in layers]
+    if not isinstance(which, str):
+        pattern = [[bool(v) for v in stage] for stage in which]
+        if [len(p) for p in pattern] != layers:
+            raise ValueError(
+                f"inflate_blocks: expected one boolean per residual block {layers}, got lengths "
+                f"{[len(p) for p in pattern]}"
+            )
+        return pattern
+    if which == "original":
+        out = [[True] * layers[0]]
+        out += [[i % 2 == 0 for i in range(n)] for n in layers[1:3]]
+        out += [[i % 2 == 1 for i in range(n)] for n in layers[3:]]
+        return out
+    if which == "even":
+        return [[i % 2 == 0 for i in range(n)] for n in layers]
+    if which == "all":
+        return [[True] * n for n in layers]
+    if which == "none":
+        return [[False] * n for n in layers]
+    raise ValueError(
+        f"inflate_blocks: expected 'original', 'even', 'all', 'none' or a nested list of bools, "
+        f"got {which!r}"
+    )
+
+
+class Bottleneck3d(nn.Module):
+    """A ResNet bottleneck with configurable temporal kernels (Table 1 / Section 4).
+
+    ``conv1`` is ``conv1_t x 1 x 1`` and ``conv2`` is ``conv2_t x 3 x 3``: C2D uses ``(1, 1)``,
+    an I3D ``3x3x3`` block ``(1, 3)`` and an I3D ``3x1x1`` block ``(3, 1)``. The spatial stride
+    sits on ``conv2`` (torchvision's ResNet v1.5 layout). The optional ``non_local`` slot (``None``
+    by default) holds a non-local block applied to the block output, which is where
+    :func:`nlnet.models.surgery.insert_non_local` puts it ("after a residual block").
+
+    Args:
+        inplanes: input channels.
+        planes: bottleneck width; the output has ``planes * 4`` channels.
+        stride: spatial stride of ``conv2`` and of the shortcut.
+        downsample: projection shortcut (``conv 1x1x1`` + BN) or ``None`` for identity.
+        conv1_t: temporal kernel size of the first ``1x1`` convolution (odd).
+        conv2_t: temporal kernel size of the ``3x3`` convolution (odd).
+        norm_layer: normalisation factory, ``nn.BatchNorm3d`` by default.
+    """
+
+    expansion: int = 4
+
+    def __init__(
+        self,
+        inplanes: int,
+        planes: int,
+        stride: int = 1,
+        downsample: nn.Module | None = None,
+        *,
+        conv1_t: int = 1,
+        conv2_t: int = 1,
+        norm_layer: type[nn.Module] | None = None,
+    ) -> None:
+        super().__init__()
+        for name, t in (("conv1_t", conv1_t), ("conv2_t", conv2_t)):
+            if not isinstance(t, int) or t < 1 or t % 2 == 0:
+                raise ValueError(f"{name}: expected a positive odd int, got {t!r}")
+        norm_layer = norm_layer or nn.BatchNorm3d
+        width = planes
+        self.conv1 = nn.Conv3d(
+            inplanes, width, (conv1_t, 1, 1), padding=(conv1_t // 2, 0, 0), bias=False
+        )
+        self.bn1 = norm_layer(width)
+        self.conv2 = nn.Conv3d(
+            width,
+            width,
+            (conv2_t, 3, 3),
+            stride=(1, stride, stride),
+            padding=(conv2_t // 2, 1, 1),
+            bias=False,
+        )
+        self.bn2 = norm_layer(width)
+        self.conv3 = nn.Conv3d(width, planes * self.expansion, 1, bias=False)
+        self.bn3 = norm_layer(planes * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+        self.stride = stride
+        # Slot for a non-local block after the residual block (see surgery.insert_non_local).
+        self.register_module("non_local", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x  # (B, inplanes, T, H, W)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))  # (B, planes, T, H/s, W/s)
+        out = self.bn3(self.conv3(out))  # (B, 4*planes, T, H/s, W/s)
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out = self.relu(out + identity)
+        if self.non_local is not None:
+            out = self.non_local(out)
+        return out
+
+
+class VideoClassifierHead(nn.Module):
+    """Global average pooling, dropout and a linear classifier (Table 1, last row).
+
+    Args:
+        in_features: channels of the input feature map.
+        num_classes: number of output logits.
+        dropout: dropout ratio after pooling (0.5 in Section 4.1 of the paper).
+
+    Input ``(B, C, *spatial)`` of any number of spatial/temporal dims; output ``(B, num_classes)``.
+    """
+
+    def __init__(self, in_features: int, num_classes: int, dropout: float = 0.5) -> None:
+        super().__init__()
+        _check_positive("in_features", in_features)
+        _check_positive("num_classes", num_classes)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout: expected a ratio in [0, 1), got {dropout!r}")
+        self.dropout = nn.Dropout(dropout)
+        self.fc = nn.Linear(in_features, num_classes)
+        nn.init.normal_(self.fc.weight, std=0.01)
+        nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(2).mean(dim=2)  # (B, C)
+        return self.fc(self.dropout(x))
+
+
+def _check_positive(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+
+
+class ResNet3d(nn.Module):
+    """C2D / I3D ResNet for video classification (Table 1 and Section 4).
+
+    Args:
+        layers: residual blocks of res2..res5, ``(3, 4, 6, 3)`` for ResNet-50 and
+            ``(3, 4, 23, 3)`` for ResNet-101 (see :data:`BLOCK_CONFIG`).
+        num_classes: number of logits (400 for Kinetics).
+        inflate: ``None`` (C2D), ``"3x3x3"`` (I3D, inflate the ``3x3`` kernel) or ``"3x1x1"``
+            (I3D, inflate the first ``1x1`` kernel).
+        inflate_blocks: which blocks are inflated, see :func:`inflation_pattern`.
+        conv1_t: temporal size of ``conv1``; default 1 for C2D and 5 for I3D (Section 4).
+        temporal_kernel: temporal size of an inflated kernel (3 in the paper).
+        temporal_strides: temporal strides of ``(conv1, pool1, pool2)``; ``(2, 2, 2)`` gives
+            Table 1. A stride of 1 for ``pool1``/``pool2`` makes that pooling temporally 1-wide
+            (``pool2`` becomes the identity), useful for short clips.
+        dropout: dropout ratio before ``fc``.
+        width: channels of the stem and bottleneck width of res2 (64 in Table 1); stage ``k``
+            uses ``width * 2**k``. Smaller widths give narrow test models.
+        in_channels: input channels (3 for RGB).
+        zero_init_residual: initialise the last BN of each residual branch to zero.
+
+    Input ``(B, in_channels, T, H, W)``; output logits ``(B, num_classes)``.
+    """
+
+    def __init__(
+        self,
+        layers: Sequence[int] = (3, 4, 6, 3),
+        num_classes: int = 400,
+        *,
+        inflate: str | None = None,
+        inflate_blocks: str | Sequence[Sequence[bool]] = "original",
+        conv1_t: int | None = None,
+        temporal_kernel: int = 3,
+        temporal_strides: Sequence[int] = (2, 2, 2),
+        dropout: float = 0.5,
+        width: int = 64,
+        in_channels: int = 3,
+        zero_init_residual: bool = False,
+    ) -> None:
+        super().__init__()
+        layers = tuple(layers)
+        if len(layers) != 4:
+            raise ValueError(f"layers: expected 4 stage lengths (res2..res5), got {layers!r}")
+        for n in layers:
+            _check_positive("layers", n)
+        _check_positive("num_classes", num_classes)
+        _check_positive("width", width)
+        _check_positive("in_channels", in_channels)
+        if inflate not in _INFLATE_KINDS:
+            raise ValueError(f"inflate: expected one of {_INFLATE_KINDS}, got {inflate!r}")
+        if not isinstance(temporal_kernel, int) or temporal_kernel < 1 or temporal_kernel % 2 == 0:
+            raise ValueError(f"temporal_kernel: expected a positive odd int, got {temporal_kernel!r}")
+        if conv1_t is None:
+            conv1_t = 1 if inflate is None else 5
+        if not isinstance(conv1_t, int) or conv1_t < 1 or conv1_t % 2 == 0:
+            raise ValueError(f"conv1_t: expected a positive odd int, got {conv1_t!r}")
+        temporal_strides = tuple(temporal_strides)
+        if len(temporal_strides) != 3 or any(
+            not isinstance(s, int) or s < 1 for s in temporal_strides
+        ):
+            raise ValueError(
+                "temporal_strides: expected 3 positive ints for (conv1, pool1, pool2), "
+                f"got {temporal_strides!r}"
+            )
+        self.layers_cfg = layers
+        self.inflate = inflate
+        self.num_classes = num_classes
+        pattern = inflation_pattern(layers, "none" if inflate is None else inflate_blocks)
+        self.inflated_blocks = pattern
+
+        s1, sp1, sp2 = temporal_strides
+        self.inplanes = width
+        # Stem: conv1 (1 or 5) x 7 x 7, stride (2, 2, 2) -> pool1 3x3x3 max, stride (2, 2, 2).
+        self.conv1 = nn.Conv3d(
+            in_channels,
+            width,
+            (conv1_t, 7, 7),
+            stride=(s1, 2, 2),
+            padding=(conv1_t // 2, 3, 3),
+            bias=False,
+        )
+        self.bn1 = nn.BatchNorm3d(width)
+        self.relu = nn.ReLU(inplace=True)
+        pk1 = 3 if sp1 > 1 else 1
+        self.maxpool = nn.MaxPool3d((pk1, 3, 3), stride=(sp1, 2, 2), padding=(pk1 // 2, 1, 1))
+        self.layer1 = self._make_layer(width, layers[0], 1, pattern[0], temporal_kernel)
+        # pool2: 3x1x1 max, stride (2, 1, 1) between res2 and res3.
+        if sp2 > 1:
+            self.pool2: nn.Module = nn.MaxPool3d((3, 1, 1), stride=(sp2, 1, 1), padding=(1, 0, 0))
+        else:
+            self.pool2 = nn.Identity()
+        self.layer2 = self._make_layer(width * 2, layers[1], 2, pattern[1], temporal_kernel)
+        self.layer3 = self._make_layer(width * 4, layers[2], 2, pattern[2], temporal_kernel)
+        self.layer4 = self._make_layer(width * 8, layers[3], 2, pattern[3], temporal_kernel)
+        self.num_features = width * 8 * Bottleneck3d.expansion
+        self.avgpool = nn.AdaptiveAvgPool3d(1)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout: expected a ratio in [0, 1), got {dropout!r}")
+        self.dropout = nn.Dropout(dropout)
+        self.fc = nn.Linear(self.num_features, num_classes)
+        self._init_weights(zero_init_residual)
+
+    def _make_layer(
+        self, planes: int, blocks: int, stride: int, inflated: list[bool], t: int
+    ) -> nn.Sequential:
+        downsample = None
+        if stride != 1 or self.inplanes != planes * Bottleneck3d.expansion:
+            downsample = nn.Sequential(
+                nn.Conv3d(
+                    self.inplanes,
+                    planes * Bottleneck3d.expansion,
+                    1,
+                    stride=(1, stride, stride),
+                    bias=False,
+                ),
+                nn.BatchNorm3d(planes * Bottleneck3d.expansion),
+            )
+        mods = []
+        for i in range(blocks):
+            conv1_t = t if (inflated[i] and self.inflate == "3x1x1") else 1
+            conv2_t = t if (inflated[i] and self.inflate == "3x3x3") else 1
+            mods.append(
+                Bottleneck3d(
+                    self.inplanes,
+                    planes,
+                    stride if i == 0 else 1,
+                    downsample if i == 0 else None,
+                    conv1_t=conv1_t,
+                    conv2_t=conv2_t,
+                )
+            )
+            self.inplanes = planes * Bottleneck3d.expansion
+        return nn.Sequential(*mods)
+
+    def _init_weights(self, zero_init_residual: bool) -> None:
+        for m in self.modules():
+            if isinstance(m, nn.Conv3d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm3d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        # fc initialised with std 0.01 as in the released code (MODEL.FC_INIT_STD).
+        nn.init.normal_(self.fc.weight, std=0.01)
+        nn.init.zeros_(self.fc.bias)
+        if zero_init_residual:
+            for m in self.modules():
+                if isinstance(m, Bottleneck3d):
+                    nn.init.zeros_(m.bn3.weight)
+
+    def _check_input(self, x: torch.Tensor) -> None:
+        if not isinstance(x, torch.Tensor) or x.dim() != 5:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x: expected a video tensor (B, C, T, H, W), got {shape}")
+        if x.shape[1] != self.conv1.in_channels:
+            raise ValueError(
+                f"x: expected {self.conv1.in_channels} channels in dim 1 of (B, C, T, H, W), "
+                f"got shape {tuple(x.shape)}"
+            )
+
+    def forward_features(self, x: torch.Tensor) -> OrderedDict[str, torch.Tensor]:
+        """Run the backbone and return every stage output, named as in Table 1.
+
+        Returns:
+            An ordered dict with keys ``conv1``, ``pool1``, ``res2``, ``pool2``, ``res3``,
+            ``res4``, ``res5`` (each ``(B, C, T, H, W)``).
+        """
+        self._check_input(x)
+        out: OrderedDict[str, torch.Tensor] = OrderedDict()
+        x = self.relu(self.bn1(self.conv1(x)))
+        out["conv1"] = x  # (B, 64, T/2, H/2, W/2)
+        x = self.maxpool(x)
+        out["pool1"] = x  # (B, 64, T/4, H/4, W/4)
+        x = self.layer1(x)
+        out["res2"] = x  # (B, 256, T/4, H/4, W/4)
+        x = self.pool2(x)
+        out["pool2"] = x  # (B, 256, T/8, H/4, W/4)
+        x = self.layer2(x)
+        out["res3"] = x  # (B, 512, T/8, H/8, W/8)
+        x = self.layer3(x)
+        out["res4"] = x  # (B, 1024, T/8, H/16, W/16)
+        x = self.layer4(x)
+        out["res5"] = x  # (B, 2048, T/8, H/32, W/32)
+        return out
+
+    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
+        """Global average pool, dropout and ``fc`` on the res5 features ``(B, C, T, H, W)``."""
+        x = self.avgpool(x).flatten(1)  # (B, C)
+        return self.fc(self.dropout(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.pool2(self.layer1(x))
+        x = self.layer4(self.layer3(self.layer2(x)))
+        return self.forward_head(x)

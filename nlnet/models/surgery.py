@@ -1,0 +1,268 @@
+"""Insert non-local blocks into existing networks (``001_4890b07ab5be0a19.txt``, Sections 4-6).
+
+:func:`insert_non_local` puts a non-local block after the module found at each given path
+(``"layer3.4"`` is the 5th residual block of res4 in torchvision naming). Because the block is an
+identity at initialisation (BN scale gamma = 0, Section 4.1), the network computes exactly what it
+computed before the insertion, so blocks can be added to a pre-trained model.
+
+Where the block goes, and the resulting parameter names. The original module keeps its place and
+all its parameter names; the new block is registered as a child called ``non_local`` of the module
+at the path, so its parameters are ``<path>.non_local.theta.weight`` etc.:
+
+* a module with a ``non_local`` slot that is ``None`` (our :class:`~nlnet.models.resnet3d.
+  Bottleneck3d`) applies the block to its output itself;
+* an ``nn.Sequential`` (a whole stage, e.g. ``"layer4"``) gets the block appended as its last
+  element ``non_local``;
+* any other module (e.g. a torchvision ``Bottleneck``/``BasicBlock``) gets the child plus a forward
+  hook that applies it to the module's output. Hooks run in eager mode and under
+  ``torch.compile``; FX symbolic tracing does not see hooks.
+
+A state dict of the plain model therefore loads into the model with blocks with ``strict=False``
+(only the ``.non_local.`` keys are missing), and the model with blocks round-trips strictly.
+
+Placement presets (Tables 2b and 2c), with ResNet stage names res2..res5 = ``layer1``..``layer4``
+and 0-based block indices (see ``docs/models.md``):
+
+* ``"nl1"``: one block in res4, right before its last residual block (after block ``n - 2``).
+* ``"res2"`` .. ``"res5"``: one block right before the last residual block of that stage.
+* ``"nl5"``: 2 blocks in res3 and 3 in res4, "at every other residual block". We follow the
+  released code (``res_stage_nonlocal`` in ``lib/models/resnet_helper.py`` of
+  facebookresearch/video-nonlocal-net: a block after block ``idx`` when
+  ``idx % m == m - 1``): ``k`` blocks in a stage of ``n`` blocks go after blocks
+  ``m-1, 2m-1, ..., km-1`` with ``m = n // k``. ResNet-50: res3 after 1, 3; res4 after 1, 3, 5.
+  ResNet-101 (res4 has 23 blocks, ``m = 7``): res3 after 1, 3; res4 after 6, 13, 20, which is
+  exactly the released code's ``layer_mod * 4 - 1 = 7`` rule for depth 101.
+* ``"nl10"``: every residual block of res3 and res4 for ResNet-50 (4 + 6). ResNet-101, same
+  rule with ``k = 4`` and ``k = 6``: res3 after 0, 1, 2, 3; res4 after 2, 5, 8, 11, 14, 17. (The
+  released code's rule for depth 101 and ``LAYER_MOD = 1`` would give res3 after 1, 3 and res4
+  after 2, 5, ..., 20, i.e. 9 blocks; we keep the paper's count of 10.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "PLACEMENTS",
+    "insert_non_local",
+    "non_local_blocks",
+    "non_local_paths",
+    "infer_channels",
+]
+
+#: Named placement presets accepted by :func:`non_local_paths`.
+PLACEMENTS: tuple[str, ...] = ("nl1", "nl5", "nl10", "res2", "res3", "res4", "res5")
+
+_STAGES = {"res2": "layer1", "res3": "layer2", "res4": "layer3", "res5": "layer4"}
+
+#: Paper defaults for video (Section 4.1): embedded Gaussian, C/2 channels, (1, 2, 2) max-pool
+#: subsampling, BN after W_z with gamma = 0. These are also the block's own defaults.
+VIDEO_DEFAULTS: dict[str, Any] = {
+    "instantiation": "embedded_gaussian",
+    "sub_sample": True,
+    "norm": "bn",
+}
+
+
+def _every(n: int, k: int) -> list[int]:
+    m = n // k
+    if m < 1:
+        raise ValueError(f"placement: cannot place {k} blocks in a stage of {n} residual blocks")
+    return [m * (i + 1) - 1 for i in range(k)]
+
+
+def non_local_paths(placement: str, layers: Sequence[int] = (3, 4, 6, 3)) -> list[str]:
+    """Module paths (torchvision naming) after which the blocks of a preset go.
+
+    Args:
+        placement: one of :data:`PLACEMENTS` (``"nl1"``, ``"nl5"``, ``"nl10"``,
+            ``"res2"``..``"res5"``).
+        layers: residual blocks of res2..res5, ``(3, 4, 6, 3)`` (R50) or ``(3, 4, 23, 3)`` (R101).
+
+    Returns:
+        Paths such as ``["layer2.1", "layer2.3", "layer3.1", "layer3.3", "layer3.5"]``.
+    """
+    layers = tuple(int(n) for n in layers)
+    if len(layers) != 4 or min(layers) < 1:
+        raise ValueError(f"layers: expected 4 positive stage lengths, got {layers!r}")
+    n2, n3, n4, n5 = layers
+    if placement == "nl1":
+        placement = "res4"
+    if placement in _STAGES:
+        n = dict(zip(_STAGES, layers))[placement]
+        # "right before the last residual block of a stage" = after block n - 2 (Table 2b).
+        return [f"{_STAGES[placement]}.{max(n - 2, 0)}"]
+    if placement == "nl5":
+        return [f"layer2.{i}" for i in _every(n3, 2)] + [f"layer3.{i}" for i in _every(n4, 3)]
+    if placement == "nl10":
+        return [f"layer2.{i}" for i in _every(n3, 4)] + [f"layer3.{i}" for i in _every(n4, 6)]
+    raise ValueError(f"placement: expected one of {PLACEMENTS}, got {placement!r}")
+
+
+def _get(model: nn.Module, path: str) -> nn.Module:
+    try:
+        return model.get_submodule(path)
+    except AttributeError as err:
+        top = [n for n, _ in model.named_children()]
+        raise ValueError(
+            f"at: no module at path {path!r} in {type(model).__name__} "
+            f"(top-level children: {top})"
+        ) from err
+
+
+def infer_channels(module: nn.Module) -> int:
+    """Output channels of a residual block / stage / conv layer.
+
+    Bottleneck: ``bn3.num_features`` (= ``conv3.out_channels``); BasicBlock: ``bn2``/``conv2``;
+    ``nn.Sequential``: its last element; a conv or BN layer: its own channels; otherwise the last
+    conv/BN layer registered inside it.
+    """
+    for name in ("bn3", "conv3", "bn2", "conv2"):
+        sub = getattr(module, name, None)
+        if isinstance(sub, nn.Module):
+            c = _own_channels(sub)
+            if c is not None:
+                return c
+    if isinstance(module, nn.Sequential) and len(module) > 0:
+        last = [m for n, m in module.named_children() if n != "non_local"]
+        if last:
+            return infer_channels(last[-1])
+    c = _own_channels(module)
+    if c is not None:
+        return c
+    for sub in reversed(list(module.modules())):
+        c = _own_channels(sub)
+        if c is not None:
+            return c
+    raise ValueError(
+        f"cannot infer the output channels of a {type(module).__name__}; pass in_channels="
+    )
+
+
+def _own_channels(m: nn.Module) -> int | None:
+    if isinstance(m, nn.modules.conv._ConvNd):
+        return m.out_channels
+    if isinstance(m, nn.modules.batchnorm._NormBase):
+        return m.num_features
+    if isinstance(m, nn.GroupNorm):
+        return m.num_channels
+    return None
+
+
+def _infer_dim(module: nn.Module) -> int:
+    for m in reversed(list(module.modules())):
+        if isinstance(m, (nn.Conv3d, nn.BatchNorm3d)):
+            return 3
+        if isinstance(m, (nn.Conv2d, nn.BatchNorm2d)):
+            return 2
+        if isinstance(m, (nn.Conv1d, nn.BatchNorm1d)):
+            return 1
+    raise ValueError(f"cannot infer whether a {type(module).__name__} is 1D, 2D or 3D; pass dim=")
+
+
+def _apply_non_local_hook(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
+    return module.non_local(output)
+
+
+def _is_non_local(m: nn.Module) -> bool:
+    from nlnet.layers.nonlocal_block import NonLocalNd
+
+    return isinstance(m, NonLocalNd)
+
+
+def insert_non_local(
+    model: nn.Module,
+    at: str | Sequence[str],
+    *,
+    layers: Sequence[int] | None = None,
+    in_channels: int | None = None,
+    dim: int | None = None,
+    **block_options: Any,
+) -> nn.Module:
+    """Insert a non-local block after each module in ``at`` (in place) and return ``model``.
+
+    Args:
+        model: any ``nn.Module`` (torchvision image ResNet, :class:`ResNet3d`, ...).
+        at: module paths (``"layer3.4"``, ``"layer4"``) or a placement preset from
+            :data:`PLACEMENTS` (needs ``layers``, taken from ``model.layers_cfg`` or from the
+            lengths of ``model.layer1..layer4`` when omitted).
+        layers: stage lengths for a preset; inferred from the model by default.
+        in_channels: channels of the block; inferred from the module at the path by default.
+        dim: 1, 2 or 3 (which ``NonLocalNd``); inferred from the convolutions inside the module.
+        **block_options: passed to the block (``instantiation``, ``inter_channels``,
+            ``reduction``, ``sub_sample``, ``pool_position``, ``norm``, ``mode``, ``scale``,
+            ``impl``); defaults are the paper's video settings (embedded Gaussian, half channels,
+            spatial max-pool subsampling, BN with gamma = 0).
+
+    Returns:
+        The same ``model`` with blocks at ``<path>.non_local``.
+
+    Raises:
+        ValueError: unknown path, a path that already has a block, or channels/dim that cannot
+            be inferred.
+    """
+    from nlnet.layers.nonlocal_block import NonLocal1d, NonLocal2d, NonLocal3d
+
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
+    if isinstance(at, str) and at in PLACEMENTS:
+        if layers is None:
+            layers = getattr(model, "layers_cfg", None) or _stage_lengths(model)
+        paths = non_local_paths(at, layers)
+    elif isinstance(at, str):
+        paths = [at]
+    else:
+        paths = list(at)
+        if not all(isinstance(p, str) for p in paths):
+            raise TypeError(f"at: expected module paths (str), got {at!r}")
+    if len(set(paths)) != len(paths):
+        raise ValueError(f"at: duplicate paths in {paths}")
+    if dim is not None and dim not in (1, 2, 3):
+        raise ValueError(f"dim: expected 1, 2 or 3, got {dim!r}")
+    options = {**VIDEO_DEFAULTS, **block_options}
+    classes = {1: NonLocal1d, 2: NonLocal2d, 3: NonLocal3d}
+    targets = [(p, _get(model, p)) for p in paths]  # validate all paths before changing anything
+    for path, module in targets:
+        if _has_block(module):
+            raise ValueError(f"at: module {path!r} already has a non-local block")
+    for path, module in targets:
+        c = in_channels if in_channels is not None else infer_channels(module)
+        d = dim if dim is not None else _infer_dim(module)
+        block = classes[d](c, **options)
+        ref = next(iter(module.parameters()), None)
+        if ref is not None:
+            block = block.to(device=ref.device, dtype=ref.dtype)
+        block.train(module.training)
+        if "non_local" in module._modules and module._modules["non_local"] is None:
+            module.non_local = block  # native slot (Bottleneck3d)
+        elif isinstance(module, nn.Sequential):
+            module.add_module("non_local", block)  # appended: runs last
+        else:
+            if hasattr(module, "non_local"):
+                raise ValueError(f"at: module {path!r} already has an attribute 'non_local'")
+            module.add_module("non_local", block)
+            module.register_forward_hook(_apply_non_local_hook)
+    return model
+
+
+def _stage_lengths(model: nn.Module) -> tuple[int, ...]:
+    try:
+        stages = [model.get_submodule(f"layer{i}") for i in range(1, 5)]
+    except AttributeError as err:
+        raise ValueError(
+            "at: a placement preset needs stages layer1..layer4 or layers=(n2, n3, n4, n5)"
+        ) from err
+    return tuple(sum(1 for n, _ in s.named_children() if n != "non_local") for s in stages)
+
+
+def _has_block(module: nn.Module) -> bool:
+    return isinstance(module._modules.get("non_local"), nn.Module)
+
+
+def non_local_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """All non-local blocks of ``model`` as ``(qualified name, block)`` pairs, in order."""
+    return [(n, m) for n, m in model.named_modules() if _is_non_local(m)]
