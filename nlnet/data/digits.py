@@ -233,14 +233,24 @@ def split_digit_indices(
 
 def _place(rng: np.random.Generator, n: int, size: int, foot: int) -> list[tuple[int, int]]:
     """Top-left corners of ``n`` non-overlapping ``foot`` x ``foot`` squares in a frame."""
-    for _ in range(200):
+    m = size - foot + 1  # possible corners per axis
+    coords = np.arange(m)
+    for _ in range(50):
+        free = np.ones((m, m), dtype=bool)
         boxes: list[tuple[int, int]] = []
-        for _ in range(50 * n):
-            y, x = (int(v) for v in rng.integers(0, size - foot + 1, size=2))
-            if all(abs(y - by) >= foot or abs(x - bx) >= foot for by, bx in boxes):
-                boxes.append((y, x))
-                if len(boxes) == n:
-                    return boxes
+        for _ in range(n):
+            cand = np.flatnonzero(free)
+            if len(cand) == 0:
+                break
+            c = int(cand[rng.integers(len(cand))])
+            y, x = divmod(c, m)
+            boxes.append((y, x))
+            # corners whose square would overlap this one
+            ys = np.abs(coords - y) < foot
+            xs = np.abs(coords - x) < foot
+            free &= ~(ys[:, None] & xs[None, :])
+        if len(boxes) == n:
+            return boxes
     # Fall back to a jittered grid (always fits, checked in DigitsTaskConfig).
     per_side = size // foot
     cells = rng.permutation(per_side * per_side)[:n]

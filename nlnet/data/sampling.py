@@ -120,6 +120,11 @@ def clip_indices(
     return _indices_from_start(start, num_frames, clip_len, stride)
 
 
+# these names start with "test_" but are not tests: keep pytest from collecting them where imported
+test_clip_starts.__test__ = False  # type: ignore[attr-defined]
+test_clip_indices.__test__ = False  # type: ignore[attr-defined]
+
+
 def is_too_short(num_frames: int, min_frames: int) -> bool:
     """Whether a video of ``num_frames`` frames is too short to be used (``< min_frames``)."""
     return num_frames < max(int(min_frames), 1)

@@ -209,7 +209,7 @@ class TrainTransform:
             raise ValueError(f"scale must be a (min, max) pair with 1 <= min <= max, got {scale}")
         self.scale = (int(scale[0]), int(scale[1]))
         self.crop = _pair("crop", crop)
-        if max(self.crop) > self.scale[0]:
+        if min(self.crop) > self.scale[0]:
             raise ValueError(
                 f"crop {self.crop} does not fit a frame whose shorter side is {self.scale[0]} "
                 "(scale[0]); use scale[0] >= crop"
@@ -270,7 +270,7 @@ class TestTransform:
         if crop is None and num_crops == 3:
             crop = scale
         self.crop = None if crop is None else _pair("crop", crop)
-        if self.crop is not None and max(self.crop) > scale:
+        if self.crop is not None and min(self.crop) > scale:
             raise ValueError(f"crop {self.crop} does not fit the shorter side {scale}")
         self.mean, self.std = tuple(mean), tuple(std)
 

@@ -102,9 +102,17 @@ class VideoInfo:
 def _torchcodec_import_error() -> str | None:
     """Returns None when torchcodec's decoder imports, else the reason it does not."""
     try:
+        import torchcodec
         from torchcodec.decoders import VideoDecoder  # noqa: F401
     except Exception as exc:  # ImportError, OSError or RuntimeError (missing FFmpeg libraries)
         return f"{type(exc).__name__}: {exc}".strip()
+    # Recent torchcodec imports without FFmpeg (its image decoders do not need it) and fails only
+    # when a video decoder is created; it then reports no FFmpeg version.
+    if getattr(torchcodec, "ffmpeg_major_version", 0) is None:
+        return (
+            "torchcodec imports but cannot load FFmpeg's shared libraries (libavcodec, "
+            "libavformat, ...); install them, e.g. with apt-get"
+        )
     return None
 
 
@@ -154,7 +162,9 @@ def resolve_backend(backend: str) -> str:
 # readers
 
 
-def _as_index_list(indices: Sequence[int] | torch.Tensor | np.ndarray, num_frames: int) -> list[int]:
+def _as_index_list(
+    indices: Sequence[int] | torch.Tensor | np.ndarray, num_frames: int
+) -> list[int]:
     if isinstance(indices, torch.Tensor | np.ndarray):
         if indices.ndim != 1:
             raise ValueError(f"indices must be one-dimensional, got shape {tuple(indices.shape)}")
@@ -264,8 +274,12 @@ class PyAVReader(VideoReader):
     def __init__(self, path: PathLike, num_threads: int = 1) -> None:
         super().__init__(path)
         import av
+        from av.video.reformatter import VideoReformatter
 
         self._av = av
+        # one converter for all frames: a frame's own to_ndarray() builds a new SwsContext
+        # every time, which costs more than decoding a small frame
+        self._reformatter = VideoReformatter()
         if not os.path.isfile(self.path):
             raise VideoDecodeError(self.path, "no such file")
         try:
@@ -349,7 +363,8 @@ class PyAVReader(VideoReader):
             if got is not None:
                 return torch.from_numpy(np.stack([got[p] for p in wanted_pts]))
         raise VideoDecodeError(
-            self.path, f"frames {indices[:5]}{'...' if len(indices) > 5 else ''} could not be decoded"
+            self.path,
+            f"frames {indices[:5]}{'...' if len(indices) > 5 else ''} could not be decoded",
         )
 
     def _decode_from(
@@ -369,7 +384,7 @@ class PyAVReader(VideoReader):
                 if p is None:
                     continue
                 if p in wanted:
-                    got[p] = frame.to_ndarray(format="rgb24")
+                    got[p] = self._to_rgb(frame)
                     if len(got) == len(wanted):
                         return got
                 if p > last:
@@ -377,6 +392,9 @@ class PyAVReader(VideoReader):
         except (av.FFmpegError, OSError, ValueError) as exc:
             raise VideoDecodeError(self.path, f"decoding failed: {exc}") from exc
         return got if len(got) == len(wanted) else None
+
+    def _to_rgb(self, frame) -> np.ndarray:
+        return self._reformatter.reformat(frame, format="rgb24").to_ndarray()  # (H, W, 3)
 
     def _decode_sequential(self, indices: list[int]) -> torch.Tensor:
         av = self._av
@@ -386,7 +404,7 @@ class PyAVReader(VideoReader):
             self._container.seek(0)
             for i, frame in enumerate(self._container.decode(self._stream)):
                 if i in wanted:
-                    got[i] = frame.to_ndarray(format="rgb24")
+                    got[i] = self._to_rgb(frame)
                 if i >= indices[-1]:
                     break
         except (av.FFmpegError, OSError, ValueError) as exc:
@@ -519,6 +537,8 @@ def write_video(
     gop_size: int | None = None,
     bframes: int | None = None,
     crf: int | None = None,
+    pix_fmt: str = "yuv420p",
+    preset: str | None = None,
 ) -> Path:
     """Writes RGB frames to a video file with PyAV (H.264 when available, else MPEG-4 Part 2).
 
@@ -526,12 +546,17 @@ def write_video(
 
     Args:
         path: output file, e.g. ``"clip.mp4"``; the parent folder is created.
-        frames: ``uint8`` ``(T, H, W, 3)`` tensor or array; ``H`` and ``W`` must be even (4:2:0).
+        frames: ``uint8`` ``(T, H, W, 3)`` tensor or array; ``H`` and ``W`` must be even for
+            ``pix_fmt="yuv420p"``.
         fps: frame rate.
         codec: FFmpeg encoder name; default ``"libx264"`` if PyAV's FFmpeg has it, else ``"mpeg4"``.
         gop_size: keyframe interval (frames); None keeps the encoder default.
         bframes: maximum consecutive B-frames; None keeps the encoder default.
         crf: libx264 constant rate factor (0-51, lower is better); None keeps the default.
+            ``crf=0`` with ``pix_fmt="yuv444p"`` is near-lossless (only the RGB/YUV rounding).
+        pix_fmt: encoder pixel format, ``"yuv420p"`` (default, plays everywhere) or e.g.
+            ``"yuv444p"`` (libx264).
+        preset: libx264 speed preset (e.g. ``"ultrafast"``); None keeps the default.
 
     Returns:
         The path written.
@@ -549,11 +574,15 @@ def write_video(
     if frames.dtype != np.uint8:
         raise ValueError(f"frames must be uint8, got {frames.dtype}")
     t, h, w, _ = frames.shape
-    if t < 1 or h % 2 or w % 2:
-        raise ValueError(f"frames need T >= 1 and even H, W (4:2:0 chroma), got T={t} H={h} W={w}")
+    if t < 1:
+        raise ValueError("frames must hold at least one frame")
+    if pix_fmt == "yuv420p" and (h % 2 or w % 2):
+        raise ValueError(f"frames need even H and W for pix_fmt='yuv420p', got H={h} W={w}")
     if fps <= 0:
         raise ValueError(f"fps must be positive, got {fps}")
     codec = codec or _default_codec()
+    if codec not in av.codecs_available:
+        raise ValueError(f"codec {codec!r} is not available in PyAV's FFmpeg")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     from fractions import Fraction
@@ -562,9 +591,11 @@ def write_video(
     options: dict[str, str] = {}
     if crf is not None and codec == "libx264":
         options["crf"] = str(int(crf))
+    if preset is not None and codec == "libx264":
+        options["preset"] = str(preset)
     with av.open(str(path), mode="w") as container:
         stream = container.add_stream(codec, rate=rate, options=options)
-        stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = w, h, pix_fmt
         if gop_size is not None:
             stream.codec_context.gop_size = int(gop_size)
         if bframes is not None:

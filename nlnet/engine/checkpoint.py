@@ -344,7 +344,9 @@ def load_backbone(
         new_state[name] = state[name]
         loaded.append(name)
     if problems:
-        shown = "; ".join(problems[:5]) + (f"; ... ({len(problems)} in all)" if len(problems) > 5 else "")
+        shown = "; ".join(problems[:5]) + (
+            f"; ... ({len(problems)} in all)" if len(problems) > 5 else ""
+        )
         raise CheckpointMismatchError(
             f"load_backbone: the checkpoint does not fit the model outside {exclude}: {shown}"
         )

@@ -131,6 +131,9 @@ class TrainConfig:
         stop_after: stop this invocation after that many iterations, with a checkpoint, as if the
             job had been pre-empted (0: off); ``--resume`` continues exactly.
         device: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``.
+        split: dataset split to train on.
+        val_split: split to validate on every ``eval_every`` iterations and at the end (multi-clip
+            testing with ``eval.clips``/``eval.crops``); ``null``: no validation while training.
         deterministic: ask PyTorch for deterministic kernels.
         progress: show a tqdm progress bar (rank 0 only).
     """
@@ -149,6 +152,8 @@ class TrainConfig:
     eval_every: int = 0
     stop_after: int = 0
     device: str = "auto"
+    split: str = "train"
+    val_split: str | None = None
     deterministic: bool = False
     progress: bool = True
 
@@ -177,7 +182,8 @@ class EvalConfig:
 class Config:
     """A full experiment: model, data, optimizer, training loop, evaluation, output directory.
 
-    ``data`` is free-form and handed to ``nlnet.data.build_dataset(cfg.data, split)``.
+    ``data`` is free-form and handed to ``nlnet.data.build_dataset(cfg.data, split)``; for the
+    test splits its ``test_clips``/``test_crops`` are taken from ``eval.clips``/``eval.crops``.
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -308,6 +314,9 @@ def _validate(cfg: Config) -> None:
     positive("eval.clips", cfg.eval.clips)
     positive("eval.crops", cfg.eval.crops)
     positive("eval.batch_size", cfg.eval.batch_size)
+    for key, instead in (("test_clips", "eval.clips"), ("test_crops", "eval.crops")):
+        if key in cfg.data:
+            raise ConfigError(f"data.{key}: set {instead} instead (the engine passes it on)")
     if cfg.class_names is not None and len(cfg.class_names) != cfg.model.num_classes:
         raise ConfigError(
             f"class_names: expected {cfg.model.num_classes} names (model.num_classes), "
@@ -377,7 +386,9 @@ def list_configs() -> list[str]:
     names: set[str] = set()
     for d in _config_dirs():
         for p in d.rglob("*.yaml"):
-            names.add(p.relative_to(d).with_suffix("").as_posix())
+            name = p.relative_to(d).with_suffix("").as_posix()
+            if not name.startswith("_base_/"):
+                names.add(name)
     return sorted(names)
 
 
@@ -509,7 +520,8 @@ def load_config(
         overrides: ``["optim.lr=0.005", "train.batch_size=2"]`` or ``{"optim.lr": 0.005}``.
 
     Returns:
-        The validated, frozen :class:`Config`.  ``name`` defaults to the config's name.
+        The validated, frozen :class:`Config`.  ``name`` defaults to the file's stem and
+        ``output_dir`` to ``runs/<name>``.
     """
     data: dict = {}
     if name_or_path is not None:
@@ -517,4 +529,6 @@ def load_config(
         data = _load_yaml_tree(path)
         data.setdefault("name", path.stem)
     apply_overrides(data, overrides)
+    if data.get("name") and "output_dir" not in data:
+        data["output_dir"] = f"runs/{data['name']}"
     return config_from_dict(data)

@@ -44,7 +44,7 @@ def autocast_context(device: torch.device, amp: str):
 
 
 def _default_collate() -> Callable:
-    from nlnet.data import collate_skip_bad  # the data package defines the batch format
+    from nlnet.data.datasets import collate_skip_bad  # the data package defines the batch format
 
     return collate_skip_bad
 
@@ -65,6 +65,8 @@ def build_eval_loader(
         collate_fn=collate_fn or _default_collate(),
         pin_memory=pin_memory,
         drop_last=False,
+        # a private generator: building the loader must not consume the global RNG
+        generator=torch.Generator().manual_seed(0),
     )
 
 

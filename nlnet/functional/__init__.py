@@ -1,10 +1,86 @@
 """Pure tensor operations (no parameters): the non-local operation and the attention toolkit."""
 
-from nlnet.functional.nonlocal_op import (
-    INSTANTIATIONS,
-    choose_impl,
-    non_local,
-    pairwise_weights,
+from nlnet.functional.attention import (
+    additive_mask_to_bool,
+    attention_scores,
+    attention_weights,
+    bool_mask_to_additive,
+    from_mha_mask,
+    masked_softmax,
+    scaled_dot_product_attention,
+    softmax_jacobian_norm,
+    to_mha_mask,
+)
+from nlnet.functional.cost import (
+    global_attention_macs,
+    num_tokens,
+    projection_params,
+    score_entries,
+    score_memory_bytes,
+    window_attention_macs,
+    window_score_entries,
+)
+from nlnet.functional.masks import (
+    causal_mask,
+    key_mask_from_lengths,
+    local_mask,
+    padding_mask,
+    shifted_window_mask,
+    window_mask,
+)
+from nlnet.functional.nonlocal_op import INSTANTIATIONS, choose_impl, non_local, pairwise_weights
+from nlnet.functional.pos_embed import (
+    relative_position_bias,
+    relative_position_index,
+    resize_pos_embed,
+    sinusoidal_embedding_1d,
+    sinusoidal_embedding_2d,
+)
+from nlnet.functional.windows import (
+    cyclic_shift,
+    num_windows,
+    pad_to_window,
+    window_padding,
+    window_partition,
+    window_reverse,
 )
 
-__all__ = ["INSTANTIATIONS", "choose_impl", "non_local", "pairwise_weights"]
+__all__ = [
+    "INSTANTIATIONS",
+    "additive_mask_to_bool",
+    "attention_scores",
+    "attention_weights",
+    "bool_mask_to_additive",
+    "causal_mask",
+    "choose_impl",
+    "cyclic_shift",
+    "from_mha_mask",
+    "global_attention_macs",
+    "key_mask_from_lengths",
+    "local_mask",
+    "masked_softmax",
+    "non_local",
+    "num_tokens",
+    "num_windows",
+    "pad_to_window",
+    "padding_mask",
+    "pairwise_weights",
+    "projection_params",
+    "relative_position_bias",
+    "relative_position_index",
+    "resize_pos_embed",
+    "scaled_dot_product_attention",
+    "score_entries",
+    "score_memory_bytes",
+    "shifted_window_mask",
+    "sinusoidal_embedding_1d",
+    "sinusoidal_embedding_2d",
+    "softmax_jacobian_norm",
+    "to_mha_mask",
+    "window_attention_macs",
+    "window_mask",
+    "window_padding",
+    "window_partition",
+    "window_reverse",
+    "window_score_entries",
+]

@@ -209,6 +209,14 @@ def scaled_dot_product_attention(
     _check_qkv(query, key, value)
     n, m = query.shape[-2], key.shape[-2]
     check_mask(mask, n, m)
+    if mask is not None:
+        try:
+            torch.broadcast_shapes(mask.shape[:-2], query.shape[:-2], key.shape[:-2])
+        except RuntimeError as err:
+            raise ValueError(
+                f"mask batch dims {tuple(mask.shape[:-2])} do not broadcast with the query/key "
+                f"batch dims {tuple(query.shape[:-2])}/{tuple(key.shape[:-2])}"
+            ) from err
     use_fast = impl == "fast" or (impl == "auto" and not return_weights)
 
     if use_fast:

@@ -52,9 +52,7 @@ def score_entries(n: int, num_heads: int = 1) -> int:
     return n * n * num_heads
 
 
-def score_memory_bytes(
-    n: int, num_heads: int = 1, dtype: torch.dtype | int = torch.float32
-) -> int:
+def score_memory_bytes(n: int, num_heads: int = 1, dtype: torch.dtype | int = torch.float32) -> int:
     """Memory of the stored score matrices: ``n^2 * heads * bytes per element``.
 
     Args:
@@ -73,7 +71,9 @@ def window_score_entries(
     h, w = _pair(grid_size, "grid_size")
     mh, mw = _pair(window_size, "window_size")
     if h % mh or w % mw:
-        raise ValueError(f"grid_size {grid_size!r} must be divisible by window_size {window_size!r}")
+        raise ValueError(
+            f"grid_size {grid_size!r} must be divisible by window_size {window_size!r}"
+        )
     return h * w * mh * mw * num_heads
 
 

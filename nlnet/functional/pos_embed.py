@@ -139,7 +139,9 @@ def resize_pos_embed(
     if pe.shape[0] != 1:
         raise ValueError(f"pos_embed must have batch size 1, got {tuple(pos_embed.shape)}")
     if not 0 <= num_prefix_tokens <= pe.shape[1]:
-        raise ValueError(f"num_prefix_tokens must be in [0, {pe.shape[1]}], got {num_prefix_tokens}")
+        raise ValueError(
+            f"num_prefix_tokens must be in [0, {pe.shape[1]}], got {num_prefix_tokens}"
+        )
     prefix, grid_tokens = pe[:, :num_prefix_tokens], pe[:, num_prefix_tokens:]
     n, d = grid_tokens.shape[1], grid_tokens.shape[2]
     if old_grid is None:

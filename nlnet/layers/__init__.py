@@ -1,5 +1,27 @@
 """Neural-network modules: the non-local block and the self-attention layers."""
 
+from nlnet.layers.attention import MultiheadSelfAttention
 from nlnet.layers.nonlocal_block import NonLocal1d, NonLocal2d, NonLocal3d, NonLocalNd
+from nlnet.layers.pos_embed import LearnedPositionEmbedding, SinusoidalPositionEmbedding
+from nlnet.layers.window_attention import (
+    SwinBlock,
+    WindowAttention,
+    WindowAttention2d,
+    WindowAttention3d,
+    swin_blocks,
+)
 
-__all__ = ["NonLocal1d", "NonLocal2d", "NonLocal3d", "NonLocalNd"]
+__all__ = [
+    "LearnedPositionEmbedding",
+    "MultiheadSelfAttention",
+    "NonLocal1d",
+    "NonLocal2d",
+    "NonLocal3d",
+    "NonLocalNd",
+    "SinusoidalPositionEmbedding",
+    "SwinBlock",
+    "WindowAttention",
+    "WindowAttention2d",
+    "WindowAttention3d",
+    "swin_blocks",
+]

@@ -110,6 +110,28 @@ class MultiheadSelfAttention(nn.Module):
         module.load_state_dict(mha.state_dict())
         return module
 
+    @classmethod
+    def from_projections(
+        cls, w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, num_heads: int, **kwargs
+    ) -> MultiheadSelfAttention:
+        """Build a bias-free module from the seed's matrices (``Q = X W_Q``, ``Y = Concat W_O``).
+
+        Args:
+            w_q, w_k, w_v: ``(d, d)`` in the ``X @ W`` convention; head ``i`` uses columns
+                ``i * d/h : (i + 1) * d/h``.
+            w_o: ``(d, d)`` output projection, ``X @ W_O`` convention.
+            num_heads: heads ``h``.
+        """
+        d = w_q.shape[0]
+        for name, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):
+            if tuple(w.shape) != (d, d):
+                raise ValueError(f"{name} must be square ({d}, {d}), got {tuple(w.shape)}")
+        module = cls(d, num_heads, bias=False, device=w_q.device, dtype=w_q.dtype, **kwargs)
+        with torch.no_grad():  # PyTorch layers compute x @ W.T: store the transposes
+            module.in_proj_weight.copy_(torch.cat([w_q.T, w_k.T, w_v.T], dim=0))
+            module.out_proj.weight.copy_(w_o.T)
+        return module
+
     def to_torch(self) -> nn.MultiheadAttention:
         """An equivalent ``nn.MultiheadAttention(batch_first=True)`` with these weights."""
         p = self.in_proj_weight
@@ -200,7 +222,7 @@ class MultiheadSelfAttention(nn.Module):
             return_weights=return_weights,
             impl=self.impl,
         )
-        out, weights = (res if return_weights else (res, None))
+        out, weights = res if return_weights else (res, None)
         out = self.out_proj(merge_heads(out))  # (B, n, d)
         if unbatched:
             out = out[0]

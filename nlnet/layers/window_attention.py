@@ -100,7 +100,9 @@ class WindowAttention(nn.Module):
         if any(s >= m for s, m in zip(shift, window)):
             raise ValueError(f"shift_size {shift} must be smaller than window_size {window}")
         if not isinstance(num_heads, int) or num_heads < 1 or dim % num_heads:
-            raise ValueError(f"num_heads must be a positive int dividing dim={dim}, got {num_heads!r}")
+            raise ValueError(
+                f"num_heads must be a positive int dividing dim={dim}, got {num_heads!r}"
+            )
         if small_grid not in _SMALL_GRID:
             raise ValueError(f"small_grid must be one of {_SMALL_GRID}, got {small_grid!r}")
         fk = {"device": device, "dtype": dtype}
@@ -129,7 +131,7 @@ class WindowAttention(nn.Module):
         )
 
     # --- state dicts ----------------------------------------------------------------------------
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):  # noqa: D401
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # torchvision stores the index as a buffer; it is derived from window_size here
         state_dict.pop(prefix + "relative_position_index", None)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
@@ -187,6 +189,36 @@ class WindowAttention(nn.Module):
             )
         return relative_position_bias(self.relative_position_bias_table, index)
 
+    def _allowed_keys(
+        self,
+        grid: tuple[int, ...],
+        padded: tuple[int, ...],
+        window: tuple[int, ...],
+        shift: tuple[int, ...],
+        device: torch.device,
+    ) -> Tensor | None:
+        """Bool ``(nW, N, N)`` SW-MSA region mask (and padding-key mask), cached per geometry."""
+        need_pad = self.mask_padding and padded != grid
+        if not any(shift) and not need_pad:
+            return None
+        cache_key = (grid, window, shift, need_pad, str(device))
+        cache = self.__dict__.setdefault("_mask_cache", {})
+        if cache_key in cache:
+            return cache[cache_key]
+        allowed = None
+        if any(shift):
+            allowed = shifted_window_mask(padded, window, shift, device=device)  # (nW, N, N)
+        if need_pad:
+            real = torch.zeros((1, *padded, 1), dtype=torch.bool, device=device)
+            real[(slice(None), *(slice(0, g) for g in grid))] = True
+            real = window_partition(cyclic_shift(real, shift), window)[..., 0]  # (nW, N)
+            real = real[:, None, :]  # padded tokens are hidden as keys only
+            allowed = real if allowed is None else allowed & real
+        if len(cache) > 16:
+            cache.clear()
+        cache[cache_key] = allowed
+        return allowed
+
     # --- forward --------------------------------------------------------------------------------
     def forward(self, x: Tensor, *, return_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Window attention on a channels-last grid.
@@ -217,30 +249,28 @@ class WindowAttention(nn.Module):
         q, key, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # each (B, nW, h, N, d_h)
 
         attn_mask = self.get_relative_position_bias(window).to(q.dtype)[None, None]  # (1,1,h,N,N)
-        allowed = None
-        if any(shift):
-            allowed = shifted_window_mask(padded, window, shift, device=x.device)  # (nW, N, N)
-        if self.mask_padding and padded != grid:
-            real = torch.zeros((1, *padded, 1), dtype=torch.bool, device=x.device)
-            real[(slice(None), *(slice(0, g) for g in grid))] = True
-            real = window_partition(cyclic_shift(real, shift), window)[..., 0]  # (nW, N)
-            real = real[:, None, :]  # keys only
-            allowed = real if allowed is None else allowed & real
+        allowed = self._allowed_keys(grid, padded, window, shift, x.device)  # (nW, N, N) or None
         if allowed is not None:
             attn_mask = attn_mask.masked_fill(~allowed[None, :, None], float("-inf"))
 
+        # fold windows into the head dim: 4D (B, nW*h, N, d_h) tensors with a mask broadcast over
+        # the batch keep F.scaled_dot_product_attention on its fused kernels
+        h, dh = self.num_heads, self.head_dim
+        attn_mask = attn_mask.expand(1, nw, h, n, n).reshape(1, nw * h, n, n)
         res = scaled_dot_product_attention(
-            q,
-            key,
-            v,
+            q.reshape(b, nw * h, n, dh),
+            key.reshape(b, nw * h, n, dh),
+            v.reshape(b, nw * h, n, dh),
             attn_mask,
-            scale=self.head_dim**-0.5,
+            scale=dh**-0.5,
             dropout_p=self.attention_dropout if self.training else 0.0,
             return_weights=return_weights,
             impl=self.impl,
         )
         out, weights = res if return_weights else (res, None)
-        out = out.transpose(2, 3).reshape(b * nw, n, c)  # merge heads
+        if weights is not None:
+            weights = weights.reshape(b, nw, h, n, n)
+        out = out.reshape(b, nw, h, n, dh).transpose(2, 3).reshape(b * nw, n, c)  # merge heads
         out = self.proj(out)
         out = F.dropout(out, p=self.dropout, training=self.training)
         out = window_reverse(out, window, padded)  # (B, *padded, C)
@@ -267,7 +297,9 @@ class WindowAttention2d(WindowAttention):
         **kwargs,
     ) -> None:
         kwargs.setdefault("small_grid", "pad")
-        super().__init__(dim, as_size(window_size, 2, "window_size"), num_heads, shift_size, **kwargs)
+        super().__init__(
+            dim, as_size(window_size, 2, "window_size"), num_heads, shift_size, **kwargs
+        )
 
 
 class WindowAttention3d(WindowAttention):
@@ -282,7 +314,9 @@ class WindowAttention3d(WindowAttention):
         **kwargs,
     ) -> None:
         kwargs.setdefault("small_grid", "clip")
-        super().__init__(dim, as_size(window_size, 3, "window_size"), num_heads, shift_size, **kwargs)
+        super().__init__(
+            dim, as_size(window_size, 3, "window_size"), num_heads, shift_size, **kwargs
+        )
 
 
 class _DropPath(nn.Module):
@@ -383,8 +417,13 @@ def swin_blocks(
     shifted = [m // 2 for m in window_size]
     return nn.Sequential(
         *[
-            SwinBlock(dim, num_heads, window_size, [0] * len(window_size) if i % 2 == 0 else shifted,
-                      **kwargs)
+            SwinBlock(
+                dim,
+                num_heads,
+                window_size,
+                [0] * len(window_size) if i % 2 == 0 else shifted,
+                **kwargs,
+            )
             for i in range(depth)
         ]
     )

@@ -1,1 +1,51 @@
-"""nlnet.models."""
+"""nlnet.models: C2D/I3D video ResNets, 2D->3D inflation, non-local surgery and the registry.
+
+See ``docs/models.md`` for the model names and where the non-local blocks go.
+"""
+
+from nlnet.models.registry import (
+    ModelEntry,
+    create_model,
+    get_model_entry,
+    list_models,
+    register_model,
+)
+from nlnet.models.resnet3d import (
+    BLOCK_CONFIG,
+    Bottleneck3d,
+    ResNet3d,
+    VideoClassifierHead,
+    inflation_pattern,
+)
+from nlnet.models.inflate import (
+    InflationReport,
+    inflate_conv_weight,
+    inflate_state_dict,
+    load_pretrained_2d,
+)
+from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_blocks, non_local_paths
+from nlnet.models.image import SegmentationHead, SegmentationNet, resnet_non_local
+
+__all__ = [
+    "BLOCK_CONFIG",
+    "Bottleneck3d",
+    "InflationReport",
+    "ModelEntry",
+    "PLACEMENTS",
+    "ResNet3d",
+    "SegmentationHead",
+    "SegmentationNet",
+    "VideoClassifierHead",
+    "create_model",
+    "get_model_entry",
+    "inflate_conv_weight",
+    "inflate_state_dict",
+    "inflation_pattern",
+    "insert_non_local",
+    "list_models",
+    "load_pretrained_2d",
+    "non_local_blocks",
+    "non_local_paths",
+    "register_model",
+    "resnet_non_local",
+]

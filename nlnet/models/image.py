@@ -46,6 +46,8 @@ def resnet_non_local(
     depth: int = 50,
     num_classes: int = 1000,
     at: str | Sequence[str] = "res4",
+    *,
+    width_per_group: int = 64,
     **block_options: Any,
 ) -> resnet.ResNet:
     """A torchvision image ResNet with non-local blocks (2D blocks).
@@ -56,12 +58,13 @@ def resnet_non_local(
         at: a placement preset (``"res4"`` = right before the last residual block of res4,
             the COCO setting of Section 6; see :data:`nlnet.models.surgery.PLACEMENTS`),
             ``"after_layer4"`` (the guide's ``ResNet50NonLocal``) or module paths.
+        width_per_group: torchvision's bottleneck width (64 = standard; smaller for tests).
         **block_options: options of :class:`nlnet.layers.nonlocal_block.NonLocal2d`.
 
     Returns:
         The ResNet; input ``(B, 3, H, W)``, output ``(B, num_classes)``.
     """
-    model = _torchvision_resnet(depth, num_classes=num_classes)
+    model = _torchvision_resnet(depth, num_classes=num_classes, width_per_group=width_per_group)
     if at == "after_layer4":
         at = "layer4"
     elif isinstance(at, str) and at.startswith(("res", "nl")):
@@ -120,6 +123,14 @@ class SegmentationNet(nn.Module):
     The backbone keeps torchvision's parameter names (``conv1``, ``bn1``, ``layer1``..
     ``layer4``) so an ImageNet ResNet state dict loads; the head is ``head.*``.
 
+    Args:
+        depth: 50, 101 or 152.
+        num_classes: classes per pixel.
+        use_attention: with or without the non-local block in the head.
+        mid_channels: channels of the head (512 in the guide).
+        width_per_group: torchvision's bottleneck width (64 = standard; smaller for tests).
+        **block_options: options of the head's non-local block.
+
     Input ``(B, 3, H, W)``; output logits ``(B, num_classes, H, W)``.
     """
 
@@ -128,15 +139,22 @@ class SegmentationNet(nn.Module):
         depth: int = 50,
         num_classes: int = 19,
         use_attention: bool = True,
+        *,
+        mid_channels: int = 512,
+        width_per_group: int = 64,
         **block_options: Any,
     ) -> None:
         super().__init__()
         if depth < 50:
             raise ValueError(f"depth: expected a bottleneck ResNet (50, 101, 152), got {depth!r}")
-        base = _torchvision_resnet(depth, replace_stride_with_dilation=[False, True, True])
+        base = _torchvision_resnet(
+            depth, replace_stride_with_dilation=[False, True, True], width_per_group=width_per_group
+        )
         for name in ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4"):
             self.add_module(name, getattr(base, name))
-        self.head = SegmentationHead(2048, num_classes, use_attention, **block_options)
+        self.head = SegmentationHead(
+            2048, num_classes, use_attention, mid_channels=mid_channels, **block_options
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dim() != 4:

@@ -1,0 +1,69 @@
+"""Evaluate a checkpoint with multi-clip testing (Section 4.1: 10 clips, averaged softmax).
+
+The config defaults to the one stored in the checkpoint; ``--config`` and ``KEY=VALUE``
+overrides change it (e.g. the data root, ``eval.clips=30``, ``eval.crops=3``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+EXAMPLES = """examples:
+  nlnet eval --checkpoint runs/mine/checkpoints/final.pt
+  nlnet eval --checkpoint runs/mine/checkpoints/final.pt --split test eval.clips=10 eval.crops=3
+  nlnet eval --config kinetics/c2d_r50_nl5 --checkpoint k400.pt data.root=/data/kinetics400
+  torchrun --nproc_per_node=4 -m nlnet eval --checkpoint runs/mine/checkpoints/final.pt
+"""
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", "-k", required=True, help="a .pt written by nlnet train")
+    parser.add_argument("--config", "-c", help="YAML file or shipped name (default: the ckpt's)")
+    parser.add_argument("--split", help="dataset split (default: eval.split, 'val')")
+    parser.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    parser.add_argument("--output", help="also write the metrics to this JSON file")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
+    allow_intermixed(parser)
+
+
+def allow_intermixed(parser: argparse.ArgumentParser) -> None:
+    """Let KEY=VALUE overrides and options come in any order (``parse_intermixed_args``)."""
+
+    def parse(args=None, namespace=None):  # noqa: ANN001
+        return argparse.ArgumentParser.parse_intermixed_args(parser, args, namespace)
+
+    parser.parse_args = parse  # type: ignore[method-assign]
+
+
+def main(args: argparse.Namespace) -> int:
+    from nlnet.engine.checkpoint import load_checkpoint
+    from nlnet.engine.config import ConfigError, apply_overrides, config_from_dict, load_config
+
+    overrides = list(args.overrides)
+    if args.device:
+        overrides.append(f"train.device={args.device}")
+    try:
+        if args.config:
+            cfg = load_config(args.config, overrides)
+        else:
+            stored = load_checkpoint(args.checkpoint).get("config") or {}
+            if not stored:
+                raise ValueError("the checkpoint holds no config; pass --config")
+            cfg = config_from_dict(apply_overrides(stored, overrides))
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"nlnet eval: {exc}", file=sys.stderr)
+        return 2
+    from nlnet.engine.trainer import evaluate
+
+    metrics = evaluate(cfg, args.checkpoint, split=args.split)
+    if int(os.environ.get("RANK", "0")) == 0:  # the group is gone by now
+        text = json.dumps(metrics, indent=2, default=str)
+        print(text)
+        if args.output:
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.output).write_text(text + "\n")
+    return 0

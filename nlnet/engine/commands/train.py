@@ -1,0 +1,107 @@
+"""Train a video model from a YAML config (the recipe of Section 4.1 of the paper).
+
+Single process: ``nlnet train --config kinetics/c2d_r50_nl5``; several processes (DDP):
+``torchrun --nproc_per_node=8 -m nlnet train --config kinetics/c2d_r50_nl5``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+EXAMPLES = """examples:
+  # the paper's Kinetics recipe (C2D ResNet-50, 5 non-local blocks), data in data/kinetics400
+  nlnet train --config kinetics/c2d_r50_nl5 data.root=/data/kinetics400
+
+  # your own class-per-folder videos (my_videos/train/<class>/*.mp4, my_videos/val/...)
+  nlnet train --config smoke/folder_c2d_r50_nl5 data.root=my_videos model.num_classes=5 \\
+      optim.max_iters=2000 optim.steps=[1200,1600] --output-dir runs/mine
+
+  # continue a killed or stopped run exactly where it was
+  nlnet train --output-dir runs/mine --resume
+
+  # 2 GPUs (or CPU processes with gloo)
+  torchrun --nproc_per_node=2 -m nlnet train --config kinetics/c2d_r50_nl5 --device cuda
+
+overrides are dotted keys with YAML values: optim.lr=0.005 train.amp=bf16 optim.steps=[100,200]
+configs: a path or a shipped name (see `nlnet train --list-configs`)
+"""
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", help="YAML file or shipped config name")
+    parser.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="CKPT",
+        help="continue from CKPT, or from <output_dir>/checkpoints/last.pt when no path is given",
+    )
+    parser.add_argument("--output-dir", "-o", help="run directory (overrides output_dir)")
+    parser.add_argument("--device", help="auto | cpu | cuda | cuda:N (overrides train.device)")
+    parser.add_argument("--list-configs", action="store_true", help="print the shipped configs")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
+    allow_intermixed(parser)
+
+
+def allow_intermixed(parser: argparse.ArgumentParser) -> None:
+    """Let KEY=VALUE overrides and options come in any order (``parse_intermixed_args``)."""
+
+    def parse(args=None, namespace=None):  # noqa: ANN001
+        return argparse.ArgumentParser.parse_intermixed_args(parser, args, namespace)
+
+    parser.parse_args = parse  # type: ignore[method-assign]
+
+
+def _config_for(args: argparse.Namespace):
+    from nlnet.engine.config import load_config
+
+    if isinstance(args.resume, str) and "=" in args.resume and not Path(args.resume).exists():
+        args.overrides.insert(0, args.resume)  # `--resume key=value`: a bare --resume
+        args.resume = True
+    overrides = list(args.overrides)
+    if args.output_dir:
+        overrides.append(f"output_dir={args.output_dir}")
+    if args.device:
+        overrides.append(f"train.device={args.device}")
+    config = args.config
+    if config is None:
+        if args.resume and args.output_dir and (Path(args.output_dir) / "config.yaml").is_file():
+            config = str(Path(args.output_dir) / "config.yaml")
+        else:
+            raise ValueError("--config: required (except with --resume --output-dir RUN_DIR)")
+    return load_config(config, overrides)
+
+
+def main(args: argparse.Namespace) -> int:
+    from nlnet.engine.config import ConfigError, list_configs
+
+    if args.list_configs:
+        print("\n".join(list_configs()))
+        return 0
+    try:
+        cfg = _config_for(args)
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
+        print(f"nlnet train: {exc}", file=sys.stderr)
+        return 2
+    from nlnet.engine.trainer import train
+
+    summary = train(cfg, resume=args.resume)
+    if int(os.environ.get("RANK", "0")) == 0:  # the group is gone by now
+        keep = (
+            "run_dir",
+            "iterations",
+            "train_loss",
+            "val",
+            "checkpoint",
+            "time_s",
+            "clips_per_s",
+            "skipped",
+            "stopped",
+        )
+        print(json.dumps({k: summary.get(k) for k in keep}, indent=2, default=str))
+    return 0

@@ -1,0 +1,381 @@
+"""List the registered models: the model registry and the ``nlnet models`` command.
+
+Name scheme (``docs/models.md``)::
+
+    {arch}_{depth}[_{blocks}]
+
+* ``arch``: ``c2d`` (Table 1, 2D kernels only), ``i3d`` (I3D 3x3x3: the 3x3 kernel of one block
+  in two inflated to 3x3x3, conv1 5x7x7), ``i3d311`` (I3D 3x1x1: the first 1x1 kernel inflated to
+  3x1x1) -- ``001_4890b07ab5be0a19.txt`` Section 4.
+* ``depth``: ``r50`` (res2..res5 with 3, 4, 6, 3 blocks) or ``r101`` (3, 4, 23, 3).
+* ``blocks``: none (baseline), ``nl1`` (1 block, res4, right before its last residual block),
+  ``nl5`` (2 in res3 + 3 in res4), ``nl10`` (4 in res3 + 6 in res4) -- Table 2c, or
+  ``nl_res2`` .. ``nl_res5`` (1 block right before the last residual block of that stage) --
+  Table 2b. Exact block indices: :mod:`nlnet.models.surgery`.
+
+Image models: ``resnet50_nl_coco`` / ``resnet101_nl_coco`` (Section 6, one 2D block in res4),
+``resnet50_nl_guide`` (``002_37c65fde0c26af44.txt``'s ``ResNet50NonLocal``, a block after
+layer4), ``seg_r50`` / ``seg_r50_nl`` (the guide's segmentation head without/with attention).
+
+Every builder accepts ``num_classes`` and the model's keyword options; video builders also take
+``nl_at`` (a preset or module paths, replaces the default placement), ``nl_options`` (a dict of
+block options) and any block option directly (``instantiation=``, ``mode=``, ``reduction=``,
+``sub_sample=``, ...), e.g. ``create_model("c2d_r50_nl5", mode="space")`` for Table 2d.
+
+Register a new family with the decorator (timm style)::
+
+    @register_model(description="my model", default_cfg={"input_size": (3, 8, 112, 112)})
+    def my_model(**kwargs) -> nn.Module: ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "ModelEntry",
+    "register_model",
+    "create_model",
+    "list_models",
+    "get_model_entry",
+    "BLOCK_OPTIONS",
+    "configure_parser",
+    "main",
+    "EXAMPLES",
+]
+
+#: Keyword arguments of the non-local block that builders accept directly.
+BLOCK_OPTIONS: tuple[str, ...] = (
+    "inter_channels",
+    "reduction",
+    "instantiation",
+    "sub_sample",
+    "pool_position",
+    "norm",
+    "mode",
+    "scale",
+    "impl",
+)
+
+EXAMPLES = """examples:
+  nlnet models                 # all registered models with parameter counts
+  nlnet models --filter r101   # only names containing "r101"
+  nlnet models --no-params     # skip building the models (faster)
+"""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One registered model: its builder, a one-line description and its default config.
+
+    ``default_cfg`` keys used by the library: ``num_classes``, ``input_size`` (one sample,
+    e.g. ``(3, 32, 224, 224)``), ``task`` (``"video_classification"``,
+    ``"image_classification"`` or ``"segmentation"``) and, for weight loading,
+    ``new_keys`` (state-dict key fragments that have no 2D counterpart) and, for the
+    registry-wide tests, ``test_overrides`` (builder options that make a narrow copy of the
+    same topology, e.g. ``{"width": 4}``, so forward/backward runs fast on a CPU).
+    """
+
+    name: str
+    builder: Callable[..., nn.Module]
+    description: str
+    default_cfg: Mapping[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, ModelEntry] = {}
+
+
+def register_model(
+    fn: Callable[..., nn.Module] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    default_cfg: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+) -> Any:
+    """Register a builder ``fn(**kwargs) -> nn.Module`` under ``name`` (default ``fn.__name__``).
+
+    Usable bare (``@register_model``) or with arguments (``@register_model(description=...)``).
+    The description defaults to the first line of the builder's docstring.
+    """
+
+    def deco(f: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        if not callable(f):
+            raise TypeError(f"register_model: expected a callable builder, got {f!r}")
+        key = name or f.__name__
+        if key in _REGISTRY and not overwrite:
+            raise ValueError(f"register_model: a model named {key!r} is already registered")
+        doc = (f.__doc__ or "").strip().splitlines()
+        desc = description or (doc[0].strip() if doc else key)
+        _REGISTRY[key] = ModelEntry(key, f, desc, dict(default_cfg or {}))
+        return f
+
+    return deco(fn) if fn is not None else deco
+
+
+def _ensure_builtin() -> None:
+    # Importing the package registers every family listed in nlnet/models/__init__.py.
+    import nlnet.models  # noqa: F401
+
+
+def list_models(pattern: str | None = None) -> list[str]:
+    """Sorted names of the registered models, optionally only those containing ``pattern``."""
+    _ensure_builtin()
+    names = sorted(_REGISTRY)
+    return [n for n in names if pattern is None or pattern in n]
+
+
+def get_model_entry(name: str) -> ModelEntry:
+    """The :class:`ModelEntry` of ``name`` (``ValueError`` with suggestions if unknown)."""
+    _ensure_builtin()
+    if not isinstance(name, str) or name not in _REGISTRY:
+        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=4)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; see `nlnet models`"
+        raise ValueError(f"name: unknown model {name!r}{hint}")
+    return _REGISTRY[name]
+
+
+def create_model(
+    name: str,
+    num_classes: int | None = None,
+    pretrained_2d: str | os.PathLike | Mapping[str, torch.Tensor] | None = None,
+    **overrides: Any,
+) -> nn.Module:
+    """Build a registered model.
+
+    Args:
+        name: a name from :func:`list_models`.
+        num_classes: classifier outputs; ``None`` keeps the entry's default (400 for the video
+            models, Kinetics; 1000 for image classifiers).
+        pretrained_2d: a torchvision-layout 2D ResNet state dict or a path to one; kernels are
+            inflated to the model (:func:`nlnet.models.inflate.load_pretrained_2d`). Non-local
+            blocks and a classifier of another size keep their initialisation.
+        **overrides: builder options (see the module docstring).
+
+    Returns:
+        The model (on the default device, in training mode).
+    """
+    entry = get_model_entry(name)
+    kwargs = dict(overrides)
+    if num_classes is not None:
+        kwargs["num_classes"] = num_classes
+    model = entry.builder(**kwargs)
+    if pretrained_2d is not None:
+        from nlnet.models.inflate import DEFAULT_NEW_KEYS, load_pretrained_2d
+
+        new_keys = tuple(DEFAULT_NEW_KEYS) + tuple(entry.default_cfg.get("new_keys", ()))
+        load_pretrained_2d(model, pretrained_2d, new_keys=new_keys)
+    return model
+
+
+# --------------------------------------------------------------------------- built-in models
+_VIDEO_ARCHS = {
+    "c2d": (None, "C2D"),
+    "i3d": ("3x3x3", "I3D 3x3x3"),
+    "i3d311": ("3x1x1", "I3D 3x1x1"),
+}
+_DEPTH_LAYERS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
+_BLOCKS_DESC = {
+    None: "",
+    "nl1": ", 1 non-local block (res4)",
+    "nl5": ", 5 non-local blocks (2 res3 + 3 res4)",
+    "nl10": ", 10 non-local blocks (4 res3 + 6 res4)",
+    "res2": ", 1 non-local block in res2",
+    "res3": ", 1 non-local block in res3",
+    "res4": ", 1 non-local block in res4",
+    "res5": ", 1 non-local block in res5",
+}
+
+
+def _split_block_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    opts = dict(kwargs.pop("nl_options", None) or {})
+    for k in BLOCK_OPTIONS:
+        if k in kwargs:
+            opts[k] = kwargs.pop(k)
+    return opts
+
+
+def build_video_resnet(
+    depth: int = 50,
+    arch: str = "c2d",
+    blocks: str | None = None,
+    **kwargs: Any,
+) -> nn.Module:
+    """Build a C2D/I3D ResNet (Table 1, Section 4) with non-local blocks at a preset.
+
+    Args:
+        depth: 50 or 101.
+        arch: ``"c2d"``, ``"i3d"`` (3x3x3) or ``"i3d311"`` (3x1x1).
+        blocks: ``None`` or a placement preset (``"nl1"``, ``"nl5"``, ``"nl10"``,
+            ``"res2"``..``"res5"``).
+        **kwargs: :class:`~nlnet.models.resnet3d.ResNet3d` options, ``nl_at`` (paths or a preset,
+            overriding ``blocks``), ``nl_options`` and block options.
+    """
+    from nlnet.models.resnet3d import ResNet3d
+    from nlnet.models.surgery import insert_non_local
+
+    if depth not in _DEPTH_LAYERS:
+        raise ValueError(f"depth: expected one of {sorted(_DEPTH_LAYERS)}, got {depth!r}")
+    if arch not in _VIDEO_ARCHS:
+        raise ValueError(f"arch: expected one of {sorted(_VIDEO_ARCHS)}, got {arch!r}")
+    at = kwargs.pop("nl_at", blocks)
+    opts = _split_block_options(kwargs)
+    layers = kwargs.pop("layers", _DEPTH_LAYERS[depth])
+    model = ResNet3d(layers, inflate=_VIDEO_ARCHS[arch][0], **kwargs)
+    if at:
+        insert_non_local(model, at, **opts)
+    elif opts:
+        raise ValueError(f"block options {sorted(opts)} given to a model without non-local blocks; "
+                         "pass nl_at= to place blocks")
+    return model
+
+
+def _video_cfg(depth: int, arch: str, blocks: str | None) -> dict[str, Any]:
+    return {
+        "num_classes": 400,
+        "input_size": (3, 32, 224, 224),
+        "task": "video_classification",
+        "arch": arch,
+        "depth": depth,
+        "blocks": blocks,
+        "test_overrides": {"width": 4},
+    }
+
+
+def _register_video(depth: int, arch: str, blocks: str | None) -> None:
+    suffix = "" if blocks is None else "_" + (blocks if blocks.startswith("nl") else f"nl_{blocks}")
+    name = f"{arch}_r{depth}{suffix}"
+
+    def builder(**kwargs: Any) -> nn.Module:
+        return build_video_resnet(depth, arch, blocks, **kwargs)
+
+    builder.__name__ = name
+    builder.__qualname__ = name
+    desc = f"{_VIDEO_ARCHS[arch][1]} ResNet-{depth}{_BLOCKS_DESC[blocks]}"
+    register_model(builder, name=name, description=desc, default_cfg=_video_cfg(depth, arch, blocks))
+
+
+for _blocks in (None, "nl1", "nl5", "nl10", "res2", "res3", "res4", "res5"):
+    _register_video(50, "c2d", _blocks)
+for _blocks in (None, "nl1", "nl5", "nl10"):
+    _register_video(101, "c2d", _blocks)
+for _arch in ("i3d", "i3d311"):
+    for _depth in (50, 101):
+        for _blocks in (None, "nl5", "nl10"):
+            _register_video(_depth, _arch, _blocks)
+
+
+_IMAGE_CFG = {
+    "num_classes": 1000,
+    "input_size": (3, 224, 224),
+    "task": "image_classification",
+    "test_overrides": {"width_per_group": 4},
+}
+
+
+@register_model(
+    description="ResNet-50 (image), 1 non-local block right before the last block of res4 (COCO)",
+    default_cfg={**_IMAGE_CFG, "depth": 50, "blocks": "res4"},
+)
+def resnet50_nl_coco(**kwargs: Any) -> nn.Module:
+    """ResNet-50 with one 2D block after ``layer3.4`` (Section 6 of the paper)."""
+    from nlnet.models.image import resnet_non_local
+
+    opts = _split_block_options(kwargs)
+    return resnet_non_local(50, at=kwargs.pop("nl_at", "res4"), **kwargs, **opts)
+
+
+@register_model(
+    description="ResNet-101 (image), 1 non-local block right before the last block of res4 (COCO)",
+    default_cfg={**_IMAGE_CFG, "depth": 101, "blocks": "res4"},
+)
+def resnet101_nl_coco(**kwargs: Any) -> nn.Module:
+    """ResNet-101 with one 2D block after ``layer3.21`` (Section 6 of the paper)."""
+    from nlnet.models.image import resnet_non_local
+
+    opts = _split_block_options(kwargs)
+    return resnet_non_local(101, at=kwargs.pop("nl_at", "res4"), **kwargs, **opts)
+
+
+@register_model(
+    description="ResNet-50 (image), 1 non-local block after layer4 (the guide's ResNet50NonLocal)",
+    default_cfg={**_IMAGE_CFG, "depth": 50, "blocks": "after_layer4"},
+)
+def resnet50_nl_guide(**kwargs: Any) -> nn.Module:
+    """The guide's ``ResNet50NonLocal``: reduction 2, no subsampling, after stage 4."""
+    from nlnet.models.image import resnet_non_local
+
+    opts = {"reduction": 2, "sub_sample": False, **_split_block_options(kwargs)}
+    at = kwargs.pop("nl_at", "after_layer4")
+    return resnet_non_local(50, at=at, **kwargs, **opts)
+
+
+_SEG_CFG = {
+    "num_classes": 19,
+    "input_size": (3, 512, 1024),
+    "task": "segmentation",
+    "new_keys": ("head.",),
+    "test_overrides": {"width_per_group": 4, "mid_channels": 16},
+}
+
+
+@register_model(
+    description="Dilated ResNet-50 + the guide's segmentation head, no attention",
+    default_cfg={**_SEG_CFG, "depth": 50},
+)
+def seg_r50(**kwargs: Any) -> nn.Module:
+    """Segmentation baseline of the guide (``use_attention=False``)."""
+    from nlnet.models.image import SegmentationNet
+
+    return SegmentationNet(50, use_attention=False, **kwargs)
+
+
+@register_model(
+    description="Dilated ResNet-50 + the guide's segmentation head with a non-local block",
+    default_cfg={**_SEG_CFG, "depth": 50},
+)
+def seg_r50_nl(**kwargs: Any) -> nn.Module:
+    """Segmentation head of the guide with attention (reduction 2, sub_sample 2)."""
+    from nlnet.models.image import SegmentationNet
+
+    return SegmentationNet(50, use_attention=True, **kwargs)
+
+
+# --------------------------------------------------------------------------- CLI
+def count_params(model: nn.Module) -> int:
+    """Number of parameters (meta tensors count too)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``nlnet models``."""
+    parser.add_argument("--filter", default=None, help="only names containing this string")
+    parser.add_argument(
+        "--no-params", action="store_true", help="do not build the models to count parameters"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Print the registry as a table: name, parameters (millions), description."""
+    names = list_models(args.filter)
+    if not names:
+        print(f"no model matches {args.filter!r}")
+        return 1
+    width = max(len(n) for n in names)
+    print(f"{'name':<{width}}  {'params':>8}  description")
+    for n in names:
+        entry = _REGISTRY[n]
+        params = ""
+        if not args.no_params:
+            with torch.device("meta"):
+                params = f"{count_params(entry.builder()) / 1e6:.2f}M"
+        print(f"{n:<{width}}  {params:>8}  {entry.description}")
+    return 0

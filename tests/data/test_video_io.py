@@ -1,0 +1,217 @@
+"""Decoding backends of nlnet.data.video on small real mp4 files written with PyAV."""
+
+from __future__ import annotations
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from nlnet.data import video as video_mod
+from nlnet.data.video import (
+    VideoDecodeError,
+    available_backends,
+    open_video,
+    probe_video,
+    read_frames,
+    resolve_backend,
+    torchcodec_available,
+    torchcodec_unavailable_reason,
+    write_video,
+)
+
+NUM_FRAMES, H, W = 30, 32, 40
+BACKENDS = ["pyav", "torchcodec"]
+
+
+def needs_backend(backend: str) -> None:
+    if backend == "torchcodec" and not torchcodec_available():
+        pytest.skip(f"torchcodec is not usable here: {torchcodec_unavailable_reason()}")
+
+
+def level(i: int) -> int:
+    return 20 + 6 * i  # grey level that identifies frame i
+
+
+def flat_frames(n: int = NUM_FRAMES) -> np.ndarray:
+    """Frame i is flat with red = level(i): the decoded mean tells which frame it is."""
+    frames = np.zeros((n, H, W, 3), np.uint8)
+    for i in range(n):
+        frames[i, ..., 0] = level(i)
+        frames[i, ..., 1] = 255 - level(i)
+        frames[i, ..., 2] = 128
+    return frames
+
+
+def textured_frames(n: int = NUM_FRAMES) -> np.ndarray:
+    """Moving texture, so that P- and B-frames really depend on their references."""
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 256, size=(H, 2 * W, 3), dtype=np.uint8)
+    return np.stack([np.roll(base, 3 * i, axis=1)[:, :W] for i in range(n)])
+
+
+def frame_ids(frames: torch.Tensor) -> list[int]:
+    red = frames[..., 0].float().mean(dim=(1, 2))  # (T,)
+    return [int(round((r - 20) / 6)) for r in red.tolist()]
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory):
+    d = tmp_path_factory.mktemp("video_io")
+    return {
+        "flat": write_video(d / "flat.mp4", flat_frames(), fps=25),
+        # short GOP + B-frames: seeking lands on several keyframes, output order != decode order
+        "h264": write_video(d / "h264.mp4", textured_frames(), fps=25, gop_size=6, bframes=2),
+        "mpeg4": write_video(
+            d / "mpeg4.mp4", textured_frames(), fps=30, codec="mpeg4", gop_size=7, bframes=2
+        ),
+        "dir": d,
+    }
+
+
+def sequential_decode(path) -> torch.Tensor:
+    """Reference: every frame by a plain forward decode of the whole file, no seeking."""
+    with av.open(str(path)) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    return torch.from_numpy(np.stack(frames))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_probe_and_frame_identity(videos, backend):
+    needs_backend(backend)
+    info = probe_video(videos["flat"], backend=backend)
+    assert (info.num_frames, info.height, info.width) == (NUM_FRAMES, H, W)
+    assert info.fps == pytest.approx(25.0)
+    with open_video(videos["flat"], backend=backend) as reader:
+        assert reader.num_frames == NUM_FRAMES
+        out = reader.get_frames([7, 3, 3, 29, 0])  # any order, repeats
+        assert out.dtype == torch.uint8 and out.shape == (5, H, W, 3)
+        assert frame_ids(out) == [7, 3, 3, 29, 0]
+        assert frame_ids(reader.get_range(4, 20, 5)) == [4, 9, 14, 19]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("codec", ["h264", "mpeg4"])
+def test_seek_equals_sequential_decode(videos, backend, codec):
+    needs_backend(backend)
+    path = videos[codec]
+    reference = sequential_decode(path)  # (N, H, W, 3)
+    assert reference.shape[0] == NUM_FRAMES
+    with open_video(path, backend=backend) as reader:
+        assert reader.num_frames == NUM_FRAMES
+        # clips that start after a keyframe, span GOP boundaries, end at the last frame
+        for idx in ([13, 15, 17, 19], [5, 6], [29], [22, 24, 26, 28], [0, 29], [20, 8, 11]):
+            assert torch.equal(reader.get_frames(idx), reference[idx]), idx
+        # a second request on the same reader (seeking backwards) is still exact
+        assert torch.equal(reader.get_frames([1, 2]), reference[[1, 2]])
+
+
+def test_backends_give_the_same_frames(videos):
+    needs_backend("torchcodec")
+    for name in ("flat", "h264", "mpeg4"):
+        idx = [0, 5, 6, 17, 29]
+        a = read_frames(videos[name], idx, backend="pyav")
+        b = read_frames(videos[name], idx, backend="torchcodec")
+        assert a.shape == b.shape
+        # different FFmpeg builds may round the YUV->RGB conversion differently
+        assert (a.int() - b.int()).abs().max().item() <= 2, name
+        assert probe_video(videos[name], "pyav") == probe_video(videos[name], "torchcodec")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_corrupt_files_raise_decode_error_naming_the_path(videos, backend):
+    needs_backend(backend)
+    d = videos["dir"]
+    garbage = d / "garbage.mp4"
+    garbage.write_bytes(np.random.default_rng(1).integers(0, 256, 4000, dtype=np.uint8).tobytes())
+    data = videos["h264"].read_bytes()
+    truncated = d / "truncated.mp4"  # moov atom written at the end: cut off
+    truncated.write_bytes(data[: len(data) // 2])
+    empty = d / "empty.mp4"
+    empty.write_bytes(b"")
+    for path in (garbage, truncated, empty, d / "missing.mp4"):
+        with pytest.raises(VideoDecodeError) as err:
+            open_video(path, backend=backend)
+        assert str(path) in str(err.value) and err.value.path == str(path)
+
+
+def test_index_and_argument_errors(videos):
+    with open_video(videos["flat"]) as reader:
+        with pytest.raises(IndexError, match="frame indices"):
+            reader.get_frames([0, NUM_FRAMES])
+        with pytest.raises(ValueError, match="empty"):
+            reader.get_frames([])
+        with pytest.raises(ValueError, match="step"):
+            reader.get_range(0, 4, 0)
+    with pytest.raises(ValueError, match="backend"):
+        open_video(videos["flat"], backend="decord")
+    with pytest.raises(ValueError, match="shape"):
+        write_video(videos["dir"] / "x.mp4", np.zeros((2, 8, 8), np.uint8))
+    with pytest.raises(ValueError, match="uint8"):
+        write_video(videos["dir"] / "x.mp4", np.zeros((2, 8, 8, 3), np.float32))
+    with pytest.raises(ValueError, match="even"):
+        write_video(videos["dir"] / "x.mp4", np.zeros((2, 7, 8, 3), np.uint8))
+
+
+def test_torchcodec_missing_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(video_mod, "_torchcodec_import_error", lambda: "ImportError: nope")
+    assert available_backends() == ["pyav"]
+    assert resolve_backend("auto") == "pyav"
+    with pytest.raises(RuntimeError, match="torchcodec"):
+        resolve_backend("torchcodec")
+
+
+def test_write_video_accepts_tensors_and_near_lossless(tmp_path):
+    frames = torch.from_numpy(textured_frames(6))
+    path = write_video(tmp_path / "sub" / "t.mp4", frames, fps=10, crf=0, pix_fmt="yuv444p")
+    back = read_frames(path, range(6))
+    # crf=0 4:4:4 leaves only the RGB <-> YUV rounding
+    assert (back.int() - frames.int()).abs().float().mean().item() < 3.0
+
+
+def test_torchcodec_without_ffmpeg_libraries_counts_as_unavailable(monkeypatch):
+    import sys
+    import types
+
+    fake = types.ModuleType("torchcodec")
+    fake.ffmpeg_major_version = None  # what torchcodec reports when FFmpeg cannot be loaded
+    decoders = types.ModuleType("torchcodec.decoders")
+    decoders.VideoDecoder = object
+    fake.decoders = decoders
+    monkeypatch.setitem(sys.modules, "torchcodec", fake)
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", decoders)
+    video_mod._torchcodec_import_error.cache_clear()
+    try:
+        assert not torchcodec_available()
+        assert "FFmpeg" in torchcodec_unavailable_reason()
+        assert resolve_backend("auto") == "pyav"
+    finally:
+        video_mod._torchcodec_import_error.cache_clear()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("container,codec", [(".avi", "mpeg4"), (".mkv", "libx264")])
+def test_other_containers_seek_exactly(tmp_path, backend, container, codec):
+    needs_backend(backend)
+    # UCF101/HMDB51 ship MPEG-4 in AVI; torchcodec mis-indexes AVI with packed B-frames, so the
+    # AVI file here has none (PyAV handles B-frames in AVI too: see the next test)
+    path = write_video(
+        tmp_path / f"v{container}", textured_frames(20), fps=25, codec=codec, gop_size=5,
+        bframes=0 if container == ".avi" else 2,
+    )  # fmt: skip
+    reference = sequential_decode(path)
+    with open_video(path, backend=backend) as reader:
+        assert reader.num_frames == 20
+        for idx in ([3, 5, 7], [11, 12], [19], [16, 0]):
+            assert torch.equal(reader.get_frames(idx), reference[idx]), idx
+
+
+def test_pyav_seeks_exactly_in_avi_with_b_frames(tmp_path):
+    path = write_video(
+        tmp_path / "b.avi", textured_frames(20), fps=25, codec="mpeg4", gop_size=5, bframes=2
+    )
+    reference = sequential_decode(path)
+    with open_video(path, backend="pyav") as reader:
+        assert reader.num_frames == 20
+        for idx in ([3, 5, 7], [11, 12], [19], [16, 0]):
+            assert torch.equal(reader.get_frames(idx), reference[idx]), idx

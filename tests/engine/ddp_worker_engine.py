@@ -1,0 +1,72 @@
+"""Worker of test_distributed.py, importable by spawned processes (not a test module)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin  # noqa: E402
+
+
+def make_cfg(out_dir: str, batch_size: int, **over):
+    from nlnet.engine.config import load_config
+
+    base = {
+        "model.name": "tiny",
+        "model.num_classes": 3,
+        "optim.lr": 0.1,
+        "optim.max_iters": 6,
+        "optim.steps": [4],
+        "train.batch_size": batch_size,
+        "train.workers": 0,
+        "train.log_every": 1,
+        "train.ckpt_every": 2,
+        "train.device": "cpu",
+        "train.progress": False,
+        "train.dropout": 0.0,
+        "train.val_split": "val",
+        "eval.batch_size": 3,
+        "eval.workers": 0,
+        "output_dir": out_dir,
+    }
+    base.update(over)
+    return load_config(None, base)
+
+
+def run_training(cfg) -> tuple[torch.nn.Module, dict]:
+    torch.manual_seed(0)
+    model = TinyVideoNet(bn=False)
+    from nlnet.engine.trainer import train
+
+    summary = train(
+        cfg,
+        model=model,
+        train_dataset=TinyClipDataset(n=16),
+        val_dataset=TinyClipDataset(n=7, clips=2),
+        collate_fn=collate_standin,
+    )
+    return model, summary
+
+
+def worker(rank: int, world_size: int, port: int, out_dir: str, batch_size: int) -> None:
+    torch.set_num_threads(1)
+    from nlnet.engine.distributed import cleanup, init_distributed
+
+    info = init_distributed(
+        "cpu", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
+    )
+    try:
+        model, summary = run_training(make_cfg(out_dir, batch_size))
+        result = {
+            "rank": rank,
+            "backend": info.backend,
+            "summary": summary,
+            "state": {k: v.tolist() for k, v in model.state_dict().items()},
+        }
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result, default=str))
+    finally:
+        cleanup(info)

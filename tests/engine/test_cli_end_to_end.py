@@ -1,0 +1,150 @@
+"""End to end through the real command line: train -> stop -> resume -> eval -> predict.
+
+Tiny mp4 files are written with PyAV into a class-per-folder tree (plus one corrupt file that must
+be skipped and counted); every command runs in its own ``python -m nlnet`` subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+av = pytest.importorskip("av", reason="PyAV writes the test videos")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _write_mp4(path: Path, frames: np.ndarray, fps: int = 10) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=fps)
+        stream.width, stream.height = frames.shape[2], frames.shape[1]
+        stream.pix_fmt = "yuv420p"
+        for f in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def _make_tree(root: Path) -> None:
+    """Class ``left``: a bright bar on the left; class ``right``: on the right. 8 frames 40x48."""
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 4), ("val", 2)):
+        for c, name in enumerate(("left", "right")):
+            for i in range(n):
+                frames = rng.integers(0, 60, size=(8, 40, 48, 3), dtype=np.uint8)
+                if c == 0:
+                    frames[:, :, :16] = 220
+                else:
+                    frames[:, :, -16:] = 220
+                _write_mp4(root / split / name / f"{name}_{i}.mp4", frames)
+    (root / "train" / "left" / "corrupt.mp4").write_bytes(b"not a video at all" * 10)
+
+
+def _nlnet(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "nlnet", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, f"nlnet {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def _json_tail(text: str) -> dict:
+    return json.loads(text[text.index("{") :])
+
+
+def test_train_stop_resume_eval_predict(tmp_path):
+    root = tmp_path / "videos"
+    _make_tree(root)
+    common = [
+        "--config",
+        "smoke/folder_c2d_r50_nl5",
+        f"data.root={root}",
+        "--device",
+        "cpu",
+        "train.progress=false",
+    ]
+    # 1) uninterrupted reference run (in this process, through the same Python API)
+    from nlnet.engine.config import load_config
+    from nlnet.engine.trainer import train
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with pytest.warns(UserWarning, match="corrupt.mp4"):
+        ref = train(
+            load_config(
+                "smoke/folder_c2d_r50_nl5",
+                [f"data.root={root}", "train.device=cpu", "train.progress=false",
+                 f"output_dir={tmp_path / 'run_ref'}"],
+            )
+        )
+    torch.set_num_threads(threads)
+    assert ref["iterations"] == 12 and not ref["stopped"]
+    # 2) the same run, pre-empted after 5 iterations ...
+    out = _nlnet("train", *common, "--output-dir", "run", "train.stop_after=5", cwd=tmp_path)
+    first = _json_tail(out.stdout)
+    assert first["stopped"] and first["iterations"] == 5
+    assert "skipped 1 bad video" in out.stdout  # the corrupt file, once per epoch
+    # 3) ... resumed from its run directory (config taken from run/config.yaml)
+    second = _json_tail(
+        _nlnet("train", "--output-dir", "run", "--resume", "train.stop_after=0", cwd=tmp_path).stdout
+    )
+    assert second["iterations"] == 12 and not second["stopped"]
+    a = torch.load(tmp_path / "run_ref/checkpoints/final.pt", weights_only=True)
+    b = torch.load(tmp_path / "run/checkpoints/final.pt", weights_only=True)
+    assert a["model"].keys() == b["model"].keys()
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    assert b["class_names"] == ["left", "right"]
+    for name in ("config.yaml", "metrics.jsonl", "metrics.csv", "curves.png"):
+        assert (tmp_path / "run" / name).is_file(), name
+    # 4) multi-clip evaluation of the checkpoint (config read from the checkpoint)
+    ckpt = str(tmp_path / "run/checkpoints/final.pt")
+    metrics = _json_tail(_nlnet("eval", "--checkpoint", ckpt, "--device", "cpu", cwd=tmp_path).stdout)
+    assert metrics["video_count"] == 4 and metrics["clip_count"] == 8  # eval.clips=2
+    assert 0.0 <= metrics["video_top1"] <= 100.0 and metrics["video_top5"] == 100.0
+    # 5) prediction on files, class names from the checkpoint
+    videos = [str(root / "val/left/left_0.mp4"), str(root / "val/right/right_1.mp4")]
+    pred = _nlnet("predict", *videos, "--checkpoint", ckpt, "--topk", "2", "--json", cwd=tmp_path)
+    lines = [json.loads(x) for x in pred.stdout.splitlines() if x.startswith("{")]
+    assert [r["video"] for r in lines] == videos
+    for r in lines:
+        assert sorted(n for n, _ in r["top"]) == ["left", "right"]
+        assert sum(s for _, s in r["top"]) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_help_shows_examples():
+    for cmd in ("train", "eval", "predict"):
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        out = subprocess.run(
+            [sys.executable, "-m", "nlnet", cmd, "--help"], capture_output=True, text=True, env=env
+        )
+        assert out.returncode == 0 and "examples:" in out.stdout, cmd
+
+
+def test_unknown_override_is_a_clear_error(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run(
+        [sys.executable, "-m", "nlnet", "train", "--config", "smoke/folder_c2d_r50_nl5", "optim.lrr=1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 2
+    assert "optim.lrr" in out.stderr and "lr" in out.stderr

@@ -1,0 +1,212 @@
+"""Training loop: exact resume, gradient accumulation, frozen BN, schedule, losses, bad items."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin  # noqa: E402
+
+from nlnet.engine.checkpoint import CheckpointMismatchError, load_checkpoint  # noqa: E402
+from nlnet.engine.config import load_config, replace  # noqa: E402
+from nlnet.engine.trainer import (  # noqa: E402
+    WarmupMultiStepLR,
+    compute_loss,
+    evaluate,
+    freeze_batchnorm,
+    train,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _cfg(tmp_path: Path, name: str = "run", **over):
+    base = {
+        "model.name": "tiny",
+        "model.num_classes": 3,
+        "optim.lr": 0.1,
+        "optim.max_iters": 10,
+        "optim.steps": [6],
+        "optim.warmup_iters": 2,
+        "train.batch_size": 4,
+        "train.workers": 0,
+        "train.log_every": 1,
+        "train.ckpt_every": 0,
+        "train.device": "cpu",
+        "train.progress": False,
+        "train.dropout": 0.5,
+        "eval.batch_size": 4,
+        "eval.workers": 0,
+        "output_dir": str(tmp_path / name),
+    }
+    base.update(over)
+    return load_config(None, base)
+
+
+def _records(run_dir) -> list[dict]:
+    text = (Path(run_dir) / "metrics.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _model(seed: int = 0, **kw) -> TinyVideoNet:
+    torch.manual_seed(seed)
+    return TinyVideoNet(**kw)
+
+
+def _run(cfg, model=None, dataset=None, **kw):
+    model = model if model is not None else _model(dropout=0.5)
+    dataset = dataset if dataset is not None else TinyClipDataset(n=16)
+    summary = train(cfg, model=model, train_dataset=dataset, collate_fn=collate_standin, **kw)
+    return model, summary
+
+
+@pytest.mark.parametrize("stop", [3, 4])  # mid-epoch, and exactly at the epoch boundary
+def test_resume_is_bit_exact(tmp_path, stop):
+    # dropout, trained BN and random augmentation all draw random numbers
+    ref, ref_sum = _run(_cfg(tmp_path, "ref"))
+    cfg = _cfg(tmp_path, "cut", **{"train.stop_after": stop})
+    first, s1 = _run(cfg)
+    assert s1["stopped"] and s1["iterations"] == stop
+    ckpt = load_checkpoint(Path(cfg.output_dir) / "checkpoints" / "last.pt")
+    assert ckpt["iteration"] == stop
+    # a fresh process would start from newly initialised weights: use another seed on purpose
+    resumed, s2 = _run(
+        replace(cfg, **{"train.stop_after": 0}), model=_model(seed=99, dropout=0.5), resume=True
+    )
+    assert s2["iterations"] == ref_sum["iterations"] == 10
+    for (name, a), b in zip(ref.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+    # the metrics file of the resumed run has each iteration once
+    recs = _records(cfg.output_dir)
+    its = [r["iter"] for r in recs if r["kind"] == "train"]
+    assert its == list(range(1, 11))
+    ref_loss = [r["loss"] for r in _records(ref_sum["run_dir"]) if r["kind"] == "train"]
+    assert [r["loss"] for r in recs if r["kind"] == "train"] == ref_loss
+
+
+def test_runs_are_deterministic_and_workers_do_not_change_the_result(tmp_path):
+    a, _ = _run(_cfg(tmp_path, "a", **{"optim.max_iters": 4}))
+    b, _ = _run(_cfg(tmp_path, "b", **{"optim.max_iters": 4, "train.workers": 1}))
+    for x, y in zip(a.state_dict().values(), b.state_dict().values()):
+        assert torch.equal(x, y)
+
+
+def test_gradient_accumulation_matches_the_large_batch(tmp_path):
+    common = {"optim.max_iters": 6, "train.dropout": 0.0}
+    big, _ = _run(_cfg(tmp_path, "big", **common), model=_model(bn=False))
+    acc, s = _run(
+        _cfg(tmp_path, "acc", **common, **{"train.batch_size": 2, "train.accum_steps": 2}),
+        model=_model(bn=False),
+    )
+    assert s["iterations"] == 6
+    for x, y in zip(big.state_dict().values(), acc.state_dict().values()):
+        torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-6)
+    changed = _model(bn=False)
+    assert not torch.allclose(changed.fc.weight, acc.fc.weight)
+
+
+def test_frozen_bn_keeps_statistics_and_affine_parameters(tmp_path):
+    model = _model()
+    with torch.no_grad():
+        model.bn1.running_mean.fill_(0.3)
+        model.bn1.weight.fill_(1.5)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    _run(_cfg(tmp_path, "frozen", **{"train.freeze_bn": True, "optim.max_iters": 3}), model=model)
+    for k in ("bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var"):
+        assert torch.equal(model.state_dict()[k], before[k]), k
+    assert not torch.equal(model.conv1.weight, before["conv1.weight"])
+    # and the default trains BN (Section 4.1)
+    model2 = _model()
+    _run(_cfg(tmp_path, "bn", **{"optim.max_iters": 3}), model=model2)
+    assert not torch.equal(model2.bn1.running_mean, torch.zeros(4))
+    assert freeze_batchnorm(_model()) == 1
+
+
+def test_schedule_warmup_and_steps(tmp_path):
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=0.01)
+    sched = WarmupMultiStepLR(opt, steps=[4, 8], gamma=0.1, warmup_iters=2, warmup_factor=0.5)
+    lrs = []
+    for _ in range(10):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    expected = [0.005, 0.0075, 0.01, 0.01, 0.001, 0.001, 0.001, 0.001, 0.0001, 0.0001]
+    assert lrs == pytest.approx(expected)
+    # the trainer logs the lr used at each iteration
+    _, s = _run(_cfg(tmp_path, "lr", **{"optim.warmup_iters": 0}))
+    recs = _records(s["run_dir"])
+    logged = [r["lr"] for r in recs if r["kind"] == "train"]
+    assert logged[4] == pytest.approx(0.1) and logged[6] == pytest.approx(0.01)
+
+
+def test_bad_items_are_skipped_and_counted(tmp_path):
+    ds = TinyClipDataset(n=16, bad=(1, 5))
+    _, s = _run(_cfg(tmp_path, "bad", **{"optim.max_iters": 8}), dataset=ds)  # two epochs
+    assert s["skipped"] == 4 and s["iterations"] == 8
+    recs = _records(s["run_dir"])
+    assert [r["skipped"] for r in recs if r["kind"] == "epoch"] == [2, 2]
+    for f in ("metrics.csv", "curves.png", "config.yaml", "summary.json"):
+        assert (Path(s["run_dir"]) / f).is_file(), f
+
+
+def test_multilabel_bce_training_and_video_map(tmp_path):
+    cfg = _cfg(
+        tmp_path, "ml", **{"train.loss": "bce", "optim.max_iters": 8, "train.val_split": "val"}
+    )
+    model, s = _run(
+        cfg,
+        dataset=TinyClipDataset(n=12, multi_label=True),
+        val_dataset=TinyClipDataset(n=12, multi_label=True, clips=2),
+    )
+    assert set(s["val"]) >= {"clip_mAP", "video_mAP"}
+    assert s["val"]["video_count"] == 12 and s["val"]["clip_count"] == 24
+    assert 0.0 <= s["val"]["video_mAP"] <= 100.0
+
+
+def test_compute_loss_checks_targets():
+    logits = torch.randn(2, 3)
+    with pytest.raises(ValueError, match="train.loss=bce"):
+        compute_loss(logits, torch.zeros(2, 3), "ce")
+    with pytest.raises(ValueError, match="multi-hot"):
+        compute_loss(logits, torch.tensor([0, 1]), "bce")
+    ce = compute_loss(logits, torch.tensor([0, 2]), "ce")
+    torch.testing.assert_close(ce, torch.nn.functional.cross_entropy(logits, torch.tensor([0, 2])))
+
+
+def test_evaluate_api_and_mismatch(tmp_path):
+    cfg = _cfg(tmp_path, "ev", **{"optim.max_iters": 4, "eval.clips": 2})
+    model, s = _run(cfg)
+    val = TinyClipDataset(n=9, clips=2)
+    m = evaluate(
+        cfg, s["checkpoint"], model=_model(dropout=0.5), dataset=val, collate_fn=collate_standin
+    )
+    assert m["video_count"] == 9 and m["clip_count"] == 18
+    assert {"video_top1", "video_top5", "clip_top1"} <= set(m)
+    assert m["video_top5"] == 100.0  # 3 classes
+    with pytest.raises(CheckpointMismatchError, match="classes"):
+        evaluate(
+            replace(cfg, **{"model.num_classes": 5}),
+            s["checkpoint"],
+            model=TinyVideoNet(num_classes=5),
+            dataset=val,
+            collate_fn=collate_standin,
+        )
+    with pytest.raises(CheckpointMismatchError, match="model 'tiny'"):
+        _run(replace(cfg, **{"model.name": "other"}), resume=s["checkpoint"])
+
+
+def test_too_small_dataset_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="train.batch_size"):
+        _run(_cfg(tmp_path, "small", **{"train.batch_size": 32}))

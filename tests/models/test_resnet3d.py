@@ -1,0 +1,163 @@
+"""C2D / I3D ResNet structure against Table 1 and Section 4 of 001_4890b07ab5be0a19.txt."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from nlnet.models.registry import create_model, get_model_entry, list_models
+from nlnet.models.resnet3d import Bottleneck3d, ResNet3d, VideoClassifierHead, inflation_pattern
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # the CI cores are shared; intra-op threads only contend
+    yield
+    torch.set_num_threads(n)
+
+
+VIDEO_MODELS = [n for n in list_models() if get_model_entry(n).default_cfg["task"].startswith("video")]
+
+# Table 1, 32x224x224 input: (channels, T, H, W) of every stage output.
+TABLE1 = {
+    "conv1": (64, 16, 112, 112),
+    "pool1": (64, 8, 56, 56),
+    "res2": (256, 8, 56, 56),
+    "pool2": (256, 4, 56, 56),
+    "res3": (512, 4, 28, 28),
+    "res4": (1024, 4, 14, 14),
+    "res5": (2048, 4, 7, 7),
+}
+
+
+@pytest.mark.parametrize("name", VIDEO_MODELS)
+def test_table1_stage_shapes_full_size_on_meta(name):
+    with torch.device("meta"):
+        model = create_model(name)
+        feats = model.forward_features(torch.empty(1, 3, 32, 224, 224))
+        logits = model(torch.empty(1, 3, 32, 224, 224))
+    assert {k: tuple(v.shape[1:]) for k, v in feats.items()} == TABLE1
+    assert tuple(logits.shape) == (1, 400)
+
+
+def _temporal_kernels(model: ResNet3d) -> list[list[tuple[int, int]]]:
+    return [
+        [(b.conv1.kernel_size[0], b.conv2.kernel_size[0]) for b in getattr(model, f"layer{i}")]
+        for i in range(1, 5)
+    ]
+
+
+@pytest.mark.parametrize("depth,layers", [(50, (3, 4, 6, 3)), (101, (3, 4, 23, 3))])
+def test_c2d_kernels_are_2d_and_blocks_per_stage(depth, layers):
+    with torch.device("meta"):
+        m = create_model(f"c2d_r{depth}")
+    assert m.conv1.kernel_size == (1, 7, 7) and m.conv1.stride == (2, 2, 2)
+    assert m.maxpool.kernel_size == (3, 3, 3) and m.maxpool.stride == (2, 2, 2)
+    assert m.pool2.kernel_size == (3, 1, 1) and m.pool2.stride == (2, 1, 1)
+    assert tuple(len(getattr(m, f"layer{i}")) for i in range(1, 5)) == layers
+    for conv in (mod for mod in m.modules() if isinstance(mod, nn.Conv3d)):
+        assert conv.kernel_size[0] == 1
+    widths = [getattr(m, f"layer{i}")[0].conv3.out_channels for i in range(1, 5)]
+    assert widths == [256, 512, 1024, 2048]
+
+
+@pytest.mark.parametrize("depth,counts", [(50, [3, 2, 3, 1]), (101, [3, 2, 12, 1])])
+@pytest.mark.parametrize("arch", ["i3d", "i3d311"])
+def test_i3d_inflates_one_kernel_in_two_blocks(arch, depth, counts):
+    with torch.device("meta"):
+        m = create_model(f"{arch}_r{depth}")
+    assert m.conv1.kernel_size == (5, 7, 7)  # "We inflate conv1 to 5x7x7"
+    kernels = _temporal_kernels(m)
+    inflated = (3, 1) if arch == "i3d311" else (1, 3)
+    per_stage = [sum(k == inflated for k in stage) for stage in kernels]
+    assert per_stage == counts
+    assert all(k in ((1, 1), inflated) for stage in kernels for k in stage)
+    # res5: only block 1 is inflated (released code pattern)
+    assert kernels[3] == [(1, 1), inflated, (1, 1)]
+    # roughly one in two residual blocks overall
+    total = sum(len(s) for s in kernels)
+    assert abs(sum(counts) / total - 0.5) < 0.15
+
+
+def test_inflation_pattern_variants_and_errors():
+    assert inflation_pattern((3, 4, 6, 3), "even")[1] == [True, False, True, False]
+    assert inflation_pattern((3, 4, 6, 3), "original")[0] == [True, True, True]
+    explicit = [[True] * 3, [False] * 4, [False] * 6, [False] * 3]
+    assert inflation_pattern((3, 4, 6, 3), explicit) == explicit
+    with pytest.raises(ValueError, match="inflate_blocks"):
+        inflation_pattern((3, 4, 6, 3), "odd")
+    with pytest.raises(ValueError, match="inflate_blocks"):
+        inflation_pattern((3, 4, 6, 3), [[True]] * 4)
+    m = ResNet3d((1, 1, 1, 1), 3, inflate="3x3x3", inflate_blocks="even", width=4)
+    assert _temporal_kernels(m) == [[(1, 3)]] * 4
+
+
+def test_parameter_names_match_torchvision_resnet50():
+    with torch.device("meta"):
+        ours = create_model("c2d_r50", num_classes=1000).state_dict()
+        tv = torchvision.models.resnet50(weights=None).state_dict()
+    assert set(ours) == set(tv)
+    for k, v in tv.items():
+        if v.dim() == 4:  # conv kernels gain a temporal dim of size 1
+            assert tuple(ours[k].shape) == (v.shape[0], v.shape[1], 1, *v.shape[2:])
+        else:
+            assert ours[k].shape == v.shape
+
+
+def test_forward_equals_head_of_features_and_num_classes():
+    torch.manual_seed(0)
+    m = ResNet3d((1, 1, 1, 1), num_classes=7, width=4).eval()
+    x = torch.randn(2, 3, 8, 32, 32)
+    feats = m.forward_features(x)
+    torch.testing.assert_close(m(x), m.forward_head(feats["res5"]))
+    assert m(x).shape == (2, 7)
+    assert list(feats) == ["conv1", "pool1", "res2", "pool2", "res3", "res4", "res5"]
+
+
+def test_temporal_strides_one_keeps_frames():
+    m = ResNet3d((1, 1, 1, 1), 3, width=4, temporal_strides=(1, 1, 1))
+    with torch.device("meta"):
+        pass
+    feats = m.eval().forward_features(torch.randn(1, 3, 3, 32, 32))
+    assert feats["res5"].shape[2] == 3
+    assert isinstance(m.pool2, nn.Identity)
+
+
+def test_bottleneck3d_shapes_and_slot():
+    b = Bottleneck3d(
+        16, 4, stride=2, conv1_t=3, downsample=nn.Sequential(nn.Conv3d(16, 16, 1, stride=(1, 2, 2)))
+    )
+    assert b.non_local is None and "non_local" not in dict(b.named_children())
+    assert b(torch.randn(1, 16, 3, 8, 8)).shape == (1, 16, 3, 4, 4)
+    with pytest.raises(ValueError, match="conv2_t"):
+        Bottleneck3d(16, 4, conv2_t=2)
+
+
+def test_video_classifier_head():
+    head = VideoClassifierHead(8, 5, dropout=0.5)
+    assert head(torch.randn(2, 8, 2, 3, 3)).shape == (2, 5)
+    with pytest.raises(ValueError, match="num_classes"):
+        VideoClassifierHead(8, 0)
+    with pytest.raises(ValueError, match="dropout"):
+        VideoClassifierHead(8, 2, dropout=1.5)
+
+
+def test_bad_arguments_and_inputs():
+    m = ResNet3d((1, 1, 1, 1), 3, width=4)
+    with pytest.raises(ValueError, match=r"x: expected a video tensor \(B, C, T, H, W\)"):
+        m(torch.randn(1, 3, 32, 32))
+    with pytest.raises(ValueError, match="3 channels"):
+        m(torch.randn(1, 4, 4, 32, 32))
+    with pytest.raises(ValueError, match="inflate"):
+        ResNet3d(inflate="2x2x2")
+    with pytest.raises(ValueError, match="layers"):
+        ResNet3d((3, 4, 6))
+    with pytest.raises(ValueError, match="num_classes"):
+        ResNet3d(num_classes=0)
+    with pytest.raises(ValueError, match="temporal_strides"):
+        ResNet3d(temporal_strides=(2, 2))
+    with pytest.raises(ValueError, match="conv1_t"):
+        ResNet3d(conv1_t=4)
