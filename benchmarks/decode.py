@@ -11,6 +11,9 @@ keyframe every 60 frames), then measures for every available backend of :mod:`nl
 * ``seek gain``: ``clip/s seek`` / ``clip/s full``;
 * ``vs pyav``: ``clip/s seek`` relative to PyAV.
 
+and then dataset items per second (``nlnet.data.datasets``: decoding plus the Section 4.1
+transforms at the paper's sizes) for training and test clips (``--no-pipeline`` skips this).
+
 Clips are the paper's training clips (``001_4890b07ab5be0a19.txt``, Section 4.1: 64 consecutive
 frames, every other one dropped), at random positions with a fixed seed; each clip opens the file
 anew, as a data-loader worker does.
@@ -97,6 +100,47 @@ def bench_backend(path: Path, backend: str, args: argparse.Namespace) -> dict[st
     }
 
 
+def bench_pipeline(path: Path, backend: str, args: argparse.Namespace) -> tuple[float, float]:
+    """Items/s of a one-video dataset: training clips (scale jitter [256, 320], 224 crop, flip)
+    and test clips (shorter side 256, full frame)."""
+    import shutil
+    import warnings
+
+    from nlnet.data.datasets import build_dataset
+
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "train" / "c" / path.name
+        target.parent.mkdir(parents=True)
+        shutil.copy(path, target)
+        cfg = {
+            "type": "folder",
+            "root": tmp,
+            "num_frames": args.clip_len,
+            "stride": args.stride,
+            "backend": backend,
+            "seed": 0,
+            "cache": False,
+            "min_frames": 1,
+        }
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            train = build_dataset(cfg, "train")
+            test = build_dataset(cfg, "train", mode="test")
+
+        def run_train():
+            for epoch in range(args.clips):
+                train.set_epoch(epoch)
+                train[0]
+
+        def run_test():
+            for i in range(min(args.clips, len(test))):
+                test[i]
+
+        t_train = timed(run_train, args.repeats)
+        t_test = timed(run_test, args.repeats)
+    return args.clips / t_train, min(args.clips, len(test)) / t_test
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--frames", type=int, default=300, help="frames in the test video")
@@ -108,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clips", type=int, default=10, help="random clips per measurement")
     p.add_argument("--repeats", type=int, default=2, help="best of this many runs")
     p.add_argument("--threads", type=int, default=1, help="FFmpeg threads per decoder")
+    p.add_argument(
+        "--no-pipeline",
+        dest="pipeline",
+        action="store_false",
+        help="skip the dataset-item measurement (decode + scale/crop/flip/normalise)",
+    )
     p.add_argument(
         "--video", type=Path, default=None, help="use this file instead of a synthetic one"
     )
@@ -132,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                 h, w = (int(v) for v in size.lower().split("x"))
                 path = make_video(Path(tmp) / f"{h}x{w}.mp4", args.frames, h, w, args.gop, args.fps)
                 videos.append((f"{args.frames}f {h}x{w} gop{args.gop}", path))
+        pipeline_rows: list[tuple[str, Path]] = []
         for label, path in videos:
             results = {b: bench_backend(path, b, args) for b in available_backends()}
             base = results["pyav"]["clips_seek"]
@@ -141,6 +192,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['clips_full']:>12.2f} {r['clips_seek']:>12.2f} "
                     f"{r['clips_seek'] / r['clips_full']:>9.2f}x {r['clips_seek'] / base:>7.2f}x"
                 )
+            if args.pipeline:
+                pipeline_rows.append((label, path))
+        if pipeline_rows:
+            print()
+            print("dataset items (decode + Section 4.1 transforms, one process, paper sizes):")
+            for label, path in pipeline_rows:
+                for name in available_backends():
+                    train, test = bench_pipeline(path, name, args)
+                    print(
+                        f"{label:<22} {name:<11} train clip/s {train:6.2f}   "
+                        f"test clip/s {test:6.2f}"
+                    )
     if "torchcodec" not in available_backends():
         print("torchcodec: not available here (pip install torchcodec + FFmpeg shared libraries)")
     return 0

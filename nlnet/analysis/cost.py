@@ -14,6 +14,7 @@ for the figures).
 from __future__ import annotations
 
 import argparse
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -107,7 +108,9 @@ def parse_input_size(text: str | Sequence[int]) -> tuple[int, ...]:
         try:
             size = tuple(int(v) for v in text.lower().replace(",", "x").split("x"))
         except ValueError as err:
-            raise ValueError(f"input: expected sizes like 32x224x224 or 800x1333, got {text!r}") from err
+            raise ValueError(
+                f"input: expected sizes like 32x224x224 or 800x1333, got {text!r}"
+            ) from err
     else:
         size = tuple(int(v) for v in text)
     if len(size) not in (2, 3) or min(size) < 1:
@@ -133,8 +136,7 @@ def model_cost(
 
     Args:
         model: a registered model name (built on ``meta``), a builder called under
-            ``torch.device("meta")``, or a module (moved to ``meta`` with ``to_empty``, so pass a
-            copy if you need its weights).
+            ``torch.device("meta")``, or a module (a copy is moved to ``meta``).
         input_size: ``(T, H, W)`` for video, ``(H, W)`` for images, or a string ``"32x224x224"``.
         in_channels: input channels.
         batch_size: batch size of the counted forward pass (costs scale linearly).
@@ -157,10 +159,8 @@ def model_cost(
             if not callable(model):
                 raise TypeError(f"model: expected a name, a builder or an nn.Module, got {model!r}")
             model = model()
-    if any(t.device.type != "meta" for t in model.parameters()) or any(
-        t.device.type != "meta" for t in model.buffers()
-    ):
-        model = model.to_empty(device="meta")
+    if any(t.device.type != "meta" for t in (*model.parameters(), *model.buffers())):
+        model = copy.deepcopy(model).to_empty(device="meta")  # the caller's weights stay intact
     model.eval()
     x = torch.empty(batch_size, in_channels, *size, device="meta")
     root = type(model).__name__
@@ -181,7 +181,9 @@ def model_cost(
         if row.params or row.macs:
             stages.append(row)
     nl_rows = [
-        CostRow(n, count_params(m), macs_of(n)) for n, m in model.named_modules() if _is_non_local(m)
+        CostRow(n, count_params(m), macs_of(n))
+        for n, m in model.named_modules()
+        if _is_non_local(m)
     ]
     return CostReport(name, size, count_params(model), total, stages, nl_rows)
 
@@ -225,8 +227,8 @@ def mask_rcnn_like_cost(
     from collections import OrderedDict
 
     from torchvision.models import resnet
-    from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
     from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+    from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
     from torchvision.models.detection.rpn import RPNHead
     from torchvision.ops import FeaturePyramidNetwork
     from torchvision.ops.feature_pyramid_network import LastLevelMaxPool
@@ -334,9 +336,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"Mask R-CNN-like ResNet-50-FPN at {size[0]}x{size[1]} (GMACs)")
         for k, v in with_nl.items():
             print(f"  {k:<10} {v / 1e9:9.2f}")
-        print(f"  one non-local block: +{with_nl['non_local'] / (with_nl['total'] - with_nl['non_local']):.1%} "
-              f"of the model, +{with_nl['non_local'] / (with_nl['backbone'] - with_nl['non_local']):.1%} "
-              "of the backbone")
+        print(
+            f"  one non-local block: +{with_nl['non_local'] / (with_nl['total'] - with_nl['non_local']):.1%} "
+            f"of the model, +{with_nl['non_local'] / (with_nl['backbone'] - with_nl['non_local']):.1%} "
+            "of the backbone"
+        )
     if args.model is None:
         if not (args.table2e or args.coco):
             print("nlnet cost: give a MODEL, --table2e or --coco")

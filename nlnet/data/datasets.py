@@ -40,7 +40,8 @@ the epoch summary can count them.
 
 Frame-count index. The number of frames of every video is probed once (packet headers only, see
 :mod:`nlnet.data.video`) when a dataset is created, kept in memory for the whole process and
-stored in a JSON file, by default ``<root or annotation folder>/.nlnet_index.json``. An entry is
+stored in a JSON file, by default ``<root or annotation folder>/.nlnet_index.json`` (when that
+folder is read-only: ``$NLNET_CACHE/index/`` or ``~/.cache/nlnet/index/``). An entry is
 keyed by the absolute path and is reused while the file's size and modification time are
 unchanged; unreadable files are recorded too. If the folder is read-only the index stays in memory.
 
@@ -84,6 +85,7 @@ when a run is resumed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -600,11 +602,21 @@ class VideoClipDataset(Dataset):
         )
 
 
+def _visible_dirs(folder: Path) -> list[Path]:
+    """Sub-folders of ``folder`` not starting with a dot, sorted by name."""
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
 def _default_cache(anchor: Path, cache: bool | str | os.PathLike | None) -> Path | None:
     if cache is None or cache is False:
         return None
     if cache is True:
-        return anchor / INDEX_FILE_NAME
+        if os.access(anchor, os.W_OK):
+            return anchor / INDEX_FILE_NAME
+        # a read-only data folder (shared storage): keep the index in the user's cache instead
+        base = os.environ.get("NLNET_CACHE") or os.path.join(Path.home(), ".cache", "nlnet")
+        digest = hashlib.sha1(str(anchor.resolve()).encode()).hexdigest()[:16]
+        return Path(base) / "index" / f"{anchor.name or 'root'}-{digest}.json"
     return Path(cache)
 
 
@@ -638,8 +650,8 @@ class VideoFolderDataset(VideoClipDataset):
             raise ValueError(f"root: folder {str(split_dir)!r} does not exist")
         exts = tuple(e.lower() for e in extensions)
         if classes is None:
-            dirs = [split_dir] if split is None else [d for d in root.iterdir() if d.is_dir()]
-            names = sorted({c.name for d in dirs for c in d.iterdir() if c.is_dir()})
+            dirs = [split_dir] if split is None else _visible_dirs(root)
+            names = sorted({c.name for d in dirs for c in _visible_dirs(d)})
             if not names:
                 raise ValueError(f"root: no class folders in {str(split_dir)!r}")
             token_to_pos = {n: k for k, n in enumerate(names)}
@@ -647,7 +659,7 @@ class VideoFolderDataset(VideoClipDataset):
             names, token_to_pos = read_class_index(classes)
         videos: list[str] = []
         targets: list[int] = []
-        for class_dir in sorted(p for p in split_dir.iterdir() if p.is_dir()):
+        for class_dir in _visible_dirs(split_dir):
             if class_dir.name not in token_to_pos:
                 raise ValueError(f"classes: folder {class_dir.name!r} is not in the class index")
             files = sorted(
@@ -686,6 +698,11 @@ def _parse_list(
                 target = _resolve_label(parent, token_to_pos, where)
             else:
                 path = " ".join(parts[:-1])
+                if len(parts) > 2 and not (root / path).exists() and (root / parts[0]).exists():
+                    raise ValueError(
+                        f"{where}: expected 'path label', got {len(parts)} fields (frame-folder "
+                        "lists with a frame count are not supported; use video files)"
+                    )
                 target = _resolve_label(parts[-1], token_to_pos, where)
         videos.append(str(root / path))
         targets.append(target)
@@ -923,7 +940,7 @@ def build_dataset(cfg: Mapping[str, Any], split: str, mode: str | None = None) -
             classes = str(Path(c["root"]) / classes)
     cache = c["cache"]
     if cache is True and c["root"] is not None:
-        cache = Path(c["root"]) / INDEX_FILE_NAME
+        cache = _default_cache(Path(c["root"]), True)
     return cls(
         ann,
         c["root"],

@@ -71,6 +71,15 @@ def to_float_clip(frames: torch.Tensor) -> torch.Tensor:
     return frames.permute(3, 0, 1, 2).float().div_(255.0)  # (C, T, H, W)
 
 
+def _uint8_view(frames: torch.Tensor) -> torch.Tensor:
+    """``uint8`` ``(T, H, W, C)`` -> the same data viewed as ``(C, T, H, W)``."""
+    if not isinstance(frames, torch.Tensor) or frames.ndim != 4:
+        raise ValueError("frames must be a (T, H, W, C) tensor")
+    if frames.dtype != torch.uint8:
+        raise TypeError(f"frames must be uint8 as decoded, got {frames.dtype}")
+    return frames.permute(3, 0, 1, 2)
+
+
 def short_side_size(height: int, width: int, size: int) -> tuple[int, int]:
     """Output ``(height, width)`` when the shorter side becomes ``size`` (aspect ratio kept)."""
     if height <= width:
@@ -79,15 +88,24 @@ def short_side_size(height: int, width: int, size: int) -> tuple[int, int]:
 
 
 def resize(clip: torch.Tensor, size: Size, mode: str = "bilinear") -> torch.Tensor:
-    """Resizes every frame of a ``(C, T, H, W)`` clip to ``size`` = ``(h, w)``."""
+    """Resizes every frame of a ``(C, T, H, W)`` clip to ``size`` = ``(h, w)``.
+
+    Float clips are interpolated in their dtype. ``uint8`` clips stay ``uint8``: on the CPU with
+    ``mode="bilinear"`` torch interpolates them natively (several times faster than in float,
+    results rounded to the nearest level); elsewhere they go through float32 and are rounded back.
+    """
     _check_clip(clip)
     h, w = _pair("size", size)
     if (h, w) == tuple(clip.shape[-2:]):
         return clip
     x = clip.transpose(0, 1)  # (T, C, H, W): frames as a batch
     align = False if mode in ("bilinear", "bicubic") else None
-    x = F.interpolate(x, size=(h, w), mode=mode, align_corners=align)
-    return x.transpose(0, 1).contiguous()  # (C, T, h, w)
+    if clip.dtype == torch.uint8 and not (clip.device.type == "cpu" and mode == "bilinear"):
+        x = F.interpolate(x.float(), size=(h, w), mode=mode, align_corners=align)
+        x = x.round_().clamp_(0, 255).to(torch.uint8)
+    else:
+        x = F.interpolate(x, size=(h, w), mode=mode, align_corners=align)
+    return x.transpose(0, 1)  # (C, T, h, w)
 
 
 def short_side_resize(clip: torch.Tensor, size: int, mode: str = "bilinear") -> torch.Tensor:
@@ -219,15 +237,19 @@ class TrainTransform:
         self.mean, self.std = tuple(mean), tuple(std)
 
     def __call__(self, frames: torch.Tensor, generator: torch.Generator | None = None):
-        """``uint8`` ``(T, H, W, C)`` -> normalised float ``(C, T, crop_h, crop_w)``."""
-        clip = to_float_clip(frames)  # (C, T, H, W)
+        """``uint8`` ``(T, H, W, C)`` -> normalised float ``(C, T, crop_h, crop_w)``.
+
+        Resizing and cropping run on ``uint8`` (a view, no copy of the decoded frames); only the
+        crop is converted to float.
+        """
+        clip = _uint8_view(frames)  # (C, T, H, W) uint8
         clip = random_short_side_resize(clip, *self.scale, generator=generator)
         clip = random_crop(clip, self.crop, generator=generator)
         if self.output_size is not None:
             clip = resize(clip, self.output_size)
         if self.flip and torch.rand((), generator=generator).item() < 0.5:
             clip = horizontal_flip(clip)
-        return normalize(clip, self.mean, self.std).contiguous()
+        return normalize(clip.float().div_(255.0), self.mean, self.std).contiguous()
 
     def __repr__(self) -> str:
         return (
@@ -278,11 +300,11 @@ class TestTransform:
         """``uint8`` ``(T, H, W, C)`` -> normalised float ``(C, T, h, w)`` of view ``crop_index``."""
         if not 0 <= crop_index < self.num_crops:
             raise ValueError(f"crop_index must lie in [0, {self.num_crops}), got {crop_index}")
-        clip = short_side_resize(to_float_clip(frames), self.scale)  # (C, T, H', W')
+        clip = short_side_resize(_uint8_view(frames), self.scale)  # (C, T, H', W') uint8
         if self.crop is not None:
             position = 1 if self.num_crops == 1 else crop_index
             clip = spatial_crop(clip, self.crop, position)
-        return normalize(clip, self.mean, self.std).contiguous()
+        return normalize(clip.float().div_(255.0), self.mean, self.std).contiguous()
 
     def __repr__(self) -> str:
         return (

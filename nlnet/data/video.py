@@ -286,13 +286,11 @@ class PyAVReader(VideoReader):
             self._container = av.open(self.path)
         except (av.FFmpegError, OSError, UnicodeDecodeError, ValueError) as exc:
             raise VideoDecodeError(self.path, f"cannot open: {exc}") from exc
+        self._num_threads = int(num_threads)
         try:
             if not self._container.streams.video:
                 raise VideoDecodeError(self.path, "the file has no video stream")
-            self._stream = self._container.streams.video[0]
-            self._stream.thread_count = int(num_threads)
-            if num_threads != 1:
-                self._stream.thread_type = "AUTO"
+            self._select_stream()
             self._build_index()
         except VideoDecodeError:
             self.close()
@@ -300,6 +298,21 @@ class PyAVReader(VideoReader):
         except (av.FFmpegError, OSError, ValueError) as exc:
             self.close()
             raise VideoDecodeError(self.path, f"cannot read the stream: {exc}") from exc
+
+    def _select_stream(self) -> None:
+        self._stream = self._container.streams.video[0]
+        self._stream.thread_count = self._num_threads
+        if self._num_threads != 1:
+            self._stream.thread_type = "AUTO"
+
+    def _rewind(self) -> None:
+        """Back to the first packet; streams that cannot seek (raw H.264) are reopened."""
+        try:
+            self._container.seek(0)
+        except self._av.FFmpegError:
+            self._container.close()
+            self._container = self._av.open(self.path)
+            self._select_stream()
 
     def _build_index(self) -> None:
         """Reads packet headers (no decoding) to map frame index -> pts and find keyframes."""
@@ -315,22 +328,22 @@ class PyAVReader(VideoReader):
             pts.append(int(packet.pts))
             if packet.is_keyframe:
                 key_pts.append(int(packet.pts))
-        if has_none or not pts:
-            # No usable timestamps (e.g. raw elementary streams): index by a full decode.
+        # No usable timestamps (e.g. raw elementary streams): index by a full decode and later
+        # decode sequentially from the start.
+        self._sequential = has_none or not pts
+        if self._sequential:
             pts, key_pts = self._index_by_decoding()
         if not pts:
             raise VideoDecodeError(self.path, "the video stream holds no frames")
         self._pts = sorted(pts)
         self._key_pts = sorted(set(key_pts)) or [self._pts[0]]
-        self._sequential = has_none
-        frame = self._stream
-        self._height = int(frame.codec_context.height or 0)
-        self._width = int(frame.codec_context.width or 0)
+        codec = self._stream.codec_context
+        self._height, self._width = int(codec.height or 0), int(codec.width or 0)
         rate = self._stream.average_rate or self._stream.guessed_rate
         self._fps = float(rate) if rate else 0.0
 
     def _index_by_decoding(self) -> tuple[list[int], list[int]]:
-        self._container.seek(0)
+        self._rewind()
         count = 0
         for _ in self._container.decode(self._stream):
             count += 1
@@ -401,7 +414,7 @@ class PyAVReader(VideoReader):
         wanted = set(indices)
         got: dict[int, np.ndarray] = {}
         try:
-            self._container.seek(0)
+            self._rewind()
             for i, frame in enumerate(self._container.decode(self._stream)):
                 if i in wanted:
                     got[i] = self._to_rgb(frame)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -196,6 +197,7 @@ class Config:
     class_names: tuple[str, ...] | None = None
 
 
+_FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 _FREE_FORM = {("data",), ("model", "overrides")}
 _CHOICES = {
     ("train", "amp"): ("none", "bf16", "fp16"),
@@ -249,6 +251,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "1e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
         return float(value)
@@ -460,6 +467,8 @@ def parse_overrides(items: Iterable[str]) -> list[tuple[str, Any]]:
             raise ConfigError(f"override {item!r}: empty key")
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
+            if isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
+                value = float(value)  # "1e-3": YAML 1.1 would keep it a string
         except yaml.YAMLError as exc:
             raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from exc
         out.append((key, value))

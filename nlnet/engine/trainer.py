@@ -50,6 +50,7 @@ from nlnet.engine.checkpoint import (
     set_rng_state,
 )
 from nlnet.engine.config import Config, config_to_dict, save_config
+from nlnet.engine.config import replace as replace_config
 from nlnet.engine.evaluator import (
     autocast_context,
     build_eval_loader,
@@ -566,6 +567,13 @@ def _train(
         )
         epoch, iteration, batch_in_epoch = pos["epoch"], pos["iteration"], pos["batch_in_epoch"]
         per_rank = ckpt.get("extra", {}).get("ranks") or []
+        if per_rank and len(per_rank) != info.world_size:
+            warnings.warn(
+                f"resume: the checkpoint was written by {len(per_rank)} process(es), this run has "
+                f"{info.world_size}; training continues but not exactly as the original run",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         mine = per_rank[info.rank] if len(per_rank) == info.world_size else None
         if mine is not None:
             set_rng_state(mine["rng"])
@@ -917,7 +925,9 @@ def evaluate(
 
         check_compatible(ckpt, cfg.model.name, cfg.model.num_classes)
         if model is None:
-            model = build_model(cfg)
+            # the weights come from the checkpoint: skip the initialisation files
+            bare = replace_config(cfg, **{"model.pretrained": None, "model.pretrained_2d": None})
+            model = build_model(bare)
         load_model_weights(model, ckpt)
         model.to(info.device)
         split = split or cfg.eval.split

@@ -3,6 +3,13 @@
 See ``docs/models.md`` for the model names and where the non-local blocks go.
 """
 
+from nlnet.models.image import SegmentationHead, SegmentationNet, resnet_non_local
+from nlnet.models.inflate import (
+    InflationReport,
+    inflate_conv_weight,
+    inflate_state_dict,
+    load_pretrained_2d,
+)
 from nlnet.models.registry import (
     ModelEntry,
     create_model,
@@ -17,14 +24,7 @@ from nlnet.models.resnet3d import (
     VideoClassifierHead,
     inflation_pattern,
 )
-from nlnet.models.inflate import (
-    InflationReport,
-    inflate_conv_weight,
-    inflate_state_dict,
-    load_pretrained_2d,
-)
 from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_blocks, non_local_paths
-from nlnet.models.image import SegmentationHead, SegmentationNet, resnet_non_local
 
 __all__ = [
     "BLOCK_CONFIG",

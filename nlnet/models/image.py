@@ -32,8 +32,13 @@ __all__ = [
     "SegmentationNet",
 ]
 
-_DEPTHS = {18: resnet.resnet18, 34: resnet.resnet34, 50: resnet.resnet50, 101: resnet.resnet101,
-           152: resnet.resnet152}
+_DEPTHS = {
+    18: resnet.resnet18,
+    34: resnet.resnet34,
+    50: resnet.resnet50,
+    101: resnet.resnet101,
+    152: resnet.resnet152,
+}
 
 
 def _torchvision_resnet(depth: int, **kwargs: Any) -> resnet.ResNet:

@@ -96,7 +96,9 @@ def read_state_dict(source: str | os.PathLike | Mapping[str, torch.Tensor]) -> d
     out = {}
     for k, v in source.items():
         if not isinstance(v, torch.Tensor):
-            raise TypeError(f"pretrained_2d: value of key {k!r} is {type(v).__name__}, not a tensor")
+            raise TypeError(
+                f"pretrained_2d: value of key {k!r} is {type(v).__name__}, not a tensor"
+            )
         out[k[len("module.") :] if k.startswith("module.") else k] = v
     return out
 
@@ -181,8 +183,9 @@ def inflate_state_dict(
         if missing:
             parts.append(f"missing keys (in the model, not in the 2D state dict): {_fmt(missing)}")
         if unexpected:
-            parts.append(f"unexpected keys (in the 2D state dict, not in the model): "
-                         f"{_fmt(unexpected)}")
+            parts.append(
+                f"unexpected keys (in the 2D state dict, not in the model): {_fmt(unexpected)}"
+            )
         if mismatched:
             parts.append(f"shape mismatch: {_fmt(mismatched)}")
         raise ValueError(

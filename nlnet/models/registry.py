@@ -233,8 +233,10 @@ def build_video_resnet(
     if at:
         insert_non_local(model, at, **opts)
     elif opts:
-        raise ValueError(f"block options {sorted(opts)} given to a model without non-local blocks; "
-                         "pass nl_at= to place blocks")
+        raise ValueError(
+            f"block options {sorted(opts)} given to a model without non-local blocks; "
+            "pass nl_at= to place blocks"
+        )
     return model
 
 
@@ -243,6 +245,7 @@ def _video_cfg(depth: int, arch: str, blocks: str | None) -> dict[str, Any]:
         "num_classes": 400,
         "input_size": (3, 32, 224, 224),
         "task": "video_classification",
+        "family": "resnet3d",
         "arch": arch,
         "depth": depth,
         "blocks": blocks,
@@ -260,7 +263,9 @@ def _register_video(depth: int, arch: str, blocks: str | None) -> None:
     builder.__name__ = name
     builder.__qualname__ = name
     desc = f"{_VIDEO_ARCHS[arch][1]} ResNet-{depth}{_BLOCKS_DESC[blocks]}"
-    register_model(builder, name=name, description=desc, default_cfg=_video_cfg(depth, arch, blocks))
+    register_model(
+        builder, name=name, description=desc, default_cfg=_video_cfg(depth, arch, blocks)
+    )
 
 
 for _blocks in (None, "nl1", "nl5", "nl10", "res2", "res3", "res4", "res5"):
@@ -277,6 +282,7 @@ _IMAGE_CFG = {
     "num_classes": 1000,
     "input_size": (3, 224, 224),
     "task": "image_classification",
+    "family": "resnet2d",
     "test_overrides": {"width_per_group": 4},
 }
 
@@ -322,6 +328,7 @@ _SEG_CFG = {
     "num_classes": 19,
     "input_size": (3, 512, 1024),
     "task": "segmentation",
+    "family": "segmentation",
     "new_keys": ("head.",),
     "test_overrides": {"width_per_group": 4, "mid_channels": 16},
 }

@@ -62,7 +62,12 @@ BLOCK_CONFIG: dict[int, tuple[int, int, int, int]] = {
 }
 
 #: Paper stage name -> torchvision attribute name.
-STAGE_NAMES: dict[str, str] = {"res2": "layer1", "res3": "layer2", "res4": "layer3", "res5": "layer4"}
+STAGE_NAMES: dict[str, str] = {
+    "res2": "layer1",
+    "res3": "layer2",
+    "res4": "layer3",
+    "res5": "layer4",
+}
 
 _INFLATE_KINDS = (None, "3x3x3", "3x1x1")
 
@@ -264,7 +269,9 @@ class ResNet3d(nn.Module):
         if inflate not in _INFLATE_KINDS:
             raise ValueError(f"inflate: expected one of {_INFLATE_KINDS}, got {inflate!r}")
         if not isinstance(temporal_kernel, int) or temporal_kernel < 1 or temporal_kernel % 2 == 0:
-            raise ValueError(f"temporal_kernel: expected a positive odd int, got {temporal_kernel!r}")
+            raise ValueError(
+                f"temporal_kernel: expected a positive odd int, got {temporal_kernel!r}"
+            )
         if conv1_t is None:
             conv1_t = 1 if inflate is None else 5
         if not isinstance(conv1_t, int) or conv1_t < 1 or conv1_t % 2 == 0:
@@ -348,6 +355,8 @@ class ResNet3d(nn.Module):
         return nn.Sequential(*mods)
 
     def _init_weights(self, zero_init_residual: bool) -> None:
+        if self.conv1.weight.is_meta:
+            return  # shapes only (cost counting, shape checks): nothing to initialise
         for m in self.modules():
             if isinstance(m, nn.Conv3d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")

@@ -109,8 +109,7 @@ def _get(model: nn.Module, path: str) -> nn.Module:
     except AttributeError as err:
         top = [n for n, _ in model.named_children()]
         raise ValueError(
-            f"at: no module at path {path!r} in {type(model).__name__} "
-            f"(top-level children: {top})"
+            f"at: no module at path {path!r} in {type(model).__name__} (top-level children: {top})"
         ) from err
 
 

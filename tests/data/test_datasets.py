@@ -72,6 +72,7 @@ def folder_root(tmp_path_factory):
     make_video(root / "val" / "cat" / "c3.mp4")
     make_video(root / "val" / "eel" / "e1.mp4")  # a class that only the val split has
     (root / "train" / "cat" / "notes.txt").write_text("not a video")
+    (root / ".thumbnails" / "junk").mkdir(parents=True)  # hidden folders are not splits/classes
     return root
 
 
@@ -151,6 +152,9 @@ def test_list_layout_ucf_style(folder_root, tmp_path):
     (tmp_path / "nolabel.txt").write_text("train/cat/c1.mp4\n")
     with pytest.raises(ValueError, match="class-index"):
         VideoListDataset(tmp_path / "nolabel.txt", folder_root, **TINY)
+    (tmp_path / "rawframes.txt").write_text("train/cat/c1.mp4 12 0\n")  # mmaction2 frame lists
+    with pytest.raises(ValueError, match="expected 'path label'"):
+        VideoListDataset(tmp_path / "rawframes.txt", folder_root, **TINY)
     (tmp_path / "unknown.txt").write_text("train/cat/c1.mp4 7\n")
     with pytest.raises(ValueError, match="unknown class"):
         VideoListDataset(tmp_path / "unknown.txt", folder_root, classes=["cat"], **TINY)
@@ -319,3 +323,15 @@ def test_config_errors(folder_root):
         build_dataset({"type": "folder", "root": str(folder_root)}, "test")
     with pytest.raises(TypeError):
         build_dataset([("type", "folder")], "train")
+
+
+def test_read_only_data_folder_keeps_the_index_in_the_user_cache(
+    folder_root, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("NLNET_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(ds_mod.os, "access", lambda *args, **kwargs: False)  # "read-only"
+    data = build_dataset({"type": "folder", "root": str(folder_root), **TINY}, "train")
+    assert data.cache_file.parent == tmp_path / "cache" / "index"
+    assert data.cache_file.is_file()
+    entries = json.loads(data.cache_file.read_text())["entries"]
+    assert sorted(entries) == sorted(data.videos)

@@ -167,3 +167,12 @@ def test_bad_configuration_errors():
         TestTransform(scale=8, crop=9)
     with pytest.raises(ValueError, match="size"):
         resize(torch.rand(3, 1, 4, 4), (0, 3))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_uint8_resize_matches_float_resize(mode):
+    x = frames(t=2, h=12, w=16)  # (T, H, W, C) uint8
+    as_uint8 = resize(x.permute(3, 0, 1, 2), (9, 13), mode=mode)  # native (bilinear) or via float
+    assert as_uint8.dtype == torch.uint8 and as_uint8.shape == (3, 2, 9, 13)
+    as_float = resize(to_float_clip(x), (9, 13), mode=mode) * 255
+    assert (as_uint8.float() - as_float.clamp(0, 255)).abs().max().item() <= 1.01

@@ -116,6 +116,8 @@ def test_backends_give_the_same_frames(videos):
         # different FFmpeg builds may round the YUV->RGB conversion differently
         assert (a.int() - b.int()).abs().max().item() <= 2, name
         assert probe_video(videos[name], "pyav") == probe_video(videos[name], "torchcodec")
+        if name == "flat":
+            assert frame_ids(a) == frame_ids(b) == idx
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -215,3 +217,20 @@ def test_pyav_seeks_exactly_in_avi_with_b_frames(tmp_path):
         assert reader.num_frames == 20
         for idx in ([3, 5, 7], [11, 12], [19], [16, 0]):
             assert torch.equal(reader.get_frames(idx), reference[idx]), idx
+
+
+def test_pyav_reads_streams_without_timestamps(tmp_path):
+    # a raw H.264 elementary stream has no timestamps and cannot seek: indexed by decoding
+    path = tmp_path / "raw.h264"
+    with av.open(str(path), "w", format="h264") as container:
+        stream = container.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = W, H, "yuv420p"
+        for array in flat_frames(12):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(array, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    with open_video(path, backend="pyav") as reader:
+        assert reader.num_frames == 12
+        assert frame_ids(reader.get_frames([5, 2, 11])) == [5, 2, 11]
+        assert frame_ids(reader.get_frames([0, 1])) == [0, 1]

@@ -89,8 +89,12 @@ def test_train_stop_resume_eval_predict(tmp_path):
         ref = train(
             load_config(
                 "smoke/folder_c2d_r50_nl5",
-                [f"data.root={root}", "train.device=cpu", "train.progress=false",
-                 f"output_dir={tmp_path / 'run_ref'}"],
+                [
+                    f"data.root={root}",
+                    "train.device=cpu",
+                    "train.progress=false",
+                    f"output_dir={tmp_path / 'run_ref'}",
+                ],
             )
         )
     torch.set_num_threads(threads)
@@ -102,7 +106,9 @@ def test_train_stop_resume_eval_predict(tmp_path):
     assert "skipped 1 bad video" in out.stdout  # the corrupt file, once per epoch
     # 3) ... resumed from its run directory (config taken from run/config.yaml)
     second = _json_tail(
-        _nlnet("train", "--output-dir", "run", "--resume", "train.stop_after=0", cwd=tmp_path).stdout
+        _nlnet(
+            "train", "--output-dir", "run", "--resume", "train.stop_after=0", cwd=tmp_path
+        ).stdout
     )
     assert second["iterations"] == 12 and not second["stopped"]
     a = torch.load(tmp_path / "run_ref/checkpoints/final.pt", weights_only=True)
@@ -115,7 +121,9 @@ def test_train_stop_resume_eval_predict(tmp_path):
         assert (tmp_path / "run" / name).is_file(), name
     # 4) multi-clip evaluation of the checkpoint (config read from the checkpoint)
     ckpt = str(tmp_path / "run/checkpoints/final.pt")
-    metrics = _json_tail(_nlnet("eval", "--checkpoint", ckpt, "--device", "cpu", cwd=tmp_path).stdout)
+    metrics = _json_tail(
+        _nlnet("eval", "--checkpoint", ckpt, "--device", "cpu", cwd=tmp_path).stdout
+    )
     assert metrics["video_count"] == 4 and metrics["clip_count"] == 8  # eval.clips=2
     assert 0.0 <= metrics["video_top1"] <= 100.0 and metrics["video_top5"] == 100.0
     # 5) prediction on files, class names from the checkpoint
@@ -140,7 +148,15 @@ def test_help_shows_examples():
 def test_unknown_override_is_a_clear_error(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = subprocess.run(
-        [sys.executable, "-m", "nlnet", "train", "--config", "smoke/folder_c2d_r50_nl5", "optim.lrr=1"],
+        [
+            sys.executable,
+            "-m",
+            "nlnet",
+            "train",
+            "--config",
+            "smoke/folder_c2d_r50_nl5",
+            "optim.lrr=1",
+        ],
         capture_output=True,
         text=True,
         env=env,

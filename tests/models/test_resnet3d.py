@@ -19,7 +19,9 @@ def _one_thread():
     torch.set_num_threads(n)
 
 
-VIDEO_MODELS = [n for n in list_models() if get_model_entry(n).default_cfg["task"].startswith("video")]
+VIDEO_MODELS = [
+    n for n in list_models() if get_model_entry(n).default_cfg["task"].startswith("video")
+]
 
 # Table 1, 32x224x224 input: (channels, T, H, W) of every stage output.
 TABLE1 = {
@@ -38,7 +40,7 @@ def test_table1_stage_shapes_full_size_on_meta(name):
     with torch.device("meta"):
         model = create_model(name)
         feats = model.forward_features(torch.empty(1, 3, 32, 224, 224))
-        logits = model(torch.empty(1, 3, 32, 224, 224))
+        logits = model.forward_head(feats["res5"])
     assert {k: tuple(v.shape[1:]) for k, v in feats.items()} == TABLE1
     assert tuple(logits.shape) == (1, 400)
 
@@ -119,8 +121,6 @@ def test_forward_equals_head_of_features_and_num_classes():
 
 def test_temporal_strides_one_keeps_frames():
     m = ResNet3d((1, 1, 1, 1), 3, width=4, temporal_strides=(1, 1, 1))
-    with torch.device("meta"):
-        pass
     feats = m.eval().forward_features(torch.randn(1, 3, 3, 32, 32))
     assert feats["res5"].shape[2] == 3
     assert isinstance(m.pool2, nn.Identity)

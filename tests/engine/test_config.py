@@ -1,0 +1,111 @@
+"""Config: defaults from Section 4.1, YAML with _base_, dotted overrides, strict keys, saving."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from nlnet.engine.config import (
+    Config,
+    ConfigError,
+    config_from_dict,
+    config_to_dict,
+    list_configs,
+    load_config,
+    parse_overrides,
+    replace,
+    resolve_config_path,
+    save_config,
+)
+
+
+def test_defaults_follow_the_paper():
+    cfg = Config()
+    assert (cfg.optim.lr, cfg.optim.momentum, cfg.optim.weight_decay) == (0.01, 0.9, 1e-4)
+    assert cfg.optim.max_iters == 400_000 and cfg.optim.steps == (150_000, 300_000)
+    assert cfg.optim.gamma == 0.1 and cfg.train.dropout == 0.5 and not cfg.train.freeze_bn
+    assert cfg.eval.clips == 10 and cfg.train.loss == "ce"
+
+
+def test_base_inheritance_and_overrides(tmp_path):
+    (tmp_path / "base.yaml").write_text(
+        yaml.safe_dump({"optim": {"lr": 0.1, "steps": [10, 20]}, "data": {"type": "folder"}})
+    )
+    (tmp_path / "child.yaml").write_text(
+        "_base_: base.yaml\noptim:\n  max_iters: 30\ndata:\n  root: /videos\n"
+    )
+    cfg = load_config(
+        tmp_path / "child.yaml", ["optim.lr=0.005", "train.amp=bf16", "optim.steps=[5, 7]"]
+    )
+    assert cfg.optim.lr == 0.005 and cfg.optim.max_iters == 30 and cfg.optim.steps == (5, 7)
+    assert cfg.data == {"type": "folder", "root": "/videos"}  # dicts merged recursively
+    assert cfg.train.amp == "bf16" and cfg.name == "child" and cfg.output_dir == "runs/child"
+    # free-form sections accept new keys
+    cfg2 = load_config(tmp_path / "child.yaml", ["data.num_frames=8", "model.overrides.width=4"])
+    assert cfg2.data["num_frames"] == 8 and cfg2.model.overrides == {"width": 4}
+
+
+def test_unknown_keys_name_the_key_and_the_valid_ones(tmp_path):
+    with pytest.raises(ConfigError, match=r"optim\.lrr.*valid keys in optim:.*\blr\b"):
+        load_config(None, ["optim.lrr=0.1"])
+    (tmp_path / "bad.yaml").write_text("train:\n  batchsize: 4\n")
+    with pytest.raises(ConfigError, match=r"train\.batchsize.*batch_size"):
+        load_config(tmp_path / "bad.yaml")
+    with pytest.raises(ConfigError, match="unknown config key 'foo'"):
+        config_from_dict({"foo": 1})
+
+
+def test_type_and_value_errors():
+    with pytest.raises(ConfigError, match="optim.lr: expected a number"):
+        load_config(None, ["optim.lr=fast"])
+    with pytest.raises(ConfigError, match="train.amp: expected one of none, bf16, fp16"):
+        load_config(None, ["train.amp=fp8"])
+    with pytest.raises(ConfigError, match="optim.steps: expected increasing"):
+        load_config(None, ["optim.steps=[5, 2]"])
+    with pytest.raises(ConfigError, match="train.batch_size"):
+        load_config(None, ["train.batch_size=0"])
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        parse_overrides(["optim.lr"])
+    with pytest.raises(ConfigError, match="eval.clips"):
+        load_config(None, ["data.test_clips=3"])
+    assert parse_overrides(["a.b=null", "c=[1, 2]", "d=1e-3"]) == [
+        ("a.b", None),
+        ("c", [1, 2]),
+        ("d", 1e-3),
+    ]
+
+
+def test_named_configs_resolve_and_validate():
+    names = list_configs()
+    for expected in (
+        "kinetics/c2d_r50",
+        "kinetics/c2d_r50_nl5",
+        "kinetics/c2d_r101_nl10",
+        "kinetics/i3d_r50_nl5",
+        "kinetics/i3d_r50_nl5_128f",
+        "charades/i3d_r101_nl5",
+        "smoke/folder_c2d_r50_nl5",
+    ):
+        assert expected in names
+    assert resolve_config_path("kinetics/c2d_r50_nl5").name == "c2d_r50_nl5.yaml"
+    k = load_config("kinetics/c2d_r50_nl5")
+    assert k.model.name == "c2d_r50_nl5" and k.data["num_frames"] == 32 and k.data["stride"] == 2
+    long = load_config("kinetics/i3d_r50_nl5_128f")  # Section 5.1
+    assert long.train.freeze_bn and long.optim.lr == 0.0025 and long.data["num_frames"] == 128
+    assert long.train.batch_size == 2 and long.data["stride"] == 1
+    ch = load_config("charades/i3d_r101_nl5")  # Section 5.2
+    assert ch.train.loss == "bce" and ch.model.num_classes == 157 and ch.optim.lr == 0.00125
+    assert ch.optim.steps == (75_000, 150_000) and ch.optim.max_iters == 200_000
+    with pytest.raises(FileNotFoundError, match="kinetics/c2d_r50_nl5"):
+        resolve_config_path("kinetics/nope")
+
+
+def test_save_roundtrip_and_replace(tmp_path):
+    cfg = load_config("kinetics/c2d_r50_nl5", ["optim.lr=0.02"])
+    path = save_config(cfg, tmp_path / "run" / "config.yaml")
+    again = load_config(path)
+    assert config_to_dict(again) == config_to_dict(cfg)
+    other = replace(cfg, **{"train.batch_size": 3})
+    assert other.train.batch_size == 3 and cfg.train.batch_size == 8  # frozen copy
+    with pytest.raises(AttributeError):
+        cfg.optim.lr = 1.0  # type: ignore[misc]

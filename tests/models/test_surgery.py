@@ -1,0 +1,184 @@
+"""Non-local surgery: placements (Tables 2b/2c), identity at init, state dicts, errors."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from nlnet.layers.nonlocal_block import NonLocal2d, NonLocal3d
+from nlnet.models.resnet3d import ResNet3d
+from nlnet.models.surgery import infer_channels, insert_non_local, non_local_blocks, non_local_paths
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+R50, R101 = (3, 4, 6, 3), (3, 4, 23, 3)
+
+
+def test_placement_presets_resnet50():
+    # Table 2a/2b: right before the last residual block of the stage
+    assert non_local_paths("nl1", R50) == ["layer3.4"]
+    assert [non_local_paths(f"res{i}", R50)[0] for i in (2, 3, 4, 5)] == [
+        "layer1.1",
+        "layer2.2",
+        "layer3.4",
+        "layer4.1",
+    ]
+    # Table 2c: 2 in res3 + 3 in res4 at every other block; 10 = every block of res3 and res4
+    assert non_local_paths("nl5", R50) == [
+        "layer2.1",
+        "layer2.3",
+        "layer3.1",
+        "layer3.3",
+        "layer3.5",
+    ]
+    assert non_local_paths("nl10", R50) == [f"layer2.{i}" for i in range(4)] + [
+        f"layer3.{i}" for i in range(6)
+    ]
+
+
+def test_placement_presets_resnet101():
+    assert non_local_paths("nl1", R101) == ["layer3.21"]
+    # released code: res3 mod 2, res4 mod (2 * 4 - 1) = 7
+    assert non_local_paths("nl5", R101) == [
+        "layer2.1",
+        "layer2.3",
+        "layer3.6",
+        "layer3.13",
+        "layer3.20",
+    ]
+    nl10 = non_local_paths("nl10", R101)
+    assert len(nl10) == 10 and nl10[:4] == [f"layer2.{i}" for i in range(4)]
+    assert nl10[4:] == [f"layer3.{i}" for i in (2, 5, 8, 11, 14, 17)]
+    with pytest.raises(ValueError, match="placement"):
+        non_local_paths("nl3", R50)
+
+
+def _tiny_image_resnet() -> nn.Module:
+    return torchvision.models.resnet50(weights=None, width_per_group=4, num_classes=10)
+
+
+@pytest.mark.parametrize("at", ["layer3.4", "layer4", ["layer2.1", "layer3.0"]])
+def test_identity_at_init_on_torchvision_resnet(at):
+    torch.manual_seed(0)
+    model = _tiny_image_resnet().eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        before = model(x)
+    insert_non_local(model, at)
+    blocks = non_local_blocks(model)
+    assert len(blocks) == (1 if isinstance(at, str) else 2)
+    assert all(isinstance(b, NonLocal2d) for _, b in blocks)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), before, rtol=0, atol=0)
+    # training mode too (BN gamma = 0 makes the block an exact identity)
+    model.train()
+    ref = _tiny_image_resnet()
+    ref.load_state_dict(model.state_dict(), strict=False)
+    ref.train()
+    torch.testing.assert_close(model(x), ref(x), rtol=0, atol=0)
+
+
+def test_block_is_active_after_training_and_state_dict_round_trip():
+    torch.manual_seed(0)
+    model = insert_non_local(_tiny_image_resnet(), ["layer3.4", "layer4"]).eval()
+    keys = set(model.state_dict())
+    plain = set(_tiny_image_resnet().state_dict())
+    assert plain < keys
+    assert {k for k in keys - plain} == {
+        k for k in keys if k.startswith(("layer3.4.non_local.", "layer4.non_local."))
+    }
+    assert "layer3.4.non_local.theta.weight" in keys and "layer4.non_local.W_z.weight" in keys
+    for _, block in non_local_blocks(model):  # pretend training moved gamma away from zero
+        nn.init.normal_(block.norm.weight)
+    x = torch.randn(1, 3, 64, 64)
+    plain_model = _tiny_image_resnet().eval()
+    plain_model.load_state_dict(model.state_dict(), strict=False)
+    with torch.no_grad():
+        out = model(x)
+        assert (out - plain_model(x)).abs().max() > 1e-4  # the hooked blocks are applied
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    buf.seek(0)
+    fresh = insert_non_local(_tiny_image_resnet(), ["layer3.4", "layer4"]).eval()
+    fresh.load_state_dict(torch.load(buf, weights_only=True), strict=True)
+    with torch.no_grad():
+        torch.testing.assert_close(fresh(x), out, rtol=0, atol=0)
+        torch.testing.assert_close(copy.deepcopy(model)(x), out, rtol=0, atol=0)
+    # a plain checkpoint loads into the model with blocks; only the block keys are missing
+    res = fresh.load_state_dict(_tiny_image_resnet().state_dict(), strict=False)
+    assert res.unexpected_keys == [] and all(".non_local." in k for k in res.missing_keys)
+
+
+def test_video_model_presets_options_and_identity():
+    torch.manual_seed(0)
+    model = ResNet3d(width=4, num_classes=3).eval()
+    x = torch.randn(1, 3, 8, 64, 64)
+    with torch.no_grad():
+        before = model(x)
+    insert_non_local(model, "nl5", mode="time", instantiation="dot_product")
+    names = [n for n, _ in non_local_blocks(model)]
+    assert names == [f"{p}.non_local" for p in non_local_paths("nl5", R50)]
+    blocks = [b for _, b in non_local_blocks(model)]
+    assert all(isinstance(b, NonLocal3d) for b in blocks)
+    assert all(b.mode == "time" and b.instantiation == "dot_product" for b in blocks)
+    assert blocks[0].in_channels == 32 and blocks[-1].in_channels == 64  # res3 / res4 widths
+    assert blocks[0].inter_channels == 16  # half channels by default
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), before, rtol=0, atol=0)
+
+
+def test_default_block_follows_paper_video_settings():
+    model = insert_non_local(ResNet3d(width=4), "nl1")
+    ((_, block),) = non_local_blocks(model)
+    assert block.instantiation == "embedded_gaussian" and block.mode == "spacetime"
+    assert block.kernel == (1, 2, 2)  # spatial max-pool subsampling
+    assert isinstance(block.norm, nn.BatchNorm3d) and block.norm.weight.abs().max() == 0
+
+
+def test_infer_channels():
+    m = torchvision.models.resnet18(weights=None)
+    assert infer_channels(m.layer3[1]) == 256  # BasicBlock
+    r50 = _tiny_image_resnet()
+    assert infer_channels(r50.layer3[2]) == 1024  # Bottleneck
+    assert infer_channels(r50.layer4) == 2048  # stage (Sequential)
+    assert infer_channels(nn.Conv3d(3, 7, 1)) == 7
+    with pytest.raises(ValueError, match="in_channels"):
+        infer_channels(nn.ReLU())
+    insert_non_local(m, "layer3.1")
+    assert non_local_blocks(m)[0][1].in_channels == 256
+
+
+def test_errors():
+    model = _tiny_image_resnet()
+    with pytest.raises(ValueError, match=r"at: no module at path 'layer9\.0'"):
+        insert_non_local(model, ["layer9.0"])
+    insert_non_local(model, "layer3.4")
+    with pytest.raises(ValueError, match="already has a non-local block"):
+        insert_non_local(model, "layer3.4")
+    with pytest.raises(ValueError, match="duplicate"):
+        insert_non_local(model, ["layer2.0", "layer2.0"])
+    with pytest.raises(ValueError, match="mode"):
+        insert_non_local(_tiny_image_resnet(), "layer3.4", mode="time")  # 2D block
+    with pytest.raises(ValueError, match="layers"):
+        insert_non_local(nn.Sequential(nn.Conv2d(3, 4, 1)), "nl5")
+    with pytest.raises(TypeError, match="model"):
+        insert_non_local("resnet", "layer3.4")
+    with pytest.raises(ValueError, match="dim"):
+        insert_non_local(_tiny_image_resnet(), "layer3.4", dim=4)
+    # nothing is changed when a later path is wrong
+    fresh = _tiny_image_resnet()
+    with pytest.raises(ValueError):
+        insert_non_local(fresh, ["layer3.4", "nope"])
+    assert non_local_blocks(fresh) == []
