@@ -83,6 +83,8 @@ class DigitsTaskConfig:
         num_choices: coloured digits in the last frame = number of target classes (2..6).
         distractors: unboxed white digits in every frame but the last (0 = none).
         noise: standard deviation of the Gaussian pixel noise (intensities in [0, 1]).
+        match: ``"class"``: the matching last-frame digit is another scan of the cue's class;
+            ``"image"``: it is the cue's own scan (the cue reappears, recoloured, elsewhere).
         num_train, num_val, num_test: clips per split.
         split_fractions: fractions of the 1797 digit images given to train/val/test.
         seed: the seed every random choice derives from.
@@ -94,6 +96,7 @@ class DigitsTaskConfig:
     num_choices: int = 4
     distractors: int = 1
     noise: float = 0.05
+    match: str = "class"
     num_train: int = 2400
     num_val: int = 400
     num_test: int = 800
@@ -111,6 +114,8 @@ class DigitsTaskConfig:
             raise ValueError(f"digit_size must be >= 4 pixels, got {self.digit_size}")
         if self.distractors < 0:
             raise ValueError(f"distractors must be >= 0, got {self.distractors}")
+        if self.match not in ("class", "image"):
+            raise ValueError(f"match must be 'class' or 'image', got {self.match!r}")
         if self.noise < 0:
             raise ValueError(f"noise must be >= 0, got {self.noise}")
         for name in ("num_train", "num_val", "num_test"):
@@ -292,9 +297,11 @@ def _one_clip(
     white = np.ones(3, dtype=np.float32)
     used: list[int] = []
 
-    def pick(cls: int) -> np.ndarray:
+    def pick(cls: int, exclude: int = -1) -> np.ndarray:
         pool = by_class[cls]
         i = int(pool[rng.integers(len(pool))])
+        while i == exclude and len(pool) > 1:
+            i = int(pool[rng.integers(len(pool))])
         used.append(i)
         return images[i]
 
@@ -303,10 +310,11 @@ def _one_clip(
     cue_class = int(classes[label])
     spots = _place(rng, K, S, cfg.footprint)
     match_box: tuple[int, ...] = ()
+    match_id = -1
     for k in range(K):
         b = _draw(video[T - 1], pick(int(classes[k])), *spots[k], _COLORS[k], box=False)
         if k == label:
-            match_box = b
+            match_box, match_id = b, used[-1]
     # Frames 0..T-2: distractors; frame 0 also holds the boxed cue (a different image).
     for t in range(T - 1):
         n = cfg.distractors + (1 if t == 0 else 0)
@@ -315,7 +323,12 @@ def _one_clip(
         spots = _place(rng, n, S, cfg.footprint)
         for j, (y, x) in enumerate(spots):
             if t == 0 and j == 0:
-                cue_box = _draw(video[0], pick(cue_class), y, x, white, box=True)
+                if cfg.match == "image":
+                    used.append(match_id)
+                    cue_img = images[match_id]
+                else:
+                    cue_img = pick(cue_class, exclude=match_id)
+                cue_box = _draw(video[0], cue_img, y, x, white, box=True)
             else:
                 _draw(video[t], pick(int(rng.integers(10))), y, x, white * 0.9, box=False)
     if cfg.noise > 0:

@@ -379,7 +379,7 @@ class MetricsLogger:
         matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+        fig, axes = plt.subplots(1, 3 if val else 2, figsize=(13 if val else 9, 3.6))
         if train:
             its = [r["iter"] for r in train]
             axes[0].plot(its, [r["loss"] for r in train], label="train loss")
@@ -388,17 +388,18 @@ class MetricsLogger:
         axes[1].set(xlabel="iteration", ylabel="learning rate", title="learning rate")
         if any(r["lr"] > 0 for r in train):
             axes[1].set_yscale("log")
-        keys = [
-            k
-            for k in ("video_top1", "video_top5", "clip_top1", "video_mAP", "clip_mAP")
-            if any(k in r for r in val)
-        ]
-        for k in keys:
-            pts = [(r["iter"], r[k]) for r in val if k in r]
-            axes[2].plot(*zip(*pts), marker="o", label=k)
-        axes[2].set(xlabel="iteration", ylabel="%", title="validation")
-        if keys:
-            axes[2].legend()
+        if val:
+            keys = [
+                k
+                for k in ("video_top1", "video_top5", "clip_top1", "video_mAP", "clip_mAP")
+                if any(r.get(k) is not None for r in val)
+            ]
+            for k in keys:
+                pts = [(r["iter"], r[k]) for r in val if r.get(k) is not None]
+                axes[2].plot(*zip(*pts), marker="o", label=k)
+            axes[2].set(xlabel="iteration", ylabel="%", title="validation")
+            if keys:
+                axes[2].legend()
         fig.tight_layout()
         fig.savefig(self.png, dpi=100)
         plt.close(fig)
@@ -753,6 +754,7 @@ def _train(
                     nn.utils.clip_grad_norm_(
                         [p for p in model.parameters() if p.requires_grad], oc.clip_grad_norm
                     )
+                lr = optimizer.param_groups[0]["lr"]  # the rate of this iteration
                 scaler.step(optimizer)
                 scaler.update()
                 scheduler.step()
@@ -781,7 +783,6 @@ def _train(
                         )
                     window_loss.zero_()
                     window_count = 0
-                    lr = optimizer.param_groups[0]["lr"]
                     record = {
                         "kind": "train",
                         "iter": iteration,

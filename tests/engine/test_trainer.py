@@ -148,7 +148,7 @@ def test_schedule_warmup_and_steps(tmp_path):
     _, s = _run(_cfg(tmp_path, "lr", **{"optim.warmup_iters": 0}))
     recs = _records(s["run_dir"])
     logged = [r["lr"] for r in recs if r["kind"] == "train"]
-    assert logged[4] == pytest.approx(0.1) and logged[6] == pytest.approx(0.01)
+    assert logged == pytest.approx([0.1] * 6 + [0.01] * 4)  # steps=[6]: x0.1 from iteration 6
 
 
 def test_bad_items_are_skipped_and_counted(tmp_path):
@@ -210,3 +210,18 @@ def test_evaluate_api_and_mismatch(tmp_path):
 def test_too_small_dataset_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="train.batch_size"):
         _run(_cfg(tmp_path, "small", **{"train.batch_size": 32}))
+
+
+def test_pretrained_with_reset_head(tmp_path):
+    from nlnet.engine.trainer import init_from_pretrained
+
+    cfg = _cfg(tmp_path, "pre", **{"optim.max_iters": 2})
+    trained, s = _run(cfg)
+    new = TinyVideoNet(num_classes=5)
+    fc = new.fc.weight.clone()
+    over = {"model.pretrained": s["checkpoint"], "model.num_classes": 5}
+    with pytest.raises(CheckpointMismatchError, match="reset_head"):
+        init_from_pretrained(new, replace(cfg, **over))
+    init_from_pretrained(new, replace(cfg, **over, **{"model.reset_head": True}))
+    assert torch.equal(new.conv1.weight, trained.conv1.weight)
+    assert torch.equal(new.fc.weight, fc)

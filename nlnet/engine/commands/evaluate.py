@@ -54,6 +54,9 @@ def main(args: argparse.Namespace) -> int:
             if not stored:
                 raise ValueError("the checkpoint holds no config; pass --config")
             cfg = config_from_dict(apply_overrides(stored, overrides))
+        from nlnet.engine.distributed import resolve_device
+
+        resolve_device(cfg.train.device)  # a clear error for --device cuda without CUDA
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"nlnet eval: {exc}", file=sys.stderr)
         return 2

@@ -85,6 +85,9 @@ def main(args: argparse.Namespace) -> int:
         return 0
     try:
         cfg = _config_for(args)
+        from nlnet.engine.distributed import resolve_device
+
+        resolve_device(cfg.train.device)  # a clear error for --device cuda without CUDA
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"nlnet train: {exc}", file=sys.stderr)
         return 2
