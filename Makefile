@@ -33,6 +33,8 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/nonlocal_block.py
+	$(PY) benchmarks/train_throughput.py
+	$(PY) benchmarks/decode.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache *.egg-info

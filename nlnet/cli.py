@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"nlnet: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    args = build_parser(command).parse_args(rest)
+    # Options and KEY=VALUE overrides may come in any order.
+    args = build_parser(command).parse_intermixed_args(rest)
     return int(args._main(args) or 0)
 
 

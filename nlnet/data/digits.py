@@ -143,8 +143,9 @@ class DigitsTaskConfig:
 
     @property
     def class_names(self) -> list[str]:
-        """Target class names (colours), index = label."""
-        return list(COLOR_NAMES[: self.num_choices])
+        """Target class names ``"<label>_<colour>"`` (sorted like the labels, so that the
+        class-per-folder reader's alphabetical numbering equals the label)."""
+        return [f"{k}_{name}" for k, name in enumerate(COLOR_NAMES[: self.num_choices])]
 
     def split_size(self, split: str) -> int:
         """Number of clips of ``split`` ("train", "val" or "test")."""
@@ -386,7 +387,9 @@ def _write_mp4(path: Path, clip: np.ndarray, fps: int = 8) -> None:
         write_video = None
     if write_video is not None:
         try:
-            write_video(path, clip, fps=fps, codec="libx264", crf=0, pix_fmt="yuv444p")
+            write_video(
+                path, clip, fps=fps, codec="libx264", crf=0, pix_fmt="yuv444p", preset="ultrafast"
+            )
             return
         except TypeError:
             pass

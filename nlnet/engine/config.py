@@ -135,7 +135,7 @@ class TrainConfig:
         split: dataset split to train on.
         val_split: split to validate on every ``eval_every`` iterations and at the end (multi-clip
             testing with ``eval.clips``/``eval.crops``); ``null``: no validation while training.
-        deterministic: ask PyTorch for deterministic kernels.
+        deterministic: ask PyTorch for deterministic kernels (else cuDNN benchmark mode on CUDA).
         progress: show a tqdm progress bar (rank 0 only).
     """
 

@@ -35,9 +35,9 @@ def scores_from_logits(logits: torch.Tensor, multi_label: bool) -> torch.Tensor:
 
 
 def autocast_context(device: torch.device, amp: str):
-    """``torch.autocast`` for ``bf16``/``fp16`` on CUDA (``bf16`` also on the CPU), else a no-op."""
-    if amp == "bf16" and device.type in ("cuda", "cpu"):
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    """``torch.autocast`` for ``bf16``/``fp16`` on CUDA, else a disabled (no-op) context."""
+    if amp == "bf16" and device.type == "cuda":
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
     if amp == "fp16" and device.type == "cuda":
         return torch.autocast(device_type="cuda", dtype=torch.float16)
     return torch.autocast(device_type=device.type, enabled=False)

@@ -496,10 +496,14 @@ def _train(
     main = info.is_main
     if tc.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
+    elif device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed clip sizes: let cuDNN pick kernels
     amp = tc.amp
-    if amp == "fp16" and device.type != "cuda":
+    if amp != "none" and device.type != "cuda":
         warnings.warn(
-            "train.amp=fp16 needs CUDA; training in float32", RuntimeWarning, stacklevel=3
+            f"train.amp={amp} is for CUDA; training in float32 on {device}",
+            RuntimeWarning,
+            stacklevel=3,
         )
         amp = "none"
 
@@ -755,8 +759,9 @@ def _train(
                         [p for p in model.parameters() if p.requires_grad], oc.clip_grad_norm
                     )
                 lr = optimizer.param_groups[0]["lr"]  # the rate of this iteration
-                scaler.step(optimizer)
-                scaler.update()
+                if n_clips > 0 or ddp_model is not model:  # else: only bad videos, no gradient
+                    scaler.step(optimizer)
+                    scaler.update()
                 scheduler.step()
                 iteration += 1
                 clips_seen += n_clips
@@ -814,10 +819,11 @@ def _train(
                     epoch_done = True
                 else:
                     epoch_done = False
-                if tc.ckpt_every and iteration % tc.ckpt_every == 0 and not at_end:
+                stop = bool(tc.stop_after) and iteration - start_iteration >= tc.stop_after
+                due = bool(tc.ckpt_every) and iteration % tc.ckpt_every == 0
+                if (due or stop) and not at_end:
                     last_ckpt = checkpoint(run_dir / CHECKPOINT_DIR / LAST)
-                if tc.stop_after and iteration - start_iteration >= tc.stop_after and not at_end:
-                    last_ckpt = checkpoint(run_dir / CHECKPOINT_DIR / LAST)
+                if stop and not at_end:
                     stopped = True
                     _say(
                         f"stopping after {tc.stop_after} iteration(s) (train.stop_after); "

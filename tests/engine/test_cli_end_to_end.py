@@ -49,19 +49,32 @@ def _make_tree(root: Path) -> None:
     (root / "train" / "left" / "corrupt.mp4").write_bytes(b"not a video at all" * 10)
 
 
-def _nlnet(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def _start(*args: str, cwd: Path) -> subprocess.Popen:
+    """``python -m nlnet ARGS`` in a subprocess (one thread: the test machine is shared)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-m", "nlnet", *args],
         cwd=cwd,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=240,
     )
-    assert proc.returncode == 0, f"nlnet {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    try:
+        out, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert proc.returncode == 0, f"{' '.join(proc.args)} failed:\n{out}\n{err}"
+    return out
+
+
+def _nlnet(*args: str, cwd: Path) -> str:
+    return _finish(_start(*args, cwd=cwd))
 
 
 def _json_tail(text: str) -> dict:
@@ -79,6 +92,8 @@ def test_train_stop_resume_eval_predict(tmp_path):
         "cpu",
         "train.progress=false",
     ]
+    # 2) (started first, runs meanwhile) the run pre-empted after 5 iterations ...
+    stopping = _start("train", *common, "--output-dir", "run", "train.stop_after=5", cwd=tmp_path)
     # 1) uninterrupted reference run (in this process, through the same Python API)
     from nlnet.engine.config import load_config
     from nlnet.engine.trainer import train
@@ -99,16 +114,13 @@ def test_train_stop_resume_eval_predict(tmp_path):
         )
     torch.set_num_threads(threads)
     assert ref["iterations"] == 12 and not ref["stopped"]
-    # 2) the same run, pre-empted after 5 iterations ...
-    out = _nlnet("train", *common, "--output-dir", "run", "train.stop_after=5", cwd=tmp_path)
-    first = _json_tail(out.stdout)
+    out = _finish(stopping)
+    first = _json_tail(out)
     assert first["stopped"] and first["iterations"] == 5
-    assert "skipped 1 bad video" in out.stdout  # the corrupt file, once per epoch
+    assert "skipped 1 bad video" in out  # the corrupt file, once per epoch
     # 3) ... resumed from its run directory (config taken from run/config.yaml)
     second = _json_tail(
-        _nlnet(
-            "train", "--output-dir", "run", "--resume", "train.stop_after=0", cwd=tmp_path
-        ).stdout
+        _nlnet("train", "--output-dir", "run", "--resume", "train.stop_after=0", cwd=tmp_path)
     )
     assert second["iterations"] == 12 and not second["stopped"]
     a = torch.load(tmp_path / "run_ref/checkpoints/final.pt", weights_only=True)
@@ -120,16 +132,16 @@ def test_train_stop_resume_eval_predict(tmp_path):
     for name in ("config.yaml", "metrics.jsonl", "metrics.csv", "curves.png"):
         assert (tmp_path / "run" / name).is_file(), name
     # 4) multi-clip evaluation of the checkpoint (config read from the checkpoint)
+    # 5) (at the same time) prediction on files, class names from the checkpoint
     ckpt = str(tmp_path / "run/checkpoints/final.pt")
-    metrics = _json_tail(
-        _nlnet("eval", "--checkpoint", ckpt, "--device", "cpu", cwd=tmp_path).stdout
-    )
+    evaluating = _start("eval", "--checkpoint", ckpt, "--device", "cpu", cwd=tmp_path)
+    videos = [str(root / "val/left/left_0.mp4"), str(root / "val/right/right_1.mp4")]
+    predicting = _start("predict", *videos, "--checkpoint", ckpt, "--topk", "2", "--json",
+                        cwd=tmp_path)  # fmt: skip
+    metrics = _json_tail(_finish(evaluating))
     assert metrics["video_count"] == 4 and metrics["clip_count"] == 8  # eval.clips=2
     assert 0.0 <= metrics["video_top1"] <= 100.0 and metrics["video_top5"] == 100.0
-    # 5) prediction on files, class names from the checkpoint
-    videos = [str(root / "val/left/left_0.mp4"), str(root / "val/right/right_1.mp4")]
-    pred = _nlnet("predict", *videos, "--checkpoint", ckpt, "--topk", "2", "--json", cwd=tmp_path)
-    lines = [json.loads(x) for x in pred.stdout.splitlines() if x.startswith("{")]
+    lines = [json.loads(x) for x in _finish(predicting).splitlines() if x.startswith("{")]
     assert [r["video"] for r in lines] == videos
     for r in lines:
         assert sorted(n for n, _ in r["top"]) == ["left", "right"]
@@ -143,6 +155,21 @@ def test_help_shows_examples():
             [sys.executable, "-m", "nlnet", cmd, "--help"], capture_output=True, text=True, env=env
         )
         assert out.returncode == 0 and "examples:" in out.stdout, cmd
+
+
+def test_print_config_resolves_bases_and_overrides(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = subprocess.run(
+        [sys.executable, "-m", "nlnet", "train", "-c", "kinetics/i3d_r50_nl5_128f",
+         "optim.lr=1e-3", "--print-config"],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    import yaml
+
+    cfg = yaml.safe_load(out.stdout)
+    assert cfg["optim"]["lr"] == 0.001 and cfg["train"]["freeze_bn"] is True
+    assert cfg["data"]["num_frames"] == 128 and cfg["optim"]["steps"] == [150000, 300000]
 
 
 def test_unknown_override_is_a_clear_error(tmp_path):
@@ -164,3 +191,32 @@ def test_unknown_override_is_a_clear_error(tmp_path):
     )
     assert out.returncode == 2
     assert "optim.lrr" in out.stderr and "lr" in out.stderr
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_stop_resume_equals_uninterrupted(tmp_path):
+    """``torchrun --nproc_per_node=2 -m nlnet train`` (gloo on the CPU), pre-empted and resumed."""
+    root = tmp_path / "videos"
+    _make_tree(root)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    common = ["-m", "nlnet", "train", "-c", "smoke/folder_c2d_r50_nl5", f"data.root={root}",
+              "--device", "cpu", "train.progress=false", "train.val_split=val"]  # fmt: skip
+    runs = [
+        ["-o", "ref"],
+        ["-o", "cut", "train.stop_after=5"],
+        ["-o", "cut", "--resume", "train.stop_after=0"],
+    ]
+    for extra in runs:
+        proc = subprocess.run(
+            [*torchrun, *common, *extra], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.count('"run_dir"') == 1  # only rank 0 prints the summary
+    a = torch.load(tmp_path / "ref/checkpoints/final.pt", weights_only=True)
+    b = torch.load(tmp_path / "cut/checkpoints/final.pt", weights_only=True)
+    assert a["extra"]["world_size"] == 2
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k

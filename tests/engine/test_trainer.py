@@ -225,3 +225,44 @@ def test_pretrained_with_reset_head(tmp_path):
     init_from_pretrained(new, replace(cfg, **over, **{"model.reset_head": True}))
     assert torch.equal(new.conv1.weight, trained.conv1.weight)
     assert torch.equal(new.fc.weight, fc)
+
+
+class _Crash(Exception):
+    pass
+
+
+class _CrashingDataset(TinyClipDataset):
+    """Dies (like a killed job) at the ``crash_at``-th item fetch."""
+
+    def __init__(self, crash_at: int, **kw):
+        super().__init__(**kw)
+        self.crash_at, self.fetches = crash_at, 0
+
+    def __getitem__(self, i):
+        self.fetches += 1
+        if self.fetches == self.crash_at:
+            raise _Crash("killed")
+        return super().__getitem__(i)
+
+
+def test_resume_after_a_crash_between_checkpoints(tmp_path):
+    over = {"train.ckpt_every": 2}
+    ref, _ = _run(_cfg(tmp_path, "ref", **over))
+    cfg = _cfg(tmp_path, "crash", **over)
+    with pytest.raises(_Crash):  # dies in iteration 6: checkpoint at 4, records up to 5
+        _run(cfg, dataset=_CrashingDataset(crash_at=5 * 4 + 2, n=16))
+    assert load_checkpoint(Path(cfg.output_dir) / "checkpoints" / "last.pt")["iteration"] == 4
+    assert max(r["iter"] for r in _records(cfg.output_dir)) == 5
+    resumed, s = _run(cfg, model=_model(seed=7, dropout=0.5), resume=True)
+    assert s["iterations"] == 10
+    for a, b in zip(ref.state_dict().values(), resumed.state_dict().values()):
+        assert torch.equal(a, b)
+    its = [r["iter"] for r in _records(cfg.output_dir) if r["kind"] == "train"]
+    assert its == list(range(1, 11))
+
+
+def test_amp_is_cuda_only(tmp_path):
+    cfg = _cfg(tmp_path, "amp", **{"train.amp": "fp16", "optim.max_iters": 2})
+    with pytest.warns(RuntimeWarning, match="train.amp=fp16 is for CUDA"):
+        _, s = _run(cfg)
+    assert s["iterations"] == 2

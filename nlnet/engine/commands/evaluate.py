@@ -27,16 +27,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--output", help="also write the metrics to this JSON file")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
-    allow_intermixed(parser)
-
-
-def allow_intermixed(parser: argparse.ArgumentParser) -> None:
-    """Let KEY=VALUE overrides and options come in any order (``parse_intermixed_args``)."""
-
-    def parse(args=None, namespace=None):  # noqa: ANN001
-        return argparse.ArgumentParser.parse_intermixed_args(parser, args, namespace)
-
-    parser.parse_args = parse  # type: ignore[method-assign]
 
 
 def main(args: argparse.Namespace) -> int:

@@ -95,7 +95,7 @@ def predict_videos(
         mean=d["mean"],
         std=d["std"],
         backend=d["backend"],
-        min_frames=d["min_frames"],
+        min_frames=1,  # a short video is still scored (its last frame is repeated)
         cache_file=None,
         decode_threads=d["decode_threads"],
     )

@@ -20,6 +20,9 @@ EXAMPLES = """examples:
   nlnet train --config smoke/folder_c2d_r50_nl5 data.root=my_videos model.num_classes=5 \\
       optim.max_iters=2000 optim.steps=[1200,1600] --output-dir runs/mine
 
+  # show the resolved config (base files + overrides) without training
+  nlnet train --config kinetics/i3d_r50_nl5_128f optim.lr=0.001 --print-config
+
   # continue a killed or stopped run exactly where it was
   nlnet train --output-dir runs/mine --resume
 
@@ -44,17 +47,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", "-o", help="run directory (overrides output_dir)")
     parser.add_argument("--device", help="auto | cpu | cuda | cuda:N (overrides train.device)")
     parser.add_argument("--list-configs", action="store_true", help="print the shipped configs")
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the resolved config as YAML and exit"
+    )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
-    allow_intermixed(parser)
-
-
-def allow_intermixed(parser: argparse.ArgumentParser) -> None:
-    """Let KEY=VALUE overrides and options come in any order (``parse_intermixed_args``)."""
-
-    def parse(args=None, namespace=None):  # noqa: ANN001
-        return argparse.ArgumentParser.parse_intermixed_args(parser, args, namespace)
-
-    parser.parse_args = parse  # type: ignore[method-assign]
 
 
 def _config_for(args: argparse.Namespace):
@@ -91,6 +87,13 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"nlnet train: {exc}", file=sys.stderr)
         return 2
+    if args.print_config:
+        import yaml
+
+        from nlnet.engine.config import config_to_dict
+
+        print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
+        return 0
     from nlnet.engine.trainer import train
 
     summary = train(cfg, resume=args.resume)

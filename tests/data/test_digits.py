@@ -1,0 +1,128 @@
+"""The built-in digits task: deterministic, balanced, disjoint splits, learnable after mp4."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from nlnet.data.digits import (
+    COLOR_NAMES,
+    DigitsTaskConfig,
+    generate_split,
+    load_digit_bank,
+    prepare_digits,
+    read_manifest,
+    split_digit_indices,
+)
+
+TINY = dict(num_frames=3, size=32, num_train=12, num_val=5, num_test=6, distractors=1)
+
+
+def test_same_seed_same_clips_other_seed_other_clips():
+    cfg = DigitsTaskConfig(**TINY, seed=3)
+    a, b = generate_split(cfg, "train"), generate_split(cfg, "train")
+    assert np.array_equal(a.clips, b.clips)
+    assert np.array_equal(a.labels, b.labels)
+    c = generate_split(DigitsTaskConfig(**TINY, seed=4), "train")
+    assert not np.array_equal(a.clips, c.clips)
+    assert a.clips.shape == (12, 3, 32, 32, 3) and a.clips.dtype == np.uint8
+
+
+@pytest.mark.parametrize("n, k", [(12, 4), (7, 3), (5, 2)])
+def test_labels_are_balanced(n, k):
+    cfg = DigitsTaskConfig(**{**TINY, "num_train": n}, num_choices=k)
+    counts = np.bincount(generate_split(cfg, "train").labels, minlength=k)
+    assert counts.max() - counts.min() <= 1
+    assert counts.sum() == n
+
+
+def test_digit_image_pools_are_disjoint_and_cover_everything():
+    _, labels = load_digit_bank(8)
+    pools = split_digit_indices(labels, (0.6, 0.15, 0.25), seed=0)
+    sets = {k: set(v.tolist()) for k, v in pools.items()}
+    assert not sets["train"] & sets["val"]
+    assert not sets["train"] & sets["test"]
+    assert not sets["val"] & sets["test"]
+    assert len(sets["train"] | sets["val"] | sets["test"]) == len(labels) == 1797
+    for pool in pools.values():  # stratified: every class in every split
+        assert set(np.unique(labels[pool])) == set(range(10))
+
+
+def test_clips_only_use_their_split_images():
+    cfg = DigitsTaskConfig(**TINY)
+    used = {
+        s: {i for ids in generate_split(cfg, s).digit_ids for i in ids}
+        for s in ("train", "val", "test")
+    }
+    assert not used["train"] & used["test"]
+    assert not used["train"] & used["val"]
+    assert not used["val"] & used["test"]
+
+
+@pytest.mark.parametrize("match", ["class", "image"])
+def test_the_target_is_the_colour_of_the_cue_class(match):
+    cfg = DigitsTaskConfig(**TINY, match=match, noise=0.0)
+    _, bank_labels = load_digit_bank(cfg.digit_size)
+    data = generate_split(cfg, "train")
+    K = cfg.num_choices
+    for i in range(len(data.labels)):
+        ids = data.digit_ids[i]
+        choices, cue = ids[:K], ids[K]  # last-frame digits first, then the cue
+        label = int(data.labels[i])
+        assert bank_labels[cue] == data.cue_class[i] == bank_labels[choices[label]]
+        others = [bank_labels[c] for k, c in enumerate(choices) if k != label]
+        assert data.cue_class[i] not in others  # exactly one match
+        assert (cue == choices[label]) == (match == "image")
+        # the match is drawn in the label's colour in the last frame
+        y0, x0, y1, x1 = data.match_box[i]
+        patch = data.clips[i, -1, y0:y1, x0:x1].reshape(-1, 3).astype(float)
+        bright = patch[patch.max(1) > 128]
+        colour = bright.mean(0) / 255.0
+        palette = np.array([[1, 0.15, 0.15], [0.15, 1, 0.15], [0.3, 0.4, 1], [1, 0.95, 0.1]])
+        assert np.argmin(((palette - colour) ** 2).sum(1)) == label
+        # the cue has its box in frame 0: the border row is bright
+        y0, x0, y1, x1 = data.cue_box[i]
+        assert data.clips[i, 0, y0 - 1, x0 - 1 : x1 + 1].min() > 200
+
+
+def test_bad_configurations_are_refused():
+    with pytest.raises(ValueError, match="num_choices"):
+        DigitsTaskConfig(num_choices=9)
+    with pytest.raises(ValueError, match="num_frames"):
+        DigitsTaskConfig(num_frames=1)
+    with pytest.raises(ValueError, match="too small"):
+        DigitsTaskConfig(size=20, num_choices=4)
+    with pytest.raises(ValueError, match="match"):
+        DigitsTaskConfig(match="colour")
+    with pytest.raises(ValueError, match="split"):
+        DigitsTaskConfig().split_size("holdout")
+
+
+def test_mp4_cache_roundtrip_and_reuse(tmp_path):
+    from nlnet.data.datasets import VideoFolderDataset
+    from nlnet.data.video import open_video
+
+    cfg = DigitsTaskConfig(**TINY, seed=1)
+    root = prepare_digits(cfg, tmp_path / "digits")
+    manifest = read_manifest(root)
+    assert manifest["fingerprint"] == cfg.fingerprint()
+    assert manifest["classes"] == [f"{k}_{n}" for k, n in enumerate(COLOR_NAMES[:4])]
+    stamp = (root / "manifest.json").stat().st_mtime_ns
+    assert prepare_digits(cfg, root) == root  # cached: nothing rewritten
+    assert (root / "manifest.json").stat().st_mtime_ns == stamp
+
+    data = generate_split(cfg, "test")
+    rec = manifest["splits"]["test"][0]
+    with open_video(root / rec["file"]) as reader:
+        decoded = reader.read_all().numpy()  # (T, H, W, 3) uint8
+    assert decoded.shape == data.clips[0].shape
+    err = np.abs(decoded.astype(int) - data.clips[0].astype(int))
+    assert err.mean() < 2.0 and err.max() <= 16  # near-lossless H.264 (yuv444p, crf 0)
+
+    ds = VideoFolderDataset(root, "test", num_frames=3, stride=1, mode="test", test_clips=1,
+                            test_scale=32, cache=False)  # fmt: skip
+    assert ds.classes == manifest["classes"]
+    assert sorted(ds.targets) == sorted(r["label"] for r in manifest["splits"]["test"])
+    assert json.loads((root / "manifest.json").read_text())["config"]["seed"] == 1
