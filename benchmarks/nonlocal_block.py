@@ -113,32 +113,34 @@ def _count_madds(args: dict) -> tuple[float, float]:
 
 
 def worker(args: dict) -> dict:
-    """Run one case in this process and return its measurements."""
+    """Run one phase ("fwd" or "train") of one case in this process and return its measurements.
+
+    Each phase runs in its own process, so ``ru_maxrss`` is the peak of that phase alone.
+    """
     torch.manual_seed(0)
     model, x = _build(args)
-    madds_fwd, madds_train = _count_madds(args)
+    res: dict = {}
     base = _rss_mib()
-    res: dict = {"madds_fwd": madds_fwd, "madds_train": madds_train}
-    with torch.no_grad():
-        times = []
-        for _ in range(args["repeat"] + 1):
-            t0 = time.perf_counter()
-            out = model(x)
-            times.append(time.perf_counter() - t0)
-        res["fwd_ms"] = 1e3 * statistics.median(times[1:])
-        res["checksum"] = float(out.double().sum())
-    del out
-    x.requires_grad_(True)
     times = []
-    for _ in range(args["repeat"] + 1):
-        model.zero_grad(set_to_none=True)
-        x.grad = None
-        t0 = time.perf_counter()
-        model(x).sum().backward()
-        times.append(time.perf_counter() - t0)
-    res["train_ms"] = 1e3 * statistics.median(times[1:])
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
-    res["peak_mib"] = max(peak - base, 0.0)
+    if args["phase"] == "fwd":
+        with torch.no_grad():
+            for _ in range(args["repeat"] + 1):
+                t0 = time.perf_counter()
+                out = model(x)
+                times.append(time.perf_counter() - t0)
+        out = out.double()
+        res["checksum"] = [float(out.sum()), float(out.square().sum())]
+    else:
+        x.requires_grad_(True)
+        for _ in range(args["repeat"] + 1):
+            model.zero_grad(set_to_none=True)
+            x.grad = None
+            t0 = time.perf_counter()
+            model(x).sum().backward()
+            times.append(time.perf_counter() - t0)
+        res["madds_fwd"], res["madds_train"] = _count_madds(args)
+    res["ms"] = 1e3 * statistics.median(times[1:])
+    res["peak_mib"] = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base, 0.0)
     return res
 
 
@@ -164,7 +166,7 @@ def explicit_bytes(size: str, batch: int, channels: int, sub: bool) -> float:
     return 4.0 * 4 * batch * n * n_keys + 16 * batch * channels * n
 
 
-def run_case(case: dict, timeout: float) -> dict:
+def _run_phase(case: dict, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--worker", json.dumps(case)]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -173,6 +175,28 @@ def run_case(case: dict, timeout: float) -> dict:
     if out.returncode != 0:
         return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1][:60]}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_case(case: dict, timeout: float) -> dict:
+    """Forward (no grad) and forward+backward of one case, each in a fresh process."""
+    fwd = _run_phase({**case, "phase": "fwd"}, timeout)
+    if "error" in fwd:
+        return fwd
+    train = _run_phase({**case, "phase": "train"}, timeout)
+    if "error" in train:
+        return train
+    return {
+        "fwd_ms": fwd["ms"],
+        "train_ms": train["ms"],
+        "peak_mib": train["peak_mib"],
+        "checksum": fwd["checksum"],
+        "madds_train": train["madds_train"],
+    }
+
+
+def _agree(a: list[float], b: list[float]) -> bool:
+    """fp32 outputs of two paths agree (sum and sum of squares to 1e-3 relative)."""
+    return all(abs(x - y) <= 1e-3 * max(abs(x), abs(y), 1.0) for x, y in zip(a, b))
 
 
 def main() -> None:
@@ -198,7 +222,8 @@ def main() -> None:
     lines = [
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, fp32 matmul "
         f"{rate:.0f} GFLOP/s (2048^3, median of 5); batch {args.batch}, channels "
-        f"{args.channels}->{args.channels // 2}; times are medians of {args.repeat}.",
+        f"{args.channels}->{args.channels // 2}; times are medians of {args.repeat}; "
+        "peak MiB: resident memory of forward+backward above the process baseline.",
         "",
         "| size | N | sub | instantiation | path | fwd ms | fwd+bwd ms | peak MiB | GFLOP/s "
         "(fwd+bwd) | % matmul | explicit/this time | this/explicit mem |",
@@ -241,6 +266,8 @@ def main() -> None:
                         if path != "explicit" and "error" not in ref:
                             speed = f"{ref['train_ms'] / r['train_ms']:.2f}x"
                             mem = f"{100 * r['peak_mib'] / max(ref['peak_mib'], 1):.0f}%"
+                            if not _agree(r["checksum"], ref["checksum"]):
+                                speed += " (OUTPUTS DIFFER)"
                         row = [size, n, sub, inst, path, f"{r['fwd_ms']:.0f}", f"{r['train_ms']:.0f}",
                                f"{r['peak_mib']:.0f}", f"{gflops:.0f}", f"{100 * gflops / rate:.0f}%",
                                speed, mem]  # fmt: skip

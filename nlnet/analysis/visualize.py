@@ -192,7 +192,7 @@ def arrows_figure(
     draw_arrows(list(axes[0]), frames, weights, mapping, query, top_k=top_k)
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.02, top=0.8 if title else 0.88, wspace=0.05)
     return fig
 
 
@@ -236,7 +236,7 @@ def heatmap_figure(
             ax.plot([xq], [yq], "o", ms=7, mfc="none", mec="#00e5ff", mew=2)
     if title:
         fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.02, top=0.8 if title else 0.88, wspace=0.05)
     return fig
 
 
@@ -329,7 +329,7 @@ def main(args: argparse.Namespace) -> int:
     mean = extra.get("mean", data_cfg.get("mean", (0.45, 0.45, 0.45)))
     std = extra.get("std", data_cfg.get("std", (0.225, 0.225, 0.225)))
     frames_np = _read_input(video_path, args.frames or extra.get("num_frames"), args.size)
-    x = torch.from_numpy(frames_np).float().div(255.0)  # (T, H, W, 3)
+    x = torch.from_numpy(np.array(frames_np)).float().div(255.0)  # (T, H, W, 3)
     x = (x - torch.tensor(mean)) / torch.tensor(std)
     is_image = frames_np.shape[0] == 1 and video_path.suffix.lower() in IMAGE_EXTENSIONS
     if is_image:

@@ -52,6 +52,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from nlnet.functional.attention import attention_weights, check_mask
+
 Instantiation = Literal["gaussian", "embedded_gaussian", "dot_product", "concatenation"]
 Impl = Literal["auto", "fast", "reference"]
 
@@ -166,22 +168,31 @@ def pairwise_weights(
         instantiation: One of :data:`INSTANTIATIONS`.
         scale: Logit scale of the softmax forms (see the module docstring).
         w_f: Concatenation only: the weight vector ``(2d,)`` of Eq. 5, ``[w_theta; w_phi]``.
-        mask: Optional boolean ``(N, N')`` (or broadcastable) mask, True where query ``i`` may use
-            key ``j``. Masked pairs get weight exactly 0; the normaliser of ``dot_product`` and
-            ``concatenation`` becomes the number of allowed keys of each row.
+        mask: Optional mask broadcastable to ``(..., N, N')`` in nlnet's convention (see
+            :mod:`nlnet.functional.attention`): boolean, True where query ``i`` may use key ``j``;
+            or, for the softmax forms, an additive float mask. Masked pairs get weight exactly 0;
+            the normaliser of ``dot_product`` and ``concatenation`` becomes the number of allowed
+            keys of each row. A row with every key masked gets all-zero weights (no NaN).
 
     Returns:
-        The weights ``(..., N, N')``; for the softmax forms every row sums to 1.
+        The weights ``(..., N, N')``; for the softmax forms every row that has an allowed key
+        sums to 1.
     """
     check_instantiation(instantiation)
-    compute_dtype = torch.promote_types(theta.dtype, torch.float32)
+    check_mask(mask, theta.shape[-2], phi.shape[-2])
     if instantiation in SOFTMAX_FORMS:
-        s = logit_scale(scale, theta.shape[-1])
         # Low-precision inputs: logits and softmax in fp32 so that large logits cannot overflow.
-        logits = torch.matmul(theta.to(compute_dtype), phi.to(compute_dtype).transpose(-2, -1)) * s
-        if mask is not None:
-            logits = logits.masked_fill(~mask, float("-inf"))
-        return logits.softmax(dim=-1).to(theta.dtype)
+        dt = torch.promote_types(theta.dtype, torch.float32)
+        s = logit_scale(scale, theta.shape[-1])
+        if mask is None:  # the fused softmax kernel: this is the hot path at small sizes
+            logits = torch.matmul(theta.to(dt), phi.to(dt).transpose(-2, -1)) * s
+            return logits.softmax(dim=-1).to(theta.dtype)
+        return attention_weights(theta.to(dt), phi.to(dt), mask, scale=s).to(theta.dtype)
+    if mask is not None and mask.dtype != torch.bool:
+        raise TypeError(
+            f"mask must be boolean for {instantiation!r} (additive masks apply to the softmax "
+            f"forms only), got {mask.dtype}"
+        )
     if instantiation == "dot_product":
         f = torch.matmul(theta, phi.transpose(-2, -1))  # (..., N, N')
     else:  # concatenation: ReLU(w_theta^T theta_i + w_phi^T phi_j), Eq. 5
@@ -243,8 +254,9 @@ def non_local(
         scale: Softmax forms only: ``True`` for ``1/sqrt(d)`` (released code, default),
             ``False`` for the paper's equations, or a positive float.
         w_f: Concatenation only: the weight vector ``(2d,)`` of Eq. 5.
-        mask: Optional boolean mask ``(N, N')`` (broadcastable to ``(..., N, N')``), True where a
-            query may use a key. Evaluated on the reference path.
+        mask: Optional mask broadcastable to ``(..., N, N')``: boolean (True where a query may use
+            a key) or additive float (softmax forms). Evaluated on the reference path; a query
+            whose keys are all masked gets a zero output.
         return_attention: Also return the weights ``f / C`` of shape ``(..., N, N')`` (reference
             path).
         impl: ``"auto"``, ``"fast"`` or ``"reference"`` (see the module docstring).
@@ -260,11 +272,9 @@ def non_local(
     _check_tokens(theta, phi, g, w_f, instantiation)
     if impl not in ("auto", "fast", "reference"):
         raise ValueError(f"impl must be 'auto', 'fast' or 'reference', got {impl!r}")
-    if mask is not None:
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask must be a boolean tensor (True = may attend), got {mask.dtype}")
-        if impl == "fast":
-            raise ValueError("impl='fast' does not take a mask; use impl='reference' or 'auto'")
+    check_mask(mask, theta.shape[-2], phi.shape[-2])
+    if mask is not None and impl == "fast":
+        raise ValueError("impl='fast' does not take a mask; use impl='reference' or 'auto'")
     if return_attention or mask is not None:
         impl = "reference"
     elif impl == "auto":

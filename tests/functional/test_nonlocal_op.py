@@ -148,6 +148,28 @@ def test_mask_restricts_and_renormalises():
         torch.testing.assert_close(y, w @ g)
 
 
+@pytest.mark.parametrize("instantiation", INSTANTIATIONS)
+def test_all_masked_query_gives_zero_output_not_nan(instantiation):
+    theta, phi, g, w_f = _tokens(n=5, n_keys=4, lead=(1,), requires_grad=True)
+    mask = torch.ones(5, 4, dtype=torch.bool)
+    mask[2] = False  # query 2 may use no key at all
+    y, w = non_local(theta, phi, g, instantiation, w_f=w_f, mask=mask, return_attention=True)
+    assert torch.isfinite(y).all() and torch.isfinite(w).all()
+    assert torch.count_nonzero(y[:, 2]) == 0 and torch.count_nonzero(w[:, 2]) == 0
+    y.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (theta, phi, g))
+
+
+def test_additive_float_mask_equals_boolean_mask():
+    theta, phi, g, _ = _tokens(n=6, n_keys=6, lead=(1,))
+    allowed = torch.rand(6, 6) > 0.4
+    allowed[:, 0] = True
+    additive = torch.zeros(6, 6, dtype=torch.float64).masked_fill(~allowed, float("-inf"))
+    torch.testing.assert_close(
+        non_local(theta, phi, g, mask=additive), non_local(theta, phi, g, mask=allowed)
+    )
+
+
 def test_choose_impl_by_size():
     cpu = torch.device("cpu")
     assert (
@@ -180,7 +202,9 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(TypeError, match="floating"):
         non_local(theta.long(), phi, g)
     with pytest.raises(TypeError, match="mask"):
-        non_local(theta, phi, g, mask=torch.ones(37, 23))
+        non_local(theta, phi, g, "dot_product", mask=torch.ones(37, 23))
+    with pytest.raises(ValueError, match="mask"):
+        non_local(theta, phi, g, mask=torch.ones(36, 23, dtype=torch.bool))
     with pytest.raises(ValueError, match="impl"):
         non_local(theta, phi, g, impl="flash")
     with pytest.raises(ValueError, match="scale"):

@@ -1,0 +1,147 @@
+"""Attention pictures: arrows and heatmaps as PNG files, from the API and the command line."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+import torch
+
+from nlnet.analysis.hooks import GridMapping, record_attention
+from nlnet.analysis.visualize import (
+    arrows_figure,
+    configure_parser,
+    heatmap_figure,
+    main,
+    strongest_query,
+    top_keys,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _is_png(path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_top_keys_and_strongest_query():
+    w = torch.tensor([0.1, 0.5, 0.05, 0.35])
+    values, idx = top_keys(w, 2)
+    assert idx.tolist() == [1, 3] and torch.allclose(values, torch.tensor([0.5, 0.35]))
+    assert top_keys(w, 10)[1].numel() == 4
+    attn = torch.tensor([[0.5, 0.5], [0.9, 0.1], [0.2, 0.8]])
+    assert strongest_query(attn) == 1
+    with pytest.raises(ValueError, match="k"):
+        top_keys(w, 0)
+
+
+def test_arrow_and_heatmap_pngs(tmp_path):
+    frames = np.random.default_rng(0).integers(0, 255, (3, 16, 16, 3), dtype=np.uint8)
+    m = GridMapping((3, 4, 4), (3, 2, 2), (1, 2, 2), (3, 16, 16))
+    weights = torch.softmax(torch.randn(m.num_keys), 0)
+    q = m.query_index((0, 5, 9))
+    fig = arrows_figure(frames, weights, m, q, top_k=5, title="t")
+    fig.savefig(tmp_path / "a.png")
+    fig = heatmap_figure(frames, weights, m, q)
+    fig.savefig(tmp_path / "h.png")
+    assert _is_png(tmp_path / "a.png") and _is_png(tmp_path / "h.png")
+    # an image (2D mapping) is drawn as a single frame
+    img_map = GridMapping((4, 4), (2, 2), (2, 2), (16, 16))
+    fig = arrows_figure(frames[0], torch.softmax(torch.randn(4), 0), img_map, 5, top_k=3)
+    fig.savefig(tmp_path / "i.png")
+    assert _is_png(tmp_path / "i.png")
+    with pytest.raises(ValueError, match="does not match"):
+        arrows_figure(frames[:2], weights, m, q)
+
+
+def _write_checkpoint(path, name: str, **overrides):
+    from nlnet.engine.checkpoint import save_checkpoint
+    from nlnet.models.registry import create_model
+
+    torch.manual_seed(0)
+    model = create_model(name, num_classes=3, **overrides)
+    for mod in model.modules():  # non-trivial attention
+        if hasattr(mod, "norm") and isinstance(mod.norm, torch.nn.BatchNorm3d):
+            torch.nn.init.ones_(mod.norm.weight)
+    save_checkpoint(
+        path,
+        model=model,
+        model_name=name,
+        num_classes=3,
+        class_names=["a", "b", "c"],
+        extra={"model_overrides": overrides, "mean": [0.5] * 3, "std": [0.25] * 3},
+    )
+    return model
+
+
+def test_cli_writes_pngs_for_a_video_model(tmp_path, capsys):
+    import nlnet.models.tiny  # noqa: F401
+    from nlnet.data.video import write_video
+
+    _write_checkpoint(tmp_path / "m.pt", "c2d_tiny_nl1", width=2)
+    frames = np.random.default_rng(1).integers(0, 255, (4, 32, 32, 3), dtype=np.uint8)
+    write_video(tmp_path / "clip.mp4", frames, fps=4)
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    out = tmp_path / "out"
+    args = parser.parse_args(
+        ["--checkpoint", str(tmp_path / "m.pt"), "--video", str(tmp_path / "clip.mp4"),
+         "--query", "0,5,20", "--output", str(out)]
+    )  # fmt: skip
+    assert main(args) == 0
+    pngs = sorted(out.glob("*.png"))
+    assert len(pngs) == 2 and all(_is_png(p) for p in pngs)
+    assert "prediction:" in capsys.readouterr().out
+    bad = parser.parse_args(
+        ["--checkpoint", str(tmp_path / "m.pt"), "--video", str(tmp_path / "clip.mp4"),
+         "--query", "0,5"]
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="--query"):
+        main(bad)
+
+
+def test_cli_works_for_an_image_model(tmp_path):
+    from PIL import Image
+
+    from nlnet.layers.nonlocal_block import NonLocal2d
+
+    # a 2D model from the registry with one 2D block (narrow test width)
+    from nlnet.models.registry import get_model_entry
+
+    entry = get_model_entry("resnet50_nl_coco")
+    overrides = dict(entry.default_cfg.get("test_overrides", {}))
+    model = _write_checkpoint(tmp_path / "img.pt", "resnet50_nl_coco", **overrides)
+    assert any(isinstance(m, NonLocal2d) for m in model.modules())
+    Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(tmp_path / "x.png")
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    args = parser.parse_args(
+        ["--checkpoint", str(tmp_path / "img.pt"), "--video", str(tmp_path / "x.png"),
+         "--output", str(tmp_path / "o")]
+    )  # fmt: skip
+    assert main(args) == 0
+    assert len(list((tmp_path / "o").glob("*.png"))) == 2
+
+
+def test_recorded_attention_feeds_the_figures(tmp_path):
+    import nlnet.models.tiny  # noqa: F401
+    from nlnet.models.registry import create_model
+
+    model = create_model("c2d_tiny_nl1", num_classes=3, width=2).eval()
+    x = torch.randn(1, 3, 4, 32, 32)
+    with record_attention(model) as rec, torch.no_grad():
+        model(x)
+    name = rec.names[0]
+    m = rec.mapping(name, x.shape[2:])
+    q = m.query_index((1, 10, 10))
+    frames = (x[0].permute(1, 2, 3, 0).clamp(-2, 2) + 2) / 4
+    fig = arrows_figure(frames, rec.maps[name][0, q], m, q)
+    fig.savefig(tmp_path / "f.png")
+    assert _is_png(tmp_path / "f.png")
