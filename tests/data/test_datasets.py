@@ -23,7 +23,7 @@ from nlnet.data.datasets import (
     read_class_index,
 )
 from nlnet.data.sampling import test_clip_indices as sample_test_clips
-from nlnet.data.video import torchcodec_available, torchcodec_unavailable_reason, write_video
+from nlnet.data.video import write_video
 
 N, H, W = 12, 32, 40
 TINY = {
@@ -297,9 +297,8 @@ def test_dataloader_with_a_worker_and_collate(bad_root):
     assert torch.cat([b["clip_index"] for b in kept]).tolist() == [0, 1, 2]
 
 
-def test_both_backends_give_the_same_clips(folder_root):
-    if not torchcodec_available():
-        pytest.skip(f"torchcodec is not usable here: {torchcodec_unavailable_reason()}")
+def test_both_backends_give_the_same_clips(folder_root, require_torchcodec):
+    require_torchcodec()
     cfg = {"type": "folder", "root": str(folder_root), **TINY}
     pyav = build_dataset({**cfg, "backend": "pyav"}, "val")
     codec = build_dataset({**cfg, "backend": "torchcodec"}, "val")

@@ -24,11 +24,6 @@ NUM_FRAMES, H, W = 30, 32, 40
 BACKENDS = ["pyav", "torchcodec"]
 
 
-def needs_backend(backend: str) -> None:
-    if backend == "torchcodec" and not torchcodec_available():
-        pytest.skip(f"torchcodec is not usable here: {torchcodec_unavailable_reason()}")
-
-
 def level(i: int) -> int:
     return 20 + 6 * i  # grey level that identifies frame i
 
@@ -77,8 +72,9 @@ def sequential_decode(path) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_probe_and_frame_identity(videos, backend):
-    needs_backend(backend)
+def test_probe_and_frame_identity(videos, backend, require_torchcodec):
+    if backend == "torchcodec":
+        require_torchcodec()
     info = probe_video(videos["flat"], backend=backend)
     assert (info.num_frames, info.height, info.width) == (NUM_FRAMES, H, W)
     assert info.fps == pytest.approx(25.0)
@@ -92,8 +88,9 @@ def test_probe_and_frame_identity(videos, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("codec", ["h264", "mpeg4"])
-def test_seek_equals_sequential_decode(videos, backend, codec):
-    needs_backend(backend)
+def test_seek_equals_sequential_decode(videos, backend, codec, require_torchcodec):
+    if backend == "torchcodec":
+        require_torchcodec()
     path = videos[codec]
     reference = sequential_decode(path)  # (N, H, W, 3)
     assert reference.shape[0] == NUM_FRAMES
@@ -106,8 +103,8 @@ def test_seek_equals_sequential_decode(videos, backend, codec):
         assert torch.equal(reader.get_frames([1, 2]), reference[[1, 2]])
 
 
-def test_backends_give_the_same_frames(videos):
-    needs_backend("torchcodec")
+def test_backends_give_the_same_frames(videos, require_torchcodec):
+    require_torchcodec()
     for name in ("flat", "h264", "mpeg4"):
         idx = [0, 5, 6, 17, 29]
         a = read_frames(videos[name], idx, backend="pyav")
@@ -121,8 +118,9 @@ def test_backends_give_the_same_frames(videos):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_corrupt_files_raise_decode_error_naming_the_path(videos, backend):
-    needs_backend(backend)
+def test_corrupt_files_raise_decode_error_naming_the_path(videos, backend, require_torchcodec):
+    if backend == "torchcodec":
+        require_torchcodec()
     d = videos["dir"]
     garbage = d / "garbage.mp4"
     garbage.write_bytes(np.random.default_rng(1).integers(0, 256, 4000, dtype=np.uint8).tobytes())
@@ -193,8 +191,9 @@ def test_torchcodec_without_ffmpeg_libraries_counts_as_unavailable(monkeypatch):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("container,codec", [(".avi", "mpeg4"), (".mkv", "libx264")])
-def test_other_containers_seek_exactly(tmp_path, backend, container, codec):
-    needs_backend(backend)
+def test_other_containers_seek_exactly(tmp_path, backend, container, codec, require_torchcodec):
+    if backend == "torchcodec":
+        require_torchcodec()
     # UCF101/HMDB51 ship MPEG-4 in AVI; torchcodec mis-indexes AVI with packed B-frames, so the
     # AVI file here has none (PyAV handles B-frames in AVI too: see the next test)
     path = write_video(

@@ -1,0 +1,461 @@
+"""Train C2D vs. non-local C2D on the built-in digits video task, in minutes on a CPU.
+
+``nlnet demo`` shows what the library is for, on data it brings itself
+(``001_4890b07ab5be0a19.txt``: Figures 1 and 3, Table 2d):
+
+1. it generates the long-range digits task of :mod:`nlnet.data.digits` (real handwritten digits
+   from scikit-learn) as mp4 files in a cache directory, and reads them back through the normal
+   data pipeline (:class:`nlnet.data.datasets.VideoFolderDataset`), decoding each clip once;
+2. it trains the tiny C2D baseline (``c2d_tiny``) and the same network with one spacetime
+   non-local block (``c2d_tiny_nl1``) -- and, with ``--variants``, the space-only and time-only
+   blocks of Table 2d -- with a compact AdamW / one-cycle loop on the decoded clips;
+3. it evaluates every model on the test split (digit images never seen in training) and prints
+   a table: model, parameters, multiply-adds, top-1, training time;
+4. it writes into its run directory ``runs/demo-<timestamp>/``: ``curves.png`` (training loss and
+   validation top-1 per epoch), ``attention.png`` (a Figure-3-style picture: for a few test clips,
+   arrows from the cue digit in the first frame to the 20 highest-weighted key positions across
+   the frames), ``summary.json`` and a checkpoint per model (readable by ``nlnet visualize``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from nlnet.data.digits import DigitsTaskConfig, default_cache_dir, prepare_digits, read_manifest
+
+__all__ = ["DemoSettings", "configure_parser", "main", "run_demo", "EXAMPLES"]
+
+EXAMPLES = """examples:
+  nlnet demo                       # default setting (a few minutes on a 2-core CPU)
+  nlnet demo --seed 1              # another seed (data and initialisation)
+  nlnet demo --variants            # also the space-only and time-only blocks (Table 2d)
+  nlnet demo --quick               # a tiny smoke-test setting (seconds; numbers are meaningless)
+  nlnet demo --device cuda --output-dir runs
+"""
+
+#: Normalisation of the digits clips (intensities are mostly black with bright strokes).
+MEAN = (0.1, 0.1, 0.1)
+STD = (0.25, 0.25, 0.25)
+
+
+@dataclasses.dataclass
+class DemoSettings:
+    """Everything a demo run depends on (recorded in ``summary.json``)."""
+
+    task: DigitsTaskConfig
+    models: tuple[str, ...] = ("c2d_tiny", "c2d_tiny_nl1")
+    width: int = 8
+    epochs: int = 6
+    batch_size: int = 32
+    lr: float = 2e-3
+    weight_decay: float = 1e-4
+    dropout: float = 0.2
+    figure_clips: int = 3
+
+    @classmethod
+    def default(cls, seed: int = 0) -> DemoSettings:
+        return cls(task=DigitsTaskConfig(seed=seed))
+
+    @classmethod
+    def quick(cls, seed: int = 0) -> DemoSettings:
+        task = DigitsTaskConfig(
+            num_frames=4, num_train=48, num_val=16, num_test=16, distractors=1, seed=seed
+        )
+        return cls(task=task, width=2, epochs=1, batch_size=16, figure_clips=2)
+
+
+# --------------------------------------------------------------------------------------------
+# data
+# --------------------------------------------------------------------------------------------
+
+
+def load_split(root: Path, split: str, task: DigitsTaskConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode one split through :class:`VideoFolderDataset` into memory.
+
+    Returns:
+        ``(clips, targets)``: float ``(N, 3, T, H, W)`` normalised and int64 ``(N,)``, in the
+        manifest's order (so that item ``i`` matches ``manifest["splits"][split][i]``).
+    """
+    from nlnet.data.datasets import VideoFolderDataset
+
+    ds = VideoFolderDataset(
+        root,
+        split,
+        mode="test",
+        num_frames=task.num_frames,
+        stride=1,
+        test_clips=1,
+        test_scale=task.size,
+        test_crop=None,
+        mean=MEAN,
+        std=STD,
+        cache=False,
+    )
+    manifest = read_manifest(root)
+    order = {str((root / r["file"]).resolve()): i for i, r in enumerate(manifest["splits"][split])}
+    clips = torch.empty(len(ds), 3, task.num_frames, task.size, task.size)
+    targets = torch.empty(len(ds), dtype=torch.long)
+    from tqdm import tqdm
+
+    for k in tqdm(range(len(ds)), desc=f"decoding {split}", unit="clip", leave=False):
+        item = ds[k]
+        if item is None:
+            raise RuntimeError(f"could not decode {ds.videos[k]!r}; delete the cache {root}")
+        clip, target, video = item[0], item[1], item[2]
+        i = order[str(Path(ds.videos[video]).resolve())]
+        clips[i], targets[i] = clip, int(target)
+    return clips, targets
+
+
+# --------------------------------------------------------------------------------------------
+# training
+# --------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device, bs: int = 100):
+    """Top-1 accuracy (in [0, 1]) of ``model`` on ``(x, y)`` in eval mode."""
+    model.eval()
+    correct = 0
+    for i in range(0, len(x), bs):
+        logits = model(x[i : i + bs].to(device))
+        correct += int((logits.argmax(1).cpu() == y[i : i + bs]).sum())
+    return correct / max(len(x), 1)
+
+
+def train_model(
+    name: str,
+    settings: DemoSettings,
+    data: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    device: torch.device,
+    seed: int,
+    progress: bool = True,
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Train one registered model with AdamW and a one-cycle schedule; return it and its log."""
+    from tqdm import tqdm
+
+    import nlnet.models.tiny  # noqa: F401  (registers the tiny family)
+    from nlnet.models.registry import create_model
+
+    torch.manual_seed(seed)
+    num_classes = settings.task.num_choices
+    model = create_model(
+        name, num_classes=num_classes, width=settings.width, dropout=settings.dropout
+    ).to(device)
+    xtr, ytr = data["train"]
+    xva, yva = data["val"]
+    steps_per_epoch = math.ceil(len(xtr) / settings.batch_size)
+    total = settings.epochs * steps_per_epoch
+    opt = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=settings.lr, total_steps=max(total, 1), pct_start=0.15
+    )
+    gen = torch.Generator().manual_seed(seed)
+    log: dict[str, Any] = {"epoch": [], "train_loss": [], "train_top1": [], "val_top1": []}
+    bar = tqdm(total=total, desc=f"train {name}", unit="it", disable=not progress, leave=True)
+    t0 = time.perf_counter()
+    for epoch in range(settings.epochs):
+        model.train()
+        perm = torch.randperm(len(xtr), generator=gen)
+        loss_sum, correct = 0.0, 0
+        for i in range(0, len(xtr), settings.batch_size):
+            idx = perm[i : i + settings.batch_size]
+            x, y = xtr[idx].to(device), ytr[idx].to(device)
+            logits = model(x)
+            loss = F.cross_entropy(logits, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            loss_sum += float(loss) * len(idx)
+            correct += int((logits.argmax(1) == y).sum())
+            bar.update(1)
+            bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss):.3f}")
+        val = accuracy(model, xva, yva, device)
+        log["epoch"].append(epoch + 1)
+        log["train_loss"].append(loss_sum / len(xtr))
+        log["train_top1"].append(correct / len(xtr))
+        log["val_top1"].append(val)
+        bar.set_postfix(epoch=epoch + 1, val_top1=f"{100 * val:.1f}")
+    bar.close()
+    log["train_time_s"] = time.perf_counter() - t0
+    return model, log
+
+
+# --------------------------------------------------------------------------------------------
+# figures
+# --------------------------------------------------------------------------------------------
+
+
+def plot_curves(logs: dict[str, dict[str, Any]], path: Path) -> None:
+    """Training loss and validation top-1 per epoch for every model (Figure 4 style)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for name, log in logs.items():
+        a1.plot(log["epoch"], log["train_loss"], marker="o", label=name)
+        a2.plot(log["epoch"], [100 * v for v in log["val_top1"]], marker="o", label=name)
+    a1.set_xlabel("epoch")
+    a1.set_ylabel("training loss")
+    a2.set_xlabel("epoch")
+    a2.set_ylabel("validation top-1 (%)")
+    a2.set_ylim(0, 100)
+    for a in (a1, a2):
+        a.grid(alpha=0.3)
+    a2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_attention(
+    model: torch.nn.Module,
+    root: Path,
+    x: torch.Tensor,
+    records: list[dict[str, Any]],
+    class_names: list[str],
+    path: Path,
+    device: torch.device,
+    top_k: int = 20,
+) -> list[dict[str, Any]]:
+    """Figure-3-style picture: per clip, arrows from the cue to its ``top_k`` strongest keys.
+
+    The query is the feature cell at the centre of the cue digit in frame 0 (from the manifest).
+    Returns, per clip, the query, the fraction of its weight on the last frame and on the match.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    from nlnet.analysis.hooks import record_attention
+    from nlnet.analysis.visualize import draw_arrows
+
+    n, T = len(records), x.shape[2]
+    with record_attention(model) as rec, torch.no_grad():
+        logits = model.eval()(x.to(device))
+    name = rec.names[0]
+    attn = rec.maps[name].cpu()
+    mapping = rec.mapping(name, x.shape[2:])
+    fig, axes = plt.subplots(n, T, figsize=(1.5 * T, 1.75 * n), squeeze=False)
+    frames = (x.permute(0, 2, 3, 4, 1) * torch.tensor(STD) + torch.tensor(MEAN)).clamp(0, 1)
+    stats = []
+    for i, r in enumerate(records):
+        y0, x0, y1, x1 = r["cue_box"]
+        q = mapping.query_index((0, (y0 + y1) // 2, (x0 + x1) // 2))
+        w = attn[i, q]
+        draw_arrows(list(axes[i]), frames[i].numpy(), w, mapping, q, top_k=top_k)
+        key_t = torch.tensor([mapping.key_cell(j)[0] for j in range(mapping.num_keys)])
+        last = float(w[key_t == mapping.key_size[0] - 1].sum())
+        my0, mx0, my1, mx1 = r["match_box"]
+        jm = mapping.key_index((T - 1, (my0 + my1) // 2, (mx0 + mx1) // 2))
+        pred = class_names[int(logits[i].argmax())]
+        axes[i][0].set_ylabel(f"target {class_names[r['label']]}\npred {pred}", fontsize=7)
+        stats.append(
+            {"file": r["file"], "query": q, "weight_last_frame": last, "weight_match": float(w[jm])}
+        )
+    fig.suptitle(
+        f"{name}: the cue (frame 0) -> its {top_k} strongest keys across frames", fontsize=9
+    )
+    fig.subplots_adjust(left=0.04, right=0.99, bottom=0.02, top=0.9, wspace=0.05, hspace=0.3)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return stats
+
+
+# --------------------------------------------------------------------------------------------
+# the command
+# --------------------------------------------------------------------------------------------
+
+
+def _threads(arg: str) -> int:
+    cores = os.cpu_count() or 1
+    if arg != "auto":
+        n = int(arg)
+        if n < 1:
+            raise ValueError(f"--threads: expected a positive integer or 'auto', got {arg!r}")
+        return n
+    # On a shared machine more threads than idle cores make PyTorch's CPU kernels far slower.
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    return max(1, min(cores, int(cores - load + 0.5)))
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=0, help="seed of data and training (0)")
+    parser.add_argument("--output-dir", default="runs", help="parent of the run directory (runs)")
+    parser.add_argument(
+        "--cache-dir", default=None, help="dataset cache (default $NLNET_CACHE or ~/.cache/nlnet)"
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny smoke-test setting")
+    parser.add_argument(
+        "--variants", action="store_true", help="also train the space-only and time-only blocks"
+    )
+    parser.add_argument("--epochs", type=int, default=None, help="override the number of epochs")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument(
+        "--threads", default="auto", help="CPU threads (default: auto = idle cores, at least 1)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run_demo(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the demo; returns the summary that is also written to ``summary.json``."""
+    t_start = time.perf_counter()
+    settings = DemoSettings.quick(args.seed) if args.quick else DemoSettings.default(args.seed)
+    if args.variants:
+        settings.models = (*settings.models, "c2d_tiny_nl1_space", "c2d_tiny_nl1_time")
+    if args.epochs is not None:
+        if args.epochs < 1:
+            raise ValueError(f"--epochs: expected a positive integer, got {args.epochs}")
+        settings.epochs = args.epochs
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: CUDA is not available on this machine")
+    threads = _threads(args.threads)
+    torch.set_num_threads(threads)
+    progress = not args.no_progress
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(args.output_dir) / f"demo-{stamp}-seed{args.seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    task = settings.task
+    print(
+        f"nlnet demo: seed {args.seed}, {threads} thread(s), device {device}, run dir {run_dir}\n"
+        f"task: {task.num_frames} frames of {task.size}x{task.size}; the target is the colour of "
+        f"the last-frame digit whose class equals the boxed cue's class in frame 0 "
+        f"({task.num_choices} classes, chance {100 / task.num_choices:.0f}%)",
+        flush=True,
+    )
+
+    t0 = time.perf_counter()
+    root = prepare_digits(task, cache / f"digits-{task.fingerprint()}", progress=progress)
+    data = {s: load_split(root, s, task) for s in ("train", "val", "test")}
+    data_time = time.perf_counter() - t0
+    manifest = read_manifest(root)
+    class_names = manifest["classes"]
+    print(
+        f"data: {root} ({len(data['train'][0])} train / {len(data['val'][0])} val / "
+        f"{len(data['test'][0])} test clips, {data_time:.0f}s)",
+        flush=True,
+    )
+
+    from nlnet.analysis.cost import model_cost
+    from nlnet.engine.checkpoint import save_checkpoint
+
+    results: dict[str, dict[str, Any]] = {}
+    logs: dict[str, dict[str, Any]] = {}
+    models: dict[str, torch.nn.Module] = {}
+    for name in settings.models:
+        model, log = train_model(name, settings, data, device, args.seed, progress)
+        top1 = accuracy(model, *data["test"], device)
+        cost = model_cost(
+            name,
+            (task.num_frames, task.size, task.size),
+            num_classes=task.num_choices,
+            width=settings.width,
+        )
+        results[name] = {
+            "params": cost.params,
+            "macs": cost.macs,
+            "test_top1": top1,
+            "val_top1": log["val_top1"][-1],
+            "train_time_s": log["train_time_s"],
+        }
+        logs[name] = log
+        models[name] = model
+        save_checkpoint(
+            run_dir / f"{name}.pt",
+            model=model,
+            model_name=name,
+            num_classes=task.num_choices,
+            class_names=class_names,
+            epoch=settings.epochs,
+            extra={
+                "model_overrides": {"width": settings.width, "dropout": settings.dropout},
+                "mean": list(MEAN),
+                "std": list(STD),
+                "num_frames": task.num_frames,
+                "task": task.to_dict(),
+            },
+        )
+        print(f"{name}: test top-1 {100 * top1:.1f}% ({log['train_time_s']:.0f}s)", flush=True)
+
+    plot_curves(logs, run_dir / "curves.png")
+    attention_stats: list[dict[str, Any]] = []
+    nl_name = next((n for n in settings.models if "_nl" in n), None)
+    if nl_name is not None:
+        recs = manifest["splits"]["test"][: settings.figure_clips]
+        attention_stats = plot_attention(
+            models[nl_name],
+            root,
+            data["test"][0][: len(recs)],
+            [{**r} for r in recs],
+            class_names,
+            run_dir / "attention.png",
+            device,
+        )
+
+    base = results.get("c2d_tiny", {}).get("test_top1")
+    lines = [
+        f"{'model':<20} {'params':>9} {'MACs':>8} {'top-1':>7} {'vs C2D':>7} {'train':>7}",
+    ]
+    for name, r in results.items():
+        gap = "" if base is None or name == "c2d_tiny" else f"{100 * (r['test_top1'] - base):+.1f}"
+        lines.append(
+            f"{name:<20} {r['params'] / 1e3:>8.0f}k {r['macs'] / 1e6:>7.1f}M "
+            f"{100 * r['test_top1']:>6.1f}% {gap:>7} {r['train_time_s']:>6.0f}s"
+        )
+    table = "\n".join(lines)
+    total = time.perf_counter() - t_start
+    print("\n" + table + f"\n\ntotal wall time {total:.0f}s; outputs in {run_dir}", flush=True)
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = None
+    summary = {
+        "seed": args.seed,
+        "quick": bool(args.quick),
+        "device": str(device),
+        "threads": threads,
+        "settings": {
+            **{k: v for k, v in dataclasses.asdict(settings).items() if k != "task"},
+            "task": task.to_dict(),
+        },
+        "dataset": str(root),
+        "class_names": class_names,
+        "data_time_s": data_time,
+        "results": results,
+        "curves": logs,
+        "attention": attention_stats,
+        "table": table,
+        "total_time_s": total,
+        "load_average": load,
+        "platform": {"python": sys.version.split()[0], "torch": torch.__version__,
+                     "machine": platform.machine(), "cpus": os.cpu_count()},
+    }  # fmt: skip
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def main(args: argparse.Namespace) -> int:
+    run_demo(args)
+    return 0
