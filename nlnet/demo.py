@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -180,10 +179,10 @@ def train_model(
             loss.backward()
             opt.step()
             sched.step()
-            loss_sum += float(loss) * len(idx)
+            loss_sum += float(loss.detach()) * len(idx)
             correct += int((logits.argmax(1) == y).sum())
             bar.update(1)
-            bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss):.3f}")
+            bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.3f}")
         val = accuracy(model, xva, yva, device)
         log["epoch"].append(epoch + 1)
         log["train_loss"].append(loss_sum / len(xtr))

@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from nlnet.layers.nonlocal_block import NonLocalNd
+
 __all__ = [
     "CostRow",
     "CostReport",
@@ -118,12 +120,6 @@ def parse_input_size(text: str | Sequence[int]) -> tuple[int, ...]:
     return size
 
 
-def _is_non_local(m: nn.Module) -> bool:
-    from nlnet.layers.nonlocal_block import NonLocalNd
-
-    return isinstance(m, NonLocalNd)
-
-
 def model_cost(
     model: nn.Module | str | Callable[[], nn.Module],
     input_size: str | Sequence[int] = (32, 224, 224),
@@ -183,7 +179,7 @@ def model_cost(
     nl_rows = [
         CostRow(n, count_params(m), macs_of(n))
         for n, m in model.named_modules()
-        if _is_non_local(m)
+        if isinstance(m, NonLocalNd)
     ]
     return CostReport(name, size, count_params(model), total, stages, nl_rows)
 
@@ -268,7 +264,7 @@ def mask_rcnn_like_cost(
         out = {"backbone": macs(run_body)}
         out["non_local"] = 0
         if non_local:
-            blocks = [m for m in body.modules() if _is_non_local(m)]
+            blocks = [m for m in body.modules() if isinstance(m, NonLocalNd)]
 
             def run_nl() -> None:
                 blocks[0](torch.empty(1, 1024, *feats["3"].shape[-2:]))

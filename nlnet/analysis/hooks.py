@@ -156,9 +156,7 @@ class GridMapping:
 
     def key_box(self, index: int) -> tuple[tuple[float, float], ...]:
         """Per-axis ``(start, stop)`` input extent of a key cell (subsampling included)."""
-        return tuple(
-            (a * s, b * s) for (a, b), s in zip(self.key_feature_box(index), self.stride)
-        )
+        return tuple((a * s, b * s) for (a, b), s in zip(self.key_feature_box(index), self.stride))
 
     def key_center(self, index: int) -> tuple[float, ...]:
         """Input coordinates (frame, row, column index units) of a key cell's centre."""

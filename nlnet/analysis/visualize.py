@@ -254,7 +254,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="t,y,x (video) or y,x (image) in input pixels; repeatable (default: the strongest)",
     )
-    parser.add_argument("--output", default="visualize", help="output folder (default: %(default)s)")
+    parser.add_argument(
+        "--output", default="visualize", help="output folder (default: %(default)s)"
+    )
     parser.add_argument("--block", default=None, help="non-local block name (default: all)")
     parser.add_argument("--top-k", type=int, default=20, help="arrows per query (default: 20)")
     parser.add_argument("--frames", type=int, default=None, help="frames to sample (video)")
@@ -349,7 +351,9 @@ def main(args: argparse.Namespace) -> int:
         attn = rec.maps[bname][0]  # (N, N')
         mapping = rec.mapping(bname, inp.shape[2:])
         if args.query:
-            queries = [mapping.query_index(_parse_query(q, len(mapping.input_size))) for q in args.query]
+            queries = [
+                mapping.query_index(_parse_query(q, len(mapping.input_size))) for q in args.query
+            ]
         else:
             queries = [strongest_query(attn)]
         safe = bname.replace(".", "_")

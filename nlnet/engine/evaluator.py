@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from nlnet.data.datasets import collate_skip_bad  # the data package defines the batch format
 from nlnet.engine import distributed as du
 from nlnet.engine.metrics import VideoScoreAggregator
 
@@ -43,12 +44,6 @@ def autocast_context(device: torch.device, amp: str):
     return torch.autocast(device_type=device.type, enabled=False)
 
 
-def _default_collate() -> Callable:
-    from nlnet.data.datasets import collate_skip_bad  # the data package defines the batch format
-
-    return collate_skip_bad
-
-
 def build_eval_loader(
     dataset: Dataset,
     batch_size: int = 1,
@@ -62,7 +57,7 @@ def build_eval_loader(
         batch_size=batch_size,
         sampler=du.ShardedEvalSampler(len(dataset)),
         num_workers=workers,
-        collate_fn=collate_fn or _default_collate(),
+        collate_fn=collate_fn or collate_skip_bad,
         pin_memory=pin_memory,
         drop_last=False,
         # a private generator: building the loader must not consume the global RNG

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from nlnet.data.datasets import collate_skip_bad
 from nlnet.engine import distributed as du
 from nlnet.engine.checkpoint import (
     CheckpointMismatchError,
@@ -273,12 +274,6 @@ def _seed_worker(worker_id: int) -> None:
     seed = torch.initial_seed() % (2**32)
     np.random.seed(seed)
     random.seed(seed)
-
-
-def _default_collate() -> Callable:
-    from nlnet.data.datasets import collate_skip_bad
-
-    return collate_skip_bad
 
 
 def build_datasets_for(cfg: Config, split: str, mode: str) -> Dataset:
@@ -533,7 +528,7 @@ def _train(
     _check_classes(cfg, train_dataset, "training")
     if val_dataset is not None:
         _check_classes(cfg, val_dataset, "validation")
-    collate_fn = collate_fn or _default_collate()
+    collate_fn = collate_fn or collate_skip_bad
     class_names = _class_names(cfg, train_dataset, val_dataset)
     sampler = du.ResumableDistributedSampler(
         len(train_dataset), info.world_size, info.rank, shuffle=True, seed=tc.seed, with_seeds=True
@@ -945,7 +940,7 @@ def evaluate(
             dataset,
             cfg.eval.batch_size,
             cfg.eval.workers,
-            collate_fn or _default_collate(),
+            collate_fn or collate_skip_bad,
             info.device.type == "cuda",
         )
         metrics = run_evaluation(

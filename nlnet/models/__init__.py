@@ -21,7 +21,6 @@ from nlnet.models.resnet3d import (
     BLOCK_CONFIG,
     Bottleneck3d,
     ResNet3d,
-    VideoClassifierHead,
     inflation_pattern,
 )
 from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_blocks, non_local_paths
@@ -35,7 +34,6 @@ __all__ = [
     "ResNet3d",
     "SegmentationHead",
     "SegmentationNet",
-    "VideoClassifierHead",
     "create_model",
     "get_model_entry",
     "inflate_conv_weight",

@@ -357,9 +357,10 @@ def seg_r50_nl(**kwargs: Any) -> nn.Module:
 
 
 # --------------------------------------------------------------------------- CLI
-def count_params(model: nn.Module) -> int:
-    """Number of parameters (meta tensors count too)."""
-    return sum(p.numel() for p in model.parameters())
+def _count_params(model: nn.Module) -> int:
+    from nlnet.analysis.cost import count_params
+
+    return count_params(model)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -383,6 +384,6 @@ def main(args: argparse.Namespace) -> int:
         params = ""
         if not args.no_params:
             with torch.device("meta"):
-                params = f"{count_params(entry.builder()) / 1e6:.2f}M"
+                params = f"{_count_params(entry.builder()) / 1e6:.2f}M"
         print(f"{n:<{width}}  {params:>8}  {entry.description}")
     return 0

@@ -48,7 +48,6 @@ from torch import nn
 __all__ = [
     "Bottleneck3d",
     "ResNet3d",
-    "VideoClassifierHead",
     "BLOCK_CONFIG",
     "STAGE_NAMES",
     "inflation_pattern",
@@ -184,33 +183,6 @@ class Bottleneck3d(nn.Module):
         if self.non_local is not None:
             out = self.non_local(out)
         return out
-
-
-class VideoClassifierHead(nn.Module):
-    """Global average pooling, dropout and a linear classifier (Table 1, last row).
-
-    Args:
-        in_features: channels of the input feature map.
-        num_classes: number of output logits.
-        dropout: dropout ratio after pooling (0.5 in Section 4.1 of the paper).
-
-    Input ``(B, C, *spatial)`` of any number of spatial/temporal dims; output ``(B, num_classes)``.
-    """
-
-    def __init__(self, in_features: int, num_classes: int, dropout: float = 0.5) -> None:
-        super().__init__()
-        _check_positive("in_features", in_features)
-        _check_positive("num_classes", num_classes)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout: expected a ratio in [0, 1), got {dropout!r}")
-        self.dropout = nn.Dropout(dropout)
-        self.fc = nn.Linear(in_features, num_classes)
-        nn.init.normal_(self.fc.weight, std=0.01)
-        nn.init.zeros_(self.fc.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.flatten(2).mean(dim=2)  # (B, C)
-        return self.fc(self.dropout(x))
 
 
 def _check_positive(name: str, value: object) -> None:

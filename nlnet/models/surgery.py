@@ -46,6 +46,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from nlnet.layers.nonlocal_block import NonLocalNd
+
 __all__ = [
     "PLACEMENTS",
     "insert_non_local",
@@ -167,12 +169,6 @@ def _apply_non_local_hook(module: nn.Module, inputs: Any, output: torch.Tensor) 
     return module.non_local(output)
 
 
-def _is_non_local(m: nn.Module) -> bool:
-    from nlnet.layers.nonlocal_block import NonLocalNd
-
-    return isinstance(m, NonLocalNd)
-
-
 def insert_non_local(
     model: nn.Module,
     at: str | Sequence[str],
@@ -264,4 +260,4 @@ def _has_block(module: nn.Module) -> bool:
 
 def non_local_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """All non-local blocks of ``model`` as ``(qualified name, block)`` pairs, in order."""
-    return [(n, m) for n, m in model.named_modules() if _is_non_local(m)]
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, NonLocalNd)]

@@ -8,7 +8,7 @@ import torchvision
 from torch import nn
 
 from nlnet.models.registry import create_model, get_model_entry, list_models
-from nlnet.models.resnet3d import Bottleneck3d, ResNet3d, VideoClassifierHead, inflation_pattern
+from nlnet.models.resnet3d import Bottleneck3d, ResNet3d, inflation_pattern
 
 
 @pytest.fixture(autouse=True)
@@ -134,15 +134,6 @@ def test_bottleneck3d_shapes_and_slot():
     assert b(torch.randn(1, 16, 3, 8, 8)).shape == (1, 16, 3, 4, 4)
     with pytest.raises(ValueError, match="conv2_t"):
         Bottleneck3d(16, 4, conv2_t=2)
-
-
-def test_video_classifier_head():
-    head = VideoClassifierHead(8, 5, dropout=0.5)
-    assert head(torch.randn(2, 8, 2, 3, 3)).shape == (2, 5)
-    with pytest.raises(ValueError, match="num_classes"):
-        VideoClassifierHead(8, 0)
-    with pytest.raises(ValueError, match="dropout"):
-        VideoClassifierHead(8, 2, dropout=1.5)
 
 
 def test_bad_arguments_and_inputs():
