@@ -1,4 +1,4 @@
-"""End to end through the real command line: train -> stop -> resume -> eval -> predict.
+"""End to end through the real command line: train -> SIGKILL -> resume -> eval -> predict.
 
 Tiny mp4 files are written with PyAV into a class-per-folder tree (plus one corrupt file that must
 be skipped and counted); every command runs in its own ``python -m nlnet`` subprocess.
@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -92,8 +94,8 @@ def test_train_stop_resume_eval_predict(tmp_path):
         "cpu",
         "train.progress=false",
     ]
-    # 2) (started first, runs meanwhile) the run pre-empted after 5 iterations ...
-    stopping = _start("train", *common, "--output-dir", "run", "train.stop_after=5", cwd=tmp_path)
+    # 2) (started first, runs meanwhile) a run killed with SIGKILL after its first checkpoint ...
+    killed = _start("train", *common, "--output-dir", "run", cwd=tmp_path)
     # 1) uninterrupted reference run (in this process, through the same Python API)
     from nlnet.engine.config import load_config
     from nlnet.engine.trainer import train
@@ -114,15 +116,21 @@ def test_train_stop_resume_eval_predict(tmp_path):
         )
     torch.set_num_threads(threads)
     assert ref["iterations"] == 12 and not ref["stopped"]
-    out = _finish(stopping)
-    first = _json_tail(out)
-    assert first["stopped"] and first["iterations"] == 5
-    assert "skipped 1 bad video" in out  # the corrupt file, once per epoch
+    last = tmp_path / "run" / "checkpoints" / "last.pt"
+    deadline = time.monotonic() + 240
+    while not last.exists() and killed.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert killed.poll() is None, "the run ended before it could be killed"
+    killed.send_signal(signal.SIGKILL)  # no handler, no cleanup: a crash between checkpoints
+    killed.communicate(timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    first = torch.load(last, weights_only=True)
+    assert 0 < first["iteration"] < 12
     # 3) ... resumed from its run directory (config taken from run/config.yaml)
-    second = _json_tail(
-        _nlnet("train", "--output-dir", "run", "--resume", "train.stop_after=0", cwd=tmp_path)
-    )
+    out = _nlnet("train", "--output-dir", "run", "--resume", cwd=tmp_path)
+    second = _json_tail(out)
     assert second["iterations"] == 12 and not second["stopped"]
+    assert "skipped 1 bad video" in out  # the corrupt file, counted in each epoch summary
     a = torch.load(tmp_path / "run_ref/checkpoints/final.pt", weights_only=True)
     b = torch.load(tmp_path / "run/checkpoints/final.pt", weights_only=True)
     assert a["model"].keys() == b["model"].keys()
