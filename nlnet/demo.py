@@ -45,6 +45,15 @@ EXAMPLES = """examples:
   nlnet demo --device cuda --output-dir runs
 """
 
+TASK_TEXT = {
+    "pointer": "the target is the class of the last-frame digit drawn in the colour of the "
+    "square shown in frame 0",
+    "match": "the target is the colour of the last-frame digit whose class equals the boxed "
+    "cue digit's class in frame 0",
+    "same": "the target is whether the last-frame digit has the class of the boxed cue digit "
+    "in frame 0",
+}
+
 #: Normalisation of the digits clips (intensities are mostly black with bright strokes).
 MEAN = (0.1, 0.1, 0.1)
 STD = (0.25, 0.25, 0.25)
@@ -63,6 +72,10 @@ class DemoSettings:
     weight_decay: float = 1e-4
     dropout: float = 0.2
     figure_clips: int = 3
+    pretrain_frames: int = 4000
+    pretrain_epochs: int = 3
+    pretrain_lr: float = 3e-3
+    theta_init_std: float | None = 0.01
 
     @classmethod
     def default(cls, seed: int = 0) -> DemoSettings:
@@ -73,7 +86,10 @@ class DemoSettings:
         task = DigitsTaskConfig(
             num_frames=4, num_train=48, num_val=16, num_test=16, distractors=1, seed=seed
         )
-        return cls(task=task, width=2, epochs=1, batch_size=16, figure_clips=2)
+        return cls(
+            task=task, width=2, epochs=1, batch_size=16, figure_clips=2, pretrain_frames=64,
+            pretrain_epochs=1,
+        )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -124,6 +140,62 @@ def load_split(root: Path, split: str, task: DigitsTaskConfig) -> tuple[torch.Te
 # --------------------------------------------------------------------------------------------
 
 
+def pretrain_2d(
+    settings: DemoSettings, device: torch.device, seed: int, progress: bool = True
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """2D pre-training of the backbone on single-digit frames (Section 4.1's ImageNet step).
+
+    The paper initialises C2D and the non-local models from the same ImageNet-pretrained 2D
+    ResNet. Here the same tiny backbone is first trained to name single digits (train-split
+    images only, random positions and colours) as one-frame clips; both demo models start from
+    these weights, so the comparison stays fair.
+
+    Returns:
+        The backbone state dict (without ``fc``) and a small log.
+    """
+    from tqdm import tqdm
+
+    import nlnet.models.tiny  # noqa: F401
+    from nlnet.data.digits import generate_frames
+    from nlnet.models.registry import create_model
+
+    task = settings.task
+    t0 = time.perf_counter()
+    frames, labels = generate_frames(task, settings.pretrain_frames, "train")
+    x = torch.from_numpy(frames).permute(0, 3, 1, 2).float().div(255.0)  # (N, 3, H, W)
+    x = ((x - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None])[:, :, None]
+    y = torch.from_numpy(labels)
+    torch.manual_seed(seed)
+    model = create_model(
+        "c2d_tiny", num_classes=len(task.digits), width=settings.width, dropout=settings.dropout
+    ).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=settings.pretrain_lr, weight_decay=1e-4)
+    gen = torch.Generator().manual_seed(seed + 1)
+    bs = 64
+    steps = settings.pretrain_epochs * math.ceil(len(x) / bs)
+    bar = tqdm(total=steps, desc="2D pre-training", unit="it", disable=not progress)
+    correct = 0
+    for _ in range(settings.pretrain_epochs):
+        model.train()
+        perm = torch.randperm(len(x), generator=gen)
+        correct = 0
+        for i in range(0, len(x), bs):
+            idx = perm[i : i + bs]
+            logits = model(x[idx].to(device))
+            loss = F.cross_entropy(logits, y[idx].to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            correct += int((logits.argmax(1).cpu() == y[idx]).sum())
+            bar.update(1)
+    bar.close()
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items() if not k.startswith("fc.")}
+    log = {"frames": len(x), "epochs": settings.pretrain_epochs,
+           "train_top1_last_epoch": correct / max(len(x), 1),
+           "time_s": time.perf_counter() - t0}  # fmt: skip
+    return state, log
+
+
 @torch.no_grad()
 def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device, bs: int = 100):
     """Top-1 accuracy (in [0, 1]) of ``model`` on ``(x, y)`` in eval mode."""
@@ -142,18 +214,38 @@ def train_model(
     device: torch.device,
     seed: int,
     progress: bool = True,
+    init: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Train one registered model with AdamW and a one-cycle schedule; return it and its log."""
+    """Train one registered model with AdamW and a one-cycle schedule; return it and its log.
+
+    ``init`` is the pre-trained backbone (loaded non-strictly: the classifier and the non-local
+    blocks keep their initialisation). With ``settings.theta_init_std`` the ``theta`` embedding
+    of every non-local block starts small, so that the initial attention is nearly uniform and
+    every key receives gradient (a sharp random softmax on pre-trained features starves the
+    keys it ignores).
+    """
     from tqdm import tqdm
 
     import nlnet.models.tiny  # noqa: F401  (registers the tiny family)
     from nlnet.models.registry import create_model
 
     torch.manual_seed(seed)
-    num_classes = settings.task.num_choices
+    num_classes = settings.task.num_classes
     model = create_model(
         name, num_classes=num_classes, width=settings.width, dropout=settings.dropout
-    ).to(device)
+    )
+    if init is not None:
+        missing, unexpected = model.load_state_dict(init, strict=False)
+        bad = [k for k in missing if not (k.startswith("fc.") or ".non_local." in k)]
+        if bad or unexpected:
+            raise RuntimeError(f"pre-trained weights do not fit {name}: {bad + unexpected}")
+    if settings.theta_init_std:
+        from nlnet.analysis.hooks import find_non_local_blocks
+
+        for _, block in find_non_local_blocks(model):
+            if block.theta is not None:
+                torch.nn.init.normal_(block.theta.weight, std=settings.theta_init_std)
+    model = model.to(device)
     xtr, ytr = data["train"]
     xva, yva = data["val"]
     steps_per_epoch = math.ceil(len(xtr) / settings.batch_size)
@@ -339,9 +431,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     task = settings.task
     print(
         f"nlnet demo: seed {args.seed}, {threads} thread(s), device {device}, run dir {run_dir}\n"
-        f"task: {task.num_frames} frames of {task.size}x{task.size}; the target is the colour of "
-        f"the last-frame digit whose class equals the boxed cue's class in frame 0 "
-        f"({task.num_choices} classes, chance {100 / task.num_choices:.0f}%)",
+        f"task ({task.task}): {task.num_frames} frames of {task.size}x{task.size}; "
+        f"{TASK_TEXT[task.task]} ({task.num_classes} classes, chance "
+        f"{100 / task.num_classes:.0f}%)",
         flush=True,
     )
 
@@ -360,16 +452,24 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     from nlnet.analysis.cost import model_cost
     from nlnet.engine.checkpoint import save_checkpoint
 
+    init, pre_log = None, None
+    if settings.pretrain_frames > 0 and settings.pretrain_epochs > 0:
+        init, pre_log = pretrain_2d(settings, device, args.seed, progress)
+        print(
+            f"2D pre-training: {pre_log['frames']} frames x {pre_log['epochs']} epochs, "
+            f"top-1 {100 * pre_log['train_top1_last_epoch']:.0f}% ({pre_log['time_s']:.0f}s)",
+            flush=True,
+        )
     results: dict[str, dict[str, Any]] = {}
     logs: dict[str, dict[str, Any]] = {}
     models: dict[str, torch.nn.Module] = {}
     for name in settings.models:
-        model, log = train_model(name, settings, data, device, args.seed, progress)
+        model, log = train_model(name, settings, data, device, args.seed, progress, init)
         top1 = accuracy(model, *data["test"], device)
         cost = model_cost(
             name,
             (task.num_frames, task.size, task.size),
-            num_classes=task.num_choices,
+            num_classes=task.num_classes,
             width=settings.width,
         )
         results[name] = {
@@ -385,7 +485,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
             run_dir / f"{name}.pt",
             model=model,
             model_name=name,
-            num_classes=task.num_choices,
+            num_classes=task.num_classes,
             class_names=class_names,
             epoch=settings.epochs,
             extra={
@@ -442,6 +542,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "dataset": str(root),
         "class_names": class_names,
         "data_time_s": data_time,
+        "pretrain": pre_log,
         "results": results,
         "curves": logs,
         "attention": attention_stats,

@@ -48,6 +48,7 @@ __all__ = [
     "COLOR_NAMES",
     "DigitsTaskConfig",
     "DigitsTaskSplit",
+    "generate_frames",
     "generate_split",
     "load_digit_bank",
     "prepare_digits",
@@ -55,7 +56,8 @@ __all__ = [
 ]
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
-GENERATOR_VERSION = 1
+TASKS: tuple[str, ...] = ("pointer", "match", "same")
+GENERATOR_VERSION = 2
 
 #: Colour names (the class names on disk) and their RGB values in [0, 1].
 COLOR_NAMES: tuple[str, ...] = ("red", "green", "blue", "yellow", "magenta", "cyan")
@@ -93,6 +95,8 @@ class DigitsTaskConfig:
     num_frames: int = 8
     size: int = 32
     digit_size: int = 12
+    task: str = "pointer"
+    digits: tuple[int, ...] = (0, 1, 2, 3)
     num_choices: int = 4
     distractors: int = 1
     noise: float = 0.05
@@ -114,6 +118,17 @@ class DigitsTaskConfig:
             raise ValueError(f"digit_size must be >= 4 pixels, got {self.digit_size}")
         if self.distractors < 0:
             raise ValueError(f"distractors must be >= 0, got {self.distractors}")
+        digits = tuple(int(d) for d in self.digits)
+        if len(set(digits)) != len(digits) or not all(0 <= d <= 9 for d in digits):
+            raise ValueError(f"digits must be distinct digit classes 0..9, got {self.digits!r}")
+        object.__setattr__(self, "digits", digits)
+        if self.num_choices > len(digits):
+            raise ValueError(
+                f"num_choices={self.num_choices} needs at least as many digit classes, "
+                f"got digits={digits}"
+            )
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         if self.match not in ("class", "image"):
             raise ValueError(f"match must be 'class' or 'image', got {self.match!r}")
         if self.noise < 0:
@@ -142,9 +157,25 @@ class DigitsTaskConfig:
         return self.digit_size + 3
 
     @property
+    def marker_size(self) -> int:
+        """Side of the pointer task's coloured square."""
+        return max(3, (2 * self.digit_size) // 3)
+
+    @property
+    def num_classes(self) -> int:
+        """``len(digits)`` digit classes (pointer), ``num_choices`` colours (match), 2 (same)."""
+        if self.task == "same":
+            return 2
+        return len(self.digits) if self.task == "pointer" else self.num_choices
+
+    @property
     def class_names(self) -> list[str]:
-        """Target class names ``"<label>_<colour>"`` (sorted like the labels, so that the
-        class-per-folder reader's alphabetical numbering equals the label)."""
+        """Target class names, sorted like the labels (the class-per-folder reader numbers the
+        folders alphabetically): ``"0"``..``"9"`` or ``"<k>_<colour>"``."""
+        if self.task == "pointer":
+            return [str(d) for d in self.digits]
+        if self.task == "same":
+            return ["0_different", "1_same"]
         return [f"{k}_{name}" for k, name in enumerate(COLOR_NAMES[: self.num_choices])]
 
     def split_size(self, split: str) -> int:
@@ -156,6 +187,7 @@ class DigitsTaskConfig:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["split_fractions"] = list(self.split_fractions)
+        d["digits"] = list(self.digits)
         return d
 
     def fingerprint(self) -> str:
@@ -171,7 +203,8 @@ class DigitsTaskSplit:
     Attributes:
         clips: uint8 array (N, T, H, W, 3).
         labels: int64 array (N,), the colour index of the matching digit.
-        cue_class: int64 (N,), digit class of the cue.
+        cue: int64 (N,), the colour index of the marker (pointer task) or the digit class of
+            the cue (match task).
         cue_box: int64 (N, 4), the cue digit's (y0, x0, y1, x1) in frame 0 (exclusive end).
         match_box: int64 (N, 4), the matching digit's box in the last frame.
         digit_ids: list of the sklearn digit indices used by each clip.
@@ -179,7 +212,7 @@ class DigitsTaskSplit:
 
     clips: np.ndarray
     labels: np.ndarray
-    cue_class: np.ndarray
+    cue: np.ndarray
     cue_box: np.ndarray
     match_box: np.ndarray
     digit_ids: list[list[int]]
@@ -306,36 +339,66 @@ def _one_clip(
         used.append(i)
         return images[i]
 
-    # Last frame: K distinct classes, colour k on choice k; the match carries colour `label`.
-    classes = rng.choice(10, size=K, replace=False)
-    cue_class = int(classes[label])
+    # Last frame: K digits of distinct classes in K distinct colours. `slot` is the one the cue
+    # refers to: pointer task -> its class is the label; match task -> its colour is the label.
+    digits = np.asarray(cfg.digits)
+    if cfg.task == "same":
+        K = 1
     spots = _place(rng, K, S, cfg.footprint)
+    slot = int(rng.integers(K))
+    if cfg.task == "same":
+        a = int(rng.choice(digits))
+        b = a if label == 1 else int(rng.choice(digits[digits != a]))
+        classes = np.array([b])
+        colors = np.array([int(rng.integers(len(COLOR_NAMES)))])
+    elif cfg.task == "pointer":
+        target = int(digits[label])
+        others = rng.permutation(digits[digits != target])[: K - 1]
+        classes = np.insert(others, slot, target)
+        colors = rng.permutation(len(COLOR_NAMES))[:K]
+    else:
+        classes = rng.choice(digits, size=K, replace=False)
+        colors = rng.permutation(K)
+        j = int(np.flatnonzero(colors == label)[0])
+        colors[j], colors[slot] = colors[slot], colors[j]  # the slot gets colour `label`
     match_box: tuple[int, ...] = ()
     match_id = -1
     for k in range(K):
-        b = _draw(video[T - 1], pick(int(classes[k])), *spots[k], _COLORS[k], box=False)
-        if k == label:
+        b = _draw(video[T - 1], pick(int(classes[k])), *spots[k], _COLORS[colors[k]], box=False)
+        if k == slot:
             match_box, match_id = b, used[-1]
-    # Frames 0..T-2: distractors; frame 0 also holds the boxed cue (a different image).
+    cue = int(colors[slot]) if cfg.task == "pointer" else int(classes[slot])
+    if cfg.task == "same":
+        cue = a
+    # Frames 0..T-2: white distractor digits; frame 0 also holds the cue.
+    cue_box: tuple[int, ...] = ()
     for t in range(T - 1):
         n = cfg.distractors + (1 if t == 0 else 0)
         if n == 0:
             continue
         spots = _place(rng, n, S, cfg.footprint)
         for j, (y, x) in enumerate(spots):
-            if t == 0 and j == 0:
+            if t == 0 and j == 0 and cfg.task == "pointer":
+                # a filled square in the colour of the target digit
+                s, m = cfg.digit_size, cfg.marker_size
+                y0, x0 = y + 1 + (s - m) // 2, x + 1 + (s - m) // 2
+                video[0, y0 : y0 + m, x0 : x0 + m] = _COLORS[cue]
+                cue_box = (y0, x0, y0 + m, x0 + m)
+            elif t == 0 and j == 0 and cfg.task == "same":
+                cue_box = _draw(video[0], pick(a, exclude=match_id), y, x, white, box=True)
+            elif t == 0 and j == 0:
                 if cfg.match == "image":
                     used.append(match_id)
                     cue_img = images[match_id]
                 else:
-                    cue_img = pick(cue_class, exclude=match_id)
+                    cue_img = pick(cue, exclude=match_id)
                 cue_box = _draw(video[0], cue_img, y, x, white, box=True)
             else:
-                _draw(video[t], pick(int(rng.integers(10))), y, x, white * 0.9, box=False)
+                _draw(video[t], pick(int(rng.choice(digits))), y, x, white * 0.9, box=False)
     if cfg.noise > 0:
         video += rng.normal(0.0, cfg.noise, size=video.shape).astype(np.float32)
     clip = (np.clip(video, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
-    return clip, cue_class, cue_box, match_box, used
+    return clip, cue, cue_box, match_box, used
 
 
 def generate_split(cfg: DigitsTaskConfig, split: str) -> DigitsTaskSplit:
@@ -354,22 +417,62 @@ def generate_split(cfg: DigitsTaskConfig, split: str) -> DigitsTaskSplit:
     pool = split_digit_indices(labels, cfg.split_fractions, cfg.seed)[split]
     by_class = [pool[labels[pool] == c] for c in range(10)]
     sid = SPLITS.index(split)
-    targets = np.arange(n) % cfg.num_choices
+    targets = np.arange(n) % cfg.num_classes
     targets = targets[np.random.default_rng([cfg.seed, sid, 1]).permutation(n)]
     T, S = cfg.num_frames, cfg.size
     clips = np.zeros((n, T, S, S, 3), dtype=np.uint8)
-    cue_class = np.zeros(n, dtype=np.int64)
+    cue = np.zeros(n, dtype=np.int64)
     cue_box = np.zeros((n, 4), dtype=np.int64)
     match_box = np.zeros((n, 4), dtype=np.int64)
     ids: list[list[int]] = []
     for i in range(n):
         rng = np.random.default_rng([cfg.seed, sid, 2, i])
-        clips[i], cue_class[i], cb, mb, used = _one_clip(
+        clips[i], cue[i], cb, mb, used = _one_clip(
             rng, cfg, images, by_class, int(targets[i])
         )
         cue_box[i], match_box[i] = cb, mb
         ids.append(used)
-    return DigitsTaskSplit(clips, targets.astype(np.int64), cue_class, cue_box, match_box, ids)
+    return DigitsTaskSplit(clips, targets.astype(np.int64), cue, cue_box, match_box, ids)
+
+
+def generate_frames(
+    cfg: DigitsTaskConfig, n: int, split: str = "train", *, colour_labels: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Single-digit frames for 2D pre-training (the role ImageNet plays in Section 4.1).
+
+    Each frame shows one digit of ``cfg.digits`` (from the ``split`` pool only, so pre-training
+    on "train" never sees a test image) at a random position, white or in a random palette
+    colour, with the task's noise.
+
+    Args:
+        cfg: the task configuration (size, digit size, digits, noise, seed).
+        n: number of frames.
+        split: digit-image pool to draw from.
+        colour_labels: label = ``digit_index * 7 + colour`` (colour 0 = white, 1..6 = palette)
+            instead of ``digit_index``.
+
+    Returns:
+        ``(frames, labels)``: uint8 ``(n, size, size, 3)`` and int64 ``(n,)``.
+    """
+    images, labels = load_digit_bank(cfg.digit_size)
+    pool = split_digit_indices(labels, cfg.split_fractions, cfg.seed)[split]
+    pool = pool[np.isin(labels[pool], cfg.digits)]
+    index = {d: i for i, d in enumerate(cfg.digits)}
+    rng = np.random.default_rng([cfg.seed, SPLITS.index(split), 3])
+    out = np.zeros((n, cfg.size, cfg.size, 3), dtype=np.float32)
+    y = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        j = int(pool[rng.integers(len(pool))])
+        colour = 0 if rng.random() < 0.3 else 1 + int(rng.integers(len(COLOR_NAMES)))
+        rgb = np.ones(3, dtype=np.float32) if colour == 0 else _COLORS[colour - 1]
+        (py, px) = _place(rng, 1, cfg.size, cfg.footprint)[0]
+        _draw(out[i], images[j], py, px, rgb, box=False)
+        y[i] = index[int(labels[j])] * (len(COLOR_NAMES) + 1 if colour_labels else 1)
+        if colour_labels:
+            y[i] += colour
+    if cfg.noise > 0:
+        out += rng.normal(0.0, cfg.noise, size=out.shape).astype(np.float32)
+    return (np.clip(out, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8), y
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,7 +590,7 @@ def prepare_digits(
                 {
                     "file": rel,
                     "label": int(data.labels[i]),
-                    "cue_class": int(data.cue_class[i]),
+                    "cue": int(data.cue[i]),
                     "cue_box": [int(v) for v in data.cue_box[i]],
                     "match_box": [int(v) for v in data.match_box[i]],
                 }

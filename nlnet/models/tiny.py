@@ -1,14 +1,15 @@
 """A tiny C2D ResNet family for CPUs: the models of ``nlnet demo``.
 
-The same topology as the C2D baseline of Table 1 in ``001_4890b07ab5be0a19.txt`` (a stem,
-four stages res2..res5 of bottleneck blocks with ``1x1 / 3x3 / 1x1`` kernels and only 2D
-(``1 x k x k``) convolutions, global average pooling, dropout, a linear classifier), scaled down
-for small clips (e.g. 8 x 32 x 32) so that it trains in a minute on a laptop CPU:
+The stage structure of the C2D baseline of Table 1 in ``001_4890b07ab5be0a19.txt`` (a stem,
+four stages res2..res5 with only 2D ``1 x k x k`` kernels, global average pooling, dropout, a
+linear classifier), scaled down for small clips (e.g. 8 x 32 x 32) so that it trains in a minute
+on a laptop CPU:
 
 * the ``7x7`` stride-2 stem becomes a ``1x3x3`` stride-1 convolution followed by the ``1x2x2``
   max pool (total stride 16 at res5 instead of 32, so a 32 x 32 frame keeps a 4 x 4 res4 grid);
-* ``width`` (bottleneck width of res2, 64 in Table 1) defaults to 8 and the stages hold
-  ``(1, 2, 3, 1)`` residual blocks;
+* the stages use ResNet *basic* blocks (two ``1x3x3`` convolutions, He et al. 2016) of
+  ``width, 2 width, 4 width, 8 width`` channels (``width`` = 16 by default) with
+  ``(1, 2, 3, 1)`` blocks: at a width of a few channels bottlenecks learn far slower;
 * by default no temporal pooling (``temporal_pool=False``): every frame keeps its own features
   until the global average pool, so the C2D baseline is exactly a sum of per-frame terms. With
   ``temporal_pool=True`` the paper's pool1/pool2 temporal strides of 2 are used.
@@ -24,60 +25,155 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torch import nn
 
 from nlnet.models.registry import _split_block_options, register_model
-from nlnet.models.resnet3d import ResNet3d
 from nlnet.models.surgery import insert_non_local
 
-__all__ = ["TinyC2D", "build_tiny"]
+__all__ = ["BasicBlock3d", "TinyC2D", "build_tiny"]
 
 TINY_LAYERS: tuple[int, int, int, int] = (1, 2, 3, 1)
 
 
-class TinyC2D(ResNet3d):
-    """A narrow C2D ResNet (Table 1 topology) with a small stem, for tiny clips on a CPU.
+class BasicBlock3d(nn.Module):
+    """A ResNet basic block (two ``1x3x3`` convolutions) for C2D (He et al. 2016; Table 1 uses
+    bottlenecks, which learn far slower at a width of a few channels).
+
+    Parameter names follow torchvision's ``BasicBlock`` (``conv1``, ``bn1``, ``conv2``, ``bn2``,
+    ``downsample``); the ``non_local`` slot (``None`` by default) holds a non-local block applied
+    to the block output, where :func:`nlnet.models.surgery.insert_non_local` puts it.
+
+    Args:
+        inplanes: input channels.
+        planes: output channels.
+        stride: spatial stride of ``conv1`` and of the shortcut.
+        downsample: projection shortcut or ``None`` for identity.
+    """
+
+    expansion: int = 1
+
+    def __init__(
+        self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None
+    ) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv3d(
+            inplanes, planes, (1, 3, 3), stride=(1, stride, stride), padding=(0, 1, 1), bias=False
+        )
+        self.bn1 = nn.BatchNorm3d(planes)
+        self.conv2 = nn.Conv3d(planes, planes, (1, 3, 3), padding=(0, 1, 1), bias=False)
+        self.bn2 = nn.BatchNorm3d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+        self.register_module("non_local", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))  # (B, planes, T, H/s, W/s)
+        out = self.relu(self.bn2(self.conv2(out)) + identity)
+        if self.non_local is not None:
+            out = self.non_local(out)
+        return out
+
+
+class TinyC2D(nn.Module):
+    """A narrow C2D ResNet (Table 1 stage structure, basic blocks) for tiny clips on a CPU.
+
+    Layout for a ``T x 32 x 32`` clip (width ``w``)::
+
+        conv1  1x3x3, w, stride 1 + BN + ReLU  -> w   x T x 32 x 32
+        pool1  1x2x2 max, stride 2 (temporal 3, stride 2 with temporal_pool)
+                                                -> w   x T x 16 x 16
+        res2   [1x3x3, w   | 1x3x3, w  ] x n2   -> w   x T x 16 x 16
+        res3   [1x3x3, 2w  | 1x3x3, 2w ] x n3   -> 2w  x T x  8 x  8
+        res4   [1x3x3, 4w  | 1x3x3, 4w ] x n4   -> 4w  x T x  4 x  4
+        res5   [1x3x3, 8w  | 1x3x3, 8w ] x n5   -> 8w  x T x  2 x  2
+        global average pool, dropout, fc
 
     Args:
         layers: residual blocks of res2..res5 (default ``(1, 2, 3, 1)``).
         num_classes: number of logits.
-        width: bottleneck width of res2; stage ``k`` uses ``width * 2**k`` (outputs ``4x``).
-        temporal_pool: use the paper's temporal strides 2 in pool1 and pool2 (default off: the
-            frames are never mixed before the global pool).
+        width: channels of the stem and of res2 (stage ``k`` has ``width * 2**k``).
+        temporal_pool: temporal stride 2 in pool1 and pool2 as in Table 1 (default off: the
+            frames are never mixed before the global pool, so C2D is a sum of per-frame terms).
         dropout: dropout ratio before ``fc``.
         in_channels: input channels.
 
-    Input ``(B, in_channels, T, H, W)`` with ``H, W >= 16``; output ``(B, num_classes)``.
+    Input ``(B, in_channels, T, H, W)``; output ``(B, num_classes)``.
     """
 
     def __init__(
         self,
         layers: Sequence[int] = TINY_LAYERS,
-        num_classes: int = 4,
+        num_classes: int = 10,
         *,
-        width: int = 8,
+        width: int = 16,
         temporal_pool: bool = False,
         dropout: float = 0.2,
         in_channels: int = 3,
     ) -> None:
+        super().__init__()
+        layers = tuple(int(n) for n in layers)
+        if len(layers) != 4 or min(layers) < 1:
+            raise ValueError(f"layers: expected 4 positive stage lengths, got {layers!r}")
+        for name, v in (("num_classes", num_classes), ("width", width), ("in_channels", in_channels)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: expected a positive int, got {v!r}")
         if not isinstance(temporal_pool, bool):
             raise TypeError(f"temporal_pool: expected a bool, got {temporal_pool!r}")
-        super().__init__(
-            layers,
-            num_classes,
-            width=width,
-            dropout=dropout,
-            in_channels=in_channels,
-            temporal_strides=(1, 2, 2) if temporal_pool else (1, 1, 1),
-        )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout: expected a ratio in [0, 1), got {dropout!r}")
+        self.layers_cfg = layers
+        self.num_classes = num_classes
         self.temporal_pool = temporal_pool
-        # Small-input stem: 1x3x3 conv, stride 1 (the frames are 32 px, not 224 px).
         self.conv1 = nn.Conv3d(in_channels, width, (1, 3, 3), padding=(0, 1, 1), bias=False)
-        nn.init.kaiming_normal_(self.conv1.weight, mode="fan_out", nonlinearity="relu")
+        self.bn1 = nn.BatchNorm3d(width)
+        self.relu = nn.ReLU(inplace=True)
         if temporal_pool:
             self.maxpool = nn.MaxPool3d((3, 2, 2), stride=(2, 2, 2), padding=(1, 0, 0))
+            self.pool2: nn.Module = nn.MaxPool3d((3, 1, 1), stride=(2, 1, 1), padding=(1, 0, 0))
         else:
             self.maxpool = nn.MaxPool3d((1, 2, 2), stride=(1, 2, 2))
+            self.pool2 = nn.Identity()
+        self.inplanes = width
+        self.layer1 = self._make_layer(width, layers[0], 1)
+        self.layer2 = self._make_layer(width * 2, layers[1], 2)
+        self.layer3 = self._make_layer(width * 4, layers[2], 2)
+        self.layer4 = self._make_layer(width * 8, layers[3], 2)
+        self.num_features = width * 8
+        self.dropout = nn.Dropout(dropout)
+        self.fc = nn.Linear(self.num_features, num_classes)
+        if not self.conv1.weight.is_meta:
+            for m in self.modules():
+                if isinstance(m, nn.Conv3d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            nn.init.normal_(self.fc.weight, std=0.01)
+            nn.init.zeros_(self.fc.bias)
+
+    def _make_layer(self, planes: int, blocks: int, stride: int) -> nn.Sequential:
+        downsample = None
+        if stride != 1 or self.inplanes != planes:
+            downsample = nn.Sequential(
+                nn.Conv3d(self.inplanes, planes, 1, stride=(1, stride, stride), bias=False),
+                nn.BatchNorm3d(planes),
+            )
+        mods = [BasicBlock3d(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes
+        mods += [BasicBlock3d(planes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*mods)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The res5 feature map ``(B, 8w, T', H/16, W/16)``."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 5:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x: expected a video tensor (B, C, T, H, W), got {shape}")
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.pool2(self.layer1(x))
+        return self.layer4(self.layer3(self.layer2(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.forward_features(x).flatten(2).mean(dim=2)  # global average pool (B, 8w)
+        return self.fc(self.dropout(x))
 
 
 def build_tiny(blocks: str | None = None, **kwargs: Any) -> nn.Module:
@@ -104,14 +200,14 @@ def build_tiny(blocks: str | None = None, **kwargs: Any) -> nn.Module:
 
 def _cfg(blocks: str | None, mode: str = "spacetime") -> dict[str, Any]:
     return {
-        "num_classes": 4,
+        "num_classes": 10,
         "input_size": (3, 8, 32, 32),
         "task": "video_classification",
         "family": "tiny",
         "arch": "c2d",
         "blocks": blocks,
         "mode": mode,
-        "test_overrides": {"width": 2},
+        "test_overrides": {"width": 4},
         "test_input_size": (3, 4, 32, 32),
     }
 

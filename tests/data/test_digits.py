@@ -30,12 +30,13 @@ def test_same_seed_same_clips_other_seed_other_clips():
     assert a.clips.shape == (12, 3, 32, 32, 3) and a.clips.dtype == np.uint8
 
 
-@pytest.mark.parametrize("n, k", [(12, 4), (7, 3), (5, 2)])
+@pytest.mark.parametrize("n, k", [(23, 4), (7, 3), (5, 2)])
 def test_labels_are_balanced(n, k):
-    cfg = DigitsTaskConfig(**{**TINY, "num_train": n}, num_choices=k)
-    counts = np.bincount(generate_split(cfg, "train").labels, minlength=k)
-    assert counts.max() - counts.min() <= 1
-    assert counts.sum() == n
+    for task in ("pointer", "match"):
+        cfg = DigitsTaskConfig(**{**TINY, "num_train": n}, num_choices=k, task=task)
+        counts = np.bincount(generate_split(cfg, "train").labels, minlength=cfg.num_classes)
+        assert counts.max() - counts.min() <= 1
+        assert counts.sum() == n
 
 
 def test_digit_image_pools_are_disjoint_and_cover_everything():
@@ -61,29 +62,57 @@ def test_clips_only_use_their_split_images():
     assert not used["val"] & used["test"]
 
 
+PALETTE = np.array(
+    [[1, 0.15, 0.15], [0.15, 1, 0.15], [0.3, 0.4, 1], [1, 0.95, 0.1], [1, 0.2, 1], [0.1, 1, 1]]
+)
+
+
+def _colour_of(patch: np.ndarray) -> int:
+    """Palette index of the bright pixels of an (h, w, 3) uint8 patch."""
+    px = patch.reshape(-1, 3).astype(float)
+    colour = px[px.max(1) > 128].mean(0) / 255.0
+    return int(np.argmin(((PALETTE - colour) ** 2).sum(1)))
+
+
+def test_pointer_task_target_is_the_class_of_the_digit_in_the_markers_colour():
+    cfg = DigitsTaskConfig(**TINY, noise=0.0, digits=(1, 3, 5, 7, 9))
+    assert cfg.num_classes == 5 and cfg.class_names == ["1", "3", "5", "7", "9"]
+    _, bank_labels = load_digit_bank(cfg.digit_size)
+    data = generate_split(cfg, "train")
+    K = cfg.num_choices
+    for i in range(len(data.labels)):
+        ids = data.digit_ids[i]
+        choices = [bank_labels[j] for j in ids[:K]]  # the last frame's digits come first
+        target = cfg.digits[data.labels[i]]
+        assert len(set(choices)) == K and target in choices
+        assert all(bank_labels[j] in cfg.digits for j in ids)
+        y0, x0, y1, x1 = data.cue_box[i]  # the marker: a filled square in frame 0
+        assert _colour_of(data.clips[i, 0, y0:y1, x0:x1]) == data.cue[i]
+        y0, x0, y1, x1 = data.match_box[i]  # the target digit wears the marker's colour
+        assert _colour_of(data.clips[i, -1, y0:y1, x0:x1]) == data.cue[i]
+        # ... and no other last-frame digit does (all K colours differ)
+        colours = [_colour_of(data.clips[i, -1, y0:y1, x0:x1]) for (y0, x0, y1, x1) in
+                   [data.match_box[i]]]  # fmt: skip
+        assert colours == [data.cue[i]]
+
+
 @pytest.mark.parametrize("match", ["class", "image"])
-def test_the_target_is_the_colour_of_the_cue_class(match):
-    cfg = DigitsTaskConfig(**TINY, match=match, noise=0.0)
+def test_match_task_target_is_the_colour_of_the_cue_class(match):
+    cfg = DigitsTaskConfig(**TINY, task="match", match=match, noise=0.0, digits=tuple(range(10)))
+    assert cfg.num_classes == cfg.num_choices
     _, bank_labels = load_digit_bank(cfg.digit_size)
     data = generate_split(cfg, "train")
     K = cfg.num_choices
     for i in range(len(data.labels)):
         ids = data.digit_ids[i]
         choices, cue = ids[:K], ids[K]  # last-frame digits first, then the cue
-        label = int(data.labels[i])
-        assert bank_labels[cue] == data.cue_class[i] == bank_labels[choices[label]]
-        others = [bank_labels[c] for k, c in enumerate(choices) if k != label]
-        assert data.cue_class[i] not in others  # exactly one match
-        assert (cue == choices[label]) == (match == "image")
-        # the match is drawn in the label's colour in the last frame
+        slot = [k for k in range(K) if bank_labels[choices[k]] == data.cue[i]]
+        assert len(slot) == 1  # exactly one match
+        assert bank_labels[cue] == data.cue[i]
+        assert (cue == choices[slot[0]]) == (match == "image")
         y0, x0, y1, x1 = data.match_box[i]
-        patch = data.clips[i, -1, y0:y1, x0:x1].reshape(-1, 3).astype(float)
-        bright = patch[patch.max(1) > 128]
-        colour = bright.mean(0) / 255.0
-        palette = np.array([[1, 0.15, 0.15], [0.15, 1, 0.15], [0.3, 0.4, 1], [1, 0.95, 0.1]])
-        assert np.argmin(((palette - colour) ** 2).sum(1)) == label
-        # the cue has its box in frame 0: the border row is bright
-        y0, x0, y1, x1 = data.cue_box[i]
+        assert _colour_of(data.clips[i, -1, y0:y1, x0:x1]) == data.labels[i]
+        y0, x0, y1, x1 = data.cue_box[i]  # the cue has its white box in frame 0
         assert data.clips[i, 0, y0 - 1, x0 - 1 : x1 + 1].min() > 200
 
 
@@ -96,6 +125,13 @@ def test_bad_configurations_are_refused():
         DigitsTaskConfig(size=20, num_choices=4)
     with pytest.raises(ValueError, match="match"):
         DigitsTaskConfig(match="colour")
+    with pytest.raises(ValueError, match="digits"):
+        DigitsTaskConfig(digits=(1, 1, 2, 3))
+    with pytest.raises(ValueError, match="num_choices"):
+        DigitsTaskConfig(digits=(1, 2, 3), num_choices=4)
+    with pytest.raises(ValueError, match="task"):
+        DigitsTaskConfig(task="count")
+    assert DigitsTaskConfig(task="match").class_names[1] == f"1_{COLOR_NAMES[1]}"
     with pytest.raises(ValueError, match="split"):
         DigitsTaskConfig().split_size("holdout")
 
@@ -108,7 +144,7 @@ def test_mp4_cache_roundtrip_and_reuse(tmp_path):
     root = prepare_digits(cfg, tmp_path / "digits")
     manifest = read_manifest(root)
     assert manifest["fingerprint"] == cfg.fingerprint()
-    assert manifest["classes"] == [f"{k}_{n}" for k, n in enumerate(COLOR_NAMES[:4])]
+    assert manifest["classes"] == ["0", "1", "2", "3"]
     stamp = (root / "manifest.json").stat().st_mtime_ns
     assert prepare_digits(cfg, root) == root  # cached: nothing rewritten
     assert (root / "manifest.json").stat().st_mtime_ns == stamp

@@ -1,0 +1,56 @@
+"""``nlnet demo`` through the real command line: a quick smoke run and (slow) the full demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run_demo(tmp_path: Path, *extra: str, timeout: int) -> dict:
+    env = {**os.environ, "NLNET_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "nlnet", "demo", "--output-dir", str(tmp_path / "runs"),
+           "--no-progress", *extra]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    for name in ("summary.json", "curves.png", "attention.png"):
+        assert (run_dir / name).is_file(), name
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "top-1" in proc.stdout and "c2d_tiny_nl1" in proc.stdout
+    return {"summary": summary, "stdout": proc.stdout, "run_dir": run_dir}
+
+
+def test_quick_demo_smoke(tmp_path):
+    out = _run_demo(tmp_path, "--quick", "--threads", "1", timeout=300)
+    s = out["summary"]
+    assert s["quick"] is True
+    assert set(s["results"]) >= {"c2d_tiny", "c2d_tiny_nl1"}
+    for r in s["results"].values():
+        assert 0.0 <= r["test_top1"] <= 1.0 and r["params"] > 0 and r["macs"] > 0
+    assert (tmp_path / "cache").is_dir()  # the dataset went to the cache
+    assert (out["run_dir"] / "c2d_tiny_nl1.pt").is_file()
+    # the data cache is reused: a second run does not regenerate the mp4 files
+    manifests = list((tmp_path / "cache").glob("*/manifest.json"))
+    assert len(manifests) == 1
+    stamp = manifests[0].stat().st_mtime_ns
+    import shutil
+
+    shutil.rmtree(tmp_path / "runs")
+    _run_demo(tmp_path, "--quick", "--threads", "1", timeout=300)
+    assert manifests[0].stat().st_mtime_ns == stamp
+
+
+@pytest.mark.slow
+def test_full_demo_meets_the_margin(tmp_path):
+    """The default demo: the spacetime non-local model beats C2D by >= 20 points top-1."""
+    s = _run_demo(tmp_path, timeout=1800)["summary"]
+    res = s["results"]
+    gap = res["c2d_tiny_nl1"]["test_top1"] - res["c2d_tiny"]["test_top1"]
+    assert gap >= 0.20, s["table"]
