@@ -68,7 +68,7 @@ class DemoSettings:
     width: int = 8
     epochs: int = 6
     batch_size: int = 32
-    lr: float = 2e-3
+    lr: float = 1e-3
     weight_decay: float = 1e-4
     dropout: float = 0.2
     figure_clips: int = 3
@@ -97,7 +97,9 @@ class DemoSettings:
 # --------------------------------------------------------------------------------------------
 
 
-def load_split(root: Path, split: str, task: DigitsTaskConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def load_split(
+    root: Path, split: str, task: DigitsTaskConfig, progress: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode one split through :class:`VideoFolderDataset` into memory.
 
     Returns:
@@ -125,7 +127,8 @@ def load_split(root: Path, split: str, task: DigitsTaskConfig) -> tuple[torch.Te
     targets = torch.empty(len(ds), dtype=torch.long)
     from tqdm import tqdm
 
-    for k in tqdm(range(len(ds)), desc=f"decoding {split}", unit="clip", leave=False):
+    for k in tqdm(range(len(ds)), desc=f"decoding {split}", unit="clip", leave=False,
+                  disable=not progress):  # fmt: skip
         item = ds[k]
         if item is None:
             raise RuntimeError(f"could not decode {ds.videos[k]!r}; delete the cache {root}")
@@ -439,7 +442,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     root = prepare_digits(task, cache / f"digits-{task.fingerprint()}", progress=progress)
-    data = {s: load_split(root, s, task) for s in ("train", "val", "test")}
+    data = {s: load_split(root, s, task, progress) for s in ("train", "val", "test")}
     data_time = time.perf_counter() - t0
     manifest = read_manifest(root)
     class_names = manifest["classes"]

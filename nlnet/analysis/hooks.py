@@ -252,7 +252,6 @@ def record_attention(
     model: nn.Module,
     blocks: str | Sequence[str] | None = None,
     *,
-    detach: bool = True,
     to_cpu: bool = False,
     keep_history: bool = False,
 ) -> Iterator[AttentionRecorder]:
@@ -268,12 +267,12 @@ def record_attention(
             (or a block itself).
         blocks: None (all blocks), one qualified name, or a list of names (see
             :func:`find_non_local_blocks`).
-        detach: store detached tensors (always true; the weights are computed without grad).
         to_cpu: move the weights to the CPU as they are recorded.
         keep_history: also append the weights of every pass to ``recorder.history``.
 
     Yields:
-        An :class:`AttentionRecorder`; ``recorder.maps[name]`` holds ``(B, N, N')``.
+        An :class:`AttentionRecorder`; ``recorder.maps[name]`` holds ``(B, N, N')`` (detached:
+        the weights are computed without gradient).
 
     Raises:
         ValueError: the model has no non-local block, or an unknown block name.
@@ -302,7 +301,6 @@ def record_attention(
                     _, attn = type(module).forward(module, x, return_attention=True)
             finally:
                 module.norm.train(norm_was_training)
-            attn = attn.detach() if detach or True else attn
             if to_cpu:
                 attn = attn.cpu()
             rec.maps[name] = attn

@@ -1,34 +1,39 @@
 """The built-in long-range video task: real handwritten digits, related across distant frames.
 
-Each clip is a short video made from scikit-learn's handwritten digits (``load_digits``: 1797
-real 8x8 scans that ship with scikit-learn, so nothing is downloaded):
+Clips are made from scikit-learn's handwritten digits (``load_digits``: 1797 real 8x8 scans that
+ship with scikit-learn, so nothing is downloaded), upscaled to ``digit_size`` pixels and placed
+at random positions on a black ``size x size`` canvas with Gaussian noise. Three tasks, each
+asking about a relation between content at unrelated positions in the first and the last frame:
 
-* frame 0 shows the **cue**: one white digit inside a thin white box, at a random position;
-* the last frame shows ``num_choices`` **coloured** digits of distinct classes at random,
-  non-overlapping positions; exactly one of them has the cue's class;
-* every frame but the last also shows ``distractors`` white digits without a box (random
-  classes), and every pixel gets Gaussian noise.
+* ``"same"`` (default, 2 classes): frame 0 shows the **cue**, a white digit inside a thin white
+  box; the last frame shows one digit in a random colour. Target: does the last digit have the
+  cue's class? (Different scans of the digit, never the same image.)
+* ``"pointer"`` (``len(digits)`` classes): frame 0 shows a coloured square; the last frame shows
+  ``num_choices`` digits of distinct classes in distinct colours. Target: the class of the digit
+  drawn in the square's colour.
+* ``"match"`` (``num_choices`` classes): frame 0 shows a boxed white cue digit; the last frame
+  ``num_choices`` coloured digits of distinct classes, one of the cue's class (or, with
+  ``match="image"``, the cue's very scan). Target: the colour of that digit.
 
-The target is the **colour of the last-frame digit whose class equals the cue's class**
-(``num_choices``-way, balanced). Answering needs a relation between content at unrelated
-positions in the first and the last frame, the kind of long-range spacetime dependency the
-non-local operation of ``001_4890b07ab5be0a19.txt`` (Sec. 3, Eq. 1; Figure 1) captures in one step.
+Frames in between (and frame 0) can hold ``distractors`` white digits without a box.
 
-Why a C2D network cannot solve it (Table 1 of the paper without temporal mixing): C2D runs the
-same 2D network on every frame; with global average pooling and a linear classifier, its logits
-are a *sum* of per-frame terms, ``l_k = u_k(frame 0) + v_k(last frame) + ...``. The colour of
-the match is a bilinear function of the cue's class and the last frame's class-to-colour
-assignment, which is drawn anew for every clip, so no sum of a cue term and a last-frame term
-can read it out; the best such sum works only for the rare assignments that agree with a fixed
-class-to-colour preference. Any single frame alone carries no information about the target
-(every colour appears exactly once in the last frame). A spacetime non-local block lets the
-cue's position attend to the last-frame digit of the same class and fetch its colour.
+Why a C2D network cannot solve these (``001_4890b07ab5be0a19.txt``, Table 1, without temporal
+mixing): C2D runs the same 2D network on every frame, and with global average pooling and a
+linear classifier its logits are a *sum* of per-frame terms, ``l_k = u_k(frame 0) + v_k(last
+frame) + ...``. All three targets are non-additive functions of what the two frames show. For
+``"same"`` (balanced, ``n = len(digits)`` equally likely classes) the best any sum can do is to
+answer "same" exactly when both digits fall in a chosen subset of ``m`` classes, which is right
+with probability ``(m/n + 1 - m(m-1)/(n(n-1))) / 2``: 66.7% for ``n = 4``, 63.9% for ``n = 10``
+(chance is 50%; a network also has to *find* that trick). A spacetime non-local block
+(Sec. 3, Eq. 1; Figure 1) lets the cue's position attend to the last-frame digit directly.
 
 Generation is deterministic from ``seed``; the 1797 digit images are split by index into
-disjoint train/val/test pools *before* any clip is drawn, so test clips only contain digit
-images never seen in training. :func:`prepare_digits` writes the clips as real mp4 files in the
-class-per-folder layout ``root/<split>/<class>/*.mp4`` (read back by
+disjoint, class-stratified train/val/test pools *before* any clip is drawn, so test clips only
+contain digit images never seen in training. Labels are balanced (counts differ by at most one).
+:func:`prepare_digits` writes the clips as real mp4 files (H.264, ``yuv444p``, ``crf 0``: nearly
+lossless) in the class-per-folder layout ``root/<split>/<class>/*.mp4`` (read back by
 ``nlnet.data.datasets.VideoFolderDataset``) with a manifest that lets a later call skip the work.
+:func:`generate_frames` draws single-digit frames for 2D pre-training.
 """
 
 from __future__ import annotations
@@ -82,7 +87,9 @@ class DigitsTaskConfig:
         num_frames: frames per clip T (>= 2; the cue is in frame 0, the choices in frame T-1).
         size: frame height and width in pixels.
         digit_size: side of a rendered digit (the 8x8 scans are upscaled bilinearly).
-        num_choices: coloured digits in the last frame = number of target classes (2..6).
+        task: ``"same"``, ``"pointer"`` or ``"match"`` (see the module docstring).
+        digits: the digit classes used (fewer classes: an easier recognition problem).
+        num_choices: coloured digits in the last frame for ``pointer``/``match`` (2..6).
         distractors: unboxed white digits in every frame but the last (0 = none).
         noise: standard deviation of the Gaussian pixel noise (intensities in [0, 1]).
         match: ``"class"``: the matching last-frame digit is another scan of the cue's class;
@@ -92,18 +99,18 @@ class DigitsTaskConfig:
         seed: the seed every random choice derives from.
     """
 
-    num_frames: int = 8
+    num_frames: int = 4
     size: int = 32
     digit_size: int = 12
-    task: str = "pointer"
+    task: str = "same"
     digits: tuple[int, ...] = (0, 1, 2, 3)
     num_choices: int = 4
-    distractors: int = 1
+    distractors: int = 0
     noise: float = 0.05
     match: str = "class"
-    num_train: int = 2400
-    num_val: int = 400
-    num_test: int = 800
+    num_train: int = 6000
+    num_val: int = 300
+    num_test: int = 600
     split_fractions: tuple[float, float, float] = (0.6, 0.15, 0.25)
     seed: int = 0
 
@@ -427,9 +434,7 @@ def generate_split(cfg: DigitsTaskConfig, split: str) -> DigitsTaskSplit:
     ids: list[list[int]] = []
     for i in range(n):
         rng = np.random.default_rng([cfg.seed, sid, 2, i])
-        clips[i], cue[i], cb, mb, used = _one_clip(
-            rng, cfg, images, by_class, int(targets[i])
-        )
+        clips[i], cue[i], cb, mb, used = _one_clip(rng, cfg, images, by_class, int(targets[i]))
         cue_box[i], match_box[i] = cb, mb
         ids.append(used)
     return DigitsTaskSplit(clips, targets.astype(np.int64), cue, cue_box, match_box, ids)

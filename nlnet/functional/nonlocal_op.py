@@ -207,15 +207,28 @@ def pairwise_weights(
     return f / count
 
 
-def _concatenation_fast(theta: Tensor, phi: Tensor, g: Tensor, w_f: Tensor) -> Tensor:
-    """Exact sort + prefix-sum evaluation of Eq. 5 with C = N' (see the module docstring)."""
-    d, n_keys = theta.shape[-1], phi.shape[-2]
+def concatenation_from_scores(a: Tensor, b: Tensor, g: Tensor) -> Tensor:
+    """``y_i = (1/N') sum_j ReLU(a_i + b_j) g_j`` without the N x N' matrix (Eq. 5, C = N').
+
+    With ``a = theta w_theta`` and ``b = phi w_phi`` this is the concatenation instantiation:
+    ``w_f^T [theta_i, phi_j] = a_i + b_j``. Sorting ``b`` (descending) makes the keys with
+    ``b_j > -a_i`` a prefix of length ``k_i`` (a binary search), and prefix sums
+    ``G_k = sum g``, ``BG_k = sum b g`` give ``y_i = (a_i G_{k_i} + BG_{k_i}) / N'``.
+    Cost O(N' log N' + N log N' + (N + N') d_v); exact, differentiable in ``a``, ``b`` and ``g``.
+
+    Args:
+        a: Query scores ``(..., N)``.
+        b: Key scores ``(..., N')``.
+        g: Values ``(..., N', d_v)``.
+
+    Returns:
+        ``y`` of shape ``(..., N, d_v)`` in the dtype of ``g``.
+    """
+    n_keys = b.shape[-1]
     out_dtype = g.dtype
     # Prefix sums in low precision lose everything: accumulate in at least fp32.
     dt = torch.promote_types(out_dtype, torch.float32)
-    theta, phi, g, w_f = theta.to(dt), phi.to(dt), g.to(dt), w_f.to(dt)
-    a = torch.matmul(theta, w_f[:d])  # (..., N)
-    b = torch.matmul(phi, w_f[d:])  # (..., N')
+    a, b, g = a.to(dt), b.to(dt), g.to(dt)
     b_sorted, order = torch.sort(b, dim=-1, descending=True)  # (..., N')
     g_sorted = torch.gather(g, -2, order.unsqueeze(-1).expand_as(g))  # (..., N', d_v)
     zero = g.new_zeros(g.shape[:-2] + (1, g.shape[-1]))
@@ -301,9 +314,18 @@ def non_local(
         # The CPU kernels silently fall back to the O(N N') math path for inputs whose last
         # dimension is not contiguous; make sure they are.
         q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (theta, phi, g))
-        return F.scaled_dot_product_attention(q, k, v, scale=s)
+        # ...and when the value width differs from the query width (``gaussian``: d = C,
+        # d_v = C/2). Zero padding of the narrower side changes neither q k^T nor the output.
+        d, d_v = q.shape[-1], v.shape[-1]
+        if d_v < d:
+            v = F.pad(v, (0, d - d_v))
+        elif d < d_v:
+            q, k = F.pad(q, (0, d_v - d)), F.pad(k, (0, d_v - d))
+        y = F.scaled_dot_product_attention(q, k, v, scale=s)
+        return y[..., :d_v] if d_v < d else y
     if instantiation == "dot_product":
         # theta (phi^T g) / N': never forms the N x N' matrix (Eq. 4, C = N').
         context = torch.matmul(phi.transpose(-2, -1), g) / phi.shape[-2]  # (..., d, d_v)
         return torch.matmul(theta, context)
-    return _concatenation_fast(theta, phi, g, w_f)
+    d = theta.shape[-1]
+    return concatenation_from_scores(theta @ w_f[:d], phi @ w_f[d:], g)

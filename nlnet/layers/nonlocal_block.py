@@ -48,6 +48,8 @@ from nlnet.functional.nonlocal_op import (
     Impl,
     Instantiation,
     check_instantiation,
+    choose_impl,
+    concatenation_from_scores,
     non_local,
 )
 
@@ -361,6 +363,40 @@ class NonLocalNd(nn.Module):
         y = non_local(q, k, v, self.instantiation, **kw)  # (B*H*W, T, dv)
         return y.reshape(B, H, W, T, dv).permute(0, 3, 1, 2, 4).reshape(B, T * H * W, dv)
 
+    def _concatenation_shortcut(self, size: tuple[int, ...], device: torch.device) -> bool:
+        """Whether the concatenation form can skip the theta/phi embeddings (see below)."""
+        if self.instantiation != "concatenation" or self.mode != "spacetime":
+            return False
+        if self.subsampled and self.pool_position == "after":
+            return False  # w_phi^T maxpool(phi(x)) needs phi itself
+        if self.impl == "fast":
+            return True
+        if self.impl == "reference":
+            return False
+        n = math.prod(size)
+        n_keys = math.prod(self.key_grid(size))
+        d = self.inter_channels
+        return choose_impl("concatenation", n, n_keys, d, d, device=device, training=True) == "fast"
+
+    def _concatenation_scores(self, x: Tensor) -> Tensor:
+        """Eq. 5 fast path: theta and phi are only ever seen through ``a = w_theta^T theta(x)``
+        and ``b = w_phi^T phi(x_hat)``, so fold ``w_f`` into the embeddings:
+        ``a = (W_theta^T w_theta)^T x + b_theta^T w_theta`` (one C-vector instead of a C x d
+        projection), likewise ``b``. Exact; saves two of the four 1x1 convolutions.
+        """
+        B, C = x.shape[:2]
+        d = self.inter_channels
+        w_theta, w_phi = self.w_f[:d], self.w_f[d:]
+        u_theta = self.theta.weight.flatten(1).t() @ w_theta  # (C,)
+        u_phi = self.phi.weight.flatten(1).t() @ w_phi  # (C,)
+        x_flat = x.reshape(B, C, -1)  # (B, C, N)
+        a = torch.matmul(u_theta, x_flat) + self.theta.bias @ w_theta  # (B, N)
+        x_hat = self._pool(x) if self.subsampled else x
+        xh_flat = x_hat.reshape(B, C, -1)  # (B, C, N')
+        b = torch.matmul(u_phi, xh_flat) + self.phi.bias @ w_phi  # (B, N')
+        g = F.linear(xh_flat.transpose(1, 2), self.g.weight.flatten(1), self.g.bias)  # (B, N', d)
+        return concatenation_from_scores(a, b, g)
+
     def forward(self, x: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Apply the block.
 
@@ -374,9 +410,11 @@ class NonLocalNd(nn.Module):
         self._check_input(x)
         B, C = x.shape[:2]
         size = tuple(x.shape[2:])
-        theta, phi, g, key_size = self._embed(x)
         attn = None
-        if return_attention or self.impl == "reference" or self.mode == "spacetime":
+        if not return_attention and self._concatenation_shortcut(size, x.device):
+            y = self._concatenation_scores(x)
+        elif return_attention or self.impl == "reference" or self.mode == "spacetime":
+            theta, phi, g, key_size = self._embed(x)
             mask = self._group_mask(size, key_size, x.device)
             impl = "reference" if return_attention else self.impl
             out = non_local(
@@ -385,6 +423,7 @@ class NonLocalNd(nn.Module):
             )  # fmt: skip
             y, attn = out if return_attention else (out, None)
         else:
+            theta, phi, g, key_size = self._embed(x)
             y = self._grouped(theta, phi, g, size, key_size)
         # W_z y as (C, d_v) @ (B, d_v, N) -> (B, C, N): lands in channel-first layout directly.
         z = torch.matmul(self.W_z.weight.flatten(1), y.transpose(1, 2))

@@ -116,7 +116,11 @@ class TinyC2D(nn.Module):
         layers = tuple(int(n) for n in layers)
         if len(layers) != 4 or min(layers) < 1:
             raise ValueError(f"layers: expected 4 positive stage lengths, got {layers!r}")
-        for name, v in (("num_classes", num_classes), ("width", width), ("in_channels", in_channels)):
+        for name, v in (
+            ("num_classes", num_classes),
+            ("width", width),
+            ("in_channels", in_channels),
+        ):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected a positive int, got {v!r}")
         if not isinstance(temporal_pool, bool):

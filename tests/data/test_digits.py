@@ -32,8 +32,9 @@ def test_same_seed_same_clips_other_seed_other_clips():
 
 @pytest.mark.parametrize("n, k", [(23, 4), (7, 3), (5, 2)])
 def test_labels_are_balanced(n, k):
-    for task in ("pointer", "match"):
+    for task in ("pointer", "match", "same"):
         cfg = DigitsTaskConfig(**{**TINY, "num_train": n}, num_choices=k, task=task)
+        assert cfg.num_classes == {"pointer": 4, "match": k, "same": 2}[task]
         counts = np.bincount(generate_split(cfg, "train").labels, minlength=cfg.num_classes)
         assert counts.max() - counts.min() <= 1
         assert counts.sum() == n
@@ -75,7 +76,7 @@ def _colour_of(patch: np.ndarray) -> int:
 
 
 def test_pointer_task_target_is_the_class_of_the_digit_in_the_markers_colour():
-    cfg = DigitsTaskConfig(**TINY, noise=0.0, digits=(1, 3, 5, 7, 9))
+    cfg = DigitsTaskConfig(**TINY, task="pointer", noise=0.0, digits=(1, 3, 5, 7, 9))
     assert cfg.num_classes == 5 and cfg.class_names == ["1", "3", "5", "7", "9"]
     _, bank_labels = load_digit_bank(cfg.digit_size)
     data = generate_split(cfg, "train")
@@ -116,6 +117,20 @@ def test_match_task_target_is_the_colour_of_the_cue_class(match):
         assert data.clips[i, 0, y0 - 1, x0 - 1 : x1 + 1].min() > 200
 
 
+def test_same_task_target_is_whether_the_classes_agree():
+    cfg = DigitsTaskConfig(**TINY, task="same", noise=0.0)
+    assert cfg.num_classes == 2
+    _, bank_labels = load_digit_bank(cfg.digit_size)
+    data = generate_split(cfg, "train")
+    for i in range(len(data.labels)):
+        last, cue = data.digit_ids[i][0], data.digit_ids[i][1]
+        assert last != cue  # never the same scan
+        assert (bank_labels[last] == bank_labels[cue]) == bool(data.labels[i])
+        assert bank_labels[cue] == data.cue[i]
+        y0, x0, y1, x1 = data.cue_box[i]  # the cue has its white box in frame 0
+        assert data.clips[i, 0, y0 - 1, x0 - 1 : x1 + 1].min() > 200
+
+
 def test_bad_configurations_are_refused():
     with pytest.raises(ValueError, match="num_choices"):
         DigitsTaskConfig(num_choices=9)
@@ -144,7 +159,7 @@ def test_mp4_cache_roundtrip_and_reuse(tmp_path):
     root = prepare_digits(cfg, tmp_path / "digits")
     manifest = read_manifest(root)
     assert manifest["fingerprint"] == cfg.fingerprint()
-    assert manifest["classes"] == ["0", "1", "2", "3"]
+    assert manifest["classes"] == ["0_different", "1_same"]
     stamp = (root / "manifest.json").stat().st_mtime_ns
     assert prepare_digits(cfg, root) == root  # cached: nothing rewritten
     assert (root / "manifest.json").stat().st_mtime_ns == stamp

@@ -34,9 +34,10 @@ class MaxNumel(TorchDispatchMode):
 
 @pytest.mark.parametrize("instantiation", INSTANTIATIONS)
 @pytest.mark.parametrize("lead", [(2,), (2, 3)], ids=["batch", "batch-heads"])
+@pytest.mark.parametrize("dv", [5, 6, 9])
 @pytest.mark.parametrize("scale", [True, False])
-def test_fast_equals_reference_forward_and_grad(instantiation, lead, scale):
-    inputs = _tokens(lead=lead, requires_grad=True)
+def test_fast_equals_reference_forward_and_grad(instantiation, lead, dv, scale):
+    inputs = _tokens(lead=lead, dv=dv, requires_grad=True)
     outs, grads = {}, {}
     for impl in ("fast", "reference"):
         y = non_local(*inputs[:3], instantiation, scale=scale, w_f=inputs[3], impl=impl)
@@ -122,11 +123,12 @@ def test_permutation_equivariance(instantiation):
 
 
 @pytest.mark.parametrize("instantiation", INSTANTIATIONS)
-def test_fast_path_never_builds_the_pairwise_matrix(instantiation):
+@pytest.mark.parametrize("d_v", [8, 4, 16])  # gaussian in a block: d = C, d_v = C / 2
+def test_fast_path_never_builds_the_pairwise_matrix(instantiation, d_v):
     n, d = 256, 8
     theta = torch.randn(2, d, n).transpose(1, 2).requires_grad_()  # transposed view on purpose
     phi = torch.randn(2, d, n).transpose(1, 2).requires_grad_()
-    g = torch.randn(2, d, n).transpose(1, 2).requires_grad_()
+    g = torch.randn(2, d_v, n).transpose(1, 2).requires_grad_()
     w_f = torch.randn(2 * d, requires_grad=True)
     with MaxNumel() as rec:
         y = non_local(theta, phi, g, instantiation, w_f=w_f, impl="fast")
