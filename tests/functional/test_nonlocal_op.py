@@ -133,7 +133,7 @@ def test_fast_path_never_builds_the_pairwise_matrix(instantiation, d_v):
     with MaxNumel() as rec:
         y = non_local(theta, phi, g, instantiation, w_f=w_f, impl="fast")
         y.sum().backward()
-    assert rec.max_numel < n * n / 8, f"{instantiation}: a tensor of {rec.max_numel} elements"
+    assert rec.max_numel < n * n / 4, f"{instantiation}: a tensor of {rec.max_numel} elements"
     with MaxNumel() as rec_ref:
         non_local(theta, phi, g, instantiation, w_f=w_f, impl="reference").sum().backward()
     assert rec_ref.max_numel >= 2 * n * n  # the reference does build it
