@@ -6,12 +6,14 @@
 1. it generates the long-range digits task of :mod:`nlnet.data.digits` (real handwritten digits
    from scikit-learn) as mp4 files in a cache directory, and reads them back through the normal
    data pipeline (:class:`nlnet.data.datasets.VideoFolderDataset`), decoding each clip once;
-2. it trains the tiny C2D baseline (``c2d_tiny``) and the same network with one spacetime
-   non-local block (``c2d_tiny_nl1``) -- and, with ``--variants``, the space-only and time-only
-   blocks of Table 2d -- with a compact AdamW / one-cycle loop on the decoded clips;
+2. it pre-trains the tiny 2D backbone on single-digit frames (the role of ImageNet in Section
+   4.1), then trains, from that same initialisation, the tiny C2D baseline (``c2d_tiny``) and
+   the network with one spacetime non-local block in res4 (``c2d_tiny_nl1``) -- and, with
+   ``--variants``, the space-only and time-only blocks of Table 2d -- with a compact AdamW /
+   one-cycle loop on the decoded clips;
 3. it evaluates every model on the test split (digit images never seen in training) and prints
    a table: model, parameters, multiply-adds, top-1, training time;
-4. it writes into its run directory ``runs/demo-<timestamp>/``: ``curves.png`` (training loss and
+4. it writes into its run directory ``runs/demo-<timestamp>-seed<k>/``: ``curves.png`` (training loss and
    validation top-1 per epoch), ``attention.png`` (a Figure-3-style picture: for a few test clips,
    arrows from the cue digit in the first frame to the 20 highest-weighted key positions across
    the frames), ``summary.json`` and a checkpoint per model (readable by ``nlnet visualize``).
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -373,6 +376,47 @@ def plot_attention(
     return stats
 
 
+def attention_statistics(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    records: list[dict[str, Any]],
+    device: torch.device,
+    batch: int = 100,
+) -> dict[str, float]:
+    """Mean attention weight from the cue to the last-frame digit and back, over test clips.
+
+    The query/key cells are those containing the centres of the boxes recorded in the manifest
+    (``cue_box`` in frame 0, ``match_box`` in the last frame); ``uniform`` is ``1 / N'``.
+    """
+    from nlnet.analysis.hooks import record_attention
+
+    cue_to_last, last_to_cue = [], []
+    T = x.shape[2]
+    model.eval()
+    uniform = float("nan")
+    for s in range(0, len(records), batch):
+        xb = x[s : s + batch].to(device)
+        with record_attention(model, to_cpu=True) as rec, torch.no_grad():
+            model(xb)
+        name = rec.names[0]
+        attn = rec.maps[name]
+        m = rec.mapping(name, xb.shape[2:])
+        uniform = 1.0 / m.num_keys
+        for i, r in enumerate(records[s : s + batch]):
+            y0, x0, y1, x1 = r["cue_box"]
+            my0, mx0, my1, mx1 = r["match_box"]
+            cue = (0, (y0 + y1) // 2, (x0 + x1) // 2)
+            last = (T - 1, (my0 + my1) // 2, (mx0 + mx1) // 2)
+            cue_to_last.append(float(attn[i, m.query_index(cue), m.key_index(last)]))
+            last_to_cue.append(float(attn[i, m.query_index(last), m.key_index(cue)]))
+    return {
+        "clips": len(cue_to_last),
+        "cue_to_last_digit": float(np.mean(cue_to_last)),
+        "last_digit_to_cue": float(np.mean(last_to_cue)),
+        "uniform": uniform,
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # the command
 # --------------------------------------------------------------------------------------------
@@ -404,6 +448,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--variants", action="store_true", help="also train the space-only and time-only blocks"
     )
     parser.add_argument("--epochs", type=int, default=None, help="override the number of epochs")
+    parser.add_argument(
+        "--task",
+        choices=("same", "pointer", "match"),
+        default="same",
+        help="which digits task (default: same; see nlnet.data.digits)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument(
         "--threads", default="auto", help="CPU threads (default: auto = idle cores, at least 1)"
@@ -417,6 +467,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     settings = DemoSettings.quick(args.seed) if args.quick else DemoSettings.default(args.seed)
     if args.variants:
         settings.models = (*settings.models, "c2d_tiny_nl1_space", "c2d_tiny_nl1_time")
+    task_name = getattr(args, "task", "same")
+    if task_name != settings.task.task:
+        settings.task = dataclasses.replace(settings.task, task=task_name)
     if args.epochs is not None:
         if args.epochs < 1:
             raise ValueError(f"--epochs: expected a positive integer, got {args.epochs}")
@@ -516,6 +569,19 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
             device,
         )
 
+    attn_stats = {}
+    for name in settings.models:
+        if "_nl" in name:
+            n = min(len(data["test"][0]), 300)
+            attn_stats[name] = attention_statistics(
+                models[name], data["test"][0][:n], manifest["splits"]["test"][:n], device
+            )
+            st = attn_stats[name]
+            print(
+                f"{name}: mean attention cue -> last digit {st['cue_to_last_digit']:.3f}, "
+                f"last digit -> cue {st['last_digit_to_cue']:.3f} (uniform {st['uniform']:.3f})",
+                flush=True,
+            )
     base = results.get("c2d_tiny", {}).get("test_top1")
     lines = [
         f"{'model':<20} {'params':>9} {'MACs':>8} {'top-1':>7} {'vs C2D':>7} {'train':>7}",
@@ -548,7 +614,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "pretrain": pre_log,
         "results": results,
         "curves": logs,
-        "attention": attention_stats,
+        "attention_figure": attention_stats,
+        "attention_statistics": attn_stats,
         "table": table,
         "total_time_s": total,
         "load_average": load,

@@ -13,6 +13,32 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def test_c2d_is_a_sum_over_frames_and_the_non_local_model_is_not():
+    """The argument of docs/demo.md: C2D logits are additive over frames, so frame 0 and the
+    last frame cannot interact; a spacetime non-local block makes them interact."""
+    import torch
+
+    import nlnet.models.tiny  # noqa: F401
+    from nlnet.models.registry import create_model
+
+    torch.manual_seed(0)
+    a, b, c, d = (torch.randn(1, 3, 1, 32, 32) for _ in range(4))
+    mid = torch.randn(1, 3, 2, 32, 32)
+
+    def clip(first, last):
+        return torch.cat([first, mid, last], dim=2)  # (1, 3, 4, 32, 32)
+
+    for name, additive in (("c2d_tiny", True), ("c2d_tiny_nl1", False)):
+        model = create_model(name, num_classes=3, width=4).eval()
+        for m in model.modules():  # a trained-like block: gamma != 0
+            if type(m).__name__.startswith("NonLocal"):
+                torch.nn.init.ones_(m.norm.weight)
+        with torch.no_grad():
+            lhs = model(clip(a, b)) + model(clip(c, d))
+            rhs = model(clip(a, d)) + model(clip(c, b))
+        assert torch.allclose(lhs, rhs, atol=1e-5) == additive, name
+
+
 def _run_demo(tmp_path: Path, *extra: str, timeout: int) -> dict:
     env = {**os.environ, "NLNET_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "nlnet", "demo", "--output-dir", str(tmp_path / "runs"),

@@ -333,11 +333,16 @@ def main(args: argparse.Namespace) -> int:
     frames_np = _read_input(video_path, args.frames or extra.get("num_frames"), args.size)
     x = torch.from_numpy(np.array(frames_np)).float().div(255.0)  # (T, H, W, 3)
     x = (x - torch.tensor(mean)) / torch.tensor(std)
-    is_image = frames_np.shape[0] == 1 and video_path.suffix.lower() in IMAGE_EXTENSIONS
-    if is_image:
-        inp = x[0].permute(2, 0, 1)[None]  # (1, 3, H, W)
+    video_model = any(isinstance(m, torch.nn.Conv3d) for m in model.modules())
+    if video_model:
+        inp = x.permute(3, 0, 1, 2)[None]  # (1, 3, T, H, W); an image is a one-frame clip
     else:
-        inp = x.permute(3, 0, 1, 2)[None]  # (1, 3, T, H, W)
+        if frames_np.shape[0] != 1:
+            raise ValueError(
+                f"--video: {str(video_path)!r} has {frames_np.shape[0]} frames but the model is "
+                "an image model; pass an image file or use --frames 1"
+            )
+        inp = x[0].permute(2, 0, 1)[None]  # (1, 3, H, W)
     inp = inp.to(args.device)
     with record_attention(model, args.block, to_cpu=True) as rec, torch.no_grad():
         logits = model(inp)

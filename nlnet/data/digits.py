@@ -129,7 +129,9 @@ class DigitsTaskConfig:
         if len(set(digits)) != len(digits) or not all(0 <= d <= 9 for d in digits):
             raise ValueError(f"digits must be distinct digit classes 0..9, got {self.digits!r}")
         object.__setattr__(self, "digits", digits)
-        if self.num_choices > len(digits):
+        if len(digits) < 2:
+            raise ValueError(f"digits must hold at least 2 classes, got {digits}")
+        if self.task != "same" and self.num_choices > len(digits):
             raise ValueError(
                 f"num_choices={self.num_choices} needs at least as many digit classes, "
                 f"got digits={digits}"
@@ -152,7 +154,8 @@ class DigitsTaskConfig:
         # the distractors. A footprint is the digit plus a one-pixel box and a gap.
         foot = self.footprint
         per_side = self.size // foot
-        if per_side * per_side < max(self.num_choices, 1 + self.distractors):
+        choices = 1 if self.task == "same" else self.num_choices
+        if per_side * per_side < max(choices, 1 + self.distractors):
             raise ValueError(
                 f"size={self.size} is too small for {self.num_choices} choices / "
                 f"{1 + self.distractors} digits of digit_size={self.digit_size} per frame"
@@ -441,13 +444,20 @@ def generate_split(cfg: DigitsTaskConfig, split: str) -> DigitsTaskSplit:
 
 
 def generate_frames(
-    cfg: DigitsTaskConfig, n: int, split: str = "train", *, colour_labels: bool = False
+    cfg: DigitsTaskConfig,
+    n: int,
+    split: str = "train",
+    *,
+    colour_labels: bool = False,
+    box_prob: float = 0.3,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Single-digit frames for 2D pre-training (the role ImageNet plays in Section 4.1).
 
     Each frame shows one digit of ``cfg.digits`` (from the ``split`` pool only, so pre-training
     on "train" never sees a test image) at a random position, white or in a random palette
-    colour, with the task's noise.
+    colour, inside the cue's thin box with probability ``box_prob``, with the task's noise.
+    (Without boxed examples the pre-trained features of the boxed cue are dominated by its box
+    and the demo's non-local model fails to relate the cue to the last digit.)
 
     Args:
         cfg: the task configuration (size, digit size, digits, noise, seed).
@@ -455,6 +465,7 @@ def generate_frames(
         split: digit-image pool to draw from.
         colour_labels: label = ``digit_index * 7 + colour`` (colour 0 = white, 1..6 = palette)
             instead of ``digit_index``.
+        box_prob: probability of drawing the digit inside a box.
 
     Returns:
         ``(frames, labels)``: uint8 ``(n, size, size, 3)`` and int64 ``(n,)``.
@@ -471,7 +482,7 @@ def generate_frames(
         colour = 0 if rng.random() < 0.3 else 1 + int(rng.integers(len(COLOR_NAMES)))
         rgb = np.ones(3, dtype=np.float32) if colour == 0 else _COLORS[colour - 1]
         (py, px) = _place(rng, 1, cfg.size, cfg.footprint)[0]
-        _draw(out[i], images[j], py, px, rgb, box=False)
+        _draw(out[i], images[j], py, px, rgb, box=bool(rng.random() < box_prob))
         y[i] = index[int(labels[j])] * (len(COLOR_NAMES) + 1 if colour_labels else 1)
         if colour_labels:
             y[i] += colour

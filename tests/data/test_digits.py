@@ -133,17 +133,18 @@ def test_same_task_target_is_whether_the_classes_agree():
 
 def test_bad_configurations_are_refused():
     with pytest.raises(ValueError, match="num_choices"):
-        DigitsTaskConfig(num_choices=9)
+        DigitsTaskConfig(num_choices=9, task="pointer")
     with pytest.raises(ValueError, match="num_frames"):
         DigitsTaskConfig(num_frames=1)
     with pytest.raises(ValueError, match="too small"):
-        DigitsTaskConfig(size=20, num_choices=4)
+        DigitsTaskConfig(size=20, num_choices=4, task="pointer")
     with pytest.raises(ValueError, match="match"):
         DigitsTaskConfig(match="colour")
     with pytest.raises(ValueError, match="digits"):
         DigitsTaskConfig(digits=(1, 1, 2, 3))
     with pytest.raises(ValueError, match="num_choices"):
-        DigitsTaskConfig(digits=(1, 2, 3), num_choices=4)
+        DigitsTaskConfig(digits=(1, 2, 3), num_choices=4, task="pointer")
+    assert DigitsTaskConfig(digits=(1, 7)).num_classes == 2  # "same" needs no choices
     with pytest.raises(ValueError, match="task"):
         DigitsTaskConfig(task="count")
     assert DigitsTaskConfig(task="match").class_names[1] == f"1_{COLOR_NAMES[1]}"
@@ -177,3 +178,16 @@ def test_mp4_cache_roundtrip_and_reuse(tmp_path):
     assert ds.classes == manifest["classes"]
     assert sorted(ds.targets) == sorted(r["label"] for r in manifest["splits"]["test"])
     assert json.loads((root / "manifest.json").read_text())["config"]["seed"] == 1
+
+
+def test_pretraining_frames():
+    from nlnet.data.digits import generate_frames
+
+    cfg = DigitsTaskConfig(**TINY)
+    frames, labels = generate_frames(cfg, 20, "train")
+    again, _ = generate_frames(cfg, 20, "train")
+    assert frames.shape == (20, 32, 32, 3) and frames.dtype == np.uint8
+    assert np.array_equal(frames, again)
+    assert labels.min() >= 0 and labels.max() < len(cfg.digits)
+    _, both = generate_frames(cfg, 20, "train", colour_labels=True)
+    assert np.array_equal(both // 7, labels) and both.max() < 7 * len(cfg.digits)
