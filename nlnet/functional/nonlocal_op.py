@@ -64,6 +64,11 @@ SOFTMAX_FORMS: tuple[str, ...] = ("gaussian", "embedded_gaussian")
 #: faster with the explicit matrix on the CPU: PyTorch's CPU flash backward costs ~2.6x its forward
 #: (measured in ``benchmarks/nonlocal_block.py``; the crossover is near N = N' = 6000).
 CPU_SDPA_TRAIN_MIN_ENTRIES: int = 4096 * 4096
+#: The same crossover when the value width differs from the query width (``gaussian`` in a block:
+#: d = C, d_v = C/2): the flash kernel needs the values zero-padded to width d, which doubles the
+#: cost of its P V products; measured 0.73x at N = 6272 and 0.77x at N = 12544 against the
+#: explicit path, so the fast path is used only where the explicit matrix gets too big to hold.
+CPU_SDPA_TRAIN_MIN_ENTRIES_PADDED: int = 16384 * 16384
 #: The sort-based concatenation path pays a fixed sorting/gather overhead; below this many
 #: entries the explicit matrix is cheaper.
 CONCAT_FAST_MIN_ENTRIES: int = 64 * 64
@@ -110,7 +115,8 @@ def choose_impl(
     """
     entries = n * n_keys
     if instantiation in SOFTMAX_FORMS:
-        if device.type == "cpu" and training and entries < CPU_SDPA_TRAIN_MIN_ENTRIES:
+        limit = CPU_SDPA_TRAIN_MIN_ENTRIES if d == d_v else CPU_SDPA_TRAIN_MIN_ENTRIES_PADDED
+        if device.type == "cpu" and training and entries < limit:
             return "reference"
         return "fast"
     if instantiation == "dot_product":

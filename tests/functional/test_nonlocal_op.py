@@ -185,6 +185,10 @@ def test_choose_impl_by_size():
         choose_impl("embedded_gaussian", 12544, 12544, 512, 512, device=cpu, training=True)
         == "fast"
     )
+    assert (
+        choose_impl("gaussian", 12544, 12544, 1024, 512, device=cpu, training=True) == "reference"
+    )
+    assert choose_impl("gaussian", 25088, 25088, 1024, 512, device=cpu, training=True) == "fast"
     assert choose_impl("dot_product", 6272, 6272, 512, 512, device=cpu, training=True) == "fast"
     assert choose_impl("dot_product", 49, 49, 512, 512, device=cpu, training=True) == "reference"
 
