@@ -220,7 +220,6 @@ def build_video_resnet(
             overriding ``blocks``), ``nl_options`` and block options.
     """
     from nlnet.models.resnet3d import ResNet3d
-    from nlnet.models.surgery import insert_non_local
 
     if depth not in _DEPTH_LAYERS:
         raise ValueError(f"depth: expected one of {sorted(_DEPTH_LAYERS)}, got {depth!r}")
@@ -229,7 +228,14 @@ def build_video_resnet(
     at = kwargs.pop("nl_at", blocks)
     opts = _split_block_options(kwargs)
     layers = kwargs.pop("layers", _DEPTH_LAYERS[depth])
-    model = ResNet3d(layers, inflate=_VIDEO_ARCHS[arch][0], **kwargs)
+    return place_non_local(ResNet3d(layers, inflate=_VIDEO_ARCHS[arch][0], **kwargs), at, opts)
+
+
+def place_non_local(model: nn.Module, at: Any, opts: dict[str, Any]) -> nn.Module:
+    """Insert blocks with ``opts`` at ``at`` (a preset or module paths); options without a
+    placement are an error rather than silently ignored."""
+    from nlnet.models.surgery import insert_non_local
+
     if at:
         insert_non_local(model, at, **opts)
     elif opts:

@@ -28,8 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nlnet.models.registry import _split_block_options, register_model
-from nlnet.models.surgery import insert_non_local
+from nlnet.models.registry import _split_block_options, place_non_local, register_model
 
 __all__ = ["BasicBlock3d", "TinyC2D", "build_tiny"]
 
@@ -191,15 +190,7 @@ def build_tiny(blocks: str | None = None, **kwargs: Any) -> nn.Module:
     """
     at = kwargs.pop("nl_at", blocks)
     opts = _split_block_options(kwargs)
-    model = TinyC2D(**kwargs)
-    if at:
-        insert_non_local(model, at, **opts)
-    elif opts:
-        raise ValueError(
-            f"block options {sorted(opts)} given to a model without non-local blocks; "
-            "pass nl_at= to place blocks"
-        )
-    return model
+    return place_non_local(TinyC2D(**kwargs), at, opts)
 
 
 def _cfg(blocks: str | None, mode: str = "spacetime") -> dict[str, Any]:
