@@ -14,11 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+import av  # PyAV (a hard dependency) writes the test videos
 import numpy as np
 import pytest
 import torch
-
-av = pytest.importorskip("av", reason="PyAV writes the test videos")
 
 REPO = Path(__file__).resolve().parents[2]
 
