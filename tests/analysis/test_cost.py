@@ -12,14 +12,6 @@ from nlnet.analysis import cost
 from nlnet.analysis.cost import mask_rcnn_like_cost, model_cost, parse_input_size, table2e
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def ratios():
     return table2e((32, 224, 224))

@@ -10,14 +10,6 @@ from nlnet.layers.nonlocal_block import NonLocal2d, NonLocal3d
 from nlnet.models.registry import create_model
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _tiny_nl_model():
     import nlnet.models.tiny  # noqa: F401  (registers the tiny family)
 

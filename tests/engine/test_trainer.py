@@ -23,14 +23,6 @@ from nlnet.engine.trainer import (  # noqa: E402
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def _cfg(tmp_path: Path, name: str = "run", **over):
     base = {
         "model.name": "tiny",

@@ -17,14 +17,6 @@ from nlnet.models.registry import create_model
 from nlnet.models.resnet3d import ResNet3d
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _randomise_bn(model: nn.Module, gen: torch.Generator) -> None:
     for m in model.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):

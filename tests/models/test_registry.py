@@ -15,14 +15,6 @@ from nlnet.models.surgery import non_local_blocks, non_local_paths
 FAMILIES = ("resnet3d", "resnet2d", "segmentation")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 ALL = list_models()
 OURS = [n for n in ALL if get_model_entry(n).default_cfg.get("family") in FAMILIES]
 

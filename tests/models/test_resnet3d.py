@@ -10,15 +10,6 @@ from torch import nn
 from nlnet.models.registry import create_model, get_model_entry, list_models
 from nlnet.models.resnet3d import Bottleneck3d, ResNet3d, inflation_pattern
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # the CI cores are shared; intra-op threads only contend
-    yield
-    torch.set_num_threads(n)
-
-
 # The paper's video models (Table 1 layout); the CPU demo family "tiny" is narrower by design.
 VIDEO_MODELS = [
     n

@@ -14,15 +14,6 @@ from nlnet.layers.nonlocal_block import NonLocal2d, NonLocal3d
 from nlnet.models.resnet3d import ResNet3d
 from nlnet.models.surgery import infer_channels, insert_non_local, non_local_blocks, non_local_paths
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 R50, R101 = (3, 4, 6, 3), (3, 4, 23, 3)
 
 
