@@ -1,10 +1,14 @@
 """The ``nlnet`` command line.
 
-Each sub-command lives next to the concept it drives and is imported only when used, so
-``nlnet --help`` stays fast. A command module exposes two functions:
+Each sub-command is a module of :mod:`nlnet.commands`, imported only when used, so
+``nlnet --help`` imports no torch. A command module exposes two functions:
 
 * ``configure_parser(parser: argparse.ArgumentParser) -> None`` adds its arguments;
 * ``main(args: argparse.Namespace) -> int`` runs it and returns the exit status.
+
+A user error (:class:`nlnet.engine.errors.UserError`: bad config, data, checkpoint, occupied run
+directory) is printed as one line on stderr with exit status 2; any other exception is a bug and
+keeps its traceback.  ``nlnet --debug COMMAND ...`` shows the traceback of user errors too.
 """
 
 from __future__ import annotations
@@ -15,20 +19,21 @@ import sys
 
 #: name -> (module, one-line summary). Order is the order shown by ``nlnet --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("nlnet.demo", "train C2D vs. non-local on the built-in digits video task"),
-    "train": ("nlnet.engine.commands.train", "train a model from a YAML config"),
-    "eval": ("nlnet.engine.commands.evaluate", "evaluate a checkpoint (multi-clip testing)"),
-    "predict": ("nlnet.engine.commands.predict", "top-k classes for video files"),
-    "models": ("nlnet.models.registry", "list the registered models"),
-    "cost": ("nlnet.analysis.cost", "parameters and multiply-adds of a model"),
-    "visualize": ("nlnet.analysis.visualize", "draw the attention maps of non-local blocks"),
-    "showcase": ("nlnet.showcase", "the non-local block on a synthetic video tensor"),
+    "demo": ("nlnet.commands.demo", "train C2D vs. non-local on the built-in digits video task"),
+    "train": ("nlnet.commands.train", "train a model from a YAML config"),
+    "eval": ("nlnet.commands.evaluate", "evaluate a checkpoint (multi-clip testing)"),
+    "predict": ("nlnet.commands.predict", "top-k classes for video files"),
+    "models": ("nlnet.commands.models", "list the registered models"),
+    "cost": ("nlnet.commands.cost", "parameters and multiply-adds of a model"),
+    "visualize": ("nlnet.commands.visualize", "draw the attention maps of non-local blocks"),
+    "showcase": ("nlnet.commands.showcase", "the non-local block on a synthetic video tensor"),
 }
 
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: nlnet COMMAND [options]   (nlnet COMMAND --help for details)", "", "commands:"]
+    lines = ["usage: nlnet [--debug] COMMAND [options]   (nlnet COMMAND --help for details)", "",
+             "commands:"]  # fmt: skip
     lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -59,13 +64,38 @@ def main(argv: list[str] | None = None) -> int:
 
         print(__version__)
         return 0
+    debug = argv[0] == "--debug"
+    if debug:
+        argv = argv[1:] or ["--help"]
+        if argv[0] in ("-h", "--help"):
+            return main(argv)
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         print(f"nlnet: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     # Options and KEY=VALUE overrides may come in any order.
     args = build_parser(command).parse_intermixed_args(rest)
-    return int(args._main(args) or 0)
+    return _run(command, args, debug)
+
+
+def _run(command: str, args: argparse.Namespace, debug: bool) -> int:
+    """Run a command; a user error is one line on stderr and exit status 2."""
+    try:
+        return int(args._main(args) or 0)
+    except KeyboardInterrupt:
+        print(f"nlnet {command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug or not _is_user_error(exc):
+            raise
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"nlnet {command}: {text}", file=sys.stderr)
+        return 2
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    errors = sys.modules.get("nlnet.engine.errors")  # loaded by any command that can raise one
+    return errors is not None and isinstance(exc, errors.UserError)
 
 
 if __name__ == "__main__":

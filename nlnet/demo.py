@@ -38,15 +38,8 @@ import torch.nn.functional as F
 
 from nlnet.data.digits import DigitsTaskConfig, default_cache_dir, prepare_digits, read_manifest
 
-__all__ = ["DemoSettings", "configure_parser", "main", "run_demo", "EXAMPLES"]
+__all__ = ["DemoSettings", "run_demo"]
 
-EXAMPLES = """examples:
-  nlnet demo                       # default setting (a few minutes on a 2-core CPU)
-  nlnet demo --seed 1              # another seed (data and initialisation)
-  nlnet demo --variants            # also the space-only and time-only blocks (Table 2d)
-  nlnet demo --quick               # a tiny smoke-test setting (seconds; numbers are meaningless)
-  nlnet demo --device cuda --output-dir runs
-"""
 
 TASK_TEXT = {
     "pointer": "the target is the class of the last-frame digit drawn in the colour of the "
@@ -437,30 +430,6 @@ def _threads(arg: str) -> int:
     return max(1, min(cores, int(cores - load + 0.5)))
 
 
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seed", type=int, default=0, help="seed of data and training (0)")
-    parser.add_argument("--output-dir", default="runs", help="parent of the run directory (runs)")
-    parser.add_argument(
-        "--cache-dir", default=None, help="dataset cache (default $NLNET_CACHE or ~/.cache/nlnet)"
-    )
-    parser.add_argument("--quick", action="store_true", help="tiny smoke-test setting")
-    parser.add_argument(
-        "--variants", action="store_true", help="also train the space-only and time-only blocks"
-    )
-    parser.add_argument("--epochs", type=int, default=None, help="override the number of epochs")
-    parser.add_argument(
-        "--task",
-        choices=("same", "pointer", "match"),
-        default="same",
-        help="which digits task (default: same; see nlnet.data.digits)",
-    )
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    parser.add_argument(
-        "--threads", default="auto", help="CPU threads (default: auto = idle cores, at least 1)"
-    )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-
 def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     """Run the demo; returns the summary that is also written to ``summary.json``."""
     t_start = time.perf_counter()
@@ -624,8 +593,3 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
-
-
-def main(args: argparse.Namespace) -> int:
-    run_demo(args)
-    return 0

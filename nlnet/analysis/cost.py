@@ -13,7 +13,6 @@ for the figures).
 
 from __future__ import annotations
 
-import argparse
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,18 +32,8 @@ __all__ = [
     "table2e",
     "TABLE2E_PAPER",
     "mask_rcnn_like_cost",
-    "configure_parser",
-    "main",
-    "EXAMPLES",
 ]
 
-EXAMPLES = """examples:
-  nlnet cost c2d_r50 --input 32x224x224
-  nlnet cost c2d_r50_nl5 --input 32x224x224 --compare c2d_r101
-  nlnet cost resnet50_nl_coco --input 800x1333
-  nlnet cost --table2e          # Table 2e (R101) and the R50 5-block vs R101 baseline figures
-  nlnet cost --coco             # one block in a Mask R-CNN-like ResNet-50 at 800x1333
-"""
 
 #: Table 2e of the paper: (params, FLOPs) relative to the ResNet-101 C2D baseline.
 TABLE2E_PAPER: dict[str, tuple[float, float]] = {
@@ -277,79 +266,3 @@ def mask_rcnn_like_cost(
         out["mask_head"] = macs(lambda: mask(torch.empty(num_detections, 256, 14, 14)))
     out["total"] = sum(v for k, v in out.items() if k != "non_local")
     return out
-
-
-# --------------------------------------------------------------------------- CLI
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``nlnet cost``."""
-    parser.add_argument("model", nargs="?", help="registered model name (see `nlnet models`)")
-    parser.add_argument(
-        "--input",
-        default=None,
-        help="input size TxHxW (video) or HxW (image); default: the model's input_size",
-    )
-    parser.add_argument("--compare", default=None, help="print ratios to this model")
-    parser.add_argument("--num-classes", type=int, default=None, help="classifier outputs")
-    parser.add_argument(
-        "--table2e", action="store_true", help="reproduce Table 2e (R101, 32x224x224)"
-    )
-    parser.add_argument(
-        "--coco", action="store_true", help="one block in a Mask R-CNN-like R50 at 800x1333"
-    )
-    parser.add_argument(
-        "--device",
-        default="meta",
-        help="counting always runs on the meta device; accepted for CLI uniformity",
-    )
-
-
-def _default_input(name: str) -> tuple[int, ...]:
-    from nlnet.models.registry import get_model_entry
-
-    size = tuple(get_model_entry(name).default_cfg.get("input_size", (3, 32, 224, 224)))
-    return size[1:]
-
-
-def _print_table2e(size: tuple[int, ...]) -> None:
-    ratios = table2e(size)
-    print(f"Table 2e, relative to c2d_r101, input {'x'.join(map(str, size))}")
-    print(f"{'model':<16} {'params':>8} {'paper':>6} {'FLOPs':>8} {'paper':>6}")
-    paper = {**TABLE2E_PAPER, "c2d_r50_nl5": (0.7, 0.8)}
-    for name, (p, f) in ratios.items():
-        pp, pf = paper[name]
-        print(f"{name:<16} {p:>7.2f}x {pp:>5.1f}x {f:>7.2f}x {pf:>5.1f}x")
-
-
-def main(args: argparse.Namespace) -> int:
-    """Run ``nlnet cost``."""
-    if args.table2e:
-        _print_table2e(parse_input_size(args.input) if args.input else (32, 224, 224))
-    if args.coco:
-        size = parse_input_size(args.input) if args.input else (800, 1333)
-        if len(size) != 2:
-            size = (800, 1333)
-        with_nl = mask_rcnn_like_cost(50, size)
-        print(f"Mask R-CNN-like ResNet-50-FPN at {size[0]}x{size[1]} (GMACs)")
-        for k, v in with_nl.items():
-            print(f"  {k:<10} {v / 1e9:9.2f}")
-        print(
-            f"  one non-local block: +{with_nl['non_local'] / (with_nl['total'] - with_nl['non_local']):.1%} "
-            f"of the model, +{with_nl['non_local'] / (with_nl['backbone'] - with_nl['non_local']):.1%} "
-            "of the backbone"
-        )
-    if args.model is None:
-        if not (args.table2e or args.coco):
-            print("nlnet cost: give a MODEL, --table2e or --coco")
-            return 2
-        return 0
-    size = parse_input_size(args.input) if args.input else _default_input(args.model)
-    kw = {} if args.num_classes is None else {"num_classes": args.num_classes}
-    rep = model_cost(args.model, size, **kw)
-    print(rep.table())
-    if args.compare:
-        other = model_cost(args.compare, size, **kw)
-        print(
-            f"relative to {args.compare}: params {rep.params / other.params:.2f}x, "
-            f"MACs {rep.macs / other.macs:.2f}x"
-        )
-    return 0

@@ -13,43 +13,26 @@ weights recorded by :func:`nlnet.analysis.hooks.record_attention`:
 Images (2D models) are drawn as a one-frame clip.
 
 Command line: ``nlnet visualize --checkpoint CKPT --video FILE [--query t,y,x] [--output DIR]``
-(see :data:`EXAMPLES`).
+(:mod:`nlnet.commands.visualize`).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import Tensor
 
-from nlnet.analysis.hooks import GridMapping, record_attention
+from nlnet.analysis.hooks import GridMapping
 
 __all__ = [
     "arrows_figure",
-    "configure_parser",
     "draw_arrows",
     "heatmap_figure",
-    "main",
     "strongest_query",
     "top_keys",
-    "EXAMPLES",
 ]
-
-EXAMPLES = """examples:
-  nlnet visualize --checkpoint runs/demo-*/c2d_tiny_nl1.pt --video clip.mp4
-  nlnet visualize --checkpoint model.pt --video clip.mp4 --query 0,12,20 --output figs
-  nlnet visualize --checkpoint image_model.pt --video photo.png --query 40,60
-The query is "t,y,x" (frame, row, column of the model input) for video, "y,x" for an image;
-without --query the position whose attention is most concentrated is used.
-"""
-
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 
 def _plt():
@@ -238,144 +221,3 @@ def heatmap_figure(
         fig.suptitle(title, fontsize=9)
     fig.subplots_adjust(left=0.01, right=0.99, bottom=0.02, top=0.8 if title else 0.88, wspace=0.05)
     return fig
-
-
-# --------------------------------------------------------------------------------------------
-# Command line
-# --------------------------------------------------------------------------------------------
-
-
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="a checkpoint written by nlnet")
-    parser.add_argument("--video", required=True, help="a video file, or an image for 2D models")
-    parser.add_argument(
-        "--query",
-        action="append",
-        default=None,
-        help="t,y,x (video) or y,x (image) in input pixels; repeatable (default: the strongest)",
-    )
-    parser.add_argument(
-        "--output", default="visualize", help="output folder (default: %(default)s)"
-    )
-    parser.add_argument("--block", default=None, help="non-local block name (default: all)")
-    parser.add_argument("--top-k", type=int, default=20, help="arrows per query (default: 20)")
-    parser.add_argument("--frames", type=int, default=None, help="frames to sample (video)")
-    parser.add_argument("--size", type=int, default=None, help="resize frames to this square size")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default: cpu)")
-
-
-def _parse_query(text: str, ndim: int) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(v) for v in text.replace(" ", "").split(","))
-    except ValueError as err:
-        raise ValueError(f"--query: expected integers like 't,y,x', got {text!r}") from err
-    if len(vals) != ndim:
-        raise ValueError(f"--query: expected {ndim} numbers for this input, got {text!r}")
-    return vals
-
-
-def load_model_from_checkpoint(path: str | os.PathLike, device: str = "cpu"):
-    """Build the registered model named in an nlnet checkpoint and load its weights.
-
-    Returns:
-        ``(model, ckpt)`` with the model in eval mode on ``device``.
-    """
-    from nlnet.engine.checkpoint import load_checkpoint
-    from nlnet.models.registry import create_model
-
-    ckpt = load_checkpoint(path)
-    name = ckpt.get("model_name")
-    if not name:
-        raise ValueError(f"checkpoint: {str(path)!r} has no model_name (not written by nlnet)")
-    cfg = ckpt.get("config") or {}
-    overrides = dict((cfg.get("model") or {}).get("overrides") or {})
-    extra = ckpt.get("extra") or {}
-    overrides.update(extra.get("model_overrides") or {})
-    model = create_model(name, num_classes=ckpt.get("num_classes"), **overrides)
-    model.load_state_dict(ckpt["model"], strict=True)
-    return model.to(device).eval(), ckpt
-
-
-def _read_input(path: Path, frames: int | None, size: int | None) -> np.ndarray:
-    """uint8 (T, H, W, 3) from a video, or (1, H, W, 3) from an image file."""
-    if path.suffix.lower() in IMAGE_EXTENSIONS:
-        from PIL import Image
-
-        img = np.asarray(Image.open(path).convert("RGB"))
-        out = img[None]
-    else:
-        from nlnet.data.video import open_video
-
-        with open_video(path) as reader:
-            n = reader.num_frames
-            if frames is None or frames >= n:
-                out = reader.read_all().numpy()
-            else:
-                idx = np.linspace(0, n - 1, frames).round().astype(int)
-                out = reader.get_frames(idx.tolist()).numpy()
-    if size is not None:
-        x = torch.from_numpy(out).permute(0, 3, 1, 2).float()
-        x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear")
-        out = x.clamp(0, 255).round().byte().permute(0, 2, 3, 1).numpy()
-    return out
-
-
-def main(args: argparse.Namespace) -> int:
-    plt = _plt()
-    video_path = Path(args.video)
-    if not video_path.is_file():
-        raise SystemExit(f"nlnet visualize: --video: no such file {str(video_path)!r}")
-    model, ckpt = load_model_from_checkpoint(args.checkpoint, args.device)
-    extra = ckpt.get("extra") or {}
-    data_cfg = (ckpt.get("config") or {}).get("data") or {}
-    mean = extra.get("mean", data_cfg.get("mean", (0.45, 0.45, 0.45)))
-    std = extra.get("std", data_cfg.get("std", (0.225, 0.225, 0.225)))
-    frames_np = _read_input(video_path, args.frames or extra.get("num_frames"), args.size)
-    x = torch.from_numpy(np.array(frames_np)).float().div(255.0)  # (T, H, W, 3)
-    x = (x - torch.tensor(mean)) / torch.tensor(std)
-    video_model = any(isinstance(m, torch.nn.Conv3d) for m in model.modules())
-    if video_model:
-        inp = x.permute(3, 0, 1, 2)[None]  # (1, 3, T, H, W); an image is a one-frame clip
-    else:
-        if frames_np.shape[0] != 1:
-            raise ValueError(
-                f"--video: {str(video_path)!r} has {frames_np.shape[0]} frames but the model is "
-                "an image model; pass an image file or use --frames 1"
-            )
-        inp = x[0].permute(2, 0, 1)[None]  # (1, 3, H, W)
-    inp = inp.to(args.device)
-    with record_attention(model, args.block, to_cpu=True) as rec, torch.no_grad():
-        logits = model(inp)
-    out_dir = Path(args.output)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    names = ckpt.get("class_names")
-    pred = int(logits.argmax(1)[0])
-    label = names[pred] if names and pred < len(names) else str(pred)
-    written = []
-    for bname in rec.names:
-        attn = rec.maps[bname][0]  # (N, N')
-        mapping = rec.mapping(bname, inp.shape[2:])
-        if args.query:
-            queries = [
-                mapping.query_index(_parse_query(q, len(mapping.input_size))) for q in args.query
-            ]
-        else:
-            queries = [strongest_query(attn)]
-        safe = bname.replace(".", "_")
-        for q in queries:
-            center = mapping.query_center(q)
-            where = ",".join(str(int(round(c))) for c in center)
-            title = f"{ckpt.get('model_name')}  {bname}  query ({where})  prediction: {label}"
-            fig = arrows_figure(frames_np, attn[q], mapping, q, top_k=args.top_k, title=title)
-            p = out_dir / f"{safe}_q{q}_arrows.png"
-            fig.savefig(p, dpi=120)
-            plt.close(fig)
-            fig = heatmap_figure(frames_np, attn[q], mapping, q, title=title)
-            p2 = out_dir / f"{safe}_q{q}_heatmap.png"
-            fig.savefig(p2, dpi=120)
-            plt.close(fig)
-            written += [p, p2]
-    print(f"prediction: {label}")
-    for p in written:
-        print(f"wrote {p}")
-    return 0

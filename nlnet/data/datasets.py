@@ -543,6 +543,29 @@ class VideoClipDataset(Dataset):
         """Sets the epoch used to seed per-item randomness when ``seed`` is an int."""
         self.epoch = int(epoch)
 
+    def unusable_reason(self) -> str | None:
+        """Why no video of this dataset can be used (``None`` while at least one can).
+
+        Names the common cause, e.g. every video shorter than the clip, so that training stops
+        before it starts instead of failing on empty batches.
+        """
+        if self.num_videos and len(self.bad_videos) < self.num_videos:
+            return None
+        if not self.num_videos:
+            return "the dataset lists no video"
+        reasons = list(self.bad_videos.values())
+        first = self.videos[min(self.bad_videos)]
+        if all(r.startswith("too short") for r in reasons):
+            return (
+                f"all {self.num_videos} videos are shorter than a clip of min_frames="
+                f"{self.min_frames} frames (e.g. {first!r}: {reasons[0]}); use shorter clips "
+                "(data.num_frames, data.stride) or data.min_frames"
+            )
+        return (
+            f"none of the {self.num_videos} videos can be decoded (e.g. {first!r}: "
+            f"{self.bad_videos[min(self.bad_videos)]})"
+        )
+
     # -- items ---------------------------------------------------------------------------------
     def _warn_bad(self, video: int, reason: str) -> None:
         path = self.videos[video]

@@ -1,11 +1,15 @@
-"""Checkpoints: atomic writes, safe loading, exact-resume state and backbone loading.
+"""Checkpoints: atomic writes, verified safe loading, exact-resume state, checkpoint -> model.
 
 A checkpoint is a plain dictionary that ``torch.load(..., weights_only=True)`` can read, so
-loading one never executes pickled code::
+loading one never executes pickled code.  It always says how to rebuild the network and how to
+feed it (format version 2)::
 
     {
-        "format": "nlnet-checkpoint", "version": 1,
+        "format": "nlnet-checkpoint", "version": 2,
         "model_name": "c2d_r50_nl5", "num_classes": 400, "class_names": [...] | None,
+        "model_options": {...create_model keyword arguments (dropout, overrides)...},
+        "preprocessing": {"mean": [...], "std": [...], "num_frames": 32, "stride": 2,
+                          "size": 256, "crop": 224 | None},
         "model": state_dict,
         "optimizer": ..., "scheduler": ..., "scaler": ...,     # optional (training state)
         "epoch": int, "iteration": int, "batch_in_epoch": int,
@@ -23,6 +27,11 @@ Kinetics model on Charades), call :func:`load_backbone`, which skips the classif
     load_backbone(model, "runs/kinetics/final.pt", exclude=("fc",))
 
 or set ``model.pretrained=PATH model.reset_head=true`` in a config.
+
+The one way from a checkpoint to a network is :func:`load_model` (used by ``nlnet eval``,
+``predict``, ``visualize`` and ``cost``); :func:`checkpoint_info` gives its class names and
+preprocessing.  Loading verifies the file first (:func:`load_checkpoint`): an empty, truncated,
+corrupted (zip CRC), foreign or weight-less file is a :class:`CheckpointError` naming the file.
 """
 
 from __future__ import annotations
@@ -30,7 +39,9 @@ from __future__ import annotations
 import os
 import random
 import tempfile
+import zipfile
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +49,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from nlnet.engine.errors import CheckpointError, UserError
+
 __all__ = [
+    "CheckpointError",
+    "CheckpointInfo",
     "CheckpointMismatchError",
+    "checkpoint_info",
+    "clean_orphan_temp_files",
+    "load_model",
     "save_checkpoint",
     "load_checkpoint",
     "unwrap_model",
@@ -52,10 +70,10 @@ __all__ = [
 ]
 
 FORMAT = "nlnet-checkpoint"
-VERSION = 1
+VERSION = 2
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError, ValueError):
     """The checkpoint was written for another architecture or number of classes."""
 
 
@@ -132,6 +150,28 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _user_file_mode() -> int:
+    """``0o666`` minus the process umask: the mode ``open()`` gives a new file."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def clean_orphan_temp_files(directory: str | os.PathLike) -> list[Path]:
+    """Delete ``.<name>.*.tmp`` files left by a write that was killed (SIGKILL, power loss).
+
+    Only call this while holding the run directory's lock (no other writer can be mid-write).
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    removed = []
+    for p in directory.glob(".*.pt.*.tmp"):
+        p.unlink(missing_ok=True)
+        removed.append(p)
+    return removed
+
+
 def save_checkpoint(
     path: str | os.PathLike,
     *,
@@ -146,23 +186,28 @@ def save_checkpoint(
     batch_in_epoch: int = 0,
     config: Mapping[str, Any] | None = None,
     class_names: Iterable[str] | None = None,
+    model_options: Mapping[str, Any] | None = None,
+    preprocessing: Mapping[str, Any] | None = None,
     rng_state: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a checkpoint atomically: temporary file in the same directory, fsync, rename.
 
-    A reader never sees a half-written file: either the previous checkpoint or the new one.
+    A reader never sees a half-written file: either the previous checkpoint or the new one.  The
+    file gets the mode of any new file of the user (``0o666 & ~umask``).
 
     Args:
         path: destination file (``.pt``).
         model: the network (DDP wrappers are unwrapped).
-        model_name: registry name, checked when resuming.
+        model_name: registry name, checked when resuming and used by :func:`load_model`.
         num_classes: classifier width, checked when resuming.
         optimizer, scheduler, scaler: training state (optional).
         epoch, iteration, batch_in_epoch: position of the run (iteration = optimizer steps done;
             batch_in_epoch = mini-batches of the current epoch already consumed).
         config: the resolved configuration as plain dicts.
         class_names: names of the output classes (used by ``nlnet predict``).
+        model_options: keyword arguments of ``create_model`` besides ``num_classes``.
+        preprocessing: ``mean``, ``std``, ``num_frames``, ``stride``, ``size``, ``crop``.
         rng_state: generator states (default: :func:`get_rng_state` now).
         extra: more plain data (e.g. the sampler state).
 
@@ -177,6 +222,8 @@ def save_checkpoint(
         "model_name": str(model_name),
         "num_classes": int(num_classes),
         "class_names": list(class_names) if class_names is not None else None,
+        "model_options": dict(model_options or {}),
+        "preprocessing": dict(preprocessing or {}),
         "model": unwrap_model(model).state_dict(),
         "epoch": int(epoch),
         "iteration": int(iteration),
@@ -193,6 +240,7 @@ def save_checkpoint(
         payload["scaler"] = scaler.state_dict()
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _user_file_mode())  # mkstemp creates 0o600
         with os.fdopen(fd, "wb") as f:
             torch.save(payload, f)
             f.flush()
@@ -206,28 +254,154 @@ def save_checkpoint(
     return path
 
 
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _verify_file(path: Path) -> None:
+    """Raise :class:`CheckpointError` for an empty, truncated or corrupted (CRC) file."""
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {str(path)!r}: no such file")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {str(path)!r}: the file is empty")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head != _ZIP_MAGIC:
+        return  # not torch's zip format: torch.load decides (legacy pickle files)
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()  # reads every member and checks its CRC-32
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: truncated or corrupted ({exc}); use another checkpoint"
+        ) from None
+    if bad is not None:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: corrupted (CRC mismatch in {bad!r}); use another checkpoint"
+        )
+
+
+def _weights(ckpt: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for key in ("model", "state_dict"):
+        if isinstance(ckpt.get(key), Mapping):
+            return ckpt[key]
+    if ckpt and all(isinstance(v, torch.Tensor) for v in ckpt.values()):
+        return ckpt  # a bare state dict
+    return None
+
+
 def load_checkpoint(
     path_or_ckpt: str | os.PathLike | Mapping[str, Any], map_location: Any = "cpu"
 ) -> dict[str, Any]:
-    """Read a checkpoint with ``torch.load(weights_only=True)`` (no pickled code runs).
+    """Verify and read a checkpoint with ``torch.load(weights_only=True)`` (no pickled code runs).
 
-    A bare ``state_dict`` file is accepted too and wrapped as ``{"model": state_dict}``.
+    A bare ``state_dict`` file (or ``{"state_dict": ...}``) is accepted too and wrapped as
+    ``{"model": state_dict}``.
+
+    Raises:
+        CheckpointError: missing, empty, truncated, corrupted, not a PyTorch file, holding
+            pickled code, or holding no weights; the message names the file.
     """
     if isinstance(path_or_ckpt, Mapping):
         return dict(path_or_ckpt)
     path = Path(path_or_ckpt)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint: no such file {str(path)!r}")
-    ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    _verify_file(path)
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # pickle/zip/torch errors: all mean "not a usable checkpoint"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if "weights_only" in str(exc) or "Weights only load failed" in str(exc):
+            why = "it contains pickled code, which nlnet never runs (weights_only loading)"
+        else:
+            why = f"not a PyTorch checkpoint ({first})"
+        raise CheckpointError(f"checkpoint {str(path)!r}: {why}") from None
     if not isinstance(ckpt, Mapping):
-        raise ValueError(f"checkpoint {str(path)!r}: expected a dict, got {type(ckpt).__name__}")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: expected a dict of weights, got {type(ckpt).__name__}"
+        )
+    weights = _weights(ckpt)
+    if weights is None or not weights:
+        raise CheckpointError(f"checkpoint {str(path)!r}: holds no model weights")
     if ckpt.get("format") != FORMAT:
-        if "model" in ckpt and isinstance(ckpt["model"], Mapping):
-            return dict(ckpt)
-        if "state_dict" in ckpt and isinstance(ckpt["state_dict"], Mapping):
-            return {"model": ckpt["state_dict"]}
-        return {"model": dict(ckpt)}
+        return {**{k: v for k, v in ckpt.items() if k != "state_dict"}, "model": dict(weights)}
     return dict(ckpt)
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a checkpoint says about its network: how to build it and how to feed it.
+
+    Attributes:
+        model_name: registry name.
+        num_classes: classifier width.
+        model_options: ``create_model`` keyword arguments besides ``num_classes``.
+        class_names: output class names (``class_<i>`` when none were stored).
+        preprocessing: ``mean``, ``std`` (per channel, on [0, 1] pixels), ``num_frames``,
+            ``stride``, ``size`` (shorter side at test time), ``crop`` (or ``None``); empty
+            when the checkpoint does not say (a bare state dict).
+        multi_label: per-category sigmoid scores (Section 5.2) instead of softmax.
+    """
+
+    model_name: str
+    num_classes: int
+    model_options: dict[str, Any] = field(default_factory=dict)
+    class_names: list[str] = field(default_factory=list)
+    preprocessing: dict[str, Any] = field(default_factory=dict)
+    multi_label: bool = False
+
+
+def checkpoint_info(ckpt: str | os.PathLike | Mapping[str, Any]) -> CheckpointInfo:
+    """Read the build options, class names and preprocessing of a checkpoint.
+
+    Version-1 checkpoints (no ``model_options``/``preprocessing``) are read from their stored
+    config (and from ``extra`` for the demo's).
+    """
+    where = f"checkpoint {str(ckpt)!r}" if not isinstance(ckpt, Mapping) else "checkpoint"
+    ckpt = load_checkpoint(ckpt)
+    name = ckpt.get("model_name")
+    if not name:
+        raise CheckpointError(f"{where}: no model name stored (not written by nlnet)")
+    cfg = ckpt.get("config") or {}
+    extra = ckpt.get("extra") or {}
+    options = ckpt.get("model_options")
+    if not options:  # version 1
+        options = dict((cfg.get("model") or {}).get("overrides") or {})
+        if "dropout" in (cfg.get("train") or {}):
+            options.setdefault("dropout", cfg["train"]["dropout"])
+        options.update(extra.get("model_overrides") or {})
+    prep = dict(ckpt.get("preprocessing") or {})
+    if not prep and (cfg.get("data") is not None or extra):  # version 1
+        from nlnet.data.datasets import DATASET_DEFAULTS
+
+        data = {**DATASET_DEFAULTS, **(cfg.get("data") or {})}
+        prep = {k: data[k] for k in ("mean", "std", "num_frames", "stride")}
+        prep.update(size=data["test_scale"], crop=data["test_crop"])
+        prep.update({k: extra[k] for k in ("mean", "std", "num_frames") if k in extra})
+    n = int(ckpt.get("num_classes") or 0)
+    names = list(ckpt.get("class_names") or [f"class_{i}" for i in range(n)])
+    loss = (cfg.get("train") or {}).get("loss", "ce")
+    return CheckpointInfo(str(name), n, dict(options), names, prep, loss == "bce")
+
+
+def load_model(
+    checkpoint: str | os.PathLike | Mapping[str, Any], device: str | torch.device = "cpu"
+) -> nn.Module:
+    """Build the network a checkpoint was trained as and load its weights (eval mode).
+
+    ``create_model(name, num_classes, **model_options)`` followed by a strict weight load: the
+    one way from a checkpoint to a model (``nlnet eval``/``predict``/``visualize``/``cost``).
+    """
+    from nlnet.models.registry import create_model
+
+    ckpt = load_checkpoint(checkpoint)
+    info = checkpoint_info(ckpt)
+    try:
+        model = create_model(info.model_name, num_classes=info.num_classes, **info.model_options)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(
+            f"checkpoint {str(checkpoint)!r}: cannot rebuild model {info.model_name!r} ({exc})"
+        ) from None
+    load_model_weights(model, ckpt)
+    return model.to(device).eval()
 
 
 def check_compatible(ckpt: Mapping[str, Any], model_name: str, num_classes: int) -> None:

@@ -11,14 +11,23 @@ YAML files in ``configs/`` that override these defaults.
 A YAML file may name a base file (or a list of them) with ``_base_: ../base.yaml``; the bases are
 merged first (dictionaries merged recursively, everything else replaced), then the file itself,
 then the command-line overrides (``optim.lr=0.005``, values parsed as YAML scalars).  Any key that
-is not part of the schema is an error that names the key and the valid ones; the free-form
-sections ``data`` and ``model.overrides`` accept any key and are passed on verbatim.
+is not part of the schema is an error that names the key and the valid ones.  The section
+``data`` is checked by the task's dataset builder and ``model.overrides`` against the parameters
+of the registered model's builder (a trial build on the ``meta`` device), so a typo such as
+``model.overrides.sub_sampel=2`` is a config error, not a failure deep inside the model.  Numbers
+are checked too: a learning rate, weight decay or momentum that is not finite or out of range is a
+config error.
+
+Why hand-written dataclasses and not pydantic/OmegaConf: this one module holds the schema, the
+``_base_`` merging and the dotted overrides with no dependency; a library would add one and still
+need the same ``_base_`` and registry checks.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import os
 import re
 import types
@@ -29,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from nlnet.engine.errors import UserError
 
 __all__ = [
     "ModelConfig",
@@ -46,10 +57,11 @@ __all__ = [
     "apply_overrides",
     "parse_overrides",
     "replace",
+    "absolute_paths",
 ]
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """Raised for an invalid configuration (unknown key, wrong type, bad value)."""
 
 
@@ -59,7 +71,8 @@ class ModelConfig:
 
     Attributes:
         name: registry name, e.g. ``c2d_r50_nl5`` (Table 2b: 5 non-local blocks).
-        num_classes: classifier width (400 for Kinetics, 157 for Charades).
+        num_classes: classifier width (400 for Kinetics, 157 for Charades); ``null`` (the
+            default): the number of classes of the training data.
         pretrained_2d: ImageNet 2D weights to inflate (Section 4.1), a path or ``None``.
         pretrained: a checkpoint (``.pt`` written by ``nlnet train``) to initialise from, e.g. the
             32-frame model for the 128-frame fine-tune (Section 5.1) or a Kinetics model for
@@ -71,7 +84,7 @@ class ModelConfig:
     """
 
     name: str = "c2d_r50"
-    num_classes: int = 400
+    num_classes: int | None = None
     pretrained_2d: str | None = None
     pretrained: str | None = None
     reset_head: bool = False
@@ -96,6 +109,9 @@ class OptimConfig:
         warmup_iters: linear warm-up length in iterations (0: none).
         warmup_factor: learning-rate multiplier at iteration 0 of the warm-up.
         clip_grad_norm: clip the global gradient norm to this value (0: off).
+        optimizer: ``sgd`` (the paper) or ``adamw`` (``nlnet demo``).
+        schedule: ``multistep`` (warm-up + steps, the paper) or ``onecycle`` (``nlnet demo``).
+        pct_start: fraction of the one-cycle schedule spent increasing the rate.
     """
 
     lr: float = 0.01
@@ -110,6 +126,9 @@ class OptimConfig:
     warmup_iters: int = 0
     warmup_factor: float = 0.1
     clip_grad_norm: float = 0.0
+    optimizer: str = "sgd"
+    schedule: str = "multistep"
+    pct_start: float = 0.15
 
 
 @dataclass(frozen=True)
@@ -136,7 +155,8 @@ class TrainConfig:
         val_split: split to validate on every ``eval_every`` iterations and at the end (multi-clip
             testing with ``eval.clips``/``eval.crops``); ``null``: no validation while training.
         deterministic: ask PyTorch for deterministic kernels (else cuDNN benchmark mode on CUDA).
-        progress: show a tqdm progress bar (rank 0 only).
+        progress: a tqdm progress bar (rank 0 only); ``null`` (default): only when stderr is a
+            terminal, else one log line per ``log_every`` iterations.
     """
 
     batch_size: int = 8
@@ -156,7 +176,7 @@ class TrainConfig:
     split: str = "train"
     val_split: str | None = None
     deterministic: bool = False
-    progress: bool = True
+    progress: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +215,7 @@ class Config:
     output_dir: str = "runs/default"
     name: str = ""
     class_names: tuple[str, ...] | None = None
+    task: str = "video_classification"
 
 
 _FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -202,6 +223,8 @@ _FREE_FORM = {("data",), ("model", "overrides")}
 _CHOICES = {
     ("train", "amp"): ("none", "bf16", "fp16"),
     ("train", "loss"): ("ce", "bce"),
+    ("optim", "optimizer"): ("sgd", "adamw"),
+    ("optim", "schedule"): ("multistep", "onecycle"),
 }
 
 
@@ -294,41 +317,81 @@ def _build(cls: type, data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     return cls(**kwargs)
 
 
-def _validate(cfg: Config) -> None:
-    def positive(where: str, value: float, strict: bool = True) -> None:
-        if value < 0 or (strict and value == 0):
-            bound = "> 0" if strict else ">= 0"
-            raise ConfigError(f"{where}: expected a value {bound}, got {value!r}")
+def _check_number(where: str, value: float | None, low: float, high: float = math.inf,
+                  *, low_open: bool = False, high_open: bool = True) -> None:  # fmt: skip
+    """``value`` must be finite and in the interval (``low_open``/``high_open`` exclude ends)."""
+    if value is None:
+        return
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if not math.isfinite(value) or too_low or too_high:
+        lo = f"{'(' if low_open else '['}{low:g}"
+        hi = f"{high:g}{')' if high_open else ']'}" if math.isfinite(high) else "inf)"
+        raise ConfigError(f"{where}: expected a finite number in {lo}, {hi}, got {value!r}")
 
-    positive("model.num_classes", cfg.model.num_classes)
-    positive("optim.lr", cfg.optim.lr)
-    positive("optim.max_iters", cfg.optim.max_iters)
-    positive("optim.epochs", cfg.optim.epochs, strict=False)
-    positive("optim.weight_decay", cfg.optim.weight_decay, strict=False)
-    positive("optim.warmup_iters", cfg.optim.warmup_iters, strict=False)
-    positive("optim.clip_grad_norm", cfg.optim.clip_grad_norm, strict=False)
-    if list(cfg.optim.steps) != sorted(cfg.optim.steps):
-        raise ConfigError(f"optim.steps: expected increasing iterations, got {cfg.optim.steps}")
-    positive("train.batch_size", cfg.train.batch_size)
-    positive("train.accum_steps", cfg.train.accum_steps)
-    positive("train.workers", cfg.train.workers, strict=False)
-    positive("train.log_every", cfg.train.log_every)
-    positive("train.ckpt_every", cfg.train.ckpt_every, strict=False)
-    positive("train.eval_every", cfg.train.eval_every, strict=False)
-    positive("train.stop_after", cfg.train.stop_after, strict=False)
-    if not 0.0 <= cfg.train.dropout < 1.0:
-        raise ConfigError(f"train.dropout: expected a ratio in [0, 1), got {cfg.train.dropout}")
-    positive("eval.clips", cfg.eval.clips)
-    positive("eval.crops", cfg.eval.crops)
-    positive("eval.batch_size", cfg.eval.batch_size)
+
+def _validate_optim(o: OptimConfig) -> None:
+    _check_number("optim.lr", o.lr, 0, low_open=True)
+    _check_number("optim.momentum", o.momentum, 0, 1)
+    _check_number("optim.weight_decay", o.weight_decay, 0)
+    _check_number("optim.weight_decay_bn", o.weight_decay_bn, 0)
+    _check_number("optim.gamma", o.gamma, 0, 1, low_open=True, high_open=False)
+    _check_number("optim.warmup_factor", o.warmup_factor, 0, 1, low_open=True, high_open=False)
+    _check_number("optim.clip_grad_norm", o.clip_grad_norm, 0)
+    _check_number("optim.pct_start", o.pct_start, 0, 1, low_open=True)
+    _check_number("optim.max_iters", o.max_iters, 1)
+    _check_number("optim.epochs", o.epochs, 0)
+    _check_number("optim.warmup_iters", o.warmup_iters, 0)
+    if list(o.steps) != sorted(o.steps):
+        raise ConfigError(f"optim.steps: expected increasing iterations, got {list(o.steps)}")
+    if o.schedule == "multistep" and o.steps and o.steps[0] < o.warmup_iters:
+        raise ConfigError(
+            f"optim.steps: the first decay ({o.steps[0]}) falls inside the warm-up "
+            f"(optim.warmup_iters={o.warmup_iters})"
+        )
+
+
+def _validate(cfg: Config) -> None:
+    _check_number("model.num_classes", cfg.model.num_classes, 1)
+    _validate_optim(cfg.optim)
+    t = cfg.train
+    for key in ("batch_size", "accum_steps", "log_every"):
+        _check_number(f"train.{key}", getattr(t, key), 1)
+    for key in ("workers", "ckpt_every", "eval_every", "stop_after"):
+        _check_number(f"train.{key}", getattr(t, key), 0)
+    _check_number("train.dropout", t.dropout, 0, 1)
+    for key in ("clips", "crops", "batch_size"):
+        _check_number(f"eval.{key}", getattr(cfg.eval, key), 1)
+    _check_number("eval.workers", cfg.eval.workers, 0)
     for key, instead in (("test_clips", "eval.clips"), ("test_crops", "eval.crops")):
         if key in cfg.data:
             raise ConfigError(f"data.{key}: set {instead} instead (the engine passes it on)")
-    if cfg.class_names is not None and len(cfg.class_names) != cfg.model.num_classes:
+    n = cfg.model.num_classes
+    if cfg.class_names is not None and n is not None and len(cfg.class_names) != n:
         raise ConfigError(
-            f"class_names: expected {cfg.model.num_classes} names (model.num_classes), "
-            f"got {len(cfg.class_names)}"
+            f"class_names: expected {n} names (model.num_classes), got {len(cfg.class_names)}"
         )
+    _validate_model(cfg.model)
+
+
+def _validate_model(m: ModelConfig) -> None:
+    """Trial-build a registered model on the meta device: unknown/bad overrides are errors."""
+    if not m.overrides:
+        return
+    try:
+        from nlnet.models.registry import create_model, get_model_entry
+
+        get_model_entry(m.name)
+    except ValueError:
+        return  # not registered: the caller passes its own network (or build_model says so)
+    import torch
+
+    try:
+        with torch.device("meta"):
+            create_model(m.name, num_classes=m.num_classes, **m.overrides)
+    except (TypeError, ValueError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"model.overrides for {m.name!r}: {msg}") from None
 
 
 def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
@@ -362,6 +425,44 @@ def replace(cfg: Config, **dotted: Any) -> Config:
     for key, value in dotted.items():
         _set_dotted(data, key, value)
     return config_from_dict(data)
+
+
+def _abs_if_exists(value: Any, base: Path | None = None) -> Any:
+    if not isinstance(value, str) or not value or os.path.isabs(value):
+        return value
+    for anchor in (Path.cwd(), base):
+        if anchor is not None and (anchor / value).exists():
+            return str((anchor / value).resolve())
+    return value
+
+
+def absolute_paths(cfg: Config) -> Config:
+    """``cfg`` with its relative file paths made absolute (the saved config then works from any
+    directory): ``output_dir``, ``data.root``, ``model.pretrained``, ``model.pretrained_2d`` and,
+    when such files exist, ``data.annotations``/``data.classes``/``data.cache``."""
+    data = dict(cfg.data)
+    root = data.get("root")
+    if isinstance(root, str) and root:
+        data["root"] = str(Path(root).expanduser().resolve())
+    base = Path(data["root"]) if data.get("root") else None
+    for key in ("classes", "cache"):
+        data[key] = _abs_if_exists(data.get(key), base) if key in data else None
+        if data[key] is None and key not in cfg.data:
+            del data[key]
+    ann = data.get("annotations")
+    if isinstance(ann, Mapping):
+        data["annotations"] = {k: _abs_if_exists(v, base) for k, v in ann.items()}
+    elif isinstance(ann, str) and "{split}" not in ann:
+        data["annotations"] = _abs_if_exists(ann, base)
+    dotted: dict[str, Any] = {
+        "data": data,
+        "output_dir": str(Path(cfg.output_dir).expanduser().resolve()),
+    }
+    for key in ("pretrained", "pretrained_2d"):
+        value = getattr(cfg.model, key)
+        if isinstance(value, str) and value:
+            dotted[f"model.{key}"] = str(Path(value).expanduser().resolve())
+    return replace(cfg, **dotted)
 
 
 def save_config(cfg: Config, path: str | os.PathLike) -> Path:

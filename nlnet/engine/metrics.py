@@ -70,28 +70,17 @@ def topk_accuracy(
 
 
 def average_precision(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """Average precision of one class: ``sum_n (R_n - R_{n-1}) P_n`` over the ranked list.
+    """Average precision of one class, ``sum_n (R_n - R_{n-1}) P_n`` over the ranked list
+    (scikit-learn's ``average_precision_score``; tied scores are one threshold).
 
-    Ties are handled as one threshold (the same definition as scikit-learn's
-    ``average_precision_score``).  Returns NaN when there is no positive.
+    Returns NaN when there is no positive.
     """
-    scores = scores.detach().double().flatten().cpu()
-    labels = labels.detach().flatten().cpu() > 0.5
-    n_pos = int(labels.sum())
-    if n_pos == 0:
+    from sklearn.metrics import average_precision_score
+
+    y = (labels.detach().flatten().cpu() > 0.5).numpy()
+    if not y.any():
         return math.nan
-    order = torch.argsort(scores, descending=True, stable=True)
-    s, y = scores[order], labels[order].double()
-    tp = torch.cumsum(y, 0)
-    # keep the last position of every run of tied scores (one threshold per distinct score)
-    last = torch.ones_like(s, dtype=torch.bool)
-    last[:-1] = s[1:] != s[:-1]
-    tp = tp[last]
-    count = torch.arange(1, len(s) + 1, dtype=torch.float64)[last]
-    precision = tp / count
-    recall = tp / n_pos
-    prev = torch.cat([torch.zeros(1, dtype=torch.float64), recall[:-1]])
-    return float(((recall - prev) * precision).sum())
+    return float(average_precision_score(y, scores.detach().double().flatten().cpu().numpy()))
 
 
 def mean_average_precision(scores: torch.Tensor, targets: torch.Tensor) -> float:

@@ -30,7 +30,6 @@ Register a new family with the decorator (timm style)::
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import os
 from collections.abc import Callable, Mapping
@@ -47,9 +46,6 @@ __all__ = [
     "list_models",
     "get_model_entry",
     "BLOCK_OPTIONS",
-    "configure_parser",
-    "main",
-    "EXAMPLES",
 ]
 
 #: Keyword arguments of the non-local block that builders accept directly.
@@ -64,12 +60,6 @@ BLOCK_OPTIONS: tuple[str, ...] = (
     "scale",
     "impl",
 )
-
-EXAMPLES = """examples:
-  nlnet models                 # all registered models with parameter counts
-  nlnet models --filter r101   # only names containing "r101"
-  nlnet models --no-params     # skip building the models (faster)
-"""
 
 
 @dataclass(frozen=True)
@@ -360,36 +350,3 @@ def seg_r50_nl(**kwargs: Any) -> nn.Module:
     from nlnet.models.image import SegmentationNet
 
     return SegmentationNet(50, use_attention=True, **kwargs)
-
-
-# --------------------------------------------------------------------------- CLI
-def _count_params(model: nn.Module) -> int:
-    from nlnet.analysis.cost import count_params
-
-    return count_params(model)
-
-
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``nlnet models``."""
-    parser.add_argument("--filter", default=None, help="only names containing this string")
-    parser.add_argument(
-        "--no-params", action="store_true", help="do not build the models to count parameters"
-    )
-
-
-def main(args: argparse.Namespace) -> int:
-    """Print the registry as a table: name, parameters (millions), description."""
-    names = list_models(args.filter)
-    if not names:
-        print(f"no model matches {args.filter!r}")
-        return 1
-    width = max(len(n) for n in names)
-    print(f"{'name':<{width}}  {'params':>8}  description")
-    for n in names:
-        entry = _REGISTRY[n]
-        params = ""
-        if not args.no_params:
-            with torch.device("meta"):
-                params = f"{_count_params(entry.builder()) / 1e6:.2f}M"
-        print(f"{n:<{width}}  {params:>8}  {entry.description}")
-    return 0

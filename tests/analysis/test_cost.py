@@ -98,6 +98,8 @@ def test_model_cost_accepts_modules_and_builders():
 
 
 def test_cli(capsys):
+    from nlnet.commands import cost
+
     parser = argparse.ArgumentParser()
     cost.configure_parser(parser)
     args = parser.parse_args(["c2d_r50_nl1", "--input", "8x112x112", "--compare", "c2d_r50"])

@@ -9,14 +9,8 @@ import pytest
 import torch
 
 from nlnet.analysis.hooks import GridMapping, record_attention
-from nlnet.analysis.visualize import (
-    arrows_figure,
-    configure_parser,
-    heatmap_figure,
-    main,
-    strongest_query,
-    top_keys,
-)
+from nlnet.analysis.visualize import arrows_figure, heatmap_figure, strongest_query, top_keys
+from nlnet.commands.visualize import configure_parser, main
 
 
 def _is_png(path) -> bool:
@@ -68,7 +62,8 @@ def _write_checkpoint(path, name: str, **overrides):
         model_name=name,
         num_classes=3,
         class_names=["a", "b", "c"],
-        extra={"model_overrides": overrides, "mean": [0.5] * 3, "std": [0.25] * 3},
+        model_options=overrides,
+        preprocessing={"mean": [0.5] * 3, "std": [0.25] * 3, "num_frames": 4},
     )
     return model
 

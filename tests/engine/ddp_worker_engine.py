@@ -40,7 +40,7 @@ def make_cfg(out_dir: str, batch_size: int, **over):
 def run_training(cfg) -> tuple[torch.nn.Module, dict]:
     torch.manual_seed(0)
     model = TinyVideoNet(bn=False)
-    from nlnet.engine.trainer import train
+    from nlnet.engine.loop import train
 
     summary = train(
         cfg,

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from nlnet.engine.checkpoint import (
+    CheckpointError,
     CheckpointMismatchError,
     get_rng_state,
     load_backbone,
@@ -19,7 +20,8 @@ from nlnet.engine.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from nlnet.engine.trainer import WarmupMultiStepLR
+from nlnet.engine.config import load_config
+from nlnet.engine.optim import build_scheduler
 
 
 class Net(nn.Module):
@@ -34,7 +36,8 @@ def _state(k: int = 3):
     torch.manual_seed(0)
     net = Net(k)
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-    sched = WarmupMultiStepLR(opt, [2], warmup_iters=1)
+    optim = load_config(None, {"optim.steps": [2], "optim.warmup_iters": 1}).optim
+    sched = build_scheduler(opt, optim, 10)
     net.fc.weight.grad = torch.ones_like(net.fc.weight)
     opt.step()
     sched.step()
@@ -129,5 +132,5 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert load_checkpoint(path)["iteration"] == 1
     assert os.listdir(tmp_path) == ["c.pt"]
-    with pytest.raises(FileNotFoundError, match="no such file"):
+    with pytest.raises(CheckpointError, match="no such file"):
         load_checkpoint(tmp_path / "missing.pt")

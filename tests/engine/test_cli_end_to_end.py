@@ -97,7 +97,7 @@ def test_train_stop_resume_eval_predict(tmp_path):
     killed = _start("train", *common, "--output-dir", "run", cwd=tmp_path)
     # 1) uninterrupted reference run (in this process, through the same Python API)
     from nlnet.engine.config import load_config
-    from nlnet.engine.trainer import train
+    from nlnet.engine.loop import train
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

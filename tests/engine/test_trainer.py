@@ -14,13 +14,10 @@ from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin  # no
 
 from nlnet.engine.checkpoint import CheckpointMismatchError, load_checkpoint  # noqa: E402
 from nlnet.engine.config import load_config, replace  # noqa: E402
-from nlnet.engine.trainer import (  # noqa: E402
-    WarmupMultiStepLR,
-    compute_loss,
-    evaluate,
-    freeze_batchnorm,
-    train,
-)
+from nlnet.engine.loop import evaluate, train  # noqa: E402
+from nlnet.engine.modeling import freeze_batchnorm  # noqa: E402
+from nlnet.engine.optim import build_scheduler  # noqa: E402
+from nlnet.engine.tasks import compute_loss  # noqa: E402
 
 
 def _cfg(tmp_path: Path, name: str = "run", **over):
@@ -128,7 +125,12 @@ def test_frozen_bn_keeps_statistics_and_affine_parameters(tmp_path):
 def test_schedule_warmup_and_steps(tmp_path):
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=0.01)
-    sched = WarmupMultiStepLR(opt, steps=[4, 8], gamma=0.1, warmup_iters=2, warmup_factor=0.5)
+    optim = load_config(
+        None,
+        {"optim.steps": [4, 8], "optim.gamma": 0.1, "optim.warmup_iters": 2,
+         "optim.warmup_factor": 0.5},
+    ).optim  # fmt: skip
+    sched = build_scheduler(opt, optim, 10)  # SequentialLR(LinearLR, MultiStepLR)
     lrs = []
     for _ in range(10):
         lrs.append(opt.param_groups[0]["lr"])
@@ -205,7 +207,7 @@ def test_too_small_dataset_is_a_clear_error(tmp_path):
 
 
 def test_pretrained_with_reset_head(tmp_path):
-    from nlnet.engine.trainer import init_from_pretrained
+    from nlnet.engine.modeling import init_from_pretrained
 
     cfg = _cfg(tmp_path, "pre", **{"optim.max_iters": 2})
     trained, s = _run(cfg)

@@ -144,12 +144,14 @@ def test_register_model_decorator_forms():
 
 
 def test_cli_prints_the_table(capsys):
+    from nlnet.commands import models as command
+
     parser = argparse.ArgumentParser()
-    registry.configure_parser(parser)
-    assert registry.main(parser.parse_args(["--filter", "c2d_r50_nl_res"])) == 0
+    command.configure_parser(parser)
+    assert command.main(parser.parse_args(["--filter", "c2d_r50_nl_res"])) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:2] == ["name", "params"]
     assert [line.split()[0] for line in out[1:]] == [f"c2d_r50_nl_res{i}" for i in (2, 3, 4, 5)]
     assert out[1].split()[1] == "24.46M"  # 24.33M C2D R50 + one block with 256 channels
-    assert registry.main(parser.parse_args(["--filter", "nothing_like_this"])) == 1
-    assert "nlnet models" in registry.EXAMPLES
+    assert command.main(parser.parse_args(["--filter", "nothing_like_this"])) == 1
+    assert "nlnet models" in command.EXAMPLES

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 EXAMPLES = """examples:
@@ -23,8 +24,11 @@ EXAMPLES = """examples:
   # show the resolved config (base files + overrides) without training
   nlnet train --config kinetics/i3d_r50_nl5_128f optim.lr=0.001 --print-config
 
-  # continue a killed or stopped run exactly where it was
+  # continue a killed or stopped run exactly where it was (to its configured end)
   nlnet train --output-dir runs/mine --resume
+
+  # start over in a directory that holds an earlier run (deletes its records/checkpoints)
+  nlnet train --config smoke/folder_c2d_r50_nl5 data.root=my_videos --output-dir runs/mine --force
 
   # 2 GPUs (or CPU processes with gloo)
   torchrun --nproc_per_node=2 -m nlnet train --config kinetics/c2d_r50_nl5 --device cuda
@@ -44,7 +48,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="CKPT",
         help="continue from CKPT, or from <output_dir>/checkpoints/last.pt when no path is given",
     )
-    parser.add_argument("--output-dir", "-o", help="run directory (overrides output_dir)")
+    parser.add_argument(
+        "--force", action="store_true", help="start anew in a run directory that holds a run"
+    )
+    parser.add_argument(
+        "--output-dir",
+        "-o",
+        help="run directory (overrides output_dir; default runs/<config name>, or a new "
+        "timestamped one when that holds an earlier run)",
+    )
     parser.add_argument("--device", help="auto | cpu | cuda | cuda:N (overrides train.device)")
     parser.add_argument("--list-configs", action="store_true", help="print the shipped configs")
     parser.add_argument(
@@ -54,7 +66,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _config_for(args: argparse.Namespace):
-    from nlnet.engine.config import load_config
+    from nlnet.engine.config import ConfigError, load_config, replace
+    from nlnet.engine.distributed import resolve_device
 
     if isinstance(args.resume, str) and "=" in args.resume and not Path(args.resume).exists():
         args.overrides.insert(0, args.resume)  # `--resume key=value`: a bare --resume
@@ -69,45 +82,38 @@ def _config_for(args: argparse.Namespace):
         if args.resume and args.output_dir and (Path(args.output_dir) / "config.yaml").is_file():
             config = str(Path(args.output_dir) / "config.yaml")
         else:
-            raise ValueError("--config: required (except with --resume --output-dir RUN_DIR)")
-    return load_config(config, overrides)
+            raise ConfigError("--config: required (except with --resume --output-dir RUN_DIR)")
+    try:
+        cfg = load_config(config, overrides)
+        resolve_device(cfg.train.device)  # a clear error for --device cuda without CUDA
+    except (ValueError, FileNotFoundError) as exc:
+        raise ConfigError(str(exc)) from None
+    chosen = args.output_dir or any(o.startswith("output_dir=") for o in overrides)
+    out = Path(cfg.output_dir)
+    if not (chosen or args.resume or args.force) and out.is_dir() and any(out.iterdir()):
+        stamped = f"{cfg.output_dir}-{time.strftime('%Y%m%d-%H%M%S')}"
+        print(f"nlnet train: {out} holds an earlier run; writing to {stamped}", file=sys.stderr)
+        cfg = replace(cfg, output_dir=stamped)
+    return cfg
 
 
 def main(args: argparse.Namespace) -> int:
-    from nlnet.engine.config import ConfigError, list_configs
+    from nlnet.engine.config import config_to_dict, list_configs
 
     if args.list_configs:
         print("\n".join(list_configs()))
         return 0
-    try:
-        cfg = _config_for(args)
-        from nlnet.engine.distributed import resolve_device
-
-        resolve_device(cfg.train.device)  # a clear error for --device cuda without CUDA
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
-        print(f"nlnet train: {exc}", file=sys.stderr)
-        return 2
+    cfg = _config_for(args)
     if args.print_config:
         import yaml
 
-        from nlnet.engine.config import config_to_dict
-
         print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
         return 0
-    from nlnet.engine.trainer import train
+    from nlnet.engine.loop import train
 
-    summary = train(cfg, resume=args.resume)
+    summary = train(cfg, resume=args.resume, force=args.force)
     if int(os.environ.get("RANK", "0")) == 0:  # the group is gone by now
-        keep = (
-            "run_dir",
-            "iterations",
-            "train_loss",
-            "val",
-            "checkpoint",
-            "time_s",
-            "clips_per_s",
-            "skipped",
-            "stopped",
-        )
+        keep = ("run_dir", "iterations", "train_loss", "val", "checkpoint", "time_s",
+                "clips_per_s", "skipped", "empty_batches", "stopped")  # fmt: skip
         print(json.dumps({k: summary.get(k) for k in keep}, indent=2, default=str))
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 EXAMPLES = """examples:
@@ -32,27 +31,26 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from nlnet.engine.checkpoint import load_checkpoint
     from nlnet.engine.config import ConfigError, apply_overrides, config_from_dict, load_config
+    from nlnet.engine.distributed import resolve_device
+    from nlnet.engine.loop import evaluate
 
     overrides = list(args.overrides)
     if args.device:
         overrides.append(f"train.device={args.device}")
+    ckpt = load_checkpoint(args.checkpoint)
     try:
         if args.config:
             cfg = load_config(args.config, overrides)
         else:
-            stored = load_checkpoint(args.checkpoint).get("config") or {}
+            stored = ckpt.get("config") or {}
             if not stored:
-                raise ValueError("the checkpoint holds no config; pass --config")
+                raise ConfigError(f"checkpoint {args.checkpoint!r} holds no config; pass --config")
             cfg = config_from_dict(apply_overrides(stored, overrides))
-        from nlnet.engine.distributed import resolve_device
-
         resolve_device(cfg.train.device)  # a clear error for --device cuda without CUDA
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
-        print(f"nlnet eval: {exc}", file=sys.stderr)
-        return 2
-    from nlnet.engine.trainer import evaluate
-
-    metrics = evaluate(cfg, args.checkpoint, split=args.split)
+    except (ValueError, FileNotFoundError) as exc:
+        raise ConfigError(str(exc)) from None
+    metrics = evaluate(cfg, ckpt, split=args.split)
+    metrics["checkpoint"] = str(args.checkpoint)
     if int(os.environ.get("RANK", "0")) == 0:  # the group is gone by now
         text = json.dumps(metrics, indent=2, default=str)
         print(text)

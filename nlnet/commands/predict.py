@@ -45,61 +45,53 @@ def predict_videos(
     """Score video files; returns ``[{"video", "top": [(name, score), ...]} | {"video", "error"}]``.
 
     The model and the test-time preprocessing (clip length, stride, test scale, normalisation) are
-    those stored in the checkpoint's config.
+    those stored in the checkpoint (:func:`nlnet.engine.checkpoint.load_model`).
     """
     import torch
 
-    from nlnet.data.datasets import DATASET_DEFAULTS, VideoClipDataset, collate_skip_bad
-    from nlnet.engine.checkpoint import load_checkpoint, load_model_weights
-    from nlnet.engine.config import config_from_dict, replace
+    from nlnet.data.datasets import VideoClipDataset, collate_skip_bad
+    from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model
     from nlnet.engine.distributed import resolve_device
+    from nlnet.engine.errors import UserError
     from nlnet.engine.evaluator import scores_from_logits
-    from nlnet.engine.trainer import build_model
 
     if topk < 1:
-        raise ValueError(f"--topk: expected a positive integer, got {topk}")
+        raise UserError(f"--topk: expected a positive integer, got {topk}")
     ckpt = load_checkpoint(checkpoint)
-    if not ckpt.get("config"):
-        raise ValueError(f"checkpoint {checkpoint!r}: no config stored; was it written by nlnet?")
-    cfg = config_from_dict(ckpt["config"])
-    cfg = replace(cfg, **{"model.pretrained": None, "model.pretrained_2d": None})
-    num_classes = int(ckpt.get("num_classes") or cfg.model.num_classes)
+    info = checkpoint_info(ckpt)
+    num_classes = info.num_classes
+    names = info.class_names
     if classes is not None:
         from nlnet.data.datasets import read_class_index
 
         names, _ = read_class_index(classes)
-    else:
-        names = ckpt.get("class_names") or [f"class_{i}" for i in range(num_classes)]
     if len(names) != num_classes:
-        raise ValueError(
+        raise UserError(
             f"--classes: {len(names)} names but the checkpoint's model has {num_classes} classes"
         )
     dev = resolve_device(device)
-    model = build_model(cfg)
-    load_model_weights(model, ckpt, model_name=cfg.model.name)
-    model.to(dev).eval()
-    d = {**DATASET_DEFAULTS, **cfg.data}
-    clips = clips or cfg.eval.clips
-    crops = crops or cfg.eval.crops
+    model = load_model(ckpt, dev)
+    prep = info.preprocessing
+    test = (ckpt.get("config") or {}).get("eval") or {}
+    clips = clips or int(test.get("clips", 10))
+    crops = crops or int(test.get("crops", 1))
     dataset = VideoClipDataset(
         videos,
         [0] * len(videos),
         names,
         mode="test",
-        num_frames=d["num_frames"],
-        stride=d["stride"],
-        test_scale=d["test_scale"],
-        test_crop=d["test_crop"],
+        num_frames=prep["num_frames"],
+        stride=prep.get("stride", 1),
+        test_scale=prep.get("size", 256),
+        test_crop=prep.get("crop"),
         test_clips=clips,
         test_crops=crops,
-        mean=d["mean"],
-        std=d["std"],
-        backend=d["backend"],
+        mean=prep["mean"],
+        std=prep["std"],
         min_frames=1,  # a short video is still scored (its last frame is repeated)
         cache_file=None,
-        decode_threads=d["decode_threads"],
     )
-    multi_label = cfg.train.loss == "bce"
+    multi_label = info.multi_label
     sums = torch.zeros(len(videos), num_classes, dtype=torch.float64)
     counts = torch.zeros(len(videos), dtype=torch.long)
     with torch.no_grad():
@@ -131,21 +123,17 @@ def predict_videos(
 def main(args: argparse.Namespace) -> int:
     import warnings
 
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # bad videos are reported below
-            results = predict_videos(
-                args.videos,
-                args.checkpoint,
-                topk=args.topk,
-                classes=args.classes,
-                clips=args.clips,
-                crops=args.crops,
-                device=args.device,
-            )
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"nlnet predict: {exc}", file=sys.stderr)
-        return 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # bad videos are reported below
+        results = predict_videos(
+            args.videos,
+            args.checkpoint,
+            topk=args.topk,
+            classes=args.classes,
+            clips=args.clips,
+            crops=args.crops,
+            device=args.device,
+        )
     failed = 0
     for r in results:
         if "error" in r:

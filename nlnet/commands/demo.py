@@ -1,0 +1,47 @@
+"""Train C2D vs. non-local C2D on the built-in digits video task, in minutes on a CPU.
+
+What it does and writes: :mod:`nlnet.demo`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+EXAMPLES = """examples:
+  nlnet demo                       # default setting (a few minutes on a 2-core CPU)
+  nlnet demo --seed 1              # another seed (data and initialisation)
+  nlnet demo --variants            # also the space-only and time-only blocks (Table 2d)
+  nlnet demo --quick               # a tiny smoke-test setting (seconds; numbers are meaningless)
+  nlnet demo --device cuda --output-dir runs
+"""
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=0, help="seed of data and training (0)")
+    parser.add_argument("--output-dir", default="runs", help="parent of the run directory (runs)")
+    parser.add_argument(
+        "--cache-dir", default=None, help="dataset cache (default $NLNET_CACHE or ~/.cache/nlnet)"
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny smoke-test setting")
+    parser.add_argument(
+        "--variants", action="store_true", help="also train the space-only and time-only blocks"
+    )
+    parser.add_argument("--epochs", type=int, default=None, help="override the number of epochs")
+    parser.add_argument(
+        "--task",
+        choices=("same", "pointer", "match"),
+        default="same",
+        help="which digits task (default: same; see nlnet.data.digits)",
+    )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument(
+        "--threads", default="auto", help="CPU threads (default: auto = idle cores, at least 1)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def main(args: argparse.Namespace) -> int:
+    from nlnet.demo import run_demo
+
+    run_demo(args)
+    return 0

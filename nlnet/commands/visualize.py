@@ -1,0 +1,153 @@
+"""Draw the attention maps of the non-local blocks of a trained model (Figures 1 and 3).
+
+The model, its class names and its preprocessing (mean/std, frames) come from the checkpoint
+(:func:`nlnet.engine.checkpoint.load_model`), exactly as in training, evaluation and prediction.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = """examples:
+  nlnet visualize --checkpoint runs/demo-*/c2d_tiny_nl1.pt --video clip.mp4
+  nlnet visualize --checkpoint model.pt --video clip.mp4 --query 0,12,20 --output figs
+  nlnet visualize --checkpoint image_model.pt --video photo.png --query 40,60
+The query is "t,y,x" (frame, row, column of the model input) for video, "y,x" for an image;
+without --query the position whose attention is most concentrated is used.
+"""
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="a checkpoint written by nlnet")
+    parser.add_argument("--video", required=True, help="a video file, or an image for 2D models")
+    parser.add_argument(
+        "--query",
+        action="append",
+        default=None,
+        help="t,y,x (video) or y,x (image) in input pixels; repeatable (default: the strongest)",
+    )
+    parser.add_argument(
+        "--output", default="visualize", help="output folder (default: %(default)s)"
+    )
+    parser.add_argument("--block", default=None, help="non-local block name (default: all)")
+    parser.add_argument("--top-k", type=int, default=20, help="arrows per query (default: 20)")
+    parser.add_argument(
+        "--frames", type=int, default=None, help="frames to sample (default: the checkpoint's)"
+    )
+    parser.add_argument("--size", type=int, default=None, help="resize frames to this square size")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default: cpu)")
+
+
+def _parse_query(text: str, ndim: int) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.replace(" ", "").split(","))
+    except ValueError as err:
+        raise ValueError(f"--query: expected integers like 't,y,x', got {text!r}") from err
+    if len(vals) != ndim:
+        raise ValueError(f"--query: expected {ndim} numbers for this input, got {text!r}")
+    return vals
+
+
+def read_input(path: Path, frames: int | None, size: int | None) -> Any:
+    """uint8 (T, H, W, 3) from a video, or (1, H, W, 3) from an image file."""
+    import numpy as np
+    import torch
+
+    if path.suffix.lower() in IMAGE_EXTENSIONS:
+        from PIL import Image
+
+        out = np.asarray(Image.open(path).convert("RGB"))[None]
+    else:
+        from nlnet.data.video import open_video
+
+        with open_video(path) as reader:
+            n = reader.num_frames
+            if frames is None or frames >= n:
+                out = reader.read_all().numpy()
+            else:
+                idx = np.linspace(0, n - 1, frames).round().astype(int)
+                out = reader.get_frames(idx.tolist()).numpy()
+    if size is not None:
+        x = torch.from_numpy(out).permute(0, 3, 1, 2).float()
+        x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear")
+        out = x.clamp(0, 255).round().byte().permute(0, 2, 3, 1).numpy()
+    return out
+
+
+def normalize(frames: Any, preprocessing: dict[str, Any]) -> Any:
+    """float (T, H, W, 3): ``(pixels / 255 - mean) / std`` with the checkpoint's mean/std."""
+    import numpy as np
+    import torch
+
+    from nlnet.engine.errors import CheckpointError
+
+    if "mean" not in preprocessing or "std" not in preprocessing:
+        raise CheckpointError("checkpoint: no preprocessing (mean/std) stored")
+    x = torch.from_numpy(np.array(frames)).float().div(255.0)
+    return (x - torch.tensor(preprocessing["mean"])) / torch.tensor(preprocessing["std"])
+
+
+def main(args: argparse.Namespace) -> int:
+    import torch
+
+    from nlnet.analysis.hooks import record_attention
+    from nlnet.analysis.visualize import _plt, arrows_figure, heatmap_figure, strongest_query
+    from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model
+    from nlnet.engine.errors import DataError
+
+    video_path = Path(args.video)
+    if not video_path.is_file():
+        raise DataError(f"--video: no such file {str(video_path)!r}")
+    ckpt = load_checkpoint(args.checkpoint)
+    info = checkpoint_info(ckpt)
+    model = load_model(ckpt, args.device)
+    frames_np = read_input(video_path, args.frames or info.preprocessing.get("num_frames"),
+                           args.size)  # fmt: skip
+    x = normalize(frames_np, info.preprocessing)  # (T, H, W, 3)
+    if any(isinstance(m, torch.nn.Conv3d) for m in model.modules()):
+        inp = x.permute(3, 0, 1, 2)[None]  # (1, 3, T, H, W); an image is a one-frame clip
+    elif frames_np.shape[0] != 1:
+        raise ValueError(
+            f"--video: {str(video_path)!r} has {frames_np.shape[0]} frames but the model is "
+            "an image model; pass an image file or use --frames 1"
+        )
+    else:
+        inp = x[0].permute(2, 0, 1)[None]  # (1, 3, H, W)
+    inp = inp.to(args.device)
+    with record_attention(model, args.block, to_cpu=True) as rec, torch.no_grad():
+        logits = model(inp)
+    out_dir = Path(args.output)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pred = int(logits.argmax(1)[0])
+    names = info.class_names
+    label = names[pred] if pred < len(names) else str(pred)
+    plt = _plt()
+    written = []
+    for bname in rec.names:
+        attn = rec.maps[bname][0]  # (N, N')
+        mapping = rec.mapping(bname, inp.shape[2:])
+        queries = [
+            mapping.query_index(_parse_query(q, len(mapping.input_size))) for q in args.query
+        ] if args.query else [strongest_query(attn)]  # fmt: skip
+        for q in queries:
+            where = ",".join(str(int(round(c))) for c in mapping.query_center(q))
+            title = f"{info.model_name}  {bname}  query ({where})  prediction: {label}"
+            stem = out_dir / f"{bname.replace('.', '_')}_q{q}"
+            for kind, fig in (
+                (
+                    "arrows",
+                    arrows_figure(frames_np, attn[q], mapping, q, top_k=args.top_k, title=title),
+                ),  # fmt: skip
+                ("heatmap", heatmap_figure(frames_np, attn[q], mapping, q, title=title)),
+            ):
+                fig.savefig(f"{stem}_{kind}.png", dpi=120)
+                plt.close(fig)
+                written.append(f"{stem}_{kind}.png")
+    print(f"prediction: {label}")
+    for p in written:
+        print(f"wrote {p}")
+    return 0

@@ -1,1 +1,0 @@
-"""Sub-commands of the nlnet CLI that drive the engine."""

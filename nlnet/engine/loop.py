@@ -1,0 +1,639 @@
+"""The training loop: ``train(cfg)`` and ``evaluate(cfg, checkpoint)``, readable top to bottom.
+
+One loop for every run (``nlnet train``, ``nlnet demo``, the Python API).  The recipe is the
+paper's (Section 4.1): SGD, momentum 0.9, weight decay 1e-4, an iteration-based multi-step
+schedule, dropout 0.5 before the classifier, BatchNorm trained; Section 5.1 freezes BN
+(``train.freeze_bn``), Section 5.2 uses per-category sigmoids (``train.loss: bce``).  Added for
+practical use: warm-up, gradient accumulation, mixed precision on CUDA, DistributedDataParallel.
+
+Exact resume.  The data order of an epoch is a permutation seeded by ``seed + epoch`` and the
+augmentation of an item is seeded by ``(seed, epoch, index)`` (:class:`SeededDataset`), so the
+batches depend neither on the number of workers nor on where the run was interrupted.  A
+checkpoint holds the :class:`~nlnet.engine.state.TrainState` of every process; ``resume``
+restores it and skips exactly the consumed part of the epoch, so the final weights equal those of
+an uninterrupted run.
+
+    config -> Run.prepare_dir (lock, refuse a used directory) -> Run.build_data (task datasets,
+    classes inferred) -> Run.build_state (model, optimizer, schedule) -> Run.restore (--resume)
+    -> Run.fit (epochs of steps; log, validate, checkpoint) -> Run.finish (final.pt, summary)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from nlnet.engine import distributed as du
+from nlnet.engine.checkpoint import (
+    check_compatible,
+    load_checkpoint,
+    load_model,
+    load_model_weights,
+    save_checkpoint,
+)
+from nlnet.engine.config import Config, absolute_paths, config_to_dict, save_config
+from nlnet.engine.config import replace as replace_config
+from nlnet.engine.errors import DataError, DivergedError
+from nlnet.engine.evaluator import autocast_context
+from nlnet.engine.metrics import ThroughputMeter
+from nlnet.engine.modeling import (
+    build_model,
+    freeze_batchnorm,
+    init_from_pretrained,
+    model_options,
+    set_train_mode,
+)
+from nlnet.engine.optim import build_optimizer, build_scheduler
+from nlnet.engine.rundir import RunLock, check_run_dir, clear_previous_run
+from nlnet.engine.runlog import MetricsLogger, jsonable, say, use_progress_bar
+from nlnet.engine.state import Counters, TrainState
+from nlnet.engine.tasks import Task, get_task
+
+__all__ = ["SeededDataset", "train", "evaluate", "CHECKPOINT_DIR", "LAST", "FINAL"]
+
+CHECKPOINT_DIR = "checkpoints"
+LAST = "last.pt"
+FINAL = "final.pt"
+
+
+class SeededDataset(Dataset):
+    """Wrap a dataset so item ``i`` of epoch ``e`` sees generators seeded by ``(seed, e, i)``.
+
+    The sampler yields ``(index, item_seed)`` pairs; before fetching, the python, numpy and torch
+    generators are seeded with ``item_seed`` (and restored afterwards in the main process), so
+    random augmentation is reproducible regardless of workers, ranks or resumption.
+    """
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __getitem__(self, key: Any) -> Any:
+        if not isinstance(key, tuple):
+            return self.dataset[key]
+        index, seed = key
+        in_main = torch.utils.data.get_worker_info() is None
+        if in_main:
+            saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+        _seed_all(seed)
+        try:
+            return self.dataset[index]
+        finally:
+            if in_main:
+                random.setstate(saved[0])
+                np.random.set_state(saved[1])
+                torch.set_rng_state(saved[2])
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+
+def _seed_all(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def _seed_worker(worker_id: int) -> None:
+    seed = torch.initial_seed() % (2**32)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def _resolve_resume(resume: bool | str | os.PathLike | None, run_dir: Path) -> Path | None:
+    if not resume:
+        return None
+    path = run_dir / CHECKPOINT_DIR / LAST if resume is True else Path(resume)
+    if path.is_dir():
+        path = path / CHECKPOINT_DIR / LAST if (path / CHECKPOINT_DIR).is_dir() else path / LAST
+    if not path.is_file():
+        if resume is True:
+            say(f"resume: no checkpoint at {path} yet; starting the run from the beginning")
+            return None
+        raise FileNotFoundError(f"resume: no checkpoint at {str(path)!r}")
+    return path
+
+
+class Run:
+    """One training run of one process (see the module docstring for the order of the parts)."""
+
+    def __init__(self, cfg: Config, info: du.DistInfo, task: Task) -> None:
+        self.cfg, self.info, self.task = cfg, info, task
+        self.device, self.main = info.device, info.is_main
+        self.run_dir = Path(cfg.output_dir)
+        self.logger = MetricsLogger(self.run_dir, enabled=self.main)
+        self.amp = cfg.train.amp
+        if self.amp != "none" and self.device.type != "cuda":
+            warnings.warn(
+                f"train.amp={self.amp} is for CUDA; training in float32 on {self.device}",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            self.amp = "none"
+        self.progress = self.main and use_progress_bar(cfg.train.progress)
+        self.t_start = time.perf_counter()
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def prepare_dir(self, resume: Any, force: bool) -> RunLock | None:
+        """Refuse a used directory (unless resume/force) and lock it (rank 0)."""
+        error = None
+        try:
+            check_run_dir(self.run_dir, resume=bool(resume), force=force)
+        except Exception as exc:  # raised on every rank alike (shared file system)
+            error = exc
+        du.barrier()
+        lock = None
+        if error is None and self.main:
+            try:
+                lock = RunLock(self.run_dir).acquire()
+                if force and not resume:
+                    clear_previous_run(self.run_dir)
+            except Exception as exc:
+                error = exc
+        errors = [e for e in du.all_gather_object(error) if e is not None]
+        if errors:
+            if lock is not None:
+                lock.release()
+            raise errors[0]
+        return lock
+
+    def build_data(self, train_dataset: Dataset | None, val_dataset: Dataset | None) -> None:
+        """Datasets of the task; ``model.num_classes`` inferred from the data or checked."""
+        cfg, tc = self.cfg, self.cfg.train
+        if train_dataset is None:
+            train_dataset = self.task.build_dataset(cfg, tc.split, "train")
+        if val_dataset is None and tc.val_split:
+            val_dataset = self.task.build_dataset(cfg, tc.val_split, "test")
+        n = self.task.num_classes(train_dataset)
+        if cfg.model.num_classes is None:
+            if n is None:
+                raise DataError("model.num_classes: the training data does not say; set it")
+            cfg = self.cfg = replace_config(cfg, **{"model.num_classes": n})
+        for what, ds in (("training", train_dataset), ("validation", val_dataset)):
+            k = self.task.num_classes(ds) if ds is not None else None
+            if k is not None and k != cfg.model.num_classes:
+                raise DataError(
+                    f"model.num_classes={cfg.model.num_classes} but the {what} data has {k} "
+                    f"classes; remove model.num_classes (inferred) or set it to {k}"
+                )
+        self.train_dataset, self.val_dataset = train_dataset, val_dataset
+        self.meta = self.task.metadata(cfg, train_dataset)
+        self._build_sampler()
+
+    def _build_sampler(self) -> None:
+        tc, info = self.cfg.train, self.info
+        self.sampler = du.ResumableDistributedSampler(
+            len(self.train_dataset), info.world_size, info.rank, True, tc.seed, with_seeds=True
+        )
+        steps_per_epoch = len(self.sampler) // tc.batch_size // tc.accum_steps
+        if steps_per_epoch == 0:
+            raise DataError(
+                f"train: the training set ({len(self.train_dataset)} items over "
+                f"{info.world_size} process(es)) is smaller than one step of "
+                f"train.batch_size={tc.batch_size} x train.accum_steps={tc.accum_steps}"
+            )
+        self.usable_batches = steps_per_epoch * tc.accum_steps
+        o = self.cfg.optim
+        self.max_iters = o.epochs * steps_per_epoch if o.epochs > 0 else o.max_iters
+
+    def build_state(self, model: nn.Module | None) -> None:
+        """Model (same initial weights on every rank), optimizer, schedule, scaler, DDP."""
+        cfg, tc = self.cfg, self.cfg.train
+        if tc.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        elif self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed clip sizes: let cuDNN pick kernels
+        _seed_all(tc.seed)
+        if model is None:
+            model = build_model(cfg)
+        else:
+            init_from_pretrained(model, cfg)
+        model.to(self.device)
+        if tc.freeze_bn:
+            freeze_batchnorm(model)
+        elif tc.sync_bn:
+            model = du.convert_sync_batchnorm(model, self.device)
+        optimizer = build_optimizer(model, cfg.optim)
+        self.state = TrainState(
+            model=model,
+            optimizer=optimizer,
+            scheduler=build_scheduler(optimizer, cfg.optim, self.max_iters),
+            scaler=torch.amp.GradScaler("cuda", enabled=(self.amp == "fp16")),
+            counters=Counters(self.device),
+        )
+        self.ddp_model = du.wrap_ddp(model, self.device)
+
+    def restore(self, resume: Any) -> None:
+        """Continue from a checkpoint (``--resume``), or seed this rank for a fresh run."""
+        st, info = self.state, self.info
+        path = _resolve_resume(resume, self.run_dir)
+        if path is None:
+            self.logger.truncate_after(0)  # rows of a run killed before its first checkpoint
+            _seed_all(self.cfg.train.seed + info.rank)
+            return
+        ckpt = load_checkpoint(path, map_location="cpu")
+        check_compatible(ckpt, self.cfg.model.name, self.cfg.model.num_classes)
+        load_model_weights(st.model, ckpt)
+        st.restore(ckpt)
+        ranks = ckpt.get("extra", {}).get("ranks") or []
+        if ranks and len(ranks) != info.world_size:
+            warnings.warn(
+                f"resume: the checkpoint was written by {len(ranks)} process(es), this run has "
+                f"{info.world_size}; training continues but not exactly as the original run",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        if len(ranks) == info.world_size:
+            st.restore_rank(ranks[info.rank])
+        self.logger.truncate_after(st.iteration)
+        say(f"resumed from {path} at iteration {st.iteration} (epoch {st.epoch})", self.main)
+
+    # -- records --------------------------------------------------------------------------------
+    def saved_config(self) -> dict[str, Any]:
+        """The config as stored: ``train.stop_after`` is for one invocation, not the run."""
+        return config_to_dict(replace_config(self.cfg, **{"train.stop_after": 0}))
+
+    def checkpoint(self, path: Path) -> Path | None:
+        st = self.state
+        ranks = du.all_gather_object(st.rank_state())
+        if not self.main:
+            return None
+        return save_checkpoint(
+            path,
+            model=st.model,
+            model_name=self.cfg.model.name,
+            num_classes=self.cfg.model.num_classes,
+            optimizer=st.optimizer,
+            scheduler=st.scheduler,
+            scaler=st.scaler,
+            epoch=st.epoch,
+            iteration=st.iteration,
+            batch_in_epoch=st.batch_in_epoch,
+            config=self.saved_config(),
+            class_names=self.meta.get("class_names"),
+            model_options=model_options(self.cfg),
+            preprocessing=self.meta.get("preprocessing"),
+            rng_state=ranks[0]["rng"],
+            extra={"ranks": ranks, "world_size": self.info.world_size},
+        )
+
+    def validate(self) -> dict[str, Any] | None:
+        if self.val_dataset is None:
+            return None
+        st = self.state
+        metrics = self.task.evaluate(
+            st.model, self.val_dataset, self.cfg, self.device, amp=self.amp,
+            progress=self.progress, desc="val",
+        )  # fmt: skip
+        set_train_mode(st.model, self.cfg.train.freeze_bn)
+        self.logger.log({"kind": "val", "iter": st.iteration, "epoch": st.epoch, **metrics})
+        say(f"val @ {st.iteration}: {self.task.summary(metrics)}", self.main)
+        return metrics
+
+    def log_window(self, lr: float) -> None:
+        """One ``train`` record per ``log_every`` iterations; an all-bad window logs ``null``."""
+        st, c = self.state, self.state.counters
+        count = torch.tensor(float(c.window_count), device=self.device, dtype=torch.float64)
+        total, n = du.all_reduce_sum(torch.stack([c.window_sum, count])).tolist()
+        c.new_window()
+        loss = total / n if n else None
+        if loss is not None and not math.isfinite(loss):
+            raise DivergedError(
+                f"training loss is {loss} at iteration {st.iteration} (lr {lr:.3g}) on clips "
+                "that decoded: the run diverged; lower optim.lr or check the inputs"
+            )
+        record = {"kind": "train", "iter": st.iteration, "epoch": st.epoch, "loss": loss,
+                  "lr": lr, "clips_per_s": self.speed.rate,
+                  "time_s": time.perf_counter() - self.t_start}  # fmt: skip
+        if self.device.type == "cuda":
+            record["max_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
+        self.logger.log(record)
+        text = "no decodable clip" if loss is None else f"loss {loss:.4f}"
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{text}, lr {lr:.2e}, {self.speed.rate:.1f} clips/s")
+        else:
+            say(f"iter {st.iteration}/{self.max_iters}: {text}, lr {lr:.2e}, "
+                f"{self.speed.rate:.1f} clips/s", self.main)  # fmt: skip
+
+    def epoch_summary(self, epoch: int, t_epoch: float) -> None:
+        """The ``epoch`` record; an epoch in which no clip decoded stops the run (DataError)."""
+        c = self.state.counters
+        stats = torch.tensor(
+            [float(c.loss_sum), c.loss_count, c.epoch_skipped, c.empty_batches],
+            dtype=torch.float64,
+        )
+        loss_sum, count, skipped, empty = du.all_reduce_sum(stats).tolist()
+        if count == 0:
+            raise DataError(
+                f"no clip of split {self.cfg.train.split!r} could be decoded in epoch {epoch} "
+                f"({int(skipped)} bad item(s) skipped); check the videos (nothing was learned)"
+            )
+        self.logger.log(
+            {
+                "kind": "epoch",
+                "iter": self.state.iteration,
+                "epoch": epoch,
+                "loss": loss_sum / count,
+                "skipped": int(skipped),
+                "empty_batches": int(empty),
+                "time_s": time.perf_counter() - t_epoch,
+            }  # fmt: skip
+        )
+        say(
+            f"epoch {epoch}: iteration {self.state.iteration}/{self.max_iters}, loss "
+            f"{loss_sum / count:.4f}, skipped {int(skipped)} bad video(s)"
+            + (f", {int(empty)} empty batch(es)" if empty else ""),
+            self.main,
+        )
+        self.logger.write_csv()
+
+    # -- the loop -------------------------------------------------------------------------------
+    def loader(self) -> DataLoader:
+        st, tc = self.state, self.cfg.train
+        self.sampler.set_epoch(st.epoch)
+        if hasattr(self.train_dataset, "set_epoch"):
+            self.train_dataset.set_epoch(st.epoch)  # per-(seed, epoch, item) augmentation
+        self.sampler.set_start(st.batch_in_epoch * tc.batch_size)
+        gen = torch.Generator()
+        gen.manual_seed(tc.seed * 1_000_003 + st.epoch)
+        return DataLoader(
+            SeededDataset(self.train_dataset), batch_size=tc.batch_size, sampler=self.sampler,
+            num_workers=tc.workers, collate_fn=self.task.collate,
+            pin_memory=self.device.type == "cuda", drop_last=True, worker_init_fn=_seed_worker,
+            generator=gen, persistent_workers=False,
+        )  # fmt: skip
+
+    def micro_step(self, batch: Any, sync: bool) -> int:
+        """Forward/backward of one micro-batch; returns its number of usable items.
+
+        A micro-batch whose items all failed is skipped and counted.  Under DDP every process
+        must still join the gradient all-reduce: it runs the last usable batch with weight 0.
+        """
+        st, c = self.state, self.state.counters
+        n_bad = self.task.skipped(batch)
+        ddp = self.ddp_model is not st.model
+        ctx = self.ddp_model.no_sync() if (ddp and not sync) else contextlib.nullcontext()
+        with ctx, autocast_context(self.device, self.amp):
+            loss, n = self.task.loss(self.ddp_model, batch, self.device)
+            weight = 1.0
+            if n == 0 and ddp:
+                if self.last_batch is None:
+                    raise DataError("a whole micro-batch of bad videos before any valid one "
+                                    "under DDP; check the dataset")  # fmt: skip
+                loss, _ = self.task.loss(self.ddp_model, self.last_batch, self.device)
+                weight = 0.0
+        c.add_skipped(n_bad, empty=n == 0)
+        if loss is None:
+            return 0
+        st.scaler.scale(loss * weight / self.cfg.train.accum_steps).backward()
+        if n:
+            self.last_batch = batch
+            c.add_loss(loss, n)
+        return n
+
+    def step(self, batches: Iterator[Any]) -> int:
+        """One optimizer step over ``accum_steps`` micro-batches; returns the clips used."""
+        st, tc, oc = self.state, self.cfg.train, self.cfg.optim
+        st.optimizer.zero_grad(set_to_none=True)
+        n_clips = sum(
+            self.micro_step(next(batches), micro == tc.accum_steps - 1)
+            for micro in range(tc.accum_steps)
+        )
+        st.batch_in_epoch += tc.accum_steps
+        if oc.clip_grad_norm > 0:
+            st.scaler.unscale_(st.optimizer)
+            params = [p for p in st.model.parameters() if p.requires_grad]
+            nn.utils.clip_grad_norm_(params, oc.clip_grad_norm)
+        if n_clips > 0 or self.ddp_model is not st.model:  # else: only bad videos, no gradient
+            st.scaler.step(st.optimizer)
+            st.scaler.update()
+        st.scheduler.step()
+        st.iteration += 1
+        return n_clips
+
+    def after_step(self, lr: float, t_epoch: float) -> str | None:
+        """Log, validate, close the epoch, checkpoint; ``"stop"``/``"epoch"`` end the epoch."""
+        st, tc = self.state, self.cfg.train
+        at_end = st.iteration == self.max_iters
+        if st.iteration % tc.log_every == 0 or at_end:
+            self.log_window(lr)
+        if tc.eval_every and st.iteration % tc.eval_every == 0 and not at_end:
+            self.val_metrics = self.validate()
+        epoch_done = st.batch_in_epoch + tc.accum_steps > self.usable_batches
+        if epoch_done:  # the checkpoint must point at the next epoch's start
+            self.epoch_summary(st.epoch, t_epoch)
+            st.epoch, st.batch_in_epoch = st.epoch + 1, 0
+            st.counters.new_epoch()
+        stop = bool(tc.stop_after) and st.iteration - self.start_iteration >= tc.stop_after
+        due = bool(tc.ckpt_every) and st.iteration % tc.ckpt_every == 0
+        if (due or stop) and not at_end:
+            self.last_ckpt = self.checkpoint(self.run_dir / CHECKPOINT_DIR / LAST)
+        if stop and not at_end:
+            say(f"stopping after {tc.stop_after} iteration(s) (train.stop_after); continue "
+                "with --resume", self.main)  # fmt: skip
+            return "stop"
+        return "epoch" if epoch_done else None
+
+    def run_epoch(self) -> bool:
+        """Train until the epoch ends, the run ends or ``stop_after``; True when stopped."""
+        st, tc = self.state, self.cfg.train
+        loader = self.loader()
+        batches = iter(loader)
+        t_epoch = time.perf_counter()
+        while st.batch_in_epoch + tc.accum_steps <= self.usable_batches:
+            if st.iteration >= self.max_iters:
+                break
+            t_step = time.perf_counter()
+            lr = st.optimizer.param_groups[0]["lr"]  # the rate of this iteration
+            n_clips = self.step(batches)
+            self.clips_seen += n_clips
+            self.train_time += time.perf_counter() - t_step
+            self.speed.update(n_clips * self.info.world_size)
+            if self.bar is not None:
+                self.bar.update(1)
+            outcome = self.after_step(lr, t_epoch)
+            if outcome is not None:
+                return outcome == "stop"
+        return False
+
+    def fit(self) -> dict[str, Any]:
+        st = self.state
+        if self.main:
+            save_config(replace_config(self.cfg, **{"train.stop_after": 0}),
+                        self.run_dir / "config.yaml")  # fmt: skip
+        self.bar = None
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.max_iters, initial=st.iteration, desc="train",
+                            dynamic_ncols=True)  # fmt: skip
+        set_train_mode(st.model, self.cfg.train.freeze_bn)
+        self.speed = ThroughputMeter(window=max(self.cfg.train.log_every, 2))
+        self.start_iteration, self.last_batch = st.iteration, None
+        self.val_metrics, self.last_ckpt = None, None
+        self.train_time, self.clips_seen = 0.0, 0
+        t_loop, stopped = time.perf_counter(), False
+        try:
+            while st.iteration < self.max_iters and not stopped:
+                stopped = self.run_epoch()
+        finally:
+            if self.bar is not None:
+                self.bar.close()
+        if not stopped and st.batch_in_epoch > 0:
+            self.epoch_summary(st.epoch, t_loop)  # the last, partial epoch
+        return self.finish(stopped, time.perf_counter() - t_loop)
+
+    def finish(self, stopped: bool, loop_time: float) -> dict[str, Any]:
+        """Final validation and ``final.pt`` (``last.pt`` = the same), CSV, curves, summary."""
+        st = self.state
+        if not stopped:
+            if self.val_dataset is not None:
+                self.val_metrics = self.validate()
+            self.last_ckpt = self.checkpoint(self.run_dir / CHECKPOINT_DIR / FINAL)
+            last = self.run_dir / CHECKPOINT_DIR / LAST
+            if self.main and (last.exists() or self.cfg.train.ckpt_every):
+                tmp = last.with_name(f".{LAST}.final.tmp")  # a repeated --resume is a no-op
+                shutil.copyfile(self.last_ckpt, tmp)
+                os.replace(tmp, last)
+        self.logger.write_csv()
+        png = self.logger.plot() if not stopped else None
+        du.barrier()
+        c = st.counters
+        skipped = du.all_reduce_sum(
+            torch.tensor([c.total_skipped, c.total_empty_batches], dtype=torch.float64)
+        ).tolist()
+        records = self.logger.records() if self.main else []
+        losses = [r["loss"] for r in records if r.get("kind") == "train" and r.get("loss")]
+        world = self.info.world_size
+        summary = {
+            "run_dir": str(self.run_dir), "iterations": st.iteration,
+            "max_iters": self.max_iters, "epochs": st.epoch,
+            "train_loss": losses[-1] if losses else None, "val": self.val_metrics,
+            "checkpoint": str(self.last_ckpt) if self.last_ckpt is not None else None,
+            "curves": str(png) if png is not None else None,
+            "time_s": time.perf_counter() - self.t_start, "loop_time_s": loop_time,
+            "clips_per_s": self.clips_seen * world / self.train_time if self.train_time else None,
+            "skipped": int(skipped[0]), "empty_batches": int(skipped[1]),
+            "stopped": stopped, "world_size": world,
+        }  # fmt: skip
+        if self.main:
+            with open(self.run_dir / "summary.json", "w") as f:
+                json.dump(jsonable(summary), f, indent=2)
+        return summary
+
+
+def train(
+    cfg: Config,
+    *,
+    resume: bool | str | os.PathLike | None = None,
+    force: bool = False,
+    model: nn.Module | None = None,
+    train_dataset: Dataset | None = None,
+    val_dataset: Dataset | None = None,
+    collate_fn: Callable | None = None,
+) -> dict[str, Any]:
+    """Train ``cfg.model`` on ``cfg.data`` with the task of ``cfg.task``; return a summary.
+
+    Args:
+        cfg: the resolved configuration (:func:`nlnet.engine.config.load_config`).
+        resume: ``True`` continues from ``<output_dir>/checkpoints/last.pt`` (from the start if
+            the run was killed before its first checkpoint), a path continues from that
+            checkpoint, ``None``/``False`` starts a new run (refused in a used directory).
+        force: start a new run in a used directory, deleting its previous records/checkpoints.
+        model: use this network instead of ``create_model(cfg.model.name, ...)``.
+        train_dataset: use this dataset instead of the task's ``train.split``.
+        val_dataset: use this dataset instead of the task's ``train.val_split``.
+        collate_fn: batch collation (default: the task's).
+
+    Returns:
+        ``{"run_dir", "iterations", "epochs", "train_loss", "val" (metrics or None),
+        "checkpoint", "time_s", "clips_per_s", "skipped", "empty_batches", "stopped", ...}``.
+    """
+    cfg = absolute_paths(cfg)
+    info = du.init_distributed(cfg.train.device)
+    try:
+        run = Run(cfg, info, get_task(cfg, collate_fn))
+        lock = run.prepare_dir(resume, force)
+        try:
+            run.build_data(train_dataset, val_dataset)
+            run.build_state(model)
+            run.restore(resume)
+            return run.fit()
+        finally:
+            if lock is not None:
+                lock.release()
+    finally:
+        du.cleanup(info)
+
+
+def evaluate(
+    cfg: Config,
+    checkpoint: str | os.PathLike | Mapping[str, Any],
+    *,
+    model: nn.Module | None = None,
+    dataset: Dataset | None = None,
+    split: str | None = None,
+    collate_fn: Callable | None = None,
+) -> dict[str, Any]:
+    """Multi-clip testing of a checkpoint (Section 4.1): clip- and video-level metrics.
+
+    Args:
+        cfg: configuration; ``cfg.eval`` gives clips, crops, batch size and the split, and
+            ``cfg.data`` the dataset.  The checkpoint's model name and class count must match
+            ``cfg.model`` (a clear error otherwise).
+        checkpoint: a ``.pt`` written by :func:`train` (or a loaded one).
+        model: load the weights into this network instead of :func:`load_model`.
+        dataset: use this dataset instead of the task's ``split``.
+        split: dataset split (default ``cfg.eval.split``).
+        collate_fn: batch collation (default: the task's).
+
+    Returns:
+        The task's metrics plus ``checkpoint`` and ``split``.
+    """
+    info = du.init_distributed(cfg.train.device)
+    try:
+        ckpt = load_checkpoint(checkpoint, map_location="cpu")
+        if cfg.model.num_classes is not None:
+            check_compatible(ckpt, cfg.model.name, cfg.model.num_classes)
+        if model is None:
+            model = load_model(ckpt)
+        else:
+            load_model_weights(model, ckpt)
+        model.to(info.device)
+        task = get_task(cfg, collate_fn)
+        split = split or cfg.eval.split
+        if dataset is None:
+            dataset = task.build_dataset(cfg, split, "test")
+        n = task.num_classes(dataset)
+        if n is not None and n != int(ckpt.get("num_classes") or n):
+            raise DataError(
+                f"the {split} data has {n} classes but the checkpoint's model has "
+                f"{ckpt['num_classes']}"
+            )
+        amp = cfg.train.amp if info.device.type == "cuda" else "none"
+        metrics = task.evaluate(model, dataset, cfg, info.device, amp=amp,
+                                progress=use_progress_bar(cfg.train.progress) and info.is_main,
+                                desc=f"eval {split}")  # fmt: skip
+        metrics["split"] = split
+        metrics["checkpoint"] = str(checkpoint) if not isinstance(checkpoint, Mapping) else None
+        return metrics
+    finally:
+        du.cleanup(info)

@@ -1,0 +1,119 @@
+"""The network of a run: built from ``cfg.model``, initialised, BatchNorm frozen if asked.
+
+Frozen BN and non-local blocks (Section 5.1 fine-tunes with "all BN layers frozen").  A new
+non-local block starts as the identity because the BN after ``W_z`` has its scale ``gamma = 0``
+(Section 3.3, Eq. 6: ``z = W_z y + x``).  A frozen BN never changes that ``gamma``, so the block
+would stay the identity forever.  :func:`freeze_batchnorm` therefore keeps the norms inside
+non-local blocks trainable (and in train mode) and says so.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from torch import nn
+
+from nlnet.engine.checkpoint import (
+    CheckpointMismatchError,
+    load_backbone,
+    load_checkpoint,
+    load_model_weights,
+)
+
+__all__ = [
+    "build_model",
+    "model_options",
+    "init_from_pretrained",
+    "freeze_batchnorm",
+    "set_train_mode",
+    "non_local_norms",
+]
+
+
+def model_options(cfg: Any) -> dict[str, Any]:
+    """``create_model`` keyword arguments besides ``num_classes`` (stored in checkpoints)."""
+    kwargs = dict(cfg.model.overrides)
+    kwargs.setdefault("dropout", cfg.train.dropout)
+    return kwargs
+
+
+def build_model(cfg: Any) -> nn.Module:
+    """``create_model(cfg.model.name, num_classes, pretrained_2d, dropout, **overrides)``, then
+    the optional initialisation from ``cfg.model.pretrained`` (head reset if asked)."""
+    from nlnet.models.registry import create_model
+
+    model = create_model(
+        cfg.model.name,
+        num_classes=cfg.model.num_classes,
+        pretrained_2d=cfg.model.pretrained_2d,
+        **model_options(cfg),
+    )
+    init_from_pretrained(model, cfg)
+    return model
+
+
+def init_from_pretrained(model: nn.Module, cfg: Any) -> None:
+    """Apply ``model.pretrained`` (+ ``model.reset_head``) to a freshly built model."""
+    if not cfg.model.pretrained:
+        return
+    ckpt = load_checkpoint(cfg.model.pretrained)
+    if cfg.model.reset_head:
+        load_backbone(model, ckpt, exclude=cfg.model.head_names)
+        return
+    try:
+        load_model_weights(model, ckpt)
+    except CheckpointMismatchError as exc:
+        raise CheckpointMismatchError(
+            f"model.pretrained={cfg.model.pretrained!r}: {exc}; set model.reset_head=true to "
+            f"keep a fresh classifier ({', '.join(cfg.model.head_names)})"
+        ) from exc
+
+
+def non_local_norms(model: nn.Module) -> set[int]:
+    """``id``s of the normalisation layers inside non-local blocks."""
+    from nlnet.layers.nonlocal_block import NonLocalNd
+
+    return {
+        id(m)
+        for block in model.modules()
+        if isinstance(block, NonLocalNd)
+        for m in block.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+    }
+
+
+def freeze_batchnorm(model: nn.Module) -> int:
+    """Freeze every BatchNorm layer outside non-local blocks: eval mode (running statistics)
+    and no gradient for its scale/shift (Section 5.1).  Returns the number frozen.
+
+    The BN inside a non-local block stays trainable (its ``gamma = 0`` start would otherwise
+    keep the block the identity forever); a warning says how many were kept.
+    """
+    keep = non_local_norms(model)
+    n = 0
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and id(m) not in keep:
+            m.eval()
+            for p in m.parameters(recurse=False):
+                p.requires_grad_(False)
+            n += 1
+    if keep:
+        warnings.warn(
+            f"train.freeze_bn: {len(keep)} BatchNorm layer(s) inside non-local blocks stay "
+            "trainable (a new block starts as the identity with BN gamma = 0, and would stay so "
+            "if frozen)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return n
+
+
+def set_train_mode(model: nn.Module, freeze_bn: bool = False) -> None:
+    """``model.train()``, keeping frozen BatchNorm layers (outside non-local blocks) in eval."""
+    model.train()
+    if freeze_bn:
+        keep = non_local_norms(model)
+        for m in model.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and id(m) not in keep:
+                m.eval()
