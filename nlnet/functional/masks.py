@@ -19,6 +19,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from nlnet.functional.windows import as_size, window_partition
+
 __all__ = [
     "causal_mask",
     "key_mask_from_lengths",
@@ -29,19 +31,6 @@ __all__ = [
     "window_region_ids",
     "as_size",
 ]
-
-
-def as_size(value: int | Sequence[int], ndim: int, name: str) -> tuple[int, ...]:
-    """Expand an int to an ``ndim``-tuple and validate a size tuple (positive ints)."""
-    if isinstance(value, int):
-        out = (value,) * ndim
-    else:
-        out = tuple(int(v) for v in value)
-    if len(out) != ndim:
-        raise ValueError(f"{name} must be an int or a sequence of {ndim} ints, got {value!r}")
-    if any(v < 0 for v in out):
-        raise ValueError(f"{name} must be non-negative, got {value!r}")
-    return out
 
 
 def _grid(grid_size: int | Sequence[int]) -> tuple[int, ...]:
@@ -289,7 +278,5 @@ def shifted_window_mask(
                 "(nlnet.functional.windows.pad_to_window)"
             )
     labels = window_region_ids(grid, window, shift, device=device)  # shifted frame
-    from nlnet.functional.windows import window_partition  # local: windows imports masks
-
     lw = window_partition(labels[None, ..., None], window)[..., 0]  # (nW, M^k)
     return lw[:, :, None] == lw[:, None, :]

@@ -17,8 +17,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nlnet.functional.masks import as_size
-
 __all__ = [
     "window_partition",
     "window_reverse",
@@ -27,6 +25,19 @@ __all__ = [
     "pad_to_window",
     "num_windows",
 ]
+
+
+def as_size(value: int | Sequence[int], ndim: int, name: str) -> tuple[int, ...]:
+    """Expand an int to an ``ndim``-tuple and validate a size tuple (positive ints)."""
+    if isinstance(value, int):
+        out = (value,) * ndim
+    else:
+        out = tuple(int(v) for v in value)
+    if len(out) != ndim:
+        raise ValueError(f"{name} must be an int or a sequence of {ndim} ints, got {value!r}")
+    if any(v < 0 for v in out):
+        raise ValueError(f"{name} must be non-negative, got {value!r}")
+    return out
 
 
 def _grid_of(
