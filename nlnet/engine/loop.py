@@ -422,10 +422,16 @@ class Run:
             st.scaler.unscale_(st.optimizer)
             params = [p for p in st.model.parameters() if p.requires_grad]
             nn.utils.clip_grad_norm_(params, oc.clip_grad_norm)
-        if n_clips > 0 or self.ddp_model is not st.model:  # else: only bad videos, no gradient
+        stepped = n_clips > 0 or self.ddp_model is not st.model  # else: only bad videos
+        if stepped:
             st.scaler.step(st.optimizer)
             st.scaler.update()
-        st.scheduler.step()
+        with warnings.catch_warnings():
+            if not stepped:  # the schedule counts iterations, skipped ones included
+                warnings.filterwarnings(
+                    "ignore", "Detected call of `lr_scheduler.step", UserWarning
+                )
+            st.scheduler.step()
         st.iteration += 1
         return n_clips
 

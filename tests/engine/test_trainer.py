@@ -260,3 +260,30 @@ def test_amp_is_cuda_only(tmp_path):
     with pytest.warns(RuntimeWarning, match="train.amp=fp16 is for CUDA"):
         _, s = _run(cfg)
     assert s["iterations"] == 2
+
+
+def test_frozen_bn_keeps_non_local_norms_trainable(tmp_path):
+    """Section 5.1 freezes BN; a new non-local block (BN gamma = 0, the identity) must still
+    learn, so its norm stays trainable and in train mode (with a warning)."""
+    import nlnet.models.tiny  # noqa: F401
+    from nlnet.engine.modeling import set_train_mode
+    from nlnet.layers.nonlocal_block import NonLocalNd
+    from nlnet.models.registry import create_model
+
+    model = create_model("c2d_tiny_nl1", num_classes=3, width=2)
+    (block,) = [m for m in model.modules() if isinstance(m, NonLocalNd)]
+    others = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm3d)
+              and m is not block.norm]  # fmt: skip
+    with pytest.warns(RuntimeWarning, match="inside non-local blocks stay trainable"):
+        assert freeze_batchnorm(model) == len(others)
+    assert all(p.requires_grad for p in block.norm.parameters())
+    assert not any(p.requires_grad for m in others for p in m.parameters())
+    set_train_mode(model, freeze_bn=True)
+    assert block.norm.training and not any(m.training for m in others)
+    # trained with frozen BN, the block leaves the identity
+    ds = TinyClipDataset(n=8, size=(4, 32, 32))
+    cfg = _cfg(tmp_path, "nl", **{"train.freeze_bn": True, "optim.max_iters": 2,
+                                  "optim.warmup_iters": 0, "optim.steps": []})  # fmt: skip
+    with pytest.warns(RuntimeWarning, match="non-local"):
+        _run(cfg, model=model, dataset=ds)
+    assert block.norm.weight.abs().sum() > 0
