@@ -9,8 +9,9 @@
 2. it pre-trains the tiny 2D backbone on single-digit frames (the role of ImageNet in Section
    4.1), then trains, from that same initialisation, the tiny C2D baseline (``c2d_tiny``) and
    the network with one spacetime non-local block in res4 (``c2d_tiny_nl1``) -- and, with
-   ``--variants``, the space-only and time-only blocks of Table 2d -- with a compact AdamW /
-   one-cycle loop on the decoded clips;
+   ``--variants``, the space-only and time-only blocks of Table 2d -- with the engine's one
+   training loop (:func:`nlnet.engine.loop.train`) and a compact AdamW / one-cycle recipe
+   (:meth:`DemoSettings.train_config`) on the decoded clips;
 3. it evaluates every model on the test split (digit images never seen in training) and prints
    a table: model, parameters, multiply-adds, top-1, training time;
 4. it writes into its run directory ``runs/demo-<timestamp>-seed<k>/``: ``curves.png`` (training loss and
@@ -24,9 +25,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import platform
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -34,9 +35,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+from torch.utils.data import Dataset
 
 from nlnet.data.digits import DigitsTaskConfig, default_cache_dir, prepare_digits, read_manifest
+from nlnet.engine.config import replace as replace_config
+from nlnet.engine.runlog import MetricsLogger
 
 __all__ = ["DemoSettings", "run_demo"]
 
@@ -139,23 +142,82 @@ def load_split(
 # --------------------------------------------------------------------------------------------
 
 
+class ClipTensorDataset(Dataset):
+    """Decoded clips held in memory, as dataset items ``(clip, target, index)``."""
+
+    def __init__(self, clips: torch.Tensor, targets: torch.Tensor, classes: list[str]) -> None:
+        self.clips, self.targets, self.classes = clips, targets, list(classes)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def __len__(self) -> int:
+        return len(self.clips)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:
+        return self.clips[i], int(self.targets[i]), i
+
+
+def demo_config(
+    settings: DemoSettings,
+    name: str,
+    run_dir: Path,
+    *,
+    num_classes: int,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    schedule: str,
+    seed: int,
+    device: torch.device,
+    progress: bool,
+    num_frames: int,
+) -> Any:
+    """The demo's recipe as an engine config: AdamW, one-cycle (or constant) rate, per-epoch
+    validation, the digits normalisation stored as the checkpoint's preprocessing."""
+    from nlnet.engine.config import config_from_dict
+
+    task = settings.task
+    return config_from_dict({
+        "model": {"name": name, "num_classes": num_classes,
+                  "overrides": {"width": settings.width}},
+        "data": {"type": "folder", "num_frames": num_frames, "stride": 1,
+                 "test_scale": task.size, "mean": list(MEAN), "std": list(STD)},
+        "optim": {"optimizer": "adamw", "schedule": schedule, "lr": lr,
+                  "weight_decay": settings.weight_decay, "epochs": epochs, "steps": [],
+                  "pct_start": 0.15},
+        "train": {"batch_size": batch_size, "dropout": settings.dropout, "seed": seed,
+                  "workers": 0, "log_every": 10_000, "ckpt_every": 0, "sync_bn": False,
+                  "device": str(device), "progress": None if progress else False},
+        "eval": {"clips": 1, "batch_size": 100, "workers": 0},
+        "output_dir": str(run_dir),
+    })  # fmt: skip
+
+
 def pretrain_2d(
-    settings: DemoSettings, device: torch.device, seed: int, progress: bool = True
+    settings: DemoSettings,
+    device: torch.device,
+    seed: int,
+    progress: bool = True,
+    run_dir: Path | None = None,
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """2D pre-training of the backbone on single-digit frames (Section 4.1's ImageNet step).
 
     The paper initialises C2D and the non-local models from the same ImageNet-pretrained 2D
     ResNet. Here the same tiny backbone is first trained to name single digits (train-split
-    images only, random positions and colours) as one-frame clips; both demo models start from
-    these weights, so the comparison stays fair.
+    images only, random positions and colours) as one-frame clips, through the engine's loop
+    (AdamW, constant rate); both demo models start from these weights, so the comparison stays
+    fair.
 
     Returns:
         The backbone state dict (without ``fc``) and a small log.
     """
-    from tqdm import tqdm
+    import tempfile
 
     import nlnet.models.tiny  # noqa: F401
     from nlnet.data.digits import generate_frames
+    from nlnet.engine.loop import train
     from nlnet.models.registry import create_model
 
     task = settings.task
@@ -163,34 +225,23 @@ def pretrain_2d(
     frames, labels = generate_frames(task, settings.pretrain_frames, "train")
     x = torch.from_numpy(frames).permute(0, 3, 1, 2).float().div(255.0)  # (N, 3, H, W)
     x = ((x - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None])[:, :, None]
-    y = torch.from_numpy(labels)
+    data = ClipTensorDataset(x, torch.from_numpy(labels), [str(d) for d in task.digits])
     torch.manual_seed(seed)
     model = create_model(
         "c2d_tiny", num_classes=len(task.digits), width=settings.width, dropout=settings.dropout
-    ).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=settings.pretrain_lr, weight_decay=1e-4)
-    gen = torch.Generator().manual_seed(seed + 1)
-    bs = 64
-    steps = settings.pretrain_epochs * math.ceil(len(x) / bs)
-    bar = tqdm(total=steps, desc="2D pre-training", unit="it", disable=not progress)
-    correct = 0
-    for _ in range(settings.pretrain_epochs):
-        model.train()
-        perm = torch.randperm(len(x), generator=gen)
-        correct = 0
-        for i in range(0, len(x), bs):
-            idx = perm[i : i + bs]
-            logits = model(x[idx].to(device))
-            loss = F.cross_entropy(logits, y[idx].to(device))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            correct += int((logits.argmax(1).cpu() == y[idx]).sum())
-            bar.update(1)
-    bar.close()
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = demo_config(
+            settings, "c2d_tiny", Path(run_dir or tmp) / "pretrain_2d",
+            num_classes=len(task.digits), epochs=settings.pretrain_epochs, batch_size=64,
+            lr=settings.pretrain_lr, schedule="multistep", seed=seed + 1, device=device,
+            progress=progress, num_frames=1,
+        )  # fmt: skip
+        summary = train(cfg, model=model, train_dataset=data)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items() if not k.startswith("fc.")}
     log = {"frames": len(x), "epochs": settings.pretrain_epochs,
-           "train_top1_last_epoch": correct / max(len(x), 1),
+           "train_top1": accuracy(model, x, data.targets, device),
+           "train_loss_last": summary["train_loss"],
            "time_s": time.perf_counter() - t0}  # fmt: skip
     return state, log
 
@@ -214,8 +265,11 @@ def train_model(
     seed: int,
     progress: bool = True,
     init: dict[str, torch.Tensor] | None = None,
+    run_dir: Path | None = None,
+    class_names: list[str] | None = None,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Train one registered model with AdamW and a one-cycle schedule; return it and its log.
+    """Train one registered model with the engine's loop (AdamW, one-cycle); return it and its
+    per-epoch log.  The checkpoint is ``<run_dir>/<name>/checkpoints/final.pt``.
 
     ``init`` is the pre-trained backbone (loaded non-strictly: the classifier and the non-local
     blocks keep their initialisation). With ``settings.theta_init_std`` the ``theta`` embedding
@@ -223,9 +277,10 @@ def train_model(
     every key receives gradient (a sharp random softmax on pre-trained features starves the
     keys it ignores).
     """
-    from tqdm import tqdm
+    import tempfile
 
     import nlnet.models.tiny  # noqa: F401  (registers the tiny family)
+    from nlnet.engine.loop import train
     from nlnet.models.registry import create_model
 
     torch.manual_seed(seed)
@@ -244,44 +299,28 @@ def train_model(
         for _, block in find_non_local_blocks(model):
             if block.theta is not None:
                 torch.nn.init.normal_(block.theta.weight, std=settings.theta_init_std)
-    model = model.to(device)
-    xtr, ytr = data["train"]
-    xva, yva = data["val"]
-    steps_per_epoch = math.ceil(len(xtr) / settings.batch_size)
-    total = settings.epochs * steps_per_epoch
-    opt = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-    sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=settings.lr, total_steps=max(total, 1), pct_start=0.15
-    )
-    gen = torch.Generator().manual_seed(seed)
-    log: dict[str, Any] = {"epoch": [], "train_loss": [], "train_top1": [], "val_top1": []}
-    bar = tqdm(total=total, desc=f"train {name}", unit="it", disable=not progress, leave=True)
-    t0 = time.perf_counter()
-    for epoch in range(settings.epochs):
-        model.train()
-        perm = torch.randperm(len(xtr), generator=gen)
-        loss_sum, correct = 0.0, 0
-        for i in range(0, len(xtr), settings.batch_size):
-            idx = perm[i : i + settings.batch_size]
-            x, y = xtr[idx].to(device), ytr[idx].to(device)
-            logits = model(x)
-            loss = F.cross_entropy(logits, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            loss_sum += float(loss.detach()) * len(idx)
-            correct += int((logits.argmax(1) == y).sum())
-            bar.update(1)
-            bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss.detach()):.3f}")
-        val = accuracy(model, xva, yva, device)
-        log["epoch"].append(epoch + 1)
-        log["train_loss"].append(loss_sum / len(xtr))
-        log["train_top1"].append(correct / len(xtr))
-        log["val_top1"].append(val)
-        bar.set_postfix(epoch=epoch + 1, val_top1=f"{100 * val:.1f}")
-    bar.close()
-    log["train_time_s"] = time.perf_counter() - t0
+    names = class_names or [f"class_{i}" for i in range(num_classes)]
+    train_ds, val_ds = (ClipTensorDataset(*data[s], names) for s in ("train", "val"))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(run_dir or tmp) / name
+        cfg = demo_config(
+            settings, name, out, num_classes=num_classes, epochs=settings.epochs,
+            batch_size=settings.batch_size, lr=settings.lr, schedule="onecycle", seed=seed,
+            device=device, progress=progress, num_frames=settings.task.num_frames,
+        )  # fmt: skip
+        steps = len(train_ds) // settings.batch_size
+        cfg = replace_config(cfg, **{"train.eval_every": steps, "train.log_every": steps})
+        summary = train(cfg, model=model, train_dataset=train_ds, val_dataset=val_ds)
+        records = MetricsLogger(out).records()
+    epochs = [r for r in records if r["kind"] == "epoch"]
+    vals = [r for r in records if r["kind"] == "val"]
+    log: dict[str, Any] = {
+        "epoch": [r["epoch"] + 1 for r in epochs],
+        "train_loss": [r["loss"] for r in epochs],
+        "val_top1": [r["video_top1"] / 100 for r in vals],
+        "train_time_s": summary["loop_time_s"],
+        "checkpoint": summary["checkpoint"] if run_dir is not None else None,
+    }
     return model, log
 
 
@@ -475,21 +514,22 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     from nlnet.analysis.cost import model_cost
-    from nlnet.engine.checkpoint import save_checkpoint
 
     init, pre_log = None, None
     if settings.pretrain_frames > 0 and settings.pretrain_epochs > 0:
-        init, pre_log = pretrain_2d(settings, device, args.seed, progress)
+        init, pre_log = pretrain_2d(settings, device, args.seed, progress, run_dir)
         print(
             f"2D pre-training: {pre_log['frames']} frames x {pre_log['epochs']} epochs, "
-            f"top-1 {100 * pre_log['train_top1_last_epoch']:.0f}% ({pre_log['time_s']:.0f}s)",
+            f"top-1 {100 * pre_log['train_top1']:.0f}% ({pre_log['time_s']:.0f}s)",
             flush=True,
         )
     results: dict[str, dict[str, Any]] = {}
     logs: dict[str, dict[str, Any]] = {}
     models: dict[str, torch.nn.Module] = {}
     for name in settings.models:
-        model, log = train_model(name, settings, data, device, args.seed, progress, init)
+        model, log = train_model(
+            name, settings, data, device, args.seed, progress, init, run_dir, class_names
+        )
         top1 = accuracy(model, *data["test"], device)
         cost = model_cost(
             name,
@@ -506,21 +546,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         }
         logs[name] = log
         models[name] = model
-        save_checkpoint(
-            run_dir / f"{name}.pt",
-            model=model,
-            model_name=name,
-            num_classes=task.num_classes,
-            class_names=class_names,
-            epoch=settings.epochs,
-            extra={
-                "model_overrides": {"width": settings.width, "dropout": settings.dropout},
-                "mean": list(MEAN),
-                "std": list(STD),
-                "num_frames": task.num_frames,
-                "task": task.to_dict(),
-            },
-        )
+        shutil.copyfile(log["checkpoint"], run_dir / f"{name}.pt")  # for nlnet visualize
         print(f"{name}: test top-1 {100 * top1:.1f}% ({log['train_time_s']:.0f}s)", flush=True)
 
     plot_curves(logs, run_dir / "curves.png")
