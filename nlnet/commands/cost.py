@@ -13,6 +13,7 @@ from nlnet.analysis.cost import (
 )
 
 EXAMPLES = """examples:
+  nlnet cost --checkpoint runs/mine/checkpoints/final.pt   # the trained model, its clip size
   nlnet cost c2d_r50 --input 32x224x224
   nlnet cost c2d_r50_nl5 --input 32x224x224 --compare c2d_r101
   nlnet cost resnet50_nl_coco --input 800x1333
@@ -28,6 +29,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--input",
         default=None,
         help="input size TxHxW (video) or HxW (image); default: the model's input_size",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help="count the model stored in this checkpoint (its name, options and clip size)",
     )
     parser.add_argument("--compare", default=None, help="print ratios to this model")
     parser.add_argument("--num-classes", type=int, default=None, help="classifier outputs")
@@ -78,13 +84,24 @@ def main(args: argparse.Namespace) -> int:
             f"of the model, +{with_nl['non_local'] / (with_nl['backbone'] - with_nl['non_local']):.1%} "
             "of the backbone"
         )
+    kw = {} if args.num_classes is None else {"num_classes": args.num_classes}
+    size = parse_input_size(args.input) if args.input else None
+    if args.checkpoint:
+        from nlnet.engine.checkpoint import checkpoint_info
+
+        info = checkpoint_info(args.checkpoint)
+        args.model = info.model_name
+        kw = {"num_classes": info.num_classes, **info.model_options, **kw}
+        prep = info.preprocessing
+        if size is None and "num_frames" in prep and isinstance(prep.get("size"), int):
+            side = prep.get("crop") or prep["size"]
+            size = (prep["num_frames"], side, side)
     if args.model is None:
         if not (args.table2e or args.coco):
             print("nlnet cost: give a MODEL, --table2e or --coco")
             return 2
         return 0
-    size = parse_input_size(args.input) if args.input else _default_input(args.model)
-    kw = {} if args.num_classes is None else {"num_classes": args.num_classes}
+    size = size or _default_input(args.model)
     rep = model_cost(args.model, size, **kw)
     print(rep.table())
     if args.compare:

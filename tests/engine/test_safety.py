@@ -300,3 +300,29 @@ def test_checkpoints_carry_the_training_preprocessing_used_everywhere(tmp_path):
     x = normalize(frames, info.preprocessing)
     expected = (1.0 - torch.tensor(IMAGENET_MEAN)) / torch.tensor(IMAGENET_STD)
     torch.testing.assert_close(x[0, 0, 0], expected.float())
+
+
+def test_cost_reads_the_model_from_a_checkpoint(tmp_path, capsys):
+    import argparse
+
+    import nlnet.models.tiny  # noqa: F401
+    from nlnet.commands import cost
+    from nlnet.engine.checkpoint import load_model
+    from nlnet.models.registry import create_model
+
+    model = create_model("c2d_tiny_nl1", num_classes=3, width=2)
+    save_checkpoint(
+        tmp_path / "m.pt", model=model, model_name="c2d_tiny_nl1", num_classes=3,
+        model_options={"width": 2},
+        preprocessing={"mean": [0.1] * 3, "std": [0.2] * 3, "num_frames": 4, "size": 32},
+    )  # fmt: skip
+    loaded = load_model(tmp_path / "m.pt")
+    assert not loaded.training
+    for a, b in zip(model.state_dict().values(), loaded.state_dict().values()):
+        assert torch.equal(a, b)
+    parser = argparse.ArgumentParser()
+    cost.configure_parser(parser)
+    assert cost.main(parser.parse_args(["--checkpoint", str(tmp_path / "m.pt")])) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("c2d_tiny_nl1  input 4x32x32")  # name and clip size of the checkpoint
+    assert "layer3.1.non_local" in out
