@@ -47,7 +47,7 @@ from nlnet.engine.checkpoint import (
 )
 from nlnet.engine.config import Config, absolute_paths, config_to_dict, save_config
 from nlnet.engine.config import replace as replace_config
-from nlnet.engine.errors import DataError, DivergedError
+from nlnet.engine.errors import CheckpointError, DataError, DivergedError
 from nlnet.engine.evaluator import autocast_context
 from nlnet.engine.metrics import ThroughputMeter
 from nlnet.engine.modeling import (
@@ -128,7 +128,7 @@ def _resolve_resume(resume: bool | str | os.PathLike | None, run_dir: Path) -> P
         if resume is True:
             say(f"resume: no checkpoint at {path} yet; starting the run from the beginning")
             return None
-        raise FileNotFoundError(f"resume: no checkpoint at {str(path)!r}")
+        raise CheckpointError(f"--resume: no checkpoint at {str(path)!r}")
     return path
 
 
