@@ -333,15 +333,15 @@ class Run:
             say(f"iter {st.iteration}/{self.max_iters}: {text}, lr {lr:.2e}, "
                 f"{self.speed.rate:.1f} clips/s", self.main)  # fmt: skip
 
-    def epoch_summary(self, epoch: int, t_epoch: float) -> None:
-        """The ``epoch`` record; an epoch in which no clip decoded stops the run (DataError)."""
+    def epoch_summary(self, epoch: int, t_epoch: float, complete: bool = True) -> None:
+        """The ``epoch`` record; a whole epoch in which no clip decoded stops the run."""
         c = self.state.counters
         stats = torch.tensor(
             [float(c.loss_sum), c.loss_count, c.epoch_skipped, c.empty_batches],
             dtype=torch.float64,
         )
         loss_sum, count, skipped, empty = du.all_reduce_sum(stats).tolist()
-        if count == 0:
+        if count == 0 and complete:
             raise DataError(
                 f"no clip of split {self.cfg.train.split!r} could be decoded in epoch {epoch} "
                 f"({int(skipped)} bad item(s) skipped); check the videos (nothing was learned)"
@@ -351,15 +351,16 @@ class Run:
                 "kind": "epoch",
                 "iter": self.state.iteration,
                 "epoch": epoch,
-                "loss": loss_sum / count,
+                "loss": loss_sum / count if count else None,
                 "skipped": int(skipped),
                 "empty_batches": int(empty),
                 "time_s": time.perf_counter() - t_epoch,
             }  # fmt: skip
         )
+        loss = f"{loss_sum / count:.4f}" if count else "none (no decodable clip)"
         say(
             f"epoch {epoch}: iteration {self.state.iteration}/{self.max_iters}, loss "
-            f"{loss_sum / count:.4f}, skipped {int(skipped)} bad video(s)"
+            f"{loss}, skipped {int(skipped)} bad video(s)"
             + (f", {int(empty)} empty batch(es)" if empty else ""),
             self.main,
         )
@@ -504,7 +505,7 @@ class Run:
             if self.bar is not None:
                 self.bar.close()
         if not stopped and st.batch_in_epoch > 0:
-            self.epoch_summary(st.epoch, t_loop)  # the last, partial epoch
+            self.epoch_summary(st.epoch, t_loop, complete=False)  # the last, partial epoch
         return self.finish(stopped, time.perf_counter() - t_loop)
 
     def finish(self, stopped: bool, loop_time: float) -> dict[str, Any]:
