@@ -326,3 +326,17 @@ def test_cost_reads_the_model_from_a_checkpoint(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("c2d_tiny_nl1  input 4x32x32")  # name and clip size of the checkpoint
     assert "layer3.1.non_local" in out
+
+
+class _Payload:
+    """Any class: unpickling it would run code from the file."""
+
+    def __reduce__(self):
+        return (print, ("pickled code ran",))
+
+
+def test_a_checkpoint_with_pickled_code_is_refused(tmp_path, capsys):
+    torch.save({"model": {"w": torch.zeros(1)}, "evil": _Payload()}, tmp_path / "evil.pt")
+    with pytest.raises(CheckpointError, match="evil.pt.*pickled code"):
+        load_checkpoint(tmp_path / "evil.pt")
+    assert "pickled code ran" not in capsys.readouterr().out
