@@ -197,6 +197,17 @@ class Run:
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
         self.meta = self.task.metadata(cfg, train_dataset)
         self._build_sampler()
+        self.probe = self._probe_batch() if self.info.world_size > 1 else None
+
+    def _probe_batch(self) -> Any:
+        """The first usable item as a batch (DDP only): a rank whose micro-batch is empty must
+        still join the gradient all-reduce, even before it has seen a usable batch."""
+        seeded = SeededDataset(self.train_dataset)  # restores the generators after the fetch
+        for i in range(len(self.train_dataset)):
+            item = seeded[(i, 0)]
+            if item is not None:
+                return self.task.collate([item])
+        raise DataError(f"no usable item in split {self.cfg.train.split!r}")
 
     def _build_sampler(self) -> None:
         tc, info = self.cfg.train, self.info
@@ -386,7 +397,8 @@ class Run:
         """Forward/backward of one micro-batch; returns its number of usable items.
 
         A micro-batch whose items all failed is skipped and counted.  Under DDP every process
-        must still join the gradient all-reduce: it runs the last usable batch with weight 0.
+        must still join the gradient all-reduce: it runs the last usable batch (at first the
+        probe batch) with weight 0.
         """
         st, c = self.state, self.state.counters
         n_bad = self.task.skipped(batch)
@@ -395,10 +407,7 @@ class Run:
         with ctx, autocast_context(self.device, self.amp):
             loss, n = self.task.loss(self.ddp_model, batch, self.device)
             weight = 1.0
-            if n == 0 and ddp:
-                if self.last_batch is None:
-                    raise DataError("a whole micro-batch of bad videos before any valid one "
-                                    "under DDP; check the dataset")  # fmt: skip
+            if n == 0 and ddp:  # the last usable batch (or the probe), with weight 0
                 loss, _ = self.task.loss(self.ddp_model, self.last_batch, self.device)
                 weight = 0.0
         c.add_skipped(n_bad, empty=n == 0)
@@ -494,7 +503,7 @@ class Run:
                             dynamic_ncols=True)  # fmt: skip
         set_train_mode(st.model, self.cfg.train.freeze_bn)
         self.speed = ThroughputMeter(window=max(self.cfg.train.log_every, 2))
-        self.start_iteration, self.last_batch = st.iteration, None
+        self.start_iteration, self.last_batch = st.iteration, self.probe
         self.val_metrics, self.last_ckpt = None, None
         self.train_time, self.clips_seen = 0.0, 0
         t_loop, stopped = time.perf_counter(), False

@@ -37,7 +37,7 @@ def make_cfg(out_dir: str, batch_size: int, **over):
     return load_config(None, base)
 
 
-def run_training(cfg) -> tuple[torch.nn.Module, dict]:
+def run_training(cfg, bad: tuple[int, ...] = ()) -> tuple[torch.nn.Module, dict]:
     torch.manual_seed(0)
     model = TinyVideoNet(bn=False)
     from nlnet.engine.loop import train
@@ -45,14 +45,16 @@ def run_training(cfg) -> tuple[torch.nn.Module, dict]:
     summary = train(
         cfg,
         model=model,
-        train_dataset=TinyClipDataset(n=16),
+        train_dataset=TinyClipDataset(n=16, bad=bad),
         val_dataset=TinyClipDataset(n=7, clips=2),
         collate_fn=collate_standin,
     )
     return model, summary
 
 
-def worker(rank: int, world_size: int, port: int, out_dir: str, batch_size: int) -> None:
+def worker(
+    rank: int, world_size: int, port: int, out_dir: str, batch_size: int, bad: tuple = ()
+) -> None:
     torch.set_num_threads(1)
     from nlnet.engine.distributed import cleanup, init_distributed
 
@@ -60,7 +62,7 @@ def worker(rank: int, world_size: int, port: int, out_dir: str, batch_size: int)
         "cpu", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
     )
     try:
-        model, summary = run_training(make_cfg(out_dir, batch_size))
+        model, summary = run_training(make_cfg(out_dir, batch_size), bad)
         result = {
             "rank": rank,
             "backend": info.backend,
