@@ -469,9 +469,10 @@ def _threads(arg: str) -> int:
     return max(1, min(cores, int(cores - load + 0.5)))
 
 
-def run_demo(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the demo; returns the summary that is also written to ``summary.json``."""
-    t_start = time.perf_counter()
+def settings_from_args(args: argparse.Namespace) -> DemoSettings:
+    """The :class:`DemoSettings` of the command-line options (a bad option is a UserError)."""
+    from nlnet.engine.errors import UserError
+
     settings = DemoSettings.quick(args.seed) if args.quick else DemoSettings.default(args.seed)
     if args.variants:
         settings.models = (*settings.models, "c2d_tiny_nl1_space", "c2d_tiny_nl1_time")
@@ -480,11 +481,108 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         settings.task = dataclasses.replace(settings.task, task=task_name)
     if args.epochs is not None:
         if args.epochs < 1:
-            raise ValueError(f"--epochs: expected a positive integer, got {args.epochs}")
+            raise UserError(f"--epochs: expected a positive integer, got {args.epochs}")
         settings.epochs = args.epochs
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: CUDA is not available on this machine")
+    return settings
+
+
+def results_table(results: dict[str, dict[str, Any]]) -> str:
+    """Model, parameters, multiply-adds, test top-1, gap to C2D, training time."""
+    base = results.get("c2d_tiny", {}).get("test_top1")
+    lines = [
+        f"{'model':<20} {'params':>9} {'MACs':>8} {'top-1':>7} {'vs C2D':>7} {'train':>7}",
+    ]
+    for name, r in results.items():
+        gap = "" if base is None or name == "c2d_tiny" else f"{100 * (r['test_top1'] - base):+.1f}"
+        lines.append(
+            f"{name:<20} {r['params'] / 1e3:>8.0f}k {r['macs'] / 1e6:>7.1f}M "
+            f"{100 * r['test_top1']:>6.1f}% {gap:>7} {r['train_time_s']:>6.0f}s"
+        )
+    return "\n".join(lines)
+
+
+def attention_outputs(
+    settings: DemoSettings,
+    models: dict[str, torch.nn.Module],
+    data: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    manifest: dict[str, Any],
+    root: Path,
+    run_dir: Path,
+    device: torch.device,
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
+    """``attention.png`` for the first non-local model and attention statistics for each."""
+    figure: list[dict[str, Any]] = []
+    nl_name = next((n for n in settings.models if "_nl" in n), None)
+    if nl_name is not None:
+        recs = manifest["splits"]["test"][: settings.figure_clips]
+        figure = plot_attention(
+            models[nl_name], root, data["test"][0][: len(recs)], [{**r} for r in recs],
+            manifest["classes"], run_dir / "attention.png", device,
+        )  # fmt: skip
+    stats = {}
+    for name in (n for n in settings.models if "_nl" in n):
+        n = min(len(data["test"][0]), 300)
+        stats[name] = st = attention_statistics(
+            models[name], data["test"][0][:n], manifest["splits"]["test"][:n], device
+        )
+        print(
+            f"{name}: mean attention cue -> last digit {st['cue_to_last_digit']:.3f}, "
+            f"last digit -> cue {st['last_digit_to_cue']:.3f} (uniform {st['uniform']:.3f})",
+            flush=True,
+        )
+    return figure, stats
+
+
+def train_all(
+    settings: DemoSettings,
+    data: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    device: torch.device,
+    seed: int,
+    progress: bool,
+    init: dict[str, torch.Tensor] | None,
+    run_dir: Path,
+    class_names: list[str],
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, torch.nn.Module]]:
+    """Train every model of ``settings`` from the same initialisation; test top-1 and cost."""
+    from nlnet.analysis.cost import model_cost
+
+    task = settings.task
+    results: dict[str, dict[str, Any]] = {}
+    logs: dict[str, dict[str, Any]] = {}
+    models: dict[str, torch.nn.Module] = {}
+    for name in settings.models:
+        model, log = train_model(
+            name, settings, data, device, seed, progress, init, run_dir, class_names
+        )
+        top1 = accuracy(model, *data["test"], device)
+        cost = model_cost(
+            name,
+            (task.num_frames, task.size, task.size),
+            num_classes=task.num_classes,
+            width=settings.width,
+        )
+        results[name] = {
+            "params": cost.params,
+            "macs": cost.macs,
+            "test_top1": top1,
+            "val_top1": log["val_top1"][-1],
+            "train_time_s": log["train_time_s"],
+        }
+        logs[name] = log
+        models[name] = model
+        shutil.copyfile(log["checkpoint"], run_dir / f"{name}.pt")  # for nlnet visualize
+        print(f"{name}: test top-1 {100 * top1:.1f}% ({log['train_time_s']:.0f}s)", flush=True)
+
+    return results, logs, models
+
+
+def run_demo(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the demo; returns the summary that is also written to ``summary.json``."""
+    t_start = time.perf_counter()
+    settings = settings_from_args(args)
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: CUDA is not available on this machine")
     threads = _threads(args.threads)
     torch.set_num_threads(threads)
     progress = not args.no_progress
@@ -513,8 +611,6 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         flush=True,
     )
 
-    from nlnet.analysis.cost import model_cost
-
     init, pre_log = None, None
     if settings.pretrain_frames > 0 and settings.pretrain_epochs > 0:
         init, pre_log = pretrain_2d(settings, device, args.seed, progress, run_dir)
@@ -523,71 +619,14 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
             f"top-1 {100 * pre_log['train_top1']:.0f}% ({pre_log['time_s']:.0f}s)",
             flush=True,
         )
-    results: dict[str, dict[str, Any]] = {}
-    logs: dict[str, dict[str, Any]] = {}
-    models: dict[str, torch.nn.Module] = {}
-    for name in settings.models:
-        model, log = train_model(
-            name, settings, data, device, args.seed, progress, init, run_dir, class_names
-        )
-        top1 = accuracy(model, *data["test"], device)
-        cost = model_cost(
-            name,
-            (task.num_frames, task.size, task.size),
-            num_classes=task.num_classes,
-            width=settings.width,
-        )
-        results[name] = {
-            "params": cost.params,
-            "macs": cost.macs,
-            "test_top1": top1,
-            "val_top1": log["val_top1"][-1],
-            "train_time_s": log["train_time_s"],
-        }
-        logs[name] = log
-        models[name] = model
-        shutil.copyfile(log["checkpoint"], run_dir / f"{name}.pt")  # for nlnet visualize
-        print(f"{name}: test top-1 {100 * top1:.1f}% ({log['train_time_s']:.0f}s)", flush=True)
-
+    results, logs, models = train_all(
+        settings, data, device, args.seed, progress, init, run_dir, class_names
+    )
     plot_curves(logs, run_dir / "curves.png")
-    attention_stats: list[dict[str, Any]] = []
-    nl_name = next((n for n in settings.models if "_nl" in n), None)
-    if nl_name is not None:
-        recs = manifest["splits"]["test"][: settings.figure_clips]
-        attention_stats = plot_attention(
-            models[nl_name],
-            root,
-            data["test"][0][: len(recs)],
-            [{**r} for r in recs],
-            class_names,
-            run_dir / "attention.png",
-            device,
-        )
-
-    attn_stats = {}
-    for name in settings.models:
-        if "_nl" in name:
-            n = min(len(data["test"][0]), 300)
-            attn_stats[name] = attention_statistics(
-                models[name], data["test"][0][:n], manifest["splits"]["test"][:n], device
-            )
-            st = attn_stats[name]
-            print(
-                f"{name}: mean attention cue -> last digit {st['cue_to_last_digit']:.3f}, "
-                f"last digit -> cue {st['last_digit_to_cue']:.3f} (uniform {st['uniform']:.3f})",
-                flush=True,
-            )
-    base = results.get("c2d_tiny", {}).get("test_top1")
-    lines = [
-        f"{'model':<20} {'params':>9} {'MACs':>8} {'top-1':>7} {'vs C2D':>7} {'train':>7}",
-    ]
-    for name, r in results.items():
-        gap = "" if base is None or name == "c2d_tiny" else f"{100 * (r['test_top1'] - base):+.1f}"
-        lines.append(
-            f"{name:<20} {r['params'] / 1e3:>8.0f}k {r['macs'] / 1e6:>7.1f}M "
-            f"{100 * r['test_top1']:>6.1f}% {gap:>7} {r['train_time_s']:>6.0f}s"
-        )
-    table = "\n".join(lines)
+    attention_stats, attn_stats = attention_outputs(
+        settings, models, data, manifest, root, run_dir, device
+    )
+    table = results_table(results)
     total = time.perf_counter() - t_start
     print("\n" + table + f"\n\ntotal wall time {total:.0f}s; outputs in {run_dir}", flush=True)
     try:
