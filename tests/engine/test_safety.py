@@ -340,3 +340,16 @@ def test_a_checkpoint_with_pickled_code_is_refused(tmp_path, capsys):
     with pytest.raises(CheckpointError, match="evil.pt.*pickled code"):
         load_checkpoint(tmp_path / "evil.pt")
     assert "pickled code ran" not in capsys.readouterr().out
+
+
+class _NaNClips(TinyClipDataset):
+    def __getitem__(self, i):
+        clip, target, video = super().__getitem__(i)
+        return clip * float("nan"), target, video
+
+
+def test_a_nan_loss_on_decoded_clips_is_divergence_not_an_empty_batch(tmp_path):
+    from nlnet.engine.errors import DivergedError
+
+    with pytest.raises(DivergedError, match="at iteration 1 .*diverged"):
+        _run(_cfg(tmp_path), dataset=_NaNClips(n=8))
