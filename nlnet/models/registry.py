@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -143,10 +142,21 @@ def get_model_entry(name: str) -> ModelEntry:
     return _REGISTRY[name]
 
 
+def torchvision_arch(entry: ModelEntry) -> str | None:
+    """The torchvision model whose weights ``pretrained_2d`` names refer to (``"resnet50"``).
+
+    ``default_cfg["torchvision_arch"]`` if set, else ``resnet{depth}`` for the ResNet families.
+    """
+    cfg = entry.default_cfg
+    if cfg.get("torchvision_arch"):
+        return str(cfg["torchvision_arch"])
+    return f"resnet{cfg['depth']}" if cfg.get("depth") in (18, 34, 50, 101, 152) else None
+
+
 def create_model(
     name: str,
     num_classes: int | None = None,
-    pretrained_2d: str | os.PathLike | Mapping[str, torch.Tensor] | None = None,
+    pretrained_2d: Any = None,
     **overrides: Any,
 ) -> nn.Module:
     """Build a registered model.
@@ -155,16 +165,28 @@ def create_model(
         name: a name from :func:`list_models`.
         num_classes: classifier outputs; ``None`` keeps the entry's default (400 for the video
             models, Kinetics; 1000 for image classifiers).
-        pretrained_2d: a torchvision-layout 2D ResNet state dict or a path to one; kernels are
+        pretrained_2d: ImageNet 2D weights (Section 4.1): a torchvision-layout state dict, a
+            path to one, or torchvision weights (``"IMAGENET1K_V1"``, ``"DEFAULT"``,
+            ``"ResNet50_Weights.IMAGENET1K_V2"`` or the enum member), loaded through
+            torchvision (:mod:`nlnet.models.weights`) for the model's depth. Kernels are
             inflated to the model (:func:`nlnet.models.inflate.load_pretrained_2d`). Non-local
             blocks and a classifier of another size keep their initialisation.
-        **overrides: builder options (see the module docstring).
+        **overrides: builder options (see the module docstring). ``pretrained=`` is accepted
+            only by models whose ``default_cfg["supports_pretrained"]`` is true; for the others
+            it is a ``ValueError`` pointing to ``pretrained_2d`` and ``nlnet import-caffe2``.
 
     Returns:
         The model (on the default device, in training mode).
     """
     entry = get_model_entry(name)
     kwargs = dict(overrides)
+    if "pretrained" in kwargs and not entry.default_cfg.get("supports_pretrained"):
+        raise ValueError(
+            f"pretrained: {name!r} has no downloadable whole-model weights; use "
+            "pretrained_2d='IMAGENET1K_V1' (ImageNet initialisation, Section 4.1), a checkpoint "
+            "via the config key model.pretrained, or `nlnet import-caffe2` for the released "
+            "Caffe2 models"
+        )
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
     model = entry.builder(**kwargs)
@@ -172,7 +194,7 @@ def create_model(
         from nlnet.models.inflate import DEFAULT_NEW_KEYS, load_pretrained_2d
 
         new_keys = tuple(DEFAULT_NEW_KEYS) + tuple(entry.default_cfg.get("new_keys", ()))
-        load_pretrained_2d(model, pretrained_2d, new_keys=new_keys)
+        load_pretrained_2d(model, pretrained_2d, arch=torchvision_arch(entry), new_keys=new_keys)
     return model
 
 
