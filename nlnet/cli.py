@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cost": ("nlnet.analysis.cost", "parameters and multiply-adds of a model"),
     "visualize": ("nlnet.analysis.visualize", "draw the attention maps of non-local blocks"),
     "showcase": ("nlnet.showcase", "the non-local block on a synthetic video tensor"),
+    "import-caffe2": ("nlnet.commands.import_caffe2", "convert a released Caffe2 .pkl model"),
 }
 
 

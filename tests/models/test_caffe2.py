@@ -165,3 +165,45 @@ def test_not_a_pickle_and_no_arrays_are_clear_errors(tmp_path):
     (tmp_path / "b.pkl").write_bytes(pickle.dumps({"blobs": {"model_iter": 3}}, protocol=2))
     with pytest.raises(Caffe2FormatError, match="no numpy arrays"):
         read_caffe2_pickle(tmp_path / "b.pkl")
+
+
+def test_import_caffe2_command_writes_an_evaluable_checkpoint(tmp_path, capsys):
+    from nlnet.cli import main
+    from nlnet.engine.checkpoint import load_checkpoint
+    from nlnet.engine.config import config_from_dict
+    from nlnet.engine.trainer import build_model
+
+    src = _random_model(9)
+    pkl = tmp_path / "released.pkl"
+    export_caffe2(src, pkl)
+    ckpt_path = tmp_path / "imported.pt"
+    argv = ["import-caffe2", str(pkl), "--model", NAME, "--output", str(ckpt_path),
+            "--config", "kinetics/i3d311_r50_nl5", "--override", "width=4"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "missing=0" in out and "unmatched=0" in out and str(ckpt_path) in out
+    ckpt = load_checkpoint(ckpt_path)
+    assert ckpt["model_name"] == NAME and ckpt["num_classes"] == 5  # from pred_w
+    cfg = config_from_dict(ckpt["config"])  # what `nlnet eval --checkpoint` rebuilds
+    assert cfg.model.name == NAME and cfg.data["num_frames"] == 32 and cfg.eval.clips == 10
+    model = build_model(cfg).eval()
+    model.load_state_dict(ckpt["model"])
+    with torch.no_grad():
+        assert torch.equal(model(_clip()), src(_clip()))
+
+
+@pytest.mark.parametrize("case", ["missing", "evil", "wrong-model"])
+def test_import_caffe2_command_user_errors_are_one_line_exit_2(tmp_path, capsys, case):
+    from nlnet.cli import main
+
+    pkl = tmp_path / "m.pkl"
+    if case == "evil":
+        pkl.write_bytes(pickle.dumps({"blobs": {"x": _Evil(str(tmp_path / "p"))}}, protocol=2))
+    elif case == "wrong-model":
+        export_caffe2(_random_model(10, "c2d_r50"), pkl)
+    argv = ["import-caffe2", str(pkl), "--model", NAME, "-o", str(tmp_path / "o.pt"),
+            "--override", "width=4"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nlnet import-caffe2: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "o.pt").exists() and not (tmp_path / "p").exists()

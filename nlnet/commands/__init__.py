@@ -1,0 +1,1 @@
+"""Command-line sub-commands (one module per command, registered in ``nlnet.cli.COMMANDS``)."""
