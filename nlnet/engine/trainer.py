@@ -1,6 +1,6 @@
 """The training loop and the Python API ``train(cfg)`` / ``evaluate(cfg, checkpoint)``.
 
-The recipe is the paper's (``001_4890b07ab5be0a19.txt``, Section 4.1): SGD with momentum 0.9 and
+The recipe is the paper's ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Section 4.1): SGD with momentum 0.9 and
 weight decay 1e-4, an iteration-based schedule whose learning rate is multiplied by 0.1 at fixed
 iterations (0.01, then x0.1 at 150k and 300k of 400k iterations), dropout 0.5 before the
 classifier and BatchNorm trained.  Section 5.1 fine-tunes 128-frame clips with all BN layers frozen
@@ -690,7 +690,7 @@ def _train(
                 train_dataset.set_epoch(epoch)  # per-(seed, epoch, item) augmentation
             sampler.set_start(batch_in_epoch * tc.batch_size)
             gen = torch.Generator()
-            gen.manual_seed(tc.seed * 1_000_003 + epoch)
+            gen.manual_seed(tc.seed * 1000003 + epoch)
             loader = DataLoader(
                 seeded,
                 batch_size=tc.batch_size,

@@ -6,7 +6,7 @@ Name scheme (``docs/models.md``)::
 
 * ``arch``: ``c2d`` (Table 1, 2D kernels only), ``i3d`` (I3D 3x3x3: the 3x3 kernel of one block
   in two inflated to 3x3x3, conv1 5x7x7), ``i3d311`` (I3D 3x1x1: the first 1x1 kernel inflated to
-  3x1x1) -- ``001_4890b07ab5be0a19.txt`` Section 4.
+  3x1x1) -- "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) Section 4.
 * ``depth``: ``r50`` (res2..res5 with 3, 4, 6, 3 blocks) or ``r101`` (3, 4, 23, 3).
 * ``blocks``: none (baseline), ``nl1`` (1 block, res4, right before its last residual block),
   ``nl5`` (2 in res3 + 3 in res4), ``nl10`` (4 in res3 + 6 in res4) -- Table 2c, or
@@ -14,7 +14,7 @@ Name scheme (``docs/models.md``)::
   Table 2b. Exact block indices: :mod:`nlnet.models.surgery`.
 
 Image models: ``resnet50_nl_coco`` / ``resnet101_nl_coco`` (Section 6, one 2D block in res4),
-``resnet50_nl_guide`` (``002_37c65fde0c26af44.txt``'s ``ResNet50NonLocal``, a block after
+``resnet50_nl_guide`` (the practitioner's guide "Self-Attention for Images: Non-Local Networks"'s ``ResNet50NonLocal``, a block after
 layer4), ``seg_r50`` / ``seg_r50_nl`` (the guide's segmentation head without/with attention).
 
 Every builder accepts ``num_classes`` and the model's keyword options; video builders also take

@@ -19,9 +19,9 @@ from nlnet.data.video import write_video
 
 KINETICS_CSV = """label,youtube_id,time_start,time_end,split,is_cc
 air drumming,-abc_12DEF,14,24,train,0
-abseiling,--07WQ2iBlw,1,11,train,0
+abseiling,--07WQ2iBlw,3,13,train,0
 "air drumming",zZz9,305,315,train,1
-abseiling,missing01,0,10,train,0
+abseiling,missing01,5,15,train,0
 """
 CHARADES_CSV = """id,subject,scene,quality,relevance,verified,script,objects,descriptions,actions,length
 46GP8,HR43,Kitchen,6,7,Yes,"A person cooks; then eats.",food;dish,"A person, cooking.",c092 11.90 21.20;c147 0.00 12.60;c092 30.0 31.5,24.83
@@ -47,7 +47,7 @@ def test_kinetics_csv_rows_and_downloaded_file_names(tmp_path):
     # <label>/<youtube_id>_<start:06d>_<end:06d>.mp4 (the ActivityNet crawler's trim format)
     assert clips[0].path() == "air drumming/-abc_12DEF_000014_000024.mp4"
     assert clips[2].path() == "air drumming/zZz9_000305_000315.mp4"
-    assert clips[1].path(folder="") == "--07WQ2iBlw_000001_000011.mp4"
+    assert clips[1].path(folder="") == "--07WQ2iBlw_000003_000013.mp4"
     assert clips[0].path(folder="{split}/{label_underscore}") == (
         "train/air_drumming/-abc_12DEF_000014_000024.mp4"
     )
@@ -77,7 +77,7 @@ def test_kinetics_list_loads_in_the_list_dataset_with_shared_class_ids(tmp_path)
     _video(root / "abseiling" / "vvv_000020_000030.mp4", level=200)
     rep = write_kinetics_list(tmp_path / "train.csv", tmp_path / "train.txt",
                               classes_out=tmp_path / "classes.json", video_root=root)  # fmt: skip
-    assert rep.written == 3 and rep.missing == ["abseiling/missing01_000000_000010.mp4"]
+    assert rep.written == 3 and rep.missing == ["abseiling/missing01_000005_000015.mp4"]
     assert json.loads((tmp_path / "classes.json").read_text()) == ["abseiling", "air drumming"]
     rep = write_kinetics_list(tmp_path / "val.csv", tmp_path / "val.txt",
                               classes=tmp_path / "classes.json", video_root=root)  # fmt: skip
