@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from nlnet.engine.config import list_configs, load_config
-from nlnet.models.registry import create_model
+from nlnet.models.registry import create_model, get_model_entry, torchvision_arch
 from nlnet.models.surgery import non_local_blocks
+from nlnet.models.weights import resolve_weights
 
 # ------------------------------------------------------------------ the paper's recipes
 #: Section 4.1 "Training" / "Inference": 32-frame clips = 64 consecutive frames, every other one
@@ -232,6 +233,10 @@ def _check_init(name: str, cfg, r: dict) -> None:
     pre = cfg.model.pretrained
     if r["init"] == "imagenet":
         assert pre is None and cfg.model.pretrained_2d == "IMAGENET1K_V1", name
+        # the name resolves to torchvision's ImageNet weights of the model's depth (no download)
+        arch = torchvision_arch(get_model_entry(cfg.model.name))
+        weights = resolve_weights(cfg.model.pretrained_2d, arch)
+        assert type(weights).__name__ == f"ResNet{PAPER_ROWS[name].depth}_Weights", name
     else:
         assert cfg.model.pretrained_2d is None and pre, name
         # the run directory of the config this one is fine-tuned from
