@@ -14,7 +14,7 @@ keyframe every 60 frames), then measures for every available backend of :mod:`nl
 and then dataset items per second (``nlnet.data.datasets``: decoding plus the Section 4.1
 transforms at the paper's sizes) for training and test clips (``--no-pipeline`` skips this).
 
-Clips are the paper's training clips (``001_4890b07ab5be0a19.txt``, Section 4.1: 64 consecutive
+Clips are the paper's training clips ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Section 4.1: 64 consecutive
 frames, every other one dropped), at random positions with a fixed seed; each clip opens the file
 anew, as a data-loader worker does.
 

@@ -1,6 +1,6 @@
 """Training throughput (clips/s) and peak memory of C2D vs. non-local C2D vs. I3D.
 
-The paper (``001_4890b07ab5be0a19.txt``, Table 2e) reports the non-local C2D ResNet-50 with 5
+The paper ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Table 2e) reports the non-local C2D ResNet-50 with 5
 blocks at 1.2x the FLOPs of the C2D baseline, and I3D at 1.5x; a fair implementation should not
 cost more time than multiply-adds.  This script times full SGD training steps (forward, backward,
 optimizer step, BatchNorm trained, cross-entropy) of each model at a small clip size and prints

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cost": ("nlnet.commands.cost", "parameters and multiply-adds of a model"),
     "visualize": ("nlnet.commands.visualize", "draw the attention maps of non-local blocks"),
     "showcase": ("nlnet.commands.showcase", "the non-local block on a synthetic video tensor"),
+    "import-caffe2": ("nlnet.commands.import_caffe2", "convert a released Caffe2 .pkl model"),
 }
 
 

@@ -1,7 +1,7 @@
 """Train C2D vs. non-local C2D on the built-in digits video task, in minutes on a CPU.
 
 ``nlnet demo`` shows what the library is for, on data it brings itself
-(``001_4890b07ab5be0a19.txt``: Figures 1 and 3, Table 2d):
+("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971): Figures 1 and 3, Table 2d):
 
 1. it generates the long-range digits task of :mod:`nlnet.data.digits` (real handwritten digits
    from scikit-learn) as mp4 files in a cache directory, and reads them back through the normal

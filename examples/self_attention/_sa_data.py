@@ -1,4 +1,4 @@
-"""Shared data of the self-attention worked examples (seed ``000_99ecc18edcb9c8b7.txt``, "Examples").
+"""Shared data of the self-attention worked examples (the encyclopedia article "Self-Attention", "Examples").
 
 The article draws every random number from ``numpy.random.default_rng(0)`` in one fixed order and
 its later examples "continue" the earlier ones. The helpers below replay that order exactly, so each

@@ -1,5 +1,4 @@
-"""Multi-head attention, permutation equivariance and a window mask (seed
-``000_99ecc18edcb9c8b7.txt``, "Examples", second example).
+"""Multi-head attention, permutation equivariance and a window mask (the encyclopedia article "Self-Attention", "Examples", second example).
 
 Continues the two-squares example: four heads of width 4 (nlnet ``MultiheadSelfAttention`` built
 from the article's ``X @ W`` matrices), a shuffle of the 64 patches, and a Swin-style mask with four

@@ -1,4 +1,4 @@
-"""Attention over image patches: two bright squares (seed ``000_99ecc18edcb9c8b7.txt``,
+"""Attention over image patches: two bright squares (the encyclopedia article "Self-Attention",
 "Examples", first example).
 
 A 32x32 image of two squares is cut into an 8x8 grid of 4x4 patches (64 tokens of 16 pixels, mean

@@ -1,4 +1,4 @@
-"""Checking against PyTorch (seed ``000_99ecc18edcb9c8b7.txt``, "Examples", fourth example).
+"""Checking against PyTorch (the encyclopedia article "Self-Attention", "Examples", fourth example).
 
 The example's weights go into ``torch.nn.MultiheadAttention``; nlnet's ``MultiheadSelfAttention``
 is built from that module's state dict and compared output by output and per-head map by map, with

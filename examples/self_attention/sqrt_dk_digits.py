@@ -1,4 +1,4 @@
-"""The effect of sqrt(d_k) on scikit-learn digits (seed ``000_99ecc18edcb9c8b7.txt``,
+"""The effect of sqrt(d_k) on scikit-learn digits (the encyclopedia article "Self-Attention",
 "Examples", third example).
 
 Tokens are the sixteen 2x2 patches of 300 8x8 digit images (standardised per pixel), randomly

@@ -1,7 +1,7 @@
 """Parameters and multiply-adds of a model, per stage and per non-local block.
 
 Costs are counted with :class:`torch.utils.flop_counter.FlopCounterMode` while the model runs on
-the ``meta`` device (no memory, no compute). Like ``001_4890b07ab5be0a19.txt`` (Table 2e, Section
+the ``meta`` device (no memory, no compute). Like "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) (Table 2e, Section
 5.1, Section 6) we report multiply-adds: ``MACs = FLOPs / 2`` of convolutions, matrix products
 (``mm``/``bmm``, ``scaled_dot_product_attention``) and linear layers; BatchNorm, ReLU, pooling and
 softmax are not counted, which is the usual convention of the ResNet/non-local papers.

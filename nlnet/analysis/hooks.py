@@ -1,6 +1,6 @@
 """Record the attention maps of non-local blocks during a forward pass, and map their indices.
 
-The non-local operation (``001_4890b07ab5be0a19.txt``, Sec. 3.1, Eq. 1) computes at each query
+The non-local operation ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Sec. 3.1, Eq. 1) computes at each query
 position ``i`` a weighted sum over key positions ``j``; for the embedded Gaussian form (Eq. 3) the
 weights ``f(x_i, x_j) / C(x)`` are a softmax over ``j`` (Sec. 3.2), the quantity drawn as arrows in
 the paper's Figures 1 and 3. This module makes those weights observable for any model:

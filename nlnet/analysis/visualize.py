@@ -1,6 +1,6 @@
 """Draw what a non-local block attends to: Figure 1/3-style arrows and per-query heatmaps.
 
-Figures 1 and 3 of ``001_4890b07ab5be0a19.txt`` show, for one query position ``x_i`` of a trained
+Figures 1 and 3 of "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) show, for one query position ``x_i`` of a trained
 video model, arrows to the key positions ``x_j`` with the highest weights ``f(x_i, x_j) / C(x)``
 (Eq. 1) across the frames of a clip ("only the highest weighted ones are shown"; Figure 3 draws
 the 20 highest). This module draws both pictures for any model with non-local blocks, from the

@@ -22,7 +22,7 @@ EXAMPLES = """examples:
       optim.max_iters=2000 optim.steps=[1200,1600] --output-dir runs/mine
 
   # show the resolved config (base files + overrides) without training
-  nlnet train --config kinetics/i3d_r50_nl5_128f optim.lr=0.001 --print-config
+  nlnet train --config kinetics/i3d311_r50_nl5_128f optim.lr=0.001 --print-config
 
   # continue a killed or stopped run exactly where it was (to its configured end)
   nlnet train --output-dir runs/mine --resume

@@ -1,6 +1,6 @@
 """Video classification datasets read from real files, with the recipe of the paper.
 
-``001_4890b07ab5be0a19.txt`` trains on Kinetics (Section 5.1: single-label, a random clip per
+"Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) trains on Kinetics (Section 5.1: single-label, a random clip per
 video, Section 4.1 sampling and augmentation) and Charades (Section 5.2: multi-label with 157
 classes, a per-category sigmoid); testing averages softmax scores of 10 clips per video.
 

@@ -17,7 +17,7 @@ asking about a relation between content at unrelated positions in the first and 
 
 Frames in between (and frame 0) can hold ``distractors`` white digits without a box.
 
-Why a C2D network cannot solve these (``001_4890b07ab5be0a19.txt``, Table 1, without temporal
+Why a C2D network cannot solve these ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Table 1, without temporal
 mixing): C2D runs the same 2D network on every frame, and with global average pooling and a
 linear classifier its logits are a *sum* of per-frame terms, ``l_k = u_k(frame 0) + v_k(last
 frame) + ...``. All three targets are non-additive functions of what the two frames show. For

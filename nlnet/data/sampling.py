@@ -1,4 +1,4 @@
-"""Which frames of a video form a clip (``001_4890b07ab5be0a19.txt``, Sections 4.1 and 5.1).
+"""Which frames of a video form a clip ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Sections 4.1 and 5.1).
 
 Training (Section 4.1): a clip is cut from a random window of ``T * s`` consecutive frames of which
 every ``s``-th frame is kept, giving ``T`` frames. The paper's default is 64 consecutive frames with

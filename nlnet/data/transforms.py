@@ -1,4 +1,4 @@
-"""Spatial clip transforms of the training and testing recipe (``001_4890b07ab5be0a19.txt``).
+"""Spatial clip transforms of the training and testing recipe ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971)).
 
 Section 4.1, training: the video is rescaled so that its shorter side is a random size in
 ``[256, 320]`` pixels (scale jittering), a random ``224 x 224`` window is cropped, and the clip is

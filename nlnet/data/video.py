@@ -1,6 +1,6 @@
 """Video decoding with two interchangeable backends: PyAV and torchcodec.
 
-The training recipe of the paper (``001_4890b07ab5be0a19.txt``, Section 4.1) only ever needs a
+The training recipe of the paper ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Section 4.1) only ever needs a
 short clip of a long video: 64 consecutive frames of which every other one is kept, or 10 such
 clips spread over the video at test time. Decoding the whole file for every clip would waste most
 of the work, so a reader here decodes *only the frames a clip needs*: it seeks to the nearest

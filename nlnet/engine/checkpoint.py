@@ -20,7 +20,7 @@ feed it (format version 2)::
 
 A checkpoint of another architecture or class count is refused with a
 :class:`CheckpointMismatchError` by :func:`load_training_state`; to use a trained network as the
-initialisation of another task (Section 5.2 of ``001_4890b07ab5be0a19.txt`` fine-tunes the
+initialisation of another task (Section 5.2 of "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) fine-tunes the
 Kinetics model on Charades), call :func:`load_backbone`, which skips the classifier::
 
     model = create_model("i3d_r101_nl5", num_classes=157)

@@ -1,7 +1,7 @@
 """Experiment configuration: nested frozen dataclasses, YAML files with ``_base_`` inheritance,
 dotted command-line overrides and strict validation.
 
-The defaults follow the training recipe of the paper (``001_4890b07ab5be0a19.txt``, Section 4.1):
+The defaults follow the training recipe of the paper ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Section 4.1):
 SGD with momentum 0.9, weight decay 1e-4, learning rate 0.01 decayed by 0.1 at 150k and 300k of
 400k iterations, dropout 0.5 after global pooling, BatchNorm trained, and 10-clip testing with
 averaged softmax scores.  Section 5.1 (128-frame fine-tune, frozen BN, lr 0.0025) and Section 5.2

@@ -3,7 +3,7 @@
 ``torchrun --nproc_per_node=N -m nlnet train ...`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR`` and ``MASTER_PORT``; :func:`init_distributed` reads them and creates the process
 group (``nccl`` on CUDA, ``gloo`` on the CPU).  The paper trains on 8 GPUs with 8 clips each
-(``001_4890b07ab5be0a19.txt``, Section 4.1); with DistributedDataParallel every process sees
+("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Section 4.1); with DistributedDataParallel every process sees
 ``train.batch_size`` clips and gradients are averaged, so the global mini-batch is
 ``world_size * batch_size``.
 

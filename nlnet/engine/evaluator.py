@@ -1,4 +1,4 @@
-"""Multi-clip testing (``001_4890b07ab5be0a19.txt``, Section 4.1, "Inference").
+"""Multi-clip testing ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Section 4.1, "Inference").
 
 Each video is sampled as ``K`` clips spread evenly over its length (``K = 10`` in the paper), each
 clip optionally as several spatial crops; every view is classified on its own and the softmax

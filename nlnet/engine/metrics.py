@@ -1,6 +1,6 @@
 """Classification metrics and meters.
 
-* single-label (Kinetics, ``001_4890b07ab5be0a19.txt`` Tables 2-3): top-1 / top-5 accuracy;
+* single-label (Kinetics, "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) Tables 2-3): top-1 / top-5 accuracy;
 * multi-label (Charades, Section 5.2 and Table 4): mean average precision, the per-class AP
   averaged over the classes that have at least one positive;
 * clip level (every clip scored alone) and video level (Section 4.1, "Inference": the softmax --

@@ -1,4 +1,4 @@
-"""Closed-form cost of self-attention (seed ``000_99ecc18edcb9c8b7.txt``, "Cost" and
+"""Closed-form cost of self-attention (the encyclopedia article "Self-Attention", "Cost" and
 "Windowed attention").
 
 * Global multi-head self-attention on an ``h x w`` patch grid with ``C`` channels:

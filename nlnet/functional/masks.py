@@ -1,4 +1,4 @@
-"""Attention mask builders (seed ``000_99ecc18edcb9c8b7.txt``, "Masks").
+"""Attention mask builders (the encyclopedia article "Self-Attention", "Masks").
 
 All masks follow nlnet's convention (see :mod:`nlnet.functional.attention`): **bool, True = this
 query may use this key**. Tokens of a grid are flattened in row-major (raster) order.

@@ -1,6 +1,6 @@
 """Position information for permutation-equivariant attention.
 
-Seed ``000_99ecc18edcb9c8b7.txt``, "Permutation equivariance and position": self-attention
+The encyclopedia article "Self-Attention", "Permutation equivariance and position": self-attention
 satisfies ``f(PX) = P f(X)``, so position must be injected separately -- a fixed sinusoidal
 encoding added to the tokens (Vaswani et al. 2017), learned absolute embeddings (ViT, Dosovitskiy
 et al. 2021) or a learned relative position bias ``B`` added to the scores inside each window

@@ -1,6 +1,6 @@
 """Swin window partition / reverse, cyclic shift and padding for 2D and 3D token grids.
 
-Seed ``000_99ecc18edcb9c8b7.txt``, "Windowed attention": self-attention inside non-overlapping
+The encyclopedia article "Self-Attention", "Windowed attention": self-attention inside non-overlapping
 windows of ``M x M`` patches, alternate blocks shifting the windows by ``floor(M/2)``; padding the
 grid is the simple alternative for sizes that are not multiples of ``M`` (Liu et al. 2021).
 

@@ -1,9 +1,9 @@
 """Image ResNets with non-local blocks.
 
-* The COCO setting of ``001_4890b07ab5be0a19.txt`` Section 6: one non-local block added to the
+* The COCO setting of "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) Section 6: one non-local block added to the
   ResNet backbone of Mask R-CNN, "right before the last residual block of res4" (after
   ``layer3.4`` of a ResNet-50, ``layer3.21`` of a ResNet-101).
-* The practitioner's ``ResNet50NonLocal`` of ``002_37c65fde0c26af44.txt`` ("Integration into a
+* The practitioner's ``ResNet50NonLocal`` of the practitioner's guide "Self-Attention for Images: Non-Local Networks" ("Integration into a
   ResNet"): one block after stage 4 (``layer4``), ``reduction=2``, no subsampling.
 * The guide's segmentation head with and without attention ("Comparison with/without
   self-attention in semantic segmentation"): a 3x3 conv to 512 channels with BN and ReLU, an

@@ -1,5 +1,5 @@
-"""Build video models from 2D ImageNet ResNet weights by inflation (``001_4890b07ab5be0a19.txt``,
-Section 4, "Inflated 3D ConvNet").
+"""Build video models from 2D ImageNet ResNet weights by inflation ("Non-local Neural Networks",
+Wang, Girshick, Gupta, He, CVPR 2018, arXiv:1711.07971, Section 4, "Inflated 3D ConvNet").
 
 A 2D ``k x k`` kernel becomes a ``t x k x k`` kernel whose ``t`` temporal planes are each the 2D
 kernel rescaled by ``1/t``. On a video that repeats one frame, every inflated convolution then
@@ -10,15 +10,17 @@ the ``t`` planes see padding instead of the repeated frame: those frames get onl
 of the 2D response, so only the interior frames match the 2D network.
 
 The source is a state dict in torchvision's ResNet layout (``conv1.weight``, ``bn1.*``,
-``layerX.Y.convZ.weight``, ``layerX.Y.downsample.0.weight``, ``fc.*``), given as a dict or a
-path loaded with ``torch.load(..., weights_only=True)``.
+``layerX.Y.convZ.weight``, ``layerX.Y.downsample.0.weight``, ``fc.*``), given as a dict, a
+path loaded with ``torch.load(..., weights_only=True)``, or torchvision weights
+(``"IMAGENET1K_V1"``, ``ResNet50_Weights.IMAGENET1K_V2``) loaded by torchvision's own
+``weights.get_state_dict`` (see :mod:`nlnet.models.weights`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -71,17 +73,18 @@ def inflate_conv_weight(weight_2d: torch.Tensor, time_dim: int) -> torch.Tensor:
     return w / time_dim
 
 
-def read_state_dict(source: str | os.PathLike | Mapping[str, torch.Tensor]) -> dict:
-    """Return a flat ``name -> tensor`` dict from a path or a mapping.
+def read_state_dict(source: Any, arch: str | None = None) -> dict:
+    """Return a flat ``name -> tensor`` dict from a path, a mapping or torchvision weights.
 
-    A path is read with ``torch.load(path, map_location="cpu", weights_only=True)``. Checkpoints
-    that wrap the weights under ``"state_dict"`` or ``"model"`` are unwrapped, and a
-    ``"module."`` prefix (DataParallel) is stripped.
+    ``source`` is resolved by :func:`nlnet.models.weights.load_weights` (a path is read with
+    ``torch.load(path, map_location="cpu", weights_only=True)``; ``"IMAGENET1K_V1"`` or
+    ``ResNet50_Weights.IMAGENET1K_V2`` through torchvision, ``arch`` naming the torchvision model
+    for bare names). Checkpoints that wrap the weights under ``"state_dict"`` or ``"model"`` are
+    unwrapped, and a ``"module."`` prefix (DataParallel) is stripped.
     """
-    if isinstance(source, (str, os.PathLike)):
-        if not os.path.isfile(source):
-            raise ValueError(f"pretrained_2d: no such file {os.fspath(source)!r}")
-        source = torch.load(source, map_location="cpu", weights_only=True)
+    from nlnet.models.weights import load_weights
+
+    source = load_weights(source, arch, what="pretrained_2d")
     if not isinstance(source, Mapping):
         raise TypeError(
             f"pretrained_2d: expected a state dict (mapping) or a path, got {type(source).__name__}"
@@ -200,22 +203,25 @@ def inflate_state_dict(
 
 def load_pretrained_2d(
     model: nn.Module,
-    source: str | os.PathLike | Mapping[str, torch.Tensor],
+    source: Any,
     *,
+    arch: str | None = None,
     strict: bool = True,
     new_keys: Iterable[str] = DEFAULT_NEW_KEYS,
     head_keys: Iterable[str] = DEFAULT_HEAD_KEYS,
 ) -> InflationReport:
-    """Initialise ``model`` in place from 2D ResNet weights (a path or a state dict).
+    """Initialise ``model`` in place from 2D ResNet weights.
 
-    See :func:`inflate_state_dict` for the rules; the result is loaded with
+    ``source`` is a state dict, a path, or torchvision weights (an enum member, its full name, or
+    a bare name such as ``"IMAGENET1K_V1"`` looked up in the weights of ``arch``, e.g.
+    ``"resnet50"``; see :mod:`nlnet.models.weights`). See :func:`inflate_state_dict` for the rules; the result is loaded with
     ``model.load_state_dict(..., strict=True)``.
 
     Returns:
         The :class:`InflationReport` listing copied, inflated and kept keys.
     """
     sd, report = inflate_state_dict(
-        read_state_dict(source), model, new_keys=new_keys, head_keys=head_keys, strict=strict
+        read_state_dict(source, arch), model, new_keys=new_keys, head_keys=head_keys, strict=strict
     )
     model.load_state_dict(sd, strict=True)
     return report

@@ -6,7 +6,7 @@ Name scheme (``docs/models.md``)::
 
 * ``arch``: ``c2d`` (Table 1, 2D kernels only), ``i3d`` (I3D 3x3x3: the 3x3 kernel of one block
   in two inflated to 3x3x3, conv1 5x7x7), ``i3d311`` (I3D 3x1x1: the first 1x1 kernel inflated to
-  3x1x1) -- ``001_4890b07ab5be0a19.txt`` Section 4.
+  3x1x1) -- "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) Section 4.
 * ``depth``: ``r50`` (res2..res5 with 3, 4, 6, 3 blocks) or ``r101`` (3, 4, 23, 3).
 * ``blocks``: none (baseline), ``nl1`` (1 block, res4, right before its last residual block),
   ``nl5`` (2 in res3 + 3 in res4), ``nl10`` (4 in res3 + 6 in res4) -- Table 2c, or
@@ -14,7 +14,7 @@ Name scheme (``docs/models.md``)::
   Table 2b. Exact block indices: :mod:`nlnet.models.surgery`.
 
 Image models: ``resnet50_nl_coco`` / ``resnet101_nl_coco`` (Section 6, one 2D block in res4),
-``resnet50_nl_guide`` (``002_37c65fde0c26af44.txt``'s ``ResNet50NonLocal``, a block after
+``resnet50_nl_guide`` (the practitioner's guide "Self-Attention for Images: Non-Local Networks"'s ``ResNet50NonLocal``, a block after
 layer4), ``seg_r50`` / ``seg_r50_nl`` (the guide's segmentation head without/with attention).
 
 Every builder accepts ``num_classes`` and the model's keyword options; video builders also take
@@ -31,7 +31,6 @@ Register a new family with the decorator (timm style)::
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,10 +132,21 @@ def get_model_entry(name: str) -> ModelEntry:
     return _REGISTRY[name]
 
 
+def torchvision_arch(entry: ModelEntry) -> str | None:
+    """The torchvision model whose weights ``pretrained_2d`` names refer to (``"resnet50"``).
+
+    ``default_cfg["torchvision_arch"]`` if set, else ``resnet{depth}`` for the ResNet families.
+    """
+    cfg = entry.default_cfg
+    if cfg.get("torchvision_arch"):
+        return str(cfg["torchvision_arch"])
+    return f"resnet{cfg['depth']}" if cfg.get("depth") in (18, 34, 50, 101, 152) else None
+
+
 def create_model(
     name: str,
     num_classes: int | None = None,
-    pretrained_2d: str | os.PathLike | Mapping[str, torch.Tensor] | None = None,
+    pretrained_2d: Any = None,
     **overrides: Any,
 ) -> nn.Module:
     """Build a registered model.
@@ -145,16 +155,28 @@ def create_model(
         name: a name from :func:`list_models`.
         num_classes: classifier outputs; ``None`` keeps the entry's default (400 for the video
             models, Kinetics; 1000 for image classifiers).
-        pretrained_2d: a torchvision-layout 2D ResNet state dict or a path to one; kernels are
+        pretrained_2d: ImageNet 2D weights (Section 4.1): a torchvision-layout state dict, a
+            path to one, or torchvision weights (``"IMAGENET1K_V1"``, ``"DEFAULT"``,
+            ``"ResNet50_Weights.IMAGENET1K_V2"`` or the enum member), loaded through
+            torchvision (:mod:`nlnet.models.weights`) for the model's depth. Kernels are
             inflated to the model (:func:`nlnet.models.inflate.load_pretrained_2d`). Non-local
             blocks and a classifier of another size keep their initialisation.
-        **overrides: builder options (see the module docstring).
+        **overrides: builder options (see the module docstring). ``pretrained=`` is accepted
+            only by models whose ``default_cfg["supports_pretrained"]`` is true; for the others
+            it is a ``ValueError`` pointing to ``pretrained_2d`` and ``nlnet import-caffe2``.
 
     Returns:
         The model (on the default device, in training mode).
     """
     entry = get_model_entry(name)
     kwargs = dict(overrides)
+    if "pretrained" in kwargs and not entry.default_cfg.get("supports_pretrained"):
+        raise ValueError(
+            f"pretrained: {name!r} has no downloadable whole-model weights; use "
+            "pretrained_2d='IMAGENET1K_V1' (ImageNet initialisation, Section 4.1), a checkpoint "
+            "via the config key model.pretrained, or `nlnet import-caffe2` for the released "
+            "Caffe2 models"
+        )
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
     model = entry.builder(**kwargs)
@@ -162,7 +184,7 @@ def create_model(
         from nlnet.models.inflate import DEFAULT_NEW_KEYS, load_pretrained_2d
 
         new_keys = tuple(DEFAULT_NEW_KEYS) + tuple(entry.default_cfg.get("new_keys", ()))
-        load_pretrained_2d(model, pretrained_2d, new_keys=new_keys)
+        load_pretrained_2d(model, pretrained_2d, arch=torchvision_arch(entry), new_keys=new_keys)
     return model
 
 

@@ -1,4 +1,4 @@
-"""C2D and I3D ResNet video backbones (``001_4890b07ab5be0a19.txt``, Section 4 and Table 1).
+"""C2D and I3D ResNet video backbones ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Section 4 and Table 1).
 
 The C2D baseline of Table 1 processes a clip frame by frame: every convolution is a
 ``1 x k x k`` kernel, and the temporal dimension is reduced only by the strided ``conv1``,
@@ -76,7 +76,7 @@ def inflation_pattern(
 ) -> list[list[bool]]:
     """Which residual blocks of each stage get an inflated (temporal) kernel in I3D.
 
-    Section 4 of ``001_4890b07ab5be0a19.txt`` inflates "one kernel for every 2 residual blocks".
+    Section 4 of "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) inflates "one kernel for every 2 residual blocks".
 
     Args:
         layers: number of residual blocks of res2..res5, e.g. ``(3, 4, 6, 3)``.

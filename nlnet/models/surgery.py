@@ -1,4 +1,4 @@
-"""Insert non-local blocks into existing networks (``001_4890b07ab5be0a19.txt``, Sections 4-6).
+"""Insert non-local blocks into existing networks ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Sections 4-6).
 
 :func:`insert_non_local` puts a non-local block after the module found at each given path
 (``"layer3.4"`` is the 5th residual block of res4 in torchvision naming). Because the block is an

@@ -1,6 +1,6 @@
 """A tiny C2D ResNet family for CPUs: the models of ``nlnet demo``.
 
-The stage structure of the C2D baseline of Table 1 in ``001_4890b07ab5be0a19.txt`` (a stem,
+The stage structure of the C2D baseline of Table 1 in "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) (a stem,
 four stages res2..res5 with only 2D ``1 x k x k`` kernels, global average pooling, dropout, a
 linear classifier), scaled down for small clips (e.g. 8 x 32 x 32) so that it trains in a minute
 on a laptop CPU:

@@ -1,4 +1,4 @@
-"""Clip sampling of Section 4.1 / 5.1 (001_4890b07ab5be0a19.txt)."""
+"""Clip sampling of Section 4.1 / 5.1 ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971))."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Spatial transforms of Section 4.1 (001_4890b07ab5be0a19.txt) on tiny clips."""
+"""Spatial transforms of Section 4.1 ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971)) on tiny clips."""
 
 from __future__ import annotations
 

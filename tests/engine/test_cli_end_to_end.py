@@ -167,7 +167,7 @@ def test_help_shows_examples():
 def test_print_config_resolves_bases_and_overrides(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = subprocess.run(
-        [sys.executable, "-m", "nlnet", "train", "-c", "kinetics/i3d_r50_nl5_128f",
+        [sys.executable, "-m", "nlnet", "train", "-c", "kinetics/i3d311_r50_nl5_128f",
          "optim.lr=1e-3", "--print-config"],
         capture_output=True, text=True, env=env, cwd=tmp_path,
     )  # fmt: skip

@@ -81,19 +81,19 @@ def test_named_configs_resolve_and_validate():
         "kinetics/c2d_r50",
         "kinetics/c2d_r50_nl5",
         "kinetics/c2d_r101_nl10",
-        "kinetics/i3d_r50_nl5",
-        "kinetics/i3d_r50_nl5_128f",
-        "charades/i3d_r101_nl5",
+        "kinetics/i3d311_r50_nl5",
+        "kinetics/i3d311_r50_nl5_128f",
+        "charades/i3d311_r101_nl5",
         "smoke/folder_c2d_r50_nl5",
     ):
         assert expected in names
     assert resolve_config_path("kinetics/c2d_r50_nl5").name == "c2d_r50_nl5.yaml"
     k = load_config("kinetics/c2d_r50_nl5")
     assert k.model.name == "c2d_r50_nl5" and k.data["num_frames"] == 32 and k.data["stride"] == 2
-    long = load_config("kinetics/i3d_r50_nl5_128f")  # Section 5.1
+    long = load_config("kinetics/i3d311_r50_nl5_128f")  # Section 5.1
     assert long.train.freeze_bn and long.optim.lr == 0.0025 and long.data["num_frames"] == 128
     assert long.train.batch_size == 2 and long.data["stride"] == 1
-    ch = load_config("charades/i3d_r101_nl5")  # Section 5.2
+    ch = load_config("charades/i3d311_r101_nl5")  # Section 5.2
     assert ch.train.loss == "bce" and ch.model.num_classes == 157 and ch.optim.lr == 0.00125
     assert ch.optim.steps == (75_000, 150_000) and ch.optim.max_iters == 200_000
     with pytest.raises(FileNotFoundError, match="kinetics/c2d_r50_nl5"):

@@ -1,4 +1,4 @@
-"""The worked examples of seed 000_99ecc18edcb9c8b7.txt ("Examples") as acceptance tests.
+"""The worked examples of the encyclopedia article "Self-Attention" ("Examples") as acceptance tests.
 
 The expected values are the article's printed outputs, compared to the printed precision.
 """

@@ -1,4 +1,4 @@
-"""2D -> 3D inflation (001_4890b07ab5be0a19.txt, Section 4, "Inflated 3D ConvNet")."""
+"""2D -> 3D inflation ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Section 4, "Inflated 3D ConvNet")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""C2D / I3D ResNet structure against Table 1 and Section 4 of 001_4890b07ab5be0a19.txt."""
+"""C2D / I3D ResNet structure against Table 1 and Section 4 of "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971)."""
 
 from __future__ import annotations
 
