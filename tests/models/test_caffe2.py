@@ -171,7 +171,7 @@ def test_import_caffe2_command_writes_an_evaluable_checkpoint(tmp_path, capsys):
     from nlnet.cli import main
     from nlnet.engine.checkpoint import load_checkpoint
     from nlnet.engine.config import config_from_dict
-    from nlnet.engine.trainer import build_model
+    from nlnet.engine.checkpoint import load_model
 
     src = _random_model(9)
     pkl = tmp_path / "released.pkl"
@@ -186,8 +186,7 @@ def test_import_caffe2_command_writes_an_evaluable_checkpoint(tmp_path, capsys):
     assert ckpt["model_name"] == NAME and ckpt["num_classes"] == 5  # from pred_w
     cfg = config_from_dict(ckpt["config"])  # what `nlnet eval --checkpoint` rebuilds
     assert cfg.model.name == NAME and cfg.data["num_frames"] == 32 and cfg.eval.clips == 10
-    model = build_model(cfg).eval()
-    model.load_state_dict(ckpt["model"])
+    model = load_model(ckpt_path).eval()  # the one checkpoint -> model path of eval/predict
     with torch.no_grad():
         assert torch.equal(model(_clip()), src(_clip()))
 
