@@ -35,7 +35,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import nn
 
 __all__ = [
