@@ -80,12 +80,21 @@ def check_instantiation(instantiation: str) -> None:
         raise ValueError(f"instantiation must be one of {INSTANTIATIONS}, got {instantiation!r}")
 
 
+def check_scale(scale: bool | float) -> None:
+    """Raise a ``ValueError`` unless ``scale`` is a bool or a finite positive number."""
+    if isinstance(scale, bool):
+        return
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a bool or a finite positive float, got {scale!r}")
+
+
 def logit_scale(scale: bool | float, d: int) -> float:
     """The factor applied to the softmax logits: ``1/sqrt(d)`` for ``True``, 1 for ``False``."""
+    check_scale(scale)
+    if d < 1:
+        raise ValueError(f"the query/key width d must be >= 1, got {d}")
     if isinstance(scale, bool):
         return 1.0 / math.sqrt(d) if scale else 1.0
-    if not (isinstance(scale, (int, float)) and scale > 0):
-        raise ValueError(f"scale must be a bool or a positive float, got {scale!r}")
     return float(scale)
 
 
@@ -135,6 +144,10 @@ def _check_tokens(theta: Tensor, phi: Tensor, g: Tensor, w_f: Tensor | None, ins
             )
         if not t.is_floating_point():
             raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    if not theta.dtype == phi.dtype == g.dtype:
+        raise TypeError(
+            f"theta, phi and g must share one dtype, got {theta.dtype}, {phi.dtype}, {g.dtype}"
+        )
     if theta.shape[:-2] != phi.shape[:-2] or phi.shape[:-2] != g.shape[:-2]:
         raise ValueError(
             "theta, phi and g must share their leading (batch[, heads]) dimensions, got "
@@ -149,12 +162,48 @@ def _check_tokens(theta: Tensor, phi: Tensor, g: Tensor, w_f: Tensor | None, ins
         raise ValueError(
             f"theta and phi must have the same width d, got {theta.shape[-1]} and {phi.shape[-1]}"
         )
-    if inst == "concatenation":
-        d = theta.shape[-1]
-        if w_f is None:
-            raise ValueError("w_f (a weight vector of length 2*d) is required for concatenation")
-        if w_f.shape != (2 * d,):
-            raise ValueError(f"w_f must have shape (2*d,) = ({2 * d},), got {tuple(w_f.shape)}")
+    if theta.shape[-1] < 1:
+        raise ValueError(f"theta and phi must have a width d >= 1, got d = {theta.shape[-1]}")
+    check_w_f(w_f, inst, theta.shape[-1], theta.dtype)
+
+
+def check_w_f(w_f: Tensor | None, inst: str, d: int, dtype: torch.dtype) -> None:
+    """Validate the concatenation weight ``w_f`` (Eq. 5): a tensor of shape ``(2d,)``.
+
+    Other instantiations ignore ``w_f`` (so one call can loop over all four).
+    """
+    if inst != "concatenation":
+        return
+    if w_f is None:
+        raise ValueError("w_f (a weight vector of length 2*d) is required for concatenation")
+    if not isinstance(w_f, Tensor):
+        raise TypeError(f"w_f must be a torch.Tensor of shape ({2 * d},), got {type(w_f).__name__}")
+    if w_f.shape != (2 * d,):
+        raise ValueError(f"w_f must have shape (2*d,) = ({2 * d},), got {tuple(w_f.shape)}")
+    if w_f.dtype != dtype:
+        raise TypeError(f"w_f must have the dtype of theta ({dtype}), got {w_f.dtype}")
+
+
+def non_finite_guard(*tokens: Tensor) -> Tensor:
+    """``0`` per leading index where every token is finite, ``NaN`` where any is not.
+
+    Adding it to an output ``(..., N, d_v)`` (after ``unsqueeze(-1).unsqueeze(-1)``) gives the one
+    rule that all paths share: a NaN or infinity anywhere in the tokens of a sample (and head)
+    makes that sample's whole output NaN. Without it the paths would disagree, because the explicit
+    matrix multiplies NaN by zero weights where the fast paths never touch the pair. Pure tensor
+    ops (no control flow on values), empty-safe, zero gradient.
+
+    Args:
+        tokens: Tensors ``(..., positions, channels)`` with the same leading dims ``...``.
+
+    Returns:
+        A tensor of shape ``(...)`` in the dtype of the first token tensor.
+    """
+    ok = torch.isfinite(tokens[0]).flatten(-2).all(-1)
+    for t in tokens[1:]:
+        ok = ok & torch.isfinite(t).flatten(-2).all(-1)
+    nan = torch.full((), float("nan"), dtype=tokens[0].dtype, device=tokens[0].device)
+    return torch.where(ok, torch.zeros_like(nan), nan)
 
 
 def pairwise_weights(
@@ -185,7 +234,7 @@ def pairwise_weights(
         sums to 1.
     """
     check_instantiation(instantiation)
-    check_mask(mask, theta.shape[-2], phi.shape[-2])
+    check_mask(mask, theta.shape[-2], phi.shape[-2], batch_shape=theta.shape[:-2])
     if instantiation in SOFTMAX_FORMS:
         # Low-precision inputs: logits and softmax in fp32 so that large logits cannot overflow.
         dt = torch.promote_types(theta.dtype, torch.float32)
@@ -207,7 +256,7 @@ def pairwise_weights(
         b = torch.matmul(phi, w_f[d:])  # (..., N')
         f = F.relu(a.unsqueeze(-1) + b.unsqueeze(-2))
     if mask is None:
-        return f / phi.shape[-2]
+        return f / max(phi.shape[-2], 1)  # no keys (N' = 0): an empty matrix, y = 0
     f = f.masked_fill(~mask, 0.0)
     count = mask.sum(dim=-1, keepdim=True).clamp_min(1).to(f.dtype)
     return f / count
@@ -230,7 +279,7 @@ def concatenation_from_scores(a: Tensor, b: Tensor, g: Tensor) -> Tensor:
     Returns:
         ``y`` of shape ``(..., N, d_v)`` in the dtype of ``g``.
     """
-    n_keys = b.shape[-1]
+    n_keys = max(b.shape[-1], 1)  # N' = 0: no keys, y = 0 as on the reference path
     out_dtype = g.dtype
     # Prefix sums in low precision lose everything: accumulate in at least fp32.
     dt = torch.promote_types(out_dtype, torch.float32)
@@ -248,6 +297,28 @@ def concatenation_from_scores(a: Tensor, b: Tensor, g: Tensor) -> Tensor:
     idx = k.unsqueeze(-1).expand(k.shape + (g.shape[-1],))
     y = (a.unsqueeze(-1) * torch.gather(G, -2, idx) + torch.gather(BG, -2, idx)) / n_keys
     return y.to(out_dtype)
+
+
+def concatenation_non_local(a: Tensor, b: Tensor, g: Tensor, *, impl: Impl = "auto") -> Tensor:
+    """Eq. 5 from the scores ``a = theta w_theta`` ``(..., N)`` and ``b = phi w_phi`` ``(..., N')``.
+
+    ``impl="reference"`` builds ``ReLU(a_i + b_j) / N'`` explicitly, ``"fast"`` uses
+    :func:`concatenation_from_scores`, ``"auto"`` picks by size with :func:`choose_impl` (at run
+    time, so a traced or exported graph keeps the choice per input size).
+
+    Returns:
+        ``y`` of shape ``(..., N, d_v)``.
+    """
+    if impl == "auto":
+        training = torch.is_grad_enabled() and any(t.requires_grad for t in (a, b, g))
+        n, n_keys = a.shape[-1], b.shape[-1]
+        impl = choose_impl(
+            "concatenation", n, n_keys, 1, g.shape[-1], device=a.device, training=training
+        )
+    if impl == "fast":
+        return concatenation_from_scores(a, b, g)
+    weights = F.relu(a.unsqueeze(-1) + b.unsqueeze(-2)) / max(b.shape[-1], 1)  # (..., N, N')
+    return torch.matmul(weights.to(g.dtype), g)
 
 
 def non_local(
@@ -291,7 +362,8 @@ def non_local(
     _check_tokens(theta, phi, g, w_f, instantiation)
     if impl not in ("auto", "fast", "reference"):
         raise ValueError(f"impl must be 'auto', 'fast' or 'reference', got {impl!r}")
-    check_mask(mask, theta.shape[-2], phi.shape[-2])
+    check_scale(scale)
+    check_mask(mask, theta.shape[-2], phi.shape[-2], batch_shape=theta.shape[:-2])
     if mask is not None and impl == "fast":
         raise ValueError("impl='fast' does not take a mask; use impl='reference' or 'auto'")
     if return_attention or mask is not None:
@@ -310,12 +382,17 @@ def non_local(
             training=training,
         )
 
+    guard = non_finite_guard(theta, phi, g).unsqueeze(-1).unsqueeze(-1)  # (..., 1, 1)
     if impl == "reference":
         weights = pairwise_weights(theta, phi, instantiation, scale=scale, w_f=w_f, mask=mask)
-        y = torch.matmul(weights, g)  # (..., N, d_v)
+        y = torch.matmul(weights, g) + guard  # (..., N, d_v)
         return (y, weights) if return_attention else y
+    return _fast(theta, phi, g, instantiation, scale, w_f) + guard
 
-    if instantiation in SOFTMAX_FORMS:
+
+def _fast(theta: Tensor, phi: Tensor, g: Tensor, inst: str, scale, w_f) -> Tensor:
+    """The fast paths of :func:`non_local` (module docstring), never the N x N' matrix."""
+    if inst in SOFTMAX_FORMS:
         s = logit_scale(scale, theta.shape[-1])
         # The CPU kernels silently fall back to the O(N N') math path for inputs whose last
         # dimension is not contiguous; make sure they are.
@@ -329,9 +406,9 @@ def non_local(
             q, k = F.pad(q, (0, d_v - d)), F.pad(k, (0, d_v - d))
         y = F.scaled_dot_product_attention(q, k, v, scale=s)
         return y[..., :d_v] if d_v < d else y
-    if instantiation == "dot_product":
-        # theta (phi^T g) / N': never forms the N x N' matrix (Eq. 4, C = N').
-        context = torch.matmul(phi.transpose(-2, -1), g) / phi.shape[-2]  # (..., d, d_v)
+    if inst == "dot_product":
+        # theta (phi^T g) / N': never forms the N x N' matrix (Eq. 4, C = N'; N' = 0 gives 0).
+        context = torch.matmul(phi.transpose(-2, -1), g) / max(phi.shape[-2], 1)  # (..., d, d_v)
         return torch.matmul(theta, context)
     d = theta.shape[-1]
     return concatenation_from_scores(theta @ w_f[:d], phi @ w_f[d:], g)
