@@ -158,6 +158,8 @@ def masked_softmax(scores: Tensor, dim: int = -1) -> Tensor:
     Returns:
         Weights of the same shape; each row with a finite entry sums to 1, an all ``-inf`` row is 0.
     """
+    if scores.shape[dim] == 0:  # no keys at all: empty rows, nothing to normalise
+        return scores * 0
     # the max is only a stabiliser (softmax is shift invariant), so it is detached
     row_max = scores.detach().amax(dim=dim, keepdim=True)
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))

@@ -153,7 +153,7 @@ def _check_block_input(
         )
     size = tuple(x.shape[2:])
     for axis, (s, k) in enumerate(zip(size, kernel)):
-        if s < k:
+        if k > 1 and s < k:
             raise ValueError(
                 f"input size {size} is too small for the sub_sample kernel {kernel}: "
                 f"dimension {axis} has {s} < {k} positions"
@@ -445,7 +445,7 @@ class NonLocalNd(nn.Module):
         if len(size) != self.dim:
             raise ValueError(f"input_size must have {self.dim} entries, got {input_size!r}")
         for axis, (s, k) in enumerate(zip(size, self.kernel)):
-            if s < k:
+            if k > 1 and s < k:
                 raise ValueError(
                     f"input size {size} is too small for the sub_sample kernel {self.kernel}: "
                     f"dimension {axis} has {s} < {k} positions"
