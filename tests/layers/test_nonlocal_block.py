@@ -70,7 +70,9 @@ def test_fast_equals_reference(dim, instantiation, mode, sub_sample, pool_positi
 @pytest.mark.parametrize("instantiation", INSTANTIATIONS)
 @pytest.mark.parametrize("mode", ["spacetime", "space", "time"])
 def test_gradcheck_block(instantiation, mode):
-    block = _activated(NonLocal3d(3, inter_channels=2, instantiation=instantiation, mode=mode, impl="fast")).eval()
+    block = _activated(
+        NonLocal3d(3, inter_channels=2, instantiation=instantiation, mode=mode, impl="fast")
+    ).eval()
     x = torch.randn(1, 3, 2, 4, 4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(block, (x,), fast_mode=True)
 
@@ -214,7 +216,9 @@ def test_block_fast_path_never_builds_the_pairwise_matrix(instantiation, mode):
                     self.max_numel = max(self.max_numel, t.numel())
             return out
 
-    block = NonLocal3d(8, inter_channels=4, instantiation=instantiation, mode=mode, sub_sample=False, impl="fast")
+    block = NonLocal3d(
+        8, inter_channels=4, instantiation=instantiation, mode=mode, sub_sample=False, impl="fast"
+    )
     x = torch.randn(1, 8, 4, 16, 16, requires_grad=True)  # N = N' = 1024
     with MaxNumel() as rec:
         block(x).sum().backward()
