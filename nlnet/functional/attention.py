@@ -1,6 +1,6 @@
 """Scaled dot-product attention with one mask convention for all of nlnet.
 
-Implements ``Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V`` (seed ``000_99ecc18edcb9c8b7.txt``,
+Implements ``Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V`` (the "Self-Attention" article,
 "Formal Definition", Vaswani et al. 2017 Eq. 1) with the masks of the seed's "Masks" paragraph.
 
 Mask convention (the only one used in nlnet)
@@ -201,7 +201,7 @@ def scaled_dot_product_attention(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Scaled dot-product attention ``softmax(Q K^T / sqrt(d_k) + mask) V``.
 
-    Seed ``000_99ecc18edcb9c8b7.txt``, "Formal Definition" (Vaswani et al. 2017, Eq. 1) and "Masks".
+    The "Self-Attention" article, "Formal Definition" (Vaswani et al. 2017, Eq. 1) and "Masks".
 
     Args:
         query: ``(..., n, d_k)``.

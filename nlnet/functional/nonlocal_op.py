@@ -8,7 +8,7 @@ shape ``(..., N', d)`` and values ``g`` of shape ``(..., N', d_v)``, where ``...
 grid (the paper's subsampling trick, Sec. 3.3). The embeddings themselves (the 1x1 convolutions
 ``W_theta``, ``W_phi``, ``W_g``) live in :mod:`nlnet.layers.nonlocal_block`.
 
-Instantiations (Sec. 3.2, ``seeds/001_4890b07ab5be0a19.txt``):
+Instantiations (Sec. 3.2, Wang et al., CVPR 2018, arXiv 1711.07971):
 
 =====================  =====================================  ===============
 ``instantiation``      pairwise function f                    normaliser C

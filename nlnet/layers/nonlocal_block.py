@@ -4,11 +4,11 @@ One implementation, :class:`NonLocalNd`, serves :class:`NonLocal1d` (sequences `
 :class:`NonLocal2d` (images ``(B, C, H, W)``) and :class:`NonLocal3d` (videos ``(B, C, T, H, W)``).
 
 Design, following Sec. 3.3 "Implementation of Non-local Blocks" and Sec. 4.1 of
-``seeds/001_4890b07ab5be0a19.txt``:
+Wang et al., CVPR 2018, arXiv 1711.07971:
 
 * bottleneck: ``theta``, ``phi`` and ``g`` are 1x1(x1) convolutions to ``inter_channels`` (half of
-  ``in_channels`` by default; ``reduction=r`` gives ``in_channels // r`` as in the practitioner's guide,
-  ``seeds/002_37c65fde0c26af44.txt``); ``W_z`` maps back to ``in_channels``;
+  ``in_channels`` by default; ``reduction=r`` gives ``in_channels // r`` as in the practitioner's
+  guide "Self-Attention for Images - Non-Local Networks"); ``W_z`` maps back to ``in_channels``;
 * subsampling: keys and values come from a max-pooled grid (``sub_sample``; the paper pools space
   only, kernel (1, 2, 2) for video). By default the pooling is applied to ``x`` *before* the ``phi``
   and ``g`` convolutions, as the released Caffe2 code does; ``pool_position="after"`` pools the
@@ -16,8 +16,9 @@ Design, following Sec. 3.3 "Implementation of Non-local Blocks" and Sec. 4.1 of
   and mmcv/AlexHex7 implementations do. The two differ because max pooling does not commute with a
   1x1 convolution. Pooling uses floor mode: a size smaller than the kernel is an error;
 * initial identity: ``norm="bn"`` puts a BatchNorm after ``W_z`` with its scale initialised to zero
-  (Sec. 4.1, following Goyal et al.), so a new block returns its input exactly; with ``norm=None``
-  ``W_z`` itself is zero-initialised. The other layers use He (MSRA) initialisation;
+  (Sec. 4.1, following Goyal et al.), so a new block returns its input exactly; the other norms
+  (GroupNorm, channel LayerNorm, affine-only) start the same way; with ``norm=None`` ``W_z`` itself
+  is zero-initialised. The other layers use He (MSRA) initialisation;
 * 3D ``mode`` (Table 2d): ``"spacetime"`` sums over all positions; ``"space"`` only over the query's
   own frame; ``"time"`` only over the query's own spatial position across frames. With subsampling
   a query uses the keys of the pooled cell that contains it (frame ``t // k_t`` in ``space`` mode,

@@ -1,6 +1,6 @@
 """Swin window attention (W-MSA / SW-MSA) for 2D and 3D token grids, and a Swin block.
 
-Seed ``000_99ecc18edcb9c8b7.txt``, "Windowed attention" and "Permutation equivariance and
+The "Self-Attention" article, "Windowed attention" and "Permutation equivariance and
 position": self-attention inside non-overlapping ``M x M`` windows, cost
 ``4 h w C^2 + 2 M^2 h w C``; alternate blocks shift the windows by ``floor(M/2)`` so that
 information crosses window borders; a learned relative position bias ``B`` is added to the scores,

@@ -1,4 +1,4 @@
-"""Tests of nlnet.functional.attention (seed 000_99ecc18edcb9c8b7.txt, "Formal Definition", "Masks")."""
+"""Tests of nlnet.functional.attention (the "Self-Attention" article, "Formal Definition", "Masks")."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Tests of nlnet.functional.cost against the figures of seed 000_99ecc18edcb9c8b7.txt ("Cost",
+"""Tests of nlnet.functional.cost against the figures of the "Self-Attention" article ("Cost",
 "Windowed attention", "Multi-head attention")."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Tests of nlnet.functional.masks and nlnet.functional.windows (seed 000_99ecc18edcb9c8b7.txt,
+"""Tests of nlnet.functional.masks and nlnet.functional.windows (the "Self-Attention" article,
 "Masks" and "Windowed attention")."""
 
 import itertools

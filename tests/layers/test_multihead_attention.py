@@ -1,4 +1,4 @@
-"""Tests of nlnet.layers.attention.MultiheadSelfAttention (seed 000_99ecc18edcb9c8b7.txt,
+"""Tests of nlnet.layers.attention.MultiheadSelfAttention (the "Self-Attention" article,
 "Multi-head attention", "Masks", "Permutation equivariance and position")."""
 
 import pytest

@@ -1,5 +1,5 @@
 """Tests of position encodings: nlnet.functional.pos_embed and nlnet.layers.pos_embed (seed
-000_99ecc18edcb9c8b7.txt, "Permutation equivariance and position")."""
+the "Self-Attention" article, "Permutation equivariance and position")."""
 
 import math
 

@@ -1,5 +1,5 @@
 """Tests of nlnet.layers.window_attention against torchvision's Swin (seed
-000_99ecc18edcb9c8b7.txt, "Windowed attention"; Liu et al. 2021)."""
+the "Self-Attention" article, "Windowed attention"; Liu et al. 2021)."""
 
 import pytest
 import torch
