@@ -208,11 +208,10 @@ torch.fx.wrap("_cell_index")
 torch.fx.wrap("_group_mask")
 
 
-def _non_finite_guard(x: Tensor, dim: int) -> Tensor:
-    """``(B, 1, ...)``: 0 for a sample whose input is finite, NaN for one with a NaN/inf in it."""
-    ok = torch.isfinite(x).flatten(1).all(1)  # (B,)
-    nan = torch.full((), float("nan"), dtype=x.dtype, device=x.device)
-    return torch.where(ok, torch.zeros_like(nan), nan).view((-1,) + (1,) * (dim + 1))
+def _non_finite_guard(x: Tensor) -> Tensor:
+    """``(B, 1, 1)``: 0 for a sample whose input is finite, NaN for one with a NaN/inf in it."""
+    dt = torch.promote_types(x.dtype, torch.float32)
+    return (x.flatten(1).sum(1, dtype=dt) * 0).view(-1, 1, 1)
 
 
 def _positional_error(name: str, extra: tuple) -> TypeError:
@@ -619,11 +618,14 @@ class NonLocalNd(nn.Module):
             y, attn = self._reference(x, want_attention)
         else:
             y, attn = self._fast(x), None
+        # One rule on every path: a non-finite value in a sample makes its output NaN (W_z
+        # spreads a NaN row of y over the sample).
+        y = y + _non_finite_guard(x).to(y.dtype)
         # W_z y as (C, d_v) @ (B, d_v, N) -> (B, C, N): lands in channel-first layout directly.
         z = torch.matmul(self.W_z.weight.flatten(1), y.transpose(1, 2))
         if self.W_z.bias is not None:
             z = z + self.W_z.bias.unsqueeze(-1)
-        z = self.norm(z.reshape(x.shape)) + x + _non_finite_guard(x, self.dim)
+        z = self.norm(z.reshape(x.shape)) + x
         return (z, attn) if want_attention else z
 
 
