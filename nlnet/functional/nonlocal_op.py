@@ -240,7 +240,8 @@ def pairwise_weights(
         dt = torch.promote_types(theta.dtype, torch.float32)
         s = logit_scale(scale, theta.shape[-1])
         if mask is None:  # the fused softmax kernel: this is the hot path at small sizes
-            logits = torch.matmul(theta.to(dt), phi.to(dt).transpose(-2, -1)) * s
+            # the scale on theta (N x d), not on the N x N' logits: one pass and one matrix less
+            logits = torch.matmul(theta.to(dt) * s, phi.to(dt).transpose(-2, -1))
             return logits.softmax(dim=-1).to(theta.dtype)
         return attention_weights(theta.to(dt), phi.to(dt), mask, scale=s).to(theta.dtype)
     if mask is not None and mask.dtype != torch.bool:

@@ -214,6 +214,18 @@ def _non_finite_guard(x: Tensor) -> Tensor:
     return (x.flatten(1).sum(1, dtype=dt) * 0).view(-1, 1, 1)
 
 
+def _project(tokens: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """1x1 convolutions on the token view: ``(B, N, C) @ (C, D) + b -> (B, N, D)``.
+
+    ``tokens`` is the transposed view of a channel-first map; a batched matmul reads it in place
+    (BLAS's transposed operand), where ``F.linear`` would first copy it to fold B into N.
+    """
+    w = weight.t().expand(tokens.shape[0], -1, -1)  # (B, C, D), a view
+    if bias is None:
+        return torch.bmm(tokens, w)
+    return torch.baddbmm(bias.to(tokens.dtype).expand(1, 1, -1), tokens, w)
+
+
 def _positional_error(name: str, extra: tuple) -> TypeError:
     first = extra[0]
     return TypeError(
@@ -457,45 +469,34 @@ class NonLocalNd(nn.Module):
         return _POOL[self.dim](t, kernel_size=self.kernel, stride=self.kernel)
 
     @staticmethod
-    def _weights(*convs: nn.Module | None) -> tuple[Tensor, Tensor | None]:
-        """Stack 1x1 convolutions into one (out, in) matrix and bias for a fused projection."""
-        convs = [c for c in convs if c is not None]
-        weight = torch.cat([c.weight.flatten(1) for c in convs])
-        biases = [c.bias for c in convs]
-        bias = None if any(b is None for b in biases) else torch.cat(biases)
-        return weight, bias
+    def _conv(conv: nn.Module, tokens: Tensor) -> Tensor:
+        """A 1x1 convolution applied to tokens ``(B, N, C) -> (B, N, D)``."""
+        return _project(tokens, conv.weight.flatten(1), conv.bias)
 
     def _embed(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """theta (B, N, d), phi (B, N', d) and g (B, N', d_v) from x ``(B, C, *grid)``."""
-        d = self.inter_channels
+        """theta (B, N, d), phi (B, N', d) and g (B, N', d_v) from x ``(B, C, *grid)``.
+
+        One matmul per embedding (a fused one would pay a weight concatenation every call and
+        hand the attention strided slices), each reading the channel-first map in place.
+        """
         x_tok = x.flatten(2).transpose(1, 2)  # (B, N, C), a view
         gaussian = self.instantiation == "gaussian"
-        if not self.subsampled:
-            w, b = self._weights(self.theta, self.phi, self.g)
-            out = F.linear(x_tok, w, b)  # (B, N, 3d) or (B, N, d) for gaussian: one matmul
-            if gaussian:
-                x_tok = x_tok.to(out.dtype)  # autocast: the projections' dtype
-                return x_tok, x_tok, out
-            return out[..., :d], out[..., d : 2 * d], out[..., 2 * d :]
-        if self.pool_position == "before":
+        if self.subsampled and self.pool_position == "before":
             xh_tok = self._pool(x).flatten(2).transpose(1, 2)  # (B, N', C)
-            if gaussian:
-                g = F.linear(xh_tok, self.g.weight.flatten(1), self.g.bias)
-                return x_tok.to(g.dtype), xh_tok.to(g.dtype), g
-            theta = F.linear(x_tok, self.theta.weight.flatten(1), self.theta.bias)
-            w, b = self._weights(self.phi, self.g)
-            out = F.linear(xh_tok, w, b)  # (B, N', 2d)
-            return theta, out[..., :d], out[..., d:]
-        # pool_position == "after": project at full resolution, then pool phi and g.
-        w, b = self._weights(self.theta, self.phi, self.g)
-        out = F.linear(x_tok, w, b)  # (B, N, 3d) or (B, N, d)
-        if gaussian:
-            theta, pg = x_tok.to(out.dtype), torch.cat([x_tok.to(out.dtype), out], dim=-1)
         else:
-            theta, pg = out[..., :d], out[..., d:]
+            xh_tok = x_tok
+        g = self._conv(self.g, xh_tok)  # (B, N', d)
+        if gaussian:  # Eq. 2 on x itself (in the projections' dtype under autocast)
+            theta, phi = x_tok.to(g.dtype), xh_tok.to(g.dtype)
+        else:
+            theta, phi = self._conv(self.theta, x_tok), self._conv(self.phi, xh_tok)
+        if not self.subsampled or self.pool_position == "before":
+            return theta, phi, g
+        # pool_position == "after": project at full resolution, then pool phi and g.
+        pg = torch.cat([phi, g], dim=-1)  # (B, N, d + d_v)
         pg = self._pool(pg.transpose(1, 2).unflatten(2, x.shape[2:]))  # (B, k, *key_grid)
         pg = pg.flatten(2).transpose(1, 2).contiguous()  # (B, N', k)
-        split = self.in_channels if gaussian else d
+        split = self.in_channels if gaussian else self.inter_channels
         return theta, pg[..., :split], pg[..., split:]
 
     def _grouped(self, theta: Tensor, phi: Tensor, g: Tensor, x: Tensor) -> Tensor:
@@ -551,7 +552,7 @@ class NonLocalNd(nn.Module):
         if self.theta.bias is not None:
             a = a + self.theta.bias @ w_theta
             b = b + self.phi.bias @ w_phi
-        g = F.linear(xh_flat.transpose(1, 2), self.g.weight.flatten(1), self.g.bias)  # (B, N', d)
+        g = _project(xh_flat.transpose(1, 2), self.g.weight.flatten(1), self.g.bias)  # (B, N', d)
         return concatenation_non_local(a, b, g, impl=self.impl)
 
     def _reference(self, x: Tensor, return_attention: bool) -> tuple[Tensor, Tensor | None]:
@@ -622,7 +623,8 @@ class NonLocalNd(nn.Module):
         # spreads a NaN row of y over the sample).
         y = y + _non_finite_guard(x).to(y.dtype)
         # W_z y as (C, d_v) @ (B, d_v, N) -> (B, C, N): lands in channel-first layout directly.
-        z = torch.matmul(self.W_z.weight.flatten(1), y.transpose(1, 2))
+        w_z = self.W_z.weight.flatten(1)
+        z = torch.matmul(w_z.expand(y.shape[0], -1, -1), y.transpose(1, 2))  # bmm, no copies
         if self.W_z.bias is not None:
             z = z + self.W_z.bias.unsqueeze(-1)
         z = self.norm(z.reshape(x.shape)) + x
