@@ -61,9 +61,12 @@ INSTANTIATIONS: tuple[str, ...] = ("gaussian", "embedded_gaussian", "dot_product
 SOFTMAX_FORMS: tuple[str, ...] = ("gaussian", "embedded_gaussian")
 
 #: Below this many pairwise entries (N * N' per batch element and head) the softmax forms train
-#: faster with the explicit matrix on the CPU: PyTorch's CPU flash backward costs ~2.6x its forward
-#: (measured in ``benchmarks/nonlocal_block.py``; the crossover is near N = N' = 6000).
-CPU_SDPA_TRAIN_MIN_ENTRIES: int = 4096 * 4096
+#: faster with the explicit matrix on the CPU; from here on the flash path is as fast (measured
+#: in ``benchmarks/nonlocal_block.py``, one thread, interleaved: explicit/flash time 0.91 at
+#: 784 x 196 entries, 0.98 at 784 x 784, 1.02 at 3136 x 784 and 1.03 at 3136 x 3136) and holds
+#: O(N) instead of O(N N') memory (80 instead of 256 MiB at 56x56 without subsampling), so
+#: ``auto`` takes it.
+CPU_SDPA_TRAIN_MIN_ENTRIES: int = 1024 * 1024
 #: The same crossover when the value width differs from the query width (``gaussian`` in a block:
 #: d = C, d_v = C/2): the flash kernel needs the values zero-padded to width d, which doubles the
 #: cost of its P V products; measured 0.73x at N = 6272 and 0.77x at N = 12544 against the
