@@ -243,8 +243,11 @@ def pairwise_weights(
         dt = torch.promote_types(theta.dtype, torch.float32)
         s = logit_scale(scale, theta.shape[-1])
         if mask is None:  # the fused softmax kernel: this is the hot path at small sizes
-            # the scale on theta (N x d), not on the N x N' logits: one pass and one matrix less
-            logits = torch.matmul(theta.to(dt) * s, phi.to(dt).transpose(-2, -1))
+            q, k = theta.to(dt), phi.to(dt).transpose(-2, -1)
+            if phi.shape[-2] > theta.shape[-1]:  # scale the smaller of theta (N x d) and logits
+                logits = torch.matmul(q * s, k)
+            else:
+                logits = torch.matmul(q, k) * s
             return logits.softmax(dim=-1).to(theta.dtype)
         return attention_weights(theta.to(dt), phi.to(dt), mask, scale=s).to(theta.dtype)
     if mask is not None and mask.dtype != torch.bool:
@@ -389,7 +392,8 @@ def non_local(
     guard = non_finite_guard(theta, phi, g).unsqueeze(-1).unsqueeze(-1)  # (..., 1, 1)
     if impl == "reference":
         weights = pairwise_weights(theta, phi, instantiation, scale=scale, w_f=w_f, mask=mask)
-        y = torch.matmul(weights, g) + guard  # (..., N, d_v)
+        # y^T = g^T W^T: y (..., N, d_v) stored channel-first, as a block's W_z wants it
+        y = torch.matmul(g.transpose(-2, -1), weights.transpose(-2, -1)).transpose(-2, -1) + guard
         return (y, weights) if return_attention else y
     return _fast(theta, phi, g, instantiation, scale, w_f) + guard
 

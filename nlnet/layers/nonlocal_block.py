@@ -153,6 +153,11 @@ def _check_block_input(
             f"(block.to({x.dtype}) or x.to({weight.dtype})), or run under torch.autocast"
         )
     size = tuple(x.shape[2:])
+    if 0 in size:
+        raise ValueError(
+            f"{name} got an empty grid {size} (x of shape {tuple(x.shape)}): like nn.Conv{dim}d, "
+            "its 1x1 convolutions need at least one position per axis (an empty batch is fine)"
+        )
     for axis, (s, k) in enumerate(zip(size, kernel)):
         if k > 1 and s < k:
             raise ValueError(
@@ -212,18 +217,6 @@ def _non_finite_guard(x: Tensor) -> Tensor:
     """``(B, 1, 1)``: 0 for a sample whose input is finite, NaN for one with a NaN/inf in it."""
     dt = torch.promote_types(x.dtype, torch.float32)
     return (x.flatten(1).sum(1, dtype=dt) * 0).view(-1, 1, 1)
-
-
-def _project(tokens: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """1x1 convolutions on the token view: ``(B, N, C) @ (C, D) + b -> (B, N, D)``.
-
-    ``tokens`` is the transposed view of a channel-first map; a batched matmul reads it in place
-    (BLAS's transposed operand), where ``F.linear`` would first copy it to fold B into N.
-    """
-    w = weight.t().expand(tokens.shape[0], -1, -1)  # (B, C, D), a view
-    if bias is None:
-        return torch.bmm(tokens, w)
-    return torch.baddbmm(bias.to(tokens.dtype).expand(1, 1, -1), tokens, w)
 
 
 def _positional_error(name: str, extra: tuple) -> TypeError:
@@ -469,35 +462,27 @@ class NonLocalNd(nn.Module):
         return _POOL[self.dim](t, kernel_size=self.kernel, stride=self.kernel)
 
     @staticmethod
-    def _conv(conv: nn.Module, tokens: Tensor) -> Tensor:
-        """A 1x1 convolution applied to tokens ``(B, N, C) -> (B, N, D)``."""
-        return _project(tokens, conv.weight.flatten(1), conv.bias)
+    def _tokens(t: Tensor) -> Tensor:
+        """``(B, D, *grid) -> (B, N, D)``: the token view of a channel-first map (no copy)."""
+        return t.flatten(2).transpose(1, 2)
 
     def _embed(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """theta (B, N, d), phi (B, N', d) and g (B, N', d_v) from x ``(B, C, *grid)``.
 
-        One matmul per embedding (a fused one would pay a weight concatenation every call and
-        hand the attention strided slices), each reading the channel-first map in place.
+        The 1x1 convolutions run on the channel-first map and the results are handed on as token
+        views: nothing is copied, and autograd keeps the convolutions' own (cheap) backward.
         """
-        x_tok = x.flatten(2).transpose(1, 2)  # (B, N, C), a view
         gaussian = self.instantiation == "gaussian"
-        if self.subsampled and self.pool_position == "before":
-            xh_tok = self._pool(x).flatten(2).transpose(1, 2)  # (B, N', C)
-        else:
-            xh_tok = x_tok
-        g = self._conv(self.g, xh_tok)  # (B, N', d)
+        pool_before = self.subsampled and self.pool_position == "before"
+        x_hat = self._pool(x) if pool_before else x  # (B, C, *key_grid) or x
+        g = self.g(x_hat)  # (B, d, *grid of x_hat)
         if gaussian:  # Eq. 2 on x itself (in the projections' dtype under autocast)
-            theta, phi = x_tok.to(g.dtype), xh_tok.to(g.dtype)
+            theta, phi = x.to(g.dtype), x_hat.to(g.dtype)
         else:
-            theta, phi = self._conv(self.theta, x_tok), self._conv(self.phi, xh_tok)
-        if not self.subsampled or self.pool_position == "before":
-            return theta, phi, g
-        # pool_position == "after": project at full resolution, then pool phi and g.
-        pg = torch.cat([phi, g], dim=-1)  # (B, N, d + d_v)
-        pg = self._pool(pg.transpose(1, 2).unflatten(2, x.shape[2:]))  # (B, k, *key_grid)
-        pg = pg.flatten(2).transpose(1, 2).contiguous()  # (B, N', k)
-        split = self.in_channels if gaussian else self.inter_channels
-        return theta, pg[..., :split], pg[..., split:]
+            theta, phi = self.theta(x), self.phi(x_hat)
+        if self.subsampled and self.pool_position == "after":  # pool the outputs of phi and g
+            phi, g = self._pool(phi), self._pool(g)
+        return self._tokens(theta), self._tokens(phi), self._tokens(g)
 
     def _grouped(self, theta: Tensor, phi: Tensor, g: Tensor, x: Tensor) -> Tensor:
         """Fast ``space``/``time`` modes: attention inside groups, as batched token sets."""
@@ -544,15 +529,13 @@ class NonLocalNd(nn.Module):
         w_theta, w_phi = self.w_f[:d], self.w_f[d:]
         u_theta = self.theta.weight.flatten(1).t() @ w_theta  # (C,)
         u_phi = self.phi.weight.flatten(1).t() @ w_phi  # (C,)
-        x_flat = x.flatten(2)  # (B, C, N)
         x_hat = self._pool(x) if self.subsampled else x
-        xh_flat = x_hat.flatten(2)  # (B, C, N')
-        a = torch.matmul(u_theta, x_flat)  # (B, N)
-        b = torch.matmul(u_phi, xh_flat)  # (B, N')
+        a = torch.matmul(u_theta, x.flatten(2))  # (B, N)
+        b = torch.matmul(u_phi, x_hat.flatten(2))  # (B, N')
         if self.theta.bias is not None:
             a = a + self.theta.bias @ w_theta
             b = b + self.phi.bias @ w_phi
-        g = _project(xh_flat.transpose(1, 2), self.g.weight.flatten(1), self.g.bias)  # (B, N', d)
+        g = self._tokens(self.g(x_hat))  # (B, N', d)
         return concatenation_non_local(a, b, g, impl=self.impl)
 
     def _reference(self, x: Tensor, return_attention: bool) -> tuple[Tensor, Tensor | None]:
@@ -622,12 +605,8 @@ class NonLocalNd(nn.Module):
         # One rule on every path: a non-finite value in a sample makes its output NaN (W_z
         # spreads a NaN row of y over the sample).
         y = y + _non_finite_guard(x).to(y.dtype)
-        # W_z y as (C, d_v) @ (B, d_v, N) -> (B, C, N): lands in channel-first layout directly.
-        w_z = self.W_z.weight.flatten(1)
-        z = torch.matmul(w_z.expand(y.shape[0], -1, -1), y.transpose(1, 2))  # bmm, no copies
-        if self.W_z.bias is not None:
-            z = z + self.W_z.bias.unsqueeze(-1)
-        z = self.norm(z.reshape(x.shape)) + x
+        # W_z on the channel-first map (B, d_v, *grid): the 1x1 convolution, as theta/phi/g.
+        z = self.norm(self.W_z(y.transpose(1, 2).unflatten(2, x.shape[2:]))) + x
         return (z, attn) if want_attention else z
 
 
