@@ -339,6 +339,7 @@ def non_local(
     mask: Tensor | None = None,
     return_attention: bool = False,
     impl: Impl = "auto",
+    nan_guard: bool = True,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The non-local operation y = (1/C) sum_j f(x_i, x_j) g(x_j) (Eq. 1) on token tensors.
 
@@ -357,6 +358,9 @@ def non_local(
         return_attention: Also return the weights ``f / C`` of shape ``(..., N, N')`` (reference
             path).
         impl: ``"auto"``, ``"fast"`` or ``"reference"`` (see the module docstring).
+        nan_guard: Apply the one rule for non-finite inputs on every path (see
+            :func:`non_finite_guard`); a caller that applies it itself (the block does, per
+            sample) passes ``False`` to save the reductions.
 
     Returns:
         ``y`` of shape ``(..., N, d_v)``, and the weights if ``return_attention``.
@@ -389,7 +393,7 @@ def non_local(
             training=training,
         )
 
-    guard = non_finite_guard(theta, phi, g).unsqueeze(-1).unsqueeze(-1)  # (..., 1, 1)
+    guard = non_finite_guard(theta, phi, g).unsqueeze(-1).unsqueeze(-1) if nan_guard else 0.0
     if impl == "reference":
         weights = pairwise_weights(theta, phi, instantiation, scale=scale, w_f=w_f, mask=mask)
         # y^T = g^T W^T: y (..., N, d_v) stored channel-first, as a block's W_z wants it

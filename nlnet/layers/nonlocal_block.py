@@ -493,7 +493,7 @@ class NonLocalNd(nn.Module):
         dv = self.inter_channels
         phi5 = phi.reshape(B, Tk, Hk, Wk, dq)
         g5 = g.reshape(B, Tk, Hk, Wk, dv)
-        kw_ = {"scale": self.scale, "w_f": self.w_f, "impl": self.impl}
+        kw_ = {"scale": self.scale, "w_f": self.w_f, "impl": self.impl, "nan_guard": False}
         if self.mode == "space":
             if kt > 1:  # keys of the pooled frame containing each query frame
                 cell_t = _cell_index(x, 2, kt)
@@ -546,7 +546,7 @@ class NonLocalNd(nn.Module):
             mask = _group_mask(x, self.mode, self.kernel, self.temporal_groups)
         out = non_local(
             theta, phi, g, self.instantiation, scale=self.scale, w_f=self.w_f, mask=mask,
-            return_attention=return_attention, impl="reference",
+            return_attention=return_attention, impl="reference", nan_guard=False,
         )  # fmt: skip
         return out if return_attention else (out, None)
 
@@ -571,7 +571,7 @@ class NonLocalNd(nn.Module):
             if self.mode == "spacetime":
                 y = non_local(
                     theta, phi, g, self.instantiation, scale=self.scale, w_f=self.w_f,
-                    impl=self.impl,
+                    impl=self.impl, nan_guard=False,
                 )  # fmt: skip
             else:
                 y = self._grouped(theta, phi, g, x)
