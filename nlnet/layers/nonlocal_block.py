@@ -25,13 +25,15 @@ Wang et al., CVPR 2018, arXiv 1711.07971:
   cell ``(h // k_h, w // k_w)`` in ``time`` mode; a remainder row/column left by floor pooling uses
   the last cell).
 
-Fast path: the three 1x1 convolutions run as one fused matmul on the token layout (two when keys
-are pooled before the projections), the pairwise part goes through :func:`nlnet.functional.non_local`
-(which never builds the N x N' matrix unless asked), and ``W_z`` is applied as a matmul that writes
-the channel-first layout directly. ``return_attention=True`` evaluates the explicit reference path
-and also returns the weights ``f / C`` as ``(B, N, N')`` over the row-major flattened input grid
-(N) and pooled grid (N'); in ``space``/``time`` mode the entries outside the query's frame /
-position are exactly zero.
+Fast path: the 1x1 convolutions run on the channel-first maps and hand the pairwise part token
+views of their outputs (no copies; measured in ``benchmarks/nonlocal_block.py``, this beats fused
+matmuls on the token layout, which pay a weight concatenation, an input copy and a materialised
+per-sample weight gradient), the pairwise part goes through :func:`nlnet.functional.non_local`
+(which never builds the N x N' matrix unless asked and returns y stored channel-first), and
+``W_z`` is the 1x1 convolution on that layout. ``return_attention=True`` evaluates the explicit
+reference path and also returns the weights ``f / C`` as ``(B, N, N')`` over the row-major
+flattened input grid (N) and pooled grid (N'); in ``space``/``time`` mode the entries outside the
+query's frame / position are exactly zero.
 """
 
 from __future__ import annotations
