@@ -408,10 +408,31 @@ def non_local(
     return _fast(theta, phi, g, instantiation, scale, w_f) + guard
 
 
+#: The CPU inference path of the softmax forms holds at most this many pairwise entries at once.
+CPU_CHUNK_ENTRIES: int = 1 << 20
+
+
+def _chunked_softmax(q: Tensor, k: Tensor, v: Tensor, s: float) -> Tensor:
+    """``softmax(s q k^T) v`` over blocks of queries: the explicit path's matmuls with at most
+    :data:`CPU_CHUNK_ENTRIES` logits alive. Used without autograd on the CPU, where it runs at
+    the explicit path's speed (the CPU flash forward measured 0.77-0.93x of it)."""
+    rows = max(1, CPU_CHUNK_ENTRIES // max(k.shape[-2], 1))
+    dt = torch.promote_types(q.dtype, torch.float32)
+    kt = k.to(dt).transpose(-2, -1)
+    outs = []
+    for start in range(0, q.shape[-2], rows):
+        logits = torch.matmul(q[..., start : start + rows, :].to(dt) * s, kt)
+        outs.append(torch.matmul(logits.softmax(dim=-1).to(v.dtype), v))
+    return torch.cat(outs, dim=-2) if len(outs) != 1 else outs[0]
+
+
 def _fast(theta: Tensor, phi: Tensor, g: Tensor, inst: str, scale, w_f) -> Tensor:
     """The fast paths of :func:`non_local` (module docstring), never the N x N' matrix."""
     if inst in SOFTMAX_FORMS:
         s = logit_scale(scale, theta.shape[-1])
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (theta, phi, g))
+        if theta.device.type == "cpu" and not grad and theta.shape[-2] > 0:
+            return _chunked_softmax(theta, phi, g, s)
         # The CPU kernels silently fall back to the O(N N') math path for inputs whose last
         # dimension is not contiguous; make sure they are.
         q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (theta, phi, g))

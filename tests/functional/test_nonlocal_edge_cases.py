@@ -111,3 +111,14 @@ def test_zero_width_and_bad_w_f_and_mixed_dtypes_are_clear_errors():
         non_local(theta, phi, g, "concatenation", w_f=w_f.float())
     with pytest.raises(TypeError, match="theta, phi and g must share one dtype"):
         non_local(theta, phi.float(), g, "dot_product")
+
+
+@pytest.mark.parametrize("instantiation", ["gaussian", "embedded_gaussian"])
+def test_inference_fast_path_chunks_queries_and_matches_reference(instantiation, monkeypatch):
+    import nlnet.functional.nonlocal_op as op
+
+    monkeypatch.setattr(op, "CPU_CHUNK_ENTRIES", 16)  # 16 // 5 keys = 3 queries per chunk
+    theta, phi, g, _ = _tokens()
+    with torch.no_grad():
+        fast = non_local(theta, phi, g, instantiation, impl="fast")
+    torch.testing.assert_close(fast, non_local(theta, phi, g, instantiation, impl="reference"))
