@@ -34,7 +34,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import (
+    FlopCounterMode,
+    register_flop_formula,
+    sdpa_backward_flop_count,
+    sdpa_flop_count,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -42,6 +47,23 @@ from nlnet.functional.nonlocal_op import INSTANTIATIONS, choose_impl  # noqa: E4
 from nlnet.layers.nonlocal_block import NonLocalNd  # noqa: E402
 
 SIZES = ["14x14", "28x28", "56x56", "112x112", "8x56x56"]
+
+
+def _4d(shape) -> tuple:
+    return (1,) * (4 - len(shape)) + tuple(shape)
+
+
+# FlopCounterMode has formulas for the CUDA attention kernels only; count the CPU flash kernel too.
+@register_flop_formula(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu)
+def _cpu_flash_flop(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(_4d(query), _4d(key), _4d(value))
+
+
+@register_flop_formula(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward)
+def _cpu_flash_bwd_flop(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_backward_flop_count(_4d(grad_out), _4d(query), _4d(key), _4d(value))
+
+
 _CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 _BN = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
 _POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
@@ -182,18 +204,22 @@ def flops(model, x, step) -> float:
     return float(counter.get_total_flops())
 
 
-def run_case(size, inst, channels, sub, batch, repeat) -> dict:
+def run_case(size, inst, channels, sub, batch, repeat, compile_block: bool = False) -> dict:
     block, ref, x = build(size, inst, channels, sub, batch)
     block.eval(), ref.eval()
     with torch.no_grad():
         err = (block(x) - ref(x)).abs().max().item()
-    models = {"straightforward": ref, "nlnet": block}
+    timed = torch.compile(block) if compile_block else block  # same parameters
+    models = {"straightforward": ref, "nlnet": timed}
     res = {"max_abs_diff": err, "rate": matmul_gflops()}
     for phase, step, train in (("infer", _infer, False), ("train", _train, True)):
         for m in models.values():
             m.train(train)
+        block.train(train)
         res[phase] = interleaved(models, x, step, repeat)
-        res[phase + "_mem"] = {n: peak_bytes(m, x, step) for n, m in models.items()}
+        res[phase + "_mem"] = {
+            n: peak_bytes(m, x, step) for n, m in (("straightforward", ref), ("nlnet", block))
+        }
         res[phase + "_flops"] = flops(block, x, step)
     n = math.prod(int(s) for s in size.split("x"))
     n_keys = math.prod(k for k in (n // math.prod(block.kernel),))
@@ -218,6 +244,7 @@ def main() -> None:
         "--threads", type=int, default=1, help="intra-op threads (1: robust on a shared CPU)"
     )
     p.add_argument("--quick", action="store_true", help="sizes 14x14 and 28x28 only")
+    p.add_argument("--compile", action="store_true", help="time torch.compile(nlnet block)")
     p.add_argument("--markdown", type=Path, help="append the table rows to this file")
     args = p.parse_args()
     if args.quick:
@@ -228,6 +255,7 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch {args.batch}, "
         f"channels {args.channels}->{args.channels // 2}, keys {'pooled' if sub else 'full grid'}; "
         f"medians of {args.repeat} interleaved repetitions"
+        + ("; nlnet's block under torch.compile (inductor)" if args.compile else "")
     )
     lines = [
         head,
@@ -243,7 +271,7 @@ def main() -> None:
     for size in args.sizes:
         n = math.prod(int(s) for s in size.split("x"))
         for inst in args.inst:
-            r = run_case(size, inst, args.channels, sub, args.batch, args.repeat)
+            r = run_case(size, inst, args.channels, sub, args.batch, args.repeat, args.compile)
             ti, tt = r["infer"], r["train"]
             mi, mt = r["infer_mem"], r["train_mem"]
             share = [
