@@ -196,3 +196,13 @@ def test_temporal_groups_attention_map_and_errors():
         NonLocal2d(4, temporal_groups=2)
     with pytest.raises(ValueError, match="multiple of the temporal sub_sample kernel"):
         NonLocal3d(4, temporal_groups=3, sub_sample=(2, 2, 2))
+
+
+def test_new_options_reach_blocks_through_the_model_registry():
+    from nlnet.models.registry import create_model
+
+    with torch.device("meta"):
+        model = create_model("c2d_tiny_nl1", bias=False, norm="gn", temporal_groups=2)
+    blocks = [m for m in model.modules() if isinstance(m, NonLocalNd)]
+    assert blocks and all(b.theta.bias is None for b in blocks)
+    assert all(isinstance(b.norm, nn.GroupNorm) and b.temporal_groups == 2 for b in blocks)
