@@ -1,6 +1,6 @@
 """Scaled dot-product attention with one mask convention for all of nlnet.
 
-Implements ``Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V`` (the encyclopedia article "Self-Attention",
+Implements ``Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V`` (the "Self-Attention" article,
 "Formal Definition", Vaswani et al. 2017 Eq. 1) with the masks of the seed's "Masks" paragraph.
 
 Mask convention (the only one used in nlnet)
@@ -23,6 +23,7 @@ Mask convention (the only one used in nlnet)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -44,7 +45,14 @@ __all__ = [
 _IMPLS = ("auto", "fast", "reference")
 
 
-def check_mask(mask: Tensor | None, n: int, m: int, name: str = "mask") -> None:
+def check_mask(
+    mask: Tensor | None,
+    n: int,
+    m: int,
+    name: str = "mask",
+    *,
+    batch_shape: Sequence[int] | None = None,
+) -> None:
     """Validate an attention mask against ``n`` queries and ``m`` keys.
 
     Args:
@@ -53,6 +61,9 @@ def check_mask(mask: Tensor | None, n: int, m: int, name: str = "mask") -> None:
         n: number of queries.
         m: number of keys.
         name: argument name used in the error message.
+        batch_shape: the leading dims ``...`` of the queries, e.g. ``(B,)`` or ``(B, h)``; when
+            given the mask must broadcast to exactly ``(*batch_shape, n, m)`` (a mask with more
+            or larger leading dims would silently change the output's shape).
 
     Raises:
         TypeError: if the mask is not a tensor or has an integer/complex dtype.
@@ -76,6 +87,17 @@ def check_mask(mask: Tensor | None, n: int, m: int, name: str = "mask") -> None:
             f"{name} of shape {tuple(mask.shape)} does not broadcast to (..., {n}, {m}) "
             f"(queries n={n}, keys m={m})"
         )
+    if batch_shape is not None:
+        target = (*batch_shape, n, m)
+        try:
+            ok = torch.broadcast_shapes(mask.shape, target) == target
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"{name} of shape {tuple(mask.shape)} does not broadcast to exactly {target} "
+                f"(batch dims {tuple(batch_shape)}, queries n={n}, keys m={m})"
+            )
 
 
 def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
@@ -136,6 +158,8 @@ def masked_softmax(scores: Tensor, dim: int = -1) -> Tensor:
     Returns:
         Weights of the same shape; each row with a finite entry sums to 1, an all ``-inf`` row is 0.
     """
+    if scores.shape[dim] == 0:  # no keys at all: empty rows, nothing to normalise
+        return scores * 0
     # the max is only a stabiliser (softmax is shift invariant), so it is detached
     row_max = scores.detach().amax(dim=dim, keepdim=True)
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
@@ -177,7 +201,7 @@ def scaled_dot_product_attention(
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Scaled dot-product attention ``softmax(Q K^T / sqrt(d_k) + mask) V``.
 
-    The encyclopedia article "Self-Attention", "Formal Definition" (Vaswani et al. 2017, Eq. 1) and "Masks".
+    The "Self-Attention" article, "Formal Definition" (Vaswani et al. 2017, Eq. 1) and "Masks".
 
     Args:
         query: ``(..., n, d_k)``.
@@ -208,15 +232,14 @@ def scaled_dot_product_attention(
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
     _check_qkv(query, key, value)
     n, m = query.shape[-2], key.shape[-2]
-    check_mask(mask, n, m)
-    if mask is not None:
-        try:
-            torch.broadcast_shapes(mask.shape[:-2], query.shape[:-2], key.shape[:-2])
-        except RuntimeError as err:
-            raise ValueError(
-                f"mask batch dims {tuple(mask.shape[:-2])} do not broadcast with the query/key "
-                f"batch dims {tuple(query.shape[:-2])}/{tuple(key.shape[:-2])}"
-            ) from err
+    try:
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except RuntimeError as err:
+        raise ValueError(
+            f"query, key and value batch dims {tuple(query.shape[:-2])}, "
+            f"{tuple(key.shape[:-2])}, {tuple(value.shape[:-2])} do not broadcast"
+        ) from err
+    check_mask(mask, n, m, batch_shape=batch)
     use_fast = impl == "fast" or (impl == "auto" and not return_weights)
 
     if use_fast:

@@ -8,7 +8,7 @@ shape ``(..., N', d)`` and values ``g`` of shape ``(..., N', d_v)``, where ``...
 grid (the paper's subsampling trick, Sec. 3.3). The embeddings themselves (the 1x1 convolutions
 ``W_theta``, ``W_phi``, ``W_g``) live in :mod:`nlnet.layers.nonlocal_block`.
 
-Instantiations (Sec. 3.2, "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971)):
+Instantiations (Sec. 3.2, Wang et al., CVPR 2018, arXiv 1711.07971):
 
 =====================  =====================================  ===============
 ``instantiation``      pairwise function f                    normaliser C
@@ -61,9 +61,12 @@ INSTANTIATIONS: tuple[str, ...] = ("gaussian", "embedded_gaussian", "dot_product
 SOFTMAX_FORMS: tuple[str, ...] = ("gaussian", "embedded_gaussian")
 
 #: Below this many pairwise entries (N * N' per batch element and head) the softmax forms train
-#: faster with the explicit matrix on the CPU: PyTorch's CPU flash backward costs ~2.6x its forward
-#: (measured in ``benchmarks/nonlocal_block.py``; the crossover is near N = N' = 6000).
-CPU_SDPA_TRAIN_MIN_ENTRIES: int = 4096 * 4096
+#: faster with the explicit matrix on the CPU; from here on the flash path is as fast (measured
+#: in ``benchmarks/nonlocal_block.py``, one thread, interleaved: explicit/flash time 0.91 at
+#: 784 x 196 entries, 0.98 at 784 x 784, 1.02 at 3136 x 784 and 1.03 at 3136 x 3136) and holds
+#: O(N) instead of O(N N') memory (80 instead of 256 MiB at 56x56 without subsampling), so
+#: ``auto`` takes it. The same threshold holds without a backward pass (inference).
+CPU_SDPA_TRAIN_MIN_ENTRIES: int = 1024 * 1024
 #: The same crossover when the value width differs from the query width (``gaussian`` in a block:
 #: d = C, d_v = C/2): the flash kernel needs the values zero-padded to width d, which doubles the
 #: cost of its P V products; measured 0.73x at N = 6272 and 0.77x at N = 12544 against the
@@ -80,12 +83,21 @@ def check_instantiation(instantiation: str) -> None:
         raise ValueError(f"instantiation must be one of {INSTANTIATIONS}, got {instantiation!r}")
 
 
+def check_scale(scale: bool | float) -> None:
+    """Raise a ``ValueError`` unless ``scale`` is a bool or a finite positive number."""
+    if isinstance(scale, bool):
+        return
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a bool or a finite positive float, got {scale!r}")
+
+
 def logit_scale(scale: bool | float, d: int) -> float:
     """The factor applied to the softmax logits: ``1/sqrt(d)`` for ``True``, 1 for ``False``."""
+    check_scale(scale)
+    if d < 1:
+        raise ValueError(f"the query/key width d must be >= 1, got {d}")
     if isinstance(scale, bool):
         return 1.0 / math.sqrt(d) if scale else 1.0
-    if not (isinstance(scale, (int, float)) and scale > 0):
-        raise ValueError(f"scale must be a bool or a positive float, got {scale!r}")
     return float(scale)
 
 
@@ -116,13 +128,19 @@ def choose_impl(
     entries = n * n_keys
     if instantiation in SOFTMAX_FORMS:
         limit = CPU_SDPA_TRAIN_MIN_ENTRIES if d == d_v else CPU_SDPA_TRAIN_MIN_ENTRIES_PADDED
-        if device.type == "cpu" and training and entries < limit:
+        # CPU: below the crossover the explicit matrix is faster in training and in inference
+        # (flash forward 0.83-0.93x of the explicit one at 28x28 and 56x56, measured).
+        if device.type == "cpu" and entries < limit:
             return "reference"
         return "fast"
     if instantiation == "dot_product":
         # theta (phi^T g): (N' + N) d d_v  vs  (theta phi^T) g: N N' (d + d_v) multiply-adds.
         return "fast" if (n_keys + n) * d * d_v < entries * (d + d_v) else "reference"
-    return "fast" if entries >= CONCAT_FAST_MIN_ENTRIES else "reference"
+    if entries < CONCAT_FAST_MIN_ENTRIES:
+        return "reference"
+    # In training the sort path keeps a few (N, d_v) tensors for backward; with few keys the
+    # explicit (N, N') matrix is smaller (1.38x the explicit block's memory at 14x14 otherwise).
+    return "reference" if training and n_keys < 2 * d_v else "fast"
 
 
 def _check_tokens(theta: Tensor, phi: Tensor, g: Tensor, w_f: Tensor | None, inst: str) -> None:
@@ -135,6 +153,10 @@ def _check_tokens(theta: Tensor, phi: Tensor, g: Tensor, w_f: Tensor | None, ins
             )
         if not t.is_floating_point():
             raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    if not theta.dtype == phi.dtype == g.dtype:
+        raise TypeError(
+            f"theta, phi and g must share one dtype, got {theta.dtype}, {phi.dtype}, {g.dtype}"
+        )
     if theta.shape[:-2] != phi.shape[:-2] or phi.shape[:-2] != g.shape[:-2]:
         raise ValueError(
             "theta, phi and g must share their leading (batch[, heads]) dimensions, got "
@@ -149,12 +171,48 @@ def _check_tokens(theta: Tensor, phi: Tensor, g: Tensor, w_f: Tensor | None, ins
         raise ValueError(
             f"theta and phi must have the same width d, got {theta.shape[-1]} and {phi.shape[-1]}"
         )
-    if inst == "concatenation":
-        d = theta.shape[-1]
-        if w_f is None:
-            raise ValueError("w_f (a weight vector of length 2*d) is required for concatenation")
-        if w_f.shape != (2 * d,):
-            raise ValueError(f"w_f must have shape (2*d,) = ({2 * d},), got {tuple(w_f.shape)}")
+    if theta.shape[-1] < 1:
+        raise ValueError(f"theta and phi must have a width d >= 1, got d = {theta.shape[-1]}")
+    check_w_f(w_f, inst, theta.shape[-1], theta.dtype)
+
+
+def check_w_f(w_f: Tensor | None, inst: str, d: int, dtype: torch.dtype) -> None:
+    """Validate the concatenation weight ``w_f`` (Eq. 5): a tensor of shape ``(2d,)``.
+
+    Other instantiations ignore ``w_f`` (so one call can loop over all four).
+    """
+    if inst != "concatenation":
+        return
+    if w_f is None:
+        raise ValueError("w_f (a weight vector of length 2*d) is required for concatenation")
+    if not isinstance(w_f, Tensor):
+        raise TypeError(f"w_f must be a torch.Tensor of shape ({2 * d},), got {type(w_f).__name__}")
+    if w_f.shape != (2 * d,):
+        raise ValueError(f"w_f must have shape (2*d,) = ({2 * d},), got {tuple(w_f.shape)}")
+    if w_f.dtype != dtype:
+        raise TypeError(f"w_f must have the dtype of theta ({dtype}), got {w_f.dtype}")
+
+
+def non_finite_guard(*tokens: Tensor) -> Tensor:
+    """``0`` per leading index where every token is finite, ``NaN`` where any is not.
+
+    Adding it to an output ``(..., N, d_v)`` (after ``unsqueeze(-1).unsqueeze(-1)``) gives the one
+    rule that all paths share: a NaN or infinity anywhere in the tokens of a sample (and head)
+    makes that sample's whole output NaN. Without it the paths would disagree, because the explicit
+    matrix multiplies NaN by zero weights where the fast paths never touch the pair. It is
+    ``0 * sum(tokens)`` with the sum accumulated in at least fp32 (one cheap reduction, no control
+    flow on values, empty-safe, zero gradient); a finite sum can only overflow for values beyond
+    ~1e34 in fp32, where the operation's own products overflow first.
+
+    Args:
+        tokens: Tensors ``(..., positions, channels)`` with the same leading dims ``...``.
+
+    Returns:
+        A tensor of shape ``(...)`` in the dtype of the first token tensor.
+    """
+    dt = torch.promote_types(tokens[0].dtype, torch.float32)
+    total = sum(t.sum(dim=(-2, -1), dtype=dt) for t in tokens)
+    return (total * 0).to(tokens[0].dtype)
 
 
 def pairwise_weights(
@@ -185,13 +243,17 @@ def pairwise_weights(
         sums to 1.
     """
     check_instantiation(instantiation)
-    check_mask(mask, theta.shape[-2], phi.shape[-2])
+    check_mask(mask, theta.shape[-2], phi.shape[-2], batch_shape=theta.shape[:-2])
     if instantiation in SOFTMAX_FORMS:
         # Low-precision inputs: logits and softmax in fp32 so that large logits cannot overflow.
         dt = torch.promote_types(theta.dtype, torch.float32)
         s = logit_scale(scale, theta.shape[-1])
         if mask is None:  # the fused softmax kernel: this is the hot path at small sizes
-            logits = torch.matmul(theta.to(dt), phi.to(dt).transpose(-2, -1)) * s
+            q, k = theta.to(dt), phi.to(dt).transpose(-2, -1)
+            if phi.shape[-2] > theta.shape[-1]:  # scale the smaller of theta (N x d) and logits
+                logits = torch.matmul(q * s, k)
+            else:
+                logits = torch.matmul(q, k) * s
             return logits.softmax(dim=-1).to(theta.dtype)
         return attention_weights(theta.to(dt), phi.to(dt), mask, scale=s).to(theta.dtype)
     if mask is not None and mask.dtype != torch.bool:
@@ -207,7 +269,7 @@ def pairwise_weights(
         b = torch.matmul(phi, w_f[d:])  # (..., N')
         f = F.relu(a.unsqueeze(-1) + b.unsqueeze(-2))
     if mask is None:
-        return f / phi.shape[-2]
+        return f / max(phi.shape[-2], 1)  # no keys (N' = 0): an empty matrix, y = 0
     f = f.masked_fill(~mask, 0.0)
     count = mask.sum(dim=-1, keepdim=True).clamp_min(1).to(f.dtype)
     return f / count
@@ -230,7 +292,7 @@ def concatenation_from_scores(a: Tensor, b: Tensor, g: Tensor) -> Tensor:
     Returns:
         ``y`` of shape ``(..., N, d_v)`` in the dtype of ``g``.
     """
-    n_keys = b.shape[-1]
+    n_keys = max(b.shape[-1], 1)  # N' = 0: no keys, y = 0 as on the reference path
     out_dtype = g.dtype
     # Prefix sums in low precision lose everything: accumulate in at least fp32.
     dt = torch.promote_types(out_dtype, torch.float32)
@@ -250,6 +312,28 @@ def concatenation_from_scores(a: Tensor, b: Tensor, g: Tensor) -> Tensor:
     return y.to(out_dtype)
 
 
+def concatenation_non_local(a: Tensor, b: Tensor, g: Tensor, *, impl: Impl = "auto") -> Tensor:
+    """Eq. 5 from the scores ``a = theta w_theta`` ``(..., N)`` and ``b = phi w_phi`` ``(..., N')``.
+
+    ``impl="reference"`` builds ``ReLU(a_i + b_j) / N'`` explicitly, ``"fast"`` uses
+    :func:`concatenation_from_scores`, ``"auto"`` picks by size with :func:`choose_impl` (at run
+    time, so a traced or exported graph keeps the choice per input size).
+
+    Returns:
+        ``y`` of shape ``(..., N, d_v)``.
+    """
+    if impl == "auto":
+        training = torch.is_grad_enabled() and any(t.requires_grad for t in (a, b, g))
+        n, n_keys = a.shape[-1], b.shape[-1]
+        impl = choose_impl(
+            "concatenation", n, n_keys, 1, g.shape[-1], device=a.device, training=training
+        )
+    if impl == "fast":
+        return concatenation_from_scores(a, b, g)
+    weights = F.relu(a.unsqueeze(-1) + b.unsqueeze(-2)) / max(b.shape[-1], 1)  # (..., N, N')
+    return torch.matmul(weights.to(g.dtype), g)
+
+
 def non_local(
     theta: Tensor,
     phi: Tensor,
@@ -261,6 +345,7 @@ def non_local(
     mask: Tensor | None = None,
     return_attention: bool = False,
     impl: Impl = "auto",
+    nan_guard: bool = True,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """The non-local operation y = (1/C) sum_j f(x_i, x_j) g(x_j) (Eq. 1) on token tensors.
 
@@ -279,6 +364,9 @@ def non_local(
         return_attention: Also return the weights ``f / C`` of shape ``(..., N, N')`` (reference
             path).
         impl: ``"auto"``, ``"fast"`` or ``"reference"`` (see the module docstring).
+        nan_guard: Apply the one rule for non-finite inputs on every path (see
+            :func:`non_finite_guard`); a caller that applies it itself (the block does, per
+            sample) passes ``False`` to save the reductions.
 
     Returns:
         ``y`` of shape ``(..., N, d_v)``, and the weights if ``return_attention``.
@@ -291,7 +379,8 @@ def non_local(
     _check_tokens(theta, phi, g, w_f, instantiation)
     if impl not in ("auto", "fast", "reference"):
         raise ValueError(f"impl must be 'auto', 'fast' or 'reference', got {impl!r}")
-    check_mask(mask, theta.shape[-2], phi.shape[-2])
+    check_scale(scale)
+    check_mask(mask, theta.shape[-2], phi.shape[-2], batch_shape=theta.shape[:-2])
     if mask is not None and impl == "fast":
         raise ValueError("impl='fast' does not take a mask; use impl='reference' or 'auto'")
     if return_attention or mask is not None:
@@ -310,13 +399,40 @@ def non_local(
             training=training,
         )
 
+    guard = non_finite_guard(theta, phi, g).unsqueeze(-1).unsqueeze(-1) if nan_guard else 0.0
     if impl == "reference":
         weights = pairwise_weights(theta, phi, instantiation, scale=scale, w_f=w_f, mask=mask)
-        y = torch.matmul(weights, g)  # (..., N, d_v)
+        # y^T = g^T W^T: y (..., N, d_v) stored channel-first, as a block's W_z wants it
+        y = torch.matmul(g.transpose(-2, -1), weights.transpose(-2, -1)).transpose(-2, -1) + guard
         return (y, weights) if return_attention else y
+    return _fast(theta, phi, g, instantiation, scale, w_f) + guard
 
-    if instantiation in SOFTMAX_FORMS:
+
+#: The CPU inference path of the softmax forms holds at most this many pairwise entries at once.
+CPU_CHUNK_ENTRIES: int = 1 << 20
+
+
+def _chunked_softmax(q: Tensor, k: Tensor, v: Tensor, s: float) -> Tensor:
+    """``softmax(s q k^T) v`` over blocks of queries: the explicit path's matmuls with at most
+    :data:`CPU_CHUNK_ENTRIES` logits alive. Used without autograd on the CPU, where it runs at
+    the explicit path's speed (the CPU flash forward measured 0.77-0.93x of it)."""
+    rows = max(1, CPU_CHUNK_ENTRIES // max(k.shape[-2], 1))
+    dt = torch.promote_types(q.dtype, torch.float32)
+    kt = k.to(dt).transpose(-2, -1)
+    outs = []
+    for start in range(0, q.shape[-2], rows):
+        logits = torch.matmul(q[..., start : start + rows, :].to(dt) * s, kt)
+        outs.append(torch.matmul(logits.softmax(dim=-1).to(v.dtype), v))
+    return torch.cat(outs, dim=-2) if len(outs) != 1 else outs[0]
+
+
+def _fast(theta: Tensor, phi: Tensor, g: Tensor, inst: str, scale, w_f) -> Tensor:
+    """The fast paths of :func:`non_local` (module docstring), never the N x N' matrix."""
+    if inst in SOFTMAX_FORMS:
         s = logit_scale(scale, theta.shape[-1])
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (theta, phi, g))
+        if theta.device.type == "cpu" and not grad and theta.shape[-2] > 0:
+            return _chunked_softmax(theta, phi, g, s)
         # The CPU kernels silently fall back to the O(N N') math path for inputs whose last
         # dimension is not contiguous; make sure they are.
         q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (theta, phi, g))
@@ -329,9 +445,9 @@ def non_local(
             q, k = F.pad(q, (0, d_v - d)), F.pad(k, (0, d_v - d))
         y = F.scaled_dot_product_attention(q, k, v, scale=s)
         return y[..., :d_v] if d_v < d else y
-    if instantiation == "dot_product":
-        # theta (phi^T g) / N': never forms the N x N' matrix (Eq. 4, C = N').
-        context = torch.matmul(phi.transpose(-2, -1), g) / phi.shape[-2]  # (..., d, d_v)
+    if inst == "dot_product":
+        # theta (phi^T g) / N': never forms the N x N' matrix (Eq. 4, C = N'; N' = 0 gives 0).
+        context = torch.matmul(phi.transpose(-2, -1), g) / max(phi.shape[-2], 1)  # (..., d, d_v)
         return torch.matmul(theta, context)
     d = theta.shape[-1]
     return concatenation_from_scores(theta @ w_f[:d], phi @ w_f[d:], g)

@@ -1,6 +1,6 @@
 """Multi-head self-attention with per-head maps, state-dict compatible with ``nn.MultiheadAttention``.
 
-The encyclopedia article "Self-Attention", "Multi-head attention":
+The "Self-Attention" article, "Multi-head attention":
 ``MultiHead(X) = Concat(head_1, ..., head_h) W_O``, ``head_i = Attention(X W_Q^(i), X W_K^(i),
 X W_V^(i))`` with ``d_k = d_v = d / h``; the four projections hold ``4 d^2`` weights whatever ``h``.
 

@@ -1,4 +1,4 @@
-"""Position embedding modules (the encyclopedia article "Self-Attention", "Permutation equivariance and
+"""Position embedding modules (the "Self-Attention" article, "Permutation equivariance and
 position"): self-attention is permutation equivariant, so the layout of the patches must be
 added to the tokens -- learned absolute embeddings as in ViT (Dosovitskiy et al. 2021) or fixed
 sinusoidal encodings (Vaswani et al. 2017).

@@ -1,6 +1,6 @@
 """Swin window attention (W-MSA / SW-MSA) for 2D and 3D token grids, and a Swin block.
 
-The encyclopedia article "Self-Attention", "Windowed attention" and "Permutation equivariance and
+The "Self-Attention" article, "Windowed attention" and "Permutation equivariance and
 position": self-attention inside non-overlapping ``M x M`` windows, cost
 ``4 h w C^2 + 2 M^2 h w C``; alternate blocks shift the windows by ``floor(M/2)`` so that
 information crosses window borders; a learned relative position bias ``B`` is added to the scores,
@@ -27,6 +27,7 @@ torchvision; ``mask_padding=True`` hides them as keys instead.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -243,7 +244,8 @@ class WindowAttention(nn.Module):
         padded = tuple(x.shape[1:-1])
         x = cyclic_shift(x, shift)
         win = window_partition(x, window)  # (B*nW, N, C)
-        nw, n = win.shape[0] // b, win.shape[1]
+        n = win.shape[1]
+        nw = math.prod(p // w for p, w in zip(padded, window))  # windows per sample (B may be 0)
 
         qkv = self.qkv(win).reshape(b, nw, n, 3, self.num_heads, self.head_dim)
         q, key, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # each (B, nW, h, N, d_h)

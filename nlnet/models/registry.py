@@ -57,6 +57,11 @@ BLOCK_OPTIONS: tuple[str, ...] = (
     "mode",
     "scale",
     "impl",
+    "bias",
+    "norm_eps",
+    "norm_momentum",
+    "norm_groups",
+    "temporal_groups",
 )
 
 

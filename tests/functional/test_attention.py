@@ -1,4 +1,4 @@
-"""Tests of nlnet.functional.attention (the encyclopedia article "Self-Attention", "Formal Definition", "Masks")."""
+"""Tests of nlnet.functional.attention (the "Self-Attention" article, "Formal Definition", "Masks")."""
 
 import math
 
@@ -180,7 +180,7 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(TypeError, match="mask"):
         scaled_dot_product_attention(q, k, v, torch.ones(4, 5, dtype=torch.long))
     qb, kb, vb = _qkv(2, 3, n=4, m=5)
-    with pytest.raises(ValueError, match="mask batch dims"):
+    with pytest.raises(ValueError, match="mask of shape .*batch dims"):
         scaled_dot_product_attention(qb, kb, vb, torch.ones(5, 4, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match="mask"):
         scaled_dot_product_attention(q, k, v, [[True] * 5] * 4)

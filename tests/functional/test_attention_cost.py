@@ -1,4 +1,4 @@
-"""Tests of nlnet.functional.cost against the figures of the encyclopedia article "Self-Attention" ("Cost",
+"""Tests of nlnet.functional.cost against the figures of the "Self-Attention" article ("Cost",
 "Windowed attention", "Multi-head attention")."""
 
 import pytest

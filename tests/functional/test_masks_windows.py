@@ -1,4 +1,4 @@
-"""Tests of nlnet.functional.masks and nlnet.functional.windows (the encyclopedia article "Self-Attention",
+"""Tests of nlnet.functional.masks and nlnet.functional.windows (the "Self-Attention" article,
 "Masks" and "Windowed attention")."""
 
 import itertools

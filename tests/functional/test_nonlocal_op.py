@@ -179,7 +179,15 @@ def test_choose_impl_by_size():
         == "reference"
     )
     assert (
-        choose_impl("embedded_gaussian", 784, 784, 512, 512, device=cpu, training=False) == "fast"
+        choose_impl("embedded_gaussian", 784, 784, 512, 512, device=cpu, training=False)
+        == "reference"
+    )
+    assert (
+        choose_impl("embedded_gaussian", 3136, 3136, 256, 256, device=cpu, training=False) == "fast"
+    )
+    cuda = torch.device("cuda")
+    assert (
+        choose_impl("embedded_gaussian", 784, 784, 512, 512, device=cuda, training=True) == "fast"
     )
     assert (
         choose_impl("embedded_gaussian", 12544, 12544, 512, 512, device=cpu, training=True)

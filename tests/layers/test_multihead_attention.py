@@ -1,4 +1,4 @@
-"""Tests of nlnet.layers.attention.MultiheadSelfAttention (the encyclopedia article "Self-Attention",
+"""Tests of nlnet.layers.attention.MultiheadSelfAttention (the "Self-Attention" article,
 "Multi-head attention", "Masks", "Permutation equivariance and position")."""
 
 import pytest

@@ -53,7 +53,7 @@ def test_fast_equals_reference(dim, instantiation, mode, sub_sample, pool_positi
     kw = dict(instantiation=instantiation, sub_sample=sub_sample, pool_position=pool_position)
     if dim == 3:
         kw["mode"] = mode
-    block = _activated(BLOCKS[dim](4, 3, **kw)).train()
+    block = _activated(BLOCKS[dim](4, inter_channels=3, **kw)).train()
     x = torch.randn(2, 4, *SIZES[dim], dtype=torch.float64, requires_grad=True)
     results = {}
     for impl in ("fast", "reference"):
@@ -70,7 +70,9 @@ def test_fast_equals_reference(dim, instantiation, mode, sub_sample, pool_positi
 @pytest.mark.parametrize("instantiation", INSTANTIATIONS)
 @pytest.mark.parametrize("mode", ["spacetime", "space", "time"])
 def test_gradcheck_block(instantiation, mode):
-    block = _activated(NonLocal3d(3, 2, instantiation=instantiation, mode=mode, impl="fast")).eval()
+    block = _activated(
+        NonLocal3d(3, inter_channels=2, instantiation=instantiation, mode=mode, impl="fast")
+    ).eval()
     x = torch.randn(1, 3, 2, 4, 4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(block, (x,), fast_mode=True)
 
@@ -130,7 +132,7 @@ def test_parameter_names_follow_the_paper_and_state_dict_round_trip():
 def test_channels_and_subsample_arguments():
     assert NonLocal2d(64).inter_channels == 32
     assert NonLocal2d(64, reduction=4).inter_channels == 16
-    assert NonLocal2d(64, 8).inter_channels == 8
+    assert NonLocal2d(64, inter_channels=8).inter_channels == 8
     assert NonLocal3d(8).kernel == (1, 2, 2)
     assert NonLocal3d(8, sub_sample=2).kernel == (1, 2, 2)
     assert NonLocal3d(8, sub_sample=(2, 2, 2)).kernel == (2, 2, 2)
@@ -190,7 +192,7 @@ def test_bad_construction_errors():
     with pytest.raises(ValueError, match="instantiation"):
         NonLocal3d(4, instantiation="cosine")
     with pytest.raises(ValueError, match="reduction"):
-        NonLocal3d(4, 2, reduction=2)
+        NonLocal3d(4, inter_channels=2, reduction=2)
     with pytest.raises(ValueError, match="sub_sample"):
         NonLocal3d(4, sub_sample=(2, 2))
     with pytest.raises(ValueError, match="pool_position"):
@@ -214,7 +216,9 @@ def test_block_fast_path_never_builds_the_pairwise_matrix(instantiation, mode):
                     self.max_numel = max(self.max_numel, t.numel())
             return out
 
-    block = NonLocal3d(8, 4, instantiation=instantiation, mode=mode, sub_sample=False, impl="fast")
+    block = NonLocal3d(
+        8, inter_channels=4, instantiation=instantiation, mode=mode, sub_sample=False, impl="fast"
+    )
     x = torch.randn(1, 8, 4, 16, 16, requires_grad=True)  # N = N' = 1024
     with MaxNumel() as rec:
         block(x).sum().backward()

@@ -1,4 +1,5 @@
-"""Tests of position encodings: nlnet.functional.pos_embed and nlnet.layers.pos_embed (the encyclopedia article "Self-Attention", "Permutation equivariance and position")."""
+"""Tests of position encodings: nlnet.functional.pos_embed and nlnet.layers.pos_embed (seed
+the "Self-Attention" article, "Permutation equivariance and position")."""
 
 import math
 

@@ -1,4 +1,5 @@
-"""Tests of nlnet.layers.window_attention against torchvision's Swin (the encyclopedia article "Self-Attention", "Windowed attention"; Liu et al. 2021)."""
+"""Tests of nlnet.layers.window_attention against torchvision's Swin (the "Self-Attention"
+article, "Windowed attention"; Liu et al. 2021)."""
 
 import pytest
 import torch
@@ -202,3 +203,27 @@ def test_bad_inputs_name_the_argument():
         strict(torch.randn(1, 8, 8, 8, 8))
     with pytest.raises(ValueError, match="x must be channels-last"):
         strict(torch.randn(1, 8, 8, 6))
+
+
+@pytest.mark.parametrize("impl", ["reference", "fast", "auto"])
+@pytest.mark.parametrize(
+    "make,shape",
+    [
+        (lambda: WindowAttention2d(8, 4, 2), (0, 8, 8, 8)),
+        (lambda: WindowAttention2d(8, 4, 2, shift_size=2), (0, 7, 10, 8)),
+        (lambda: WindowAttention3d(8, (2, 4, 4), 2, shift_size=(1, 2, 2)), (0, 2, 8, 8, 8)),
+        (lambda: SwinBlock(8, 2, (4, 4), shift_size=2), (0, 8, 8, 8)),
+        (lambda: MultiheadSelfAttention(8, 2), (0, 5, 8)),
+    ],
+    ids=["w2d", "sw2d-padded", "sw3d", "swin-block", "mhsa"],
+)
+def test_empty_batch_gives_empty_output(make, shape, impl):
+    module = make()
+    for m in module.modules():
+        if hasattr(m, "impl"):
+            m.impl = impl
+    x = torch.randn(shape, requires_grad=True)
+    out = module(x)
+    assert out.shape == x.shape
+    out.sum().backward()
+    assert x.grad.shape == x.shape
