@@ -1,0 +1,228 @@
+"""Every registered model and every non-local block is deployable (registry-wide, timm style).
+
+At tiny widths (the registry's ``test_overrides``) each model must
+
+* trace with ``torch.fx.symbolic_trace`` (and torchvision's ``create_feature_extractor``) into a
+  graph that computes the same outputs and still contains its non-local blocks;
+* compile with ``torch.compile(fullgraph=True)`` (no graph break on the inference path; the cheap
+  ``eager`` backend checks the capture, the slow sweep also runs inductor once);
+* export with ``torch.export``;
+* export to ONNX (opset 18, the dynamo exporter) and run in onnxruntime with outputs equal to
+  PyTorch's within 1e-4 (float32).
+
+The full sweeps of compile / export / ONNX over the registry are marked ``slow``; a cheap subset
+(one model per family and every kind of block placement) runs in the default suite.
+"""
+
+from __future__ import annotations
+
+import onnxruntime as ort
+import pytest
+import torch
+import torch._dynamo
+import torch.fx
+from torch import nn
+from torchvision.models.feature_extraction import create_feature_extractor
+
+from nlnet.layers import NonLocal1d, NonLocal2d, NonLocal3d
+from nlnet.models import create_model, get_model_entry, list_models
+from nlnet.models.surgery import non_local_blocks
+
+ALL = list_models()
+
+#: One model per family / kind of block placement for the default (fast) suite.
+CHEAP = [
+    n
+    for n in (
+        "c2d_tiny_nl1",  # native block slot in a basic block
+        "c2d_tiny_nl1_time",  # time-only block
+        "resnet50_nl_coco",  # block inserted into a torchvision Bottleneck (class switch)
+        "resnet50_nl_guide",  # block appended to an nn.Sequential stage
+        "seg_r50_nl",  # block in a head + bilinear upsampling
+        "vit_tiny",
+        "swin_tiny",
+        "vivit_tiny",
+    )
+    if n in ALL
+]
+SLOW_REST = [pytest.param(n, marks=pytest.mark.slow) for n in ALL if n not in CHEAP]
+
+
+def _tiny_input(name: str, batch: int = 2) -> torch.Tensor:
+    cfg = get_model_entry(name).default_cfg
+    if "test_input_size" in cfg:
+        return torch.randn(batch, *cfg["test_input_size"])
+    if cfg.get("task", "video_classification") == "video_classification":
+        return torch.randn(batch, 3, 8, 64, 64)
+    return torch.randn(batch, 3, 64, 64)
+
+
+def _tiny_model(name: str) -> nn.Module:
+    """Narrow copy in eval mode; block BN scales set to 1 so that a dropped block would show."""
+    torch.manual_seed(0)
+    cfg = get_model_entry(name).default_cfg
+    model = create_model(name, num_classes=5, **cfg.get("test_overrides", {}))
+    for _, block in non_local_blocks(model):
+        if isinstance(block.norm, nn.modules.batchnorm._BatchNorm):
+            nn.init.ones_(block.norm.weight)
+    return model.eval()
+
+
+def _graph_targets(gm: torch.fx.GraphModule) -> set[str]:
+    return {str(n.target) for n in gm.graph.nodes if n.op in ("call_module", "get_attr")}
+
+
+# ------------------------------------------------------------------------------------- FX
+@pytest.mark.parametrize("name", ALL)
+def test_fx_symbolic_trace_same_outputs_blocks_kept(name):
+    model = _tiny_model(name)
+    x = _tiny_input(name)
+    gm = torch.fx.symbolic_trace(model)
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x), model(x), rtol=1e-5, atol=1e-6)
+    targets = _graph_targets(gm)
+    for block_name, _ in non_local_blocks(model):
+        assert any(t.startswith(block_name) for t in targets), f"{block_name} not in the graph"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_fx_trace_full_size_on_meta(name):
+    """The registered (full-size) architecture traces too; meta tensors: shapes only."""
+    with torch.device("meta"):
+        model = create_model(name)
+    gm = torch.fx.symbolic_trace(model)
+    assert any(n.op == "output" for n in gm.graph.nodes)
+
+
+@pytest.mark.parametrize("name", ["c2d_tiny_nl1", "resnet50_nl_coco"])
+def test_create_feature_extractor_with_inserted_block(name):
+    """torchvision's feature extraction (FX based) returns the stage output after the block."""
+    model = _tiny_model(name)
+    x = _tiny_input(name)
+    seen = {}
+    handle = model.layer3.register_forward_hook(lambda m, a, out: seen.setdefault("res4", out))
+    with torch.no_grad():
+        model(x)
+    handle.remove()
+    extractor = create_feature_extractor(model, return_nodes={"layer3": "res4"})
+    with torch.no_grad():
+        feats = extractor(x)
+    torch.testing.assert_close(feats["res4"], seen["res4"], rtol=1e-5, atol=1e-6)
+
+
+# -------------------------------------------------------------------------- compile / export
+def _check_compile(model: nn.Module, x: torch.Tensor, backend: str = "eager") -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend=backend)  # graph break -> error
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def _check_export(model: nn.Module, x: torch.Tensor) -> None:
+    ep = torch.export.export(model, (x,))
+    with torch.no_grad():
+        torch.testing.assert_close(ep.module()(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def _check_onnx(model: nn.Module, x: torch.Tensor, path) -> None:
+    program = torch.onnx.export(model, (x,), dynamo=True, opset_version=18, verbose=False)
+    program.save(str(path))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        ref = model(x)
+    torch.testing.assert_close(torch.from_numpy(out), ref, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", CHEAP + SLOW_REST)
+def test_compile_fullgraph(name):
+    _check_compile(_tiny_model(name), _tiny_input(name))
+
+
+@pytest.mark.parametrize("name", CHEAP + SLOW_REST)
+def test_torch_export(name):
+    _check_export(_tiny_model(name), _tiny_input(name))
+
+
+@pytest.mark.parametrize("name", CHEAP + SLOW_REST)
+def test_onnx_runs_in_onnxruntime(name, tmp_path):
+    _check_onnx(_tiny_model(name), _tiny_input(name), tmp_path / f"{name}.onnx")
+
+
+@pytest.mark.slow
+def test_compile_inductor_video_model():
+    _check_compile(_tiny_model("c2d_tiny_nl1"), _tiny_input("c2d_tiny_nl1"), backend="inductor")
+
+
+# ---------------------------------------------------------------------------------- blocks
+INSTANTIATIONS = ("gaussian", "embedded_gaussian", "dot_product", "concatenation")
+BLOCK_CASES = [(1, inst, "spacetime", sub) for inst in INSTANTIATIONS for sub in (True, False)]
+BLOCK_CASES += [(2, inst, "spacetime", sub) for inst in INSTANTIATIONS for sub in (True, False)]
+BLOCK_CASES += [
+    (3, inst, mode, sub)
+    for inst in INSTANTIATIONS
+    for mode in ("spacetime", "space", "time")
+    for sub in (True, False)
+]
+_SHAPES = {1: (2, 8, 16), 2: (2, 8, 8, 8), 3: (2, 8, 4, 8, 8)}
+
+
+def _block(
+    dim: int, instantiation: str, mode: str, sub_sample: bool
+) -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    cls = {1: NonLocal1d, 2: NonLocal2d, 3: NonLocal3d}[dim]
+    kwargs = {"mode": mode} if dim == 3 else {}
+    block = cls(8, instantiation=instantiation, sub_sample=sub_sample, **kwargs)
+    nn.init.ones_(block.norm.weight)  # not the identity
+    return block.eval(), torch.randn(_SHAPES[dim])
+
+
+def _case_id(case) -> str:
+    dim, inst, mode, sub = case
+    return f"{dim}d-{inst}-{mode}-{'sub' if sub else 'nosub'}"
+
+
+@pytest.mark.parametrize("case", BLOCK_CASES, ids=_case_id)
+def test_block_fx_trace(case):
+    block, x = _block(*case)
+    gm = torch.fx.symbolic_trace(block)
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x), block(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", BLOCK_CASES, ids=_case_id)
+def test_block_export(case):
+    _check_export(*_block(*case))
+
+
+_CHEAP_BLOCKS = [c for c in BLOCK_CASES if c[0] == 3 and c[3]]
+
+
+@pytest.mark.parametrize(
+    "case",
+    _CHEAP_BLOCKS
+    + [pytest.param(c, marks=pytest.mark.slow) for c in BLOCK_CASES if c not in _CHEAP_BLOCKS],
+    ids=_case_id,
+)
+def test_block_compile_fullgraph(case):
+    _check_compile(*_block(*case))
+
+
+_ONNX_BLOCKS = [c for c in BLOCK_CASES if c[0] == 3 and c[2] == "spacetime" and c[3]]
+_ONNX_BLOCKS += [(3, "embedded_gaussian", "space", True), (3, "embedded_gaussian", "time", True)]
+_ONNX_BLOCKS += [
+    (1, "dot_product", "spacetime", True),
+    (2, "embedded_gaussian", "spacetime", False),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    _ONNX_BLOCKS
+    + [pytest.param(c, marks=pytest.mark.slow) for c in BLOCK_CASES if c not in _ONNX_BLOCKS],
+    ids=_case_id,
+)
+def test_block_onnx(case, tmp_path):
+    block, x = _block(*case)
+    _check_onnx(block, x, tmp_path / "block.onnx")
