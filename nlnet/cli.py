@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cost": ("nlnet.analysis.cost", "parameters and multiply-adds of a model"),
     "visualize": ("nlnet.analysis.visualize", "draw the attention maps of non-local blocks"),
     "showcase": ("nlnet.showcase", "the non-local block on a synthetic video tensor"),
+    "export": ("nlnet.commands.export", "export a checkpoint to ONNX / TorchScript / torch.export"),
 }
 
 

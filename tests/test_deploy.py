@@ -226,3 +226,49 @@ _ONNX_BLOCKS += [
 def test_block_onnx(case, tmp_path):
     block, x = _block(*case)
     _check_onnx(block, x, tmp_path / "block.onnx")
+
+
+# ------------------------------------------------------------------------------ nlnet export
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    from nlnet.engine.checkpoint import save_checkpoint
+
+    model = _tiny_model("c2d_tiny_nl1")
+    path = tmp_path_factory.mktemp("ckpt") / "tiny.pt"
+    save_checkpoint(
+        path,
+        model=model,
+        model_name="c2d_tiny_nl1",
+        num_classes=5,
+        extra={"model_overrides": {"width": 4}, "num_frames": 4},
+    )
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "exported"])
+def test_export_command_writes_a_file_that_runs(fmt, tiny_checkpoint, tmp_path, capsys):
+    import json
+
+    from nlnet.cli import main
+
+    out = tmp_path / f"model.{fmt}"
+    rc = main(
+        ["export", "--checkpoint", str(tiny_checkpoint), "--format", fmt, "--output", str(out)]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert out.is_file() and report["bytes"] == out.stat().st_size
+    assert report["input_shape"] == [1, 3, 4, 32, 32]  # frames from the checkpoint
+    assert report["check_ok"] and report["check_max_abs_diff"] <= 1e-4
+
+
+def test_export_command_user_errors_are_one_line(tiny_checkpoint, tmp_path, capsys):
+    from nlnet.cli import main
+
+    rc = main(["export", "--checkpoint", str(tmp_path / "nope.pt"), "--format", "onnx",
+               "--output", str(tmp_path / "m.onnx")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "no such file" in err
+    rc = main(["export", "--checkpoint", str(tiny_checkpoint), "--format", "onnx",
+               "--output", str(tmp_path / "m.onnx"), "--input-size", "3x4"])  # fmt: skip
+    assert rc == 2 and "--input-size" in capsys.readouterr().err

@@ -1,0 +1,1 @@
+"""CLI sub-commands (each module: configure_parser, main, optional EXAMPLES)."""
