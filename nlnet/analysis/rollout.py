@@ -34,6 +34,7 @@ __all__ = [
     "patch_merging_matrix",
     "rollout_figure",
     "swin_rollout",
+    "transformer_attention_figure",
     "vit_rollout",
     "window_weights_to_tokens",
 ]
@@ -229,5 +230,63 @@ def rollout_figure(image, heat: Tensor, title: str = "attention rollout"):
     axes[1].set_title(title)
     for ax in axes:
         ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def transformer_attention_figure(model: nn.Module, x: Tensor, frames, title: str = ""):
+    """Attention rollout of a ViT, Swin or video transformer on one input, drawn over it.
+
+    Args:
+        model: a :class:`~nlnet.models.vit.VisionTransformer`,
+            :class:`~nlnet.models.swin.SwinTransformer` or
+            :class:`~nlnet.models.video_transformer.VideoTransformer` (eval mode).
+        x: its input, ``(1, 3, H, W)`` or ``(1, 3, T, H, W)``.
+        frames: the picture(s) to draw on, ``(T, H, W, 3)`` uint8 (``T = 1`` for an image).
+        title: figure title (e.g. the prediction).
+
+    Returns:
+        ``(logits, figure)``; a video gets one panel per token frame.
+    """
+    import numpy as np
+
+    from nlnet.models.swin import SwinTransformer
+    from nlnet.models.video_transformer import VideoTransformer
+    from nlnet.models.vit import VisionTransformer
+
+    frames = np.asarray(frames)
+    if isinstance(model, SwinTransformer):
+        logits, heat = swin_rollout(model, x)
+    elif isinstance(model, VisionTransformer):
+        logits, heat = vit_rollout(model, x, model.grid_size)
+    elif isinstance(model, VideoTransformer):
+        logits, heat = vit_rollout(model, x, model.grid)
+        return logits, _video_rollout_figure(frames, heat[0], title)
+    else:
+        raise ValueError(
+            f"model: expected a ViT, Swin or video transformer, got {type(model).__name__}"
+        )
+    fig = rollout_figure(frames[0], heat[0], title or "attention rollout")
+    return logits, fig
+
+
+def _video_rollout_figure(frames, heat: Tensor, title: str):
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    t_tokens = heat.shape[0]
+    step = max(len(frames) // t_tokens, 1)
+    h, w = frames.shape[1:3]
+    fig, axes = plt.subplots(1, t_tokens, figsize=(2.4 * t_tokens, 2.8), squeeze=False)
+    for t in range(t_tokens):
+        ax = axes[0, t]
+        ax.imshow(frames[min(t * step, len(frames) - 1)])
+        ax.imshow(heat[t].cpu().numpy(), cmap="jet", alpha=0.5, vmin=0, vmax=1,
+                  extent=(-0.5, w - 0.5, h - 0.5, -0.5))  # fmt: skip
+        ax.set_title(f"frame {t * step}")
+        ax.axis("off")
+    fig.suptitle(title or "attention rollout (class token)")
     fig.tight_layout()
     return fig

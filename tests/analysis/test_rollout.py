@@ -84,3 +84,20 @@ def test_swin_rollout_and_figure(tmp_path):
     fig = rollout_figure(x[0], heat[0])
     fig.savefig(tmp_path / "rollout.png")
     assert (tmp_path / "rollout.png").stat().st_size > 1000
+
+
+def test_transformer_attention_figure_for_each_family(tmp_path):
+    import numpy as np
+
+    from nlnet.analysis.rollout import transformer_attention_figure
+
+    torch.manual_seed(0)
+    for name, shape in (("vit_tiny", (1, 3, 32, 32)), ("swin_tiny", (1, 3, 32, 32)),
+                        ("vivit_tiny", (1, 3, 4, 32, 32))):  # fmt: skip
+        model = create_model(name, num_classes=3, **({"width": 2} if "vivit" in name else {}))
+        x = torch.randn(shape)
+        frames = np.zeros((shape[2] if len(shape) == 5 else 1, 32, 32, 3), dtype=np.uint8)
+        logits, fig = transformer_attention_figure(model.eval(), x, frames, title=name)
+        torch.testing.assert_close(logits, model(x))
+        fig.savefig(tmp_path / f"{name}.png")
+        assert len(fig.axes) == (4 if "vivit" in name else 2)
