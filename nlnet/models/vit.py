@@ -234,7 +234,8 @@ def torchvision_state_dict(spec: Any, arch: str) -> Mapping[str, Tensor]:
     member, ``"ViT_B_16_Weights.IMAGENET1K_V1"`` or a bare ``"IMAGENET1K_V1"`` of ``arch``).
 
     Enum weights come through torchvision's ``get_state_dict`` (the torch hub cache; nothing is
-    downloaded when the file is there).
+    downloaded when the file is there). To be unified with ``nlnet.models.weights`` (same
+    spellings) at merge time.
     """
     import os
 
@@ -255,7 +256,13 @@ def torchvision_state_dict(spec: Any, arch: str) -> Mapping[str, Tensor]:
         raise TypeError(
             f"weights: expected a state dict, a path or weights, got {type(spec).__name__}"
         )
-    return spec.get_state_dict(progress=False, weights_only=True)
+    try:
+        return spec.get_state_dict(progress=False, weights_only=True)
+    except OSError as err:  # URLError included: offline and not in the torch hub cache
+        raise ValueError(
+            f"weights: {spec} is not in the torch hub cache and could not be downloaded ({err}); "
+            f"download {spec.url} into $TORCH_HOME/hub/checkpoints/ or pass a file path"
+        ) from None
 
 
 def _enum(arch: str) -> str:
