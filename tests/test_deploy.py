@@ -271,3 +271,24 @@ def test_export_command_user_errors_are_one_line(tiny_checkpoint, tmp_path, caps
     rc = main(["export", "--checkpoint", str(tiny_checkpoint), "--format", "onnx",
                "--output", str(tmp_path / "m.onnx"), "--input-size", "3x4"])  # fmt: skip
     assert rc == 2 and "--input-size" in capsys.readouterr().err
+
+
+def test_inserted_block_survives_deepcopy_and_pickle():
+    """The class switch of insert_non_local (no forward hook) keeps working after a copy."""
+    import copy
+    import io
+
+    model = _tiny_model("resnet50_nl_coco")
+    x = _tiny_input("resnet50_nl_coco")
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert not model.layer3[4]._forward_hooks
+    with torch.no_grad():
+        ref = model(x)
+        for other in (copy.deepcopy(model), loaded):
+            assert type(other.layer3[4]) is type(model.layer3[4])
+            torch.testing.assert_close(other(x), ref)
+        model.layer3[4].non_local.norm.weight.zero_()  # identity block: output must change
+        assert not torch.allclose(model(x), ref)
