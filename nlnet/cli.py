@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "visualize": ("nlnet.commands.visualize", "draw the attention maps of non-local blocks"),
     "showcase": ("nlnet.commands.showcase", "the non-local block on a synthetic video tensor"),
     "import-caffe2": ("nlnet.commands.import_caffe2", "convert a released Caffe2 .pkl model"),
+    "export": ("nlnet.commands.export", "export a checkpoint to ONNX / TorchScript / torch.export"),
 }
 
 

@@ -11,6 +11,12 @@ the paper's Figures 1 and 3. This module makes those weights observable for any 
 * :class:`GridMapping` converts between flattened query/key indices and frames, rows and columns
   of the model's input (subsampling included), so a weight can be drawn at the pixels it refers to.
 
+The same recorder watches the transformers' attention layers (``kind="transformer"``, the
+default for a model without non-local blocks): :class:`~nlnet.layers.MultiheadSelfAttention`
+maps ``(B, heads, n, m)`` (ViT, the video transformers) and
+:class:`~nlnet.layers.WindowAttention` maps ``(B, windows, heads, N, N)`` (Swin), which
+:mod:`nlnet.analysis.rollout` turns into whole-image maps and attention rollout.
+
 Example::
 
     with record_attention(model) as rec:
@@ -33,9 +39,21 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
+from nlnet.layers.attention import MultiheadSelfAttention
 from nlnet.layers.nonlocal_block import NonLocalNd
+from nlnet.layers.window_attention import WindowAttention
 
-__all__ = ["AttentionRecorder", "GridMapping", "find_non_local_blocks", "record_attention"]
+__all__ = [
+    "AttentionRecorder",
+    "GridMapping",
+    "KINDS",
+    "find_attention_layers",
+    "find_non_local_blocks",
+    "record_attention",
+]
+
+#: What :func:`record_attention` can watch.
+KINDS = ("auto", "non_local", "transformer")
 
 
 def find_non_local_blocks(model: nn.Module) -> list[tuple[str, NonLocalNd]]:
@@ -43,6 +61,15 @@ def find_non_local_blocks(model: nn.Module) -> list[tuple[str, NonLocalNd]]:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
     return [(n, m) for n, m in model.named_modules() if isinstance(m, NonLocalNd)]
+
+
+def find_attention_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """All transformer attention layers (``MultiheadSelfAttention``, ``WindowAttention``) of
+    ``model`` as ``(qualified name, layer)``, in module order."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected an nn.Module, got {type(model).__name__}")
+    kinds = (MultiheadSelfAttention, WindowAttention)
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, kinds)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +245,7 @@ class AttentionRecorder:
         history: name -> list of the weights of every pass (only with ``keep_history=True``).
     """
 
-    def __init__(self, blocks: dict[str, NonLocalNd]) -> None:
+    def __init__(self, blocks: dict[str, nn.Module]) -> None:
         self.blocks = blocks
         self.maps: dict[str, Tensor] = {}
         self.feature_sizes: dict[str, tuple[int, ...]] = {}
@@ -238,6 +265,11 @@ class AttentionRecorder:
         """
         if name not in self.feature_sizes:
             raise KeyError(f"name: no attention recorded for block {name!r} (have {self.names})")
+        if not isinstance(self.blocks[name], NonLocalNd):
+            raise ValueError(
+                f"name: {name!r} is a transformer attention layer; its maps are drawn with "
+                "nlnet.analysis.rollout"
+            )
         return GridMapping.for_block(self.blocks[name], self.feature_sizes[name], input_size)
 
     def clear(self) -> None:
@@ -247,6 +279,43 @@ class AttentionRecorder:
             v.clear()
 
 
+def _watched(model: nn.Module, kind: str) -> dict[str, nn.Module]:
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    if kind in ("auto", "non_local"):
+        found = dict(find_non_local_blocks(model))
+        if found or kind == "non_local":
+            if not found:
+                raise ValueError(f"model: {type(model).__name__} contains no non-local block")
+            return found
+    found = dict(find_attention_layers(model))
+    if not found:
+        raise ValueError(
+            f"model: {type(model).__name__} contains no non-local block or attention layer"
+        )
+    return found
+
+
+def _is_non_local(found: dict[str, nn.Module]) -> bool:
+    return all(isinstance(m, NonLocalNd) for m in found.values())
+
+
+def _attention_of(module: nn.Module, args: tuple, kwargs: dict) -> Tensor:
+    """Re-evaluate ``module`` on the same input with weights requested (eval mode, no grad)."""
+    was_training = module.training
+    module.eval()  # BN statistics and attention dropout untouched by the second evaluation
+    try:
+        with torch.no_grad():
+            if isinstance(module, NonLocalNd):
+                _, attn = type(module).forward(module, args[0], return_attention=True)
+            else:
+                kwargs = {**kwargs, "return_weights": True}
+                _, attn = type(module).forward(module, *args, **kwargs)
+    finally:
+        module.train(was_training)
+    return attn
+
+
 @contextlib.contextmanager
 def record_attention(
     model: nn.Module,
@@ -254,65 +323,68 @@ def record_attention(
     *,
     to_cpu: bool = False,
     keep_history: bool = False,
+    kind: str = "auto",
 ) -> Iterator[AttentionRecorder]:
-    """Record the attention weights of non-local blocks while the context is open.
+    """Record the attention weights of non-local blocks (or attention layers) while open.
 
-    The model's outputs are unchanged bit for bit: each watched block runs its normal forward,
-    and a forward hook then evaluates the block's ``return_attention=True`` path on the same
-    input to obtain the weights (no gradient; the block's BatchNorm is put in eval mode for
-    that second evaluation so that training-mode running statistics are not updated twice).
+    The model's outputs are unchanged bit for bit: each watched module runs its normal forward,
+    and a forward hook then evaluates the module's weights-returning path on the same input
+    (no gradient; the module is put in eval mode for that second evaluation so that
+    training-mode BatchNorm statistics are not updated twice and no dropout is drawn).
 
     Args:
         model: any module containing :class:`~nlnet.layers.nonlocal_block.NonLocalNd` blocks
-            (or a block itself).
-        blocks: None (all blocks), one qualified name, or a list of names (see
-            :func:`find_non_local_blocks`).
+            or transformer attention layers (or such a module itself).
+        blocks: None (all), one qualified name, or a list of names (see
+            :func:`find_non_local_blocks` / :func:`find_attention_layers`).
         to_cpu: move the weights to the CPU as they are recorded.
         keep_history: also append the weights of every pass to ``recorder.history``.
+        kind: ``"non_local"`` (blocks), ``"transformer"`` (``MultiheadSelfAttention``:
+            ``(B, heads, n, m)``; ``WindowAttention``: ``(B, windows, heads, N, N)``) or
+            ``"auto"`` (the blocks if there are any, else the attention layers).
 
     Yields:
-        An :class:`AttentionRecorder`; ``recorder.maps[name]`` holds ``(B, N, N')`` (detached:
-        the weights are computed without gradient).
+        An :class:`AttentionRecorder`; ``recorder.maps[name]`` holds the detached weights, a
+        non-local block's ``(B, N, N')``; ``recorder.feature_sizes[name]`` the module's input
+        grid (``(n,)`` tokens for ``MultiheadSelfAttention``).
 
     Raises:
-        ValueError: the model has no non-local block, or an unknown block name.
+        ValueError: nothing to watch, or an unknown name.
     """
-    found = dict(find_non_local_blocks(model))
-    if not found:
-        raise ValueError(f"model: {type(model).__name__} contains no non-local block")
+    found = _watched(model, kind)
     if blocks is None:
         chosen = found
     else:
         names = [blocks] if isinstance(blocks, str) else list(blocks)
         unknown = [n for n in names if n not in found]
         if unknown:
-            raise ValueError(f"blocks: unknown non-local block(s) {unknown}; have {list(found)}")
+            what = "non-local block" if _is_non_local(found) else "attention layer"
+            raise ValueError(f"blocks: unknown {what}(s) {unknown}; have {list(found)}")
         chosen = {n: found[n] for n in names}
     rec = AttentionRecorder(chosen)
     handles = []
 
     def make_hook(name: str):
-        def hook(module: NonLocalNd, args: tuple, output: Tensor) -> None:
-            x = args[0]
-            norm_was_training = module.norm.training
-            module.norm.eval()
-            try:
-                with torch.no_grad():
-                    _, attn = type(module).forward(module, x, return_attention=True)
-            finally:
-                module.norm.train(norm_was_training)
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output: Tensor) -> None:
+            attn = _attention_of(module, args, kwargs)
             if to_cpu:
                 attn = attn.cpu()
+            x = args[0]
             rec.maps[name] = attn
-            rec.feature_sizes[name] = tuple(int(s) for s in x.shape[2:])
+            if isinstance(module, NonLocalNd):
+                rec.feature_sizes[name] = tuple(int(s) for s in x.shape[2:])
+            elif isinstance(module, WindowAttention):
+                rec.feature_sizes[name] = tuple(int(s) for s in x.shape[1:-1])
+            else:
+                rec.feature_sizes[name] = (int(x.shape[-2]),)
             if keep_history:
                 rec.history[name].append(attn)
 
         return hook
 
     try:
-        for name, block in chosen.items():
-            handles.append(block.register_forward_hook(make_hook(name)))
+        for name, module in chosen.items():
+            handles.append(module.register_forward_hook(make_hook(name), with_kwargs=True))
         yield rec
     finally:
         for h in handles:

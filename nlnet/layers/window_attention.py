@@ -203,7 +203,9 @@ class WindowAttention(nn.Module):
         if not any(shift) and not need_pad:
             return None
         cache_key = (grid, window, shift, need_pad, str(device))
-        cache = self.__dict__.setdefault("_mask_cache", {})
+        # no caching while torch.compile / torch.export trace: their tensors are fake
+        tracing = torch.compiler.is_compiling()
+        cache = {} if tracing else self.__dict__.setdefault("_mask_cache", {})
         if cache_key in cache:
             return cache[cache_key]
         allowed = None

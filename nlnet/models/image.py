@@ -20,10 +20,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.fx
 import torch.nn.functional as F
 from torch import nn
 from torchvision.models import resnet
 
+from nlnet.models.checks import check_input
 from nlnet.models.surgery import insert_non_local, non_local_paths
 
 __all__ = [
@@ -31,6 +33,8 @@ __all__ = [
     "SegmentationHead",
     "SegmentationNet",
 ]
+
+torch.fx.wrap("check_input")  # traceable input check (models/checks.py)
 
 _DEPTHS = {
     18: resnet.resnet18,
@@ -162,9 +166,7 @@ class SegmentationNet(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 4:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x: expected an image batch (B, C, H, W), got {shape}")
+        check_input(x, 4)
         size = x.shape[-2:]
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))  # (B, 2048, H/8, W/8)

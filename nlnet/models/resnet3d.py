@@ -43,7 +43,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
+import torch.fx
 from torch import nn
+
+from nlnet.models.checks import check_input
 
 __all__ = [
     "Bottleneck3d",
@@ -67,6 +70,9 @@ STAGE_NAMES: dict[str, str] = {
     "res4": "layer3",
     "res5": "layer4",
 }
+
+# FX records the check as one call (it still runs in the traced module); see models/checks.py
+torch.fx.wrap("check_input")
 
 _INFLATE_KINDS = (None, "3x3x3", "3x1x1")
 
@@ -344,14 +350,7 @@ class ResNet3d(nn.Module):
                     nn.init.zeros_(m.bn3.weight)
 
     def _check_input(self, x: torch.Tensor) -> None:
-        if not isinstance(x, torch.Tensor) or x.dim() != 5:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x: expected a video tensor (B, C, T, H, W), got {shape}")
-        if x.shape[1] != self.conv1.in_channels:
-            raise ValueError(
-                f"x: expected {self.conv1.in_channels} channels in dim 1 of (B, C, T, H, W), "
-                f"got shape {tuple(x.shape)}"
-            )
+        check_input(x, 5, self.conv1.in_channels)
 
     def forward_features(self, x: torch.Tensor) -> OrderedDict[str, torch.Tensor]:
         """Run the backbone and return every stage output, named as in Table 1.
@@ -360,7 +359,7 @@ class ResNet3d(nn.Module):
             An ordered dict with keys ``conv1``, ``pool1``, ``res2``, ``pool2``, ``res3``,
             ``res4``, ``res5`` (each ``(B, C, T, H, W)``).
         """
-        self._check_input(x)
+        check_input(x, 5, self.conv1.in_channels)
         out: OrderedDict[str, torch.Tensor] = OrderedDict()
         x = self.relu(self.bn1(self.conv1(x)))
         out["conv1"] = x  # (B, 64, T/2, H/2, W/2)
@@ -384,7 +383,7 @@ class ResNet3d(nn.Module):
         return self.fc(self.dropout(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_input(x)
+        check_input(x, 5, self.conv1.in_channels)
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.pool2(self.layer1(x))
         x = self.layer4(self.layer3(self.layer2(x)))

@@ -13,9 +13,10 @@ at the path, so its parameters are ``<path>.non_local.theta.weight`` etc.:
   Bottleneck3d`) applies the block to its output itself;
 * an ``nn.Sequential`` (a whole stage, e.g. ``"layer4"``) gets the block appended as its last
   element ``non_local``;
-* any other module (e.g. a torchvision ``Bottleneck``/``BasicBlock``) gets the child plus a forward
-  hook that applies it to the module's output. Hooks run in eager mode and under
-  ``torch.compile``; FX symbolic tracing does not see hooks.
+* any other module (e.g. a torchvision ``Bottleneck``/``BasicBlock``) gets the child and is
+  switched to a subclass of its own class whose ``forward`` applies the block to the output
+  (:func:`with_non_local_class`; same parameter names). Unlike a forward hook this is seen by
+  FX tracing (``create_feature_extractor``), ``torch.compile``, ``torch.export`` and ONNX.
 
 A state dict of the plain model therefore loads into the model with blocks with ``strict=False``
 (only the ``.non_local.`` keys are missing), and the model with blocks round-trips strictly.
@@ -43,7 +44,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import nn
 
 from nlnet.layers.nonlocal_block import NonLocalNd
@@ -54,6 +54,7 @@ __all__ = [
     "non_local_blocks",
     "non_local_paths",
     "infer_channels",
+    "with_non_local_class",
 ]
 
 #: Named placement presets accepted by :func:`non_local_paths`.
@@ -165,8 +166,38 @@ def _infer_dim(module: nn.Module) -> int:
     raise ValueError(f"cannot infer whether a {type(module).__name__} is 1D, 2D or 3D; pass dim=")
 
 
-def _apply_non_local_hook(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
-    return module.non_local(output)
+_WITH_NON_LOCAL: dict[type, type] = {}
+
+
+def _restore_with_non_local(base: type) -> nn.Module:
+    # unpickling / deepcopy: recreate the (cached) subclass of ``base`` before the state is set
+    cls = with_non_local_class(base)
+    return cls.__new__(cls)
+
+
+def with_non_local_class(base: type) -> type:
+    """The subclass of ``base`` whose ``forward`` applies ``self.non_local`` to the output.
+
+    :func:`insert_non_local` switches a module without a native ``non_local`` slot (e.g. a
+    torchvision ``Bottleneck``) to this class, which keeps every parameter name and, unlike a
+    forward hook, is seen by ``torch.fx`` tracing, ``torch.compile`` and ``torch.export``.
+    """
+    if base in _WITH_NON_LOCAL.values():
+        return base
+    if base not in _WITH_NON_LOCAL:
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            return self.non_local(base.forward(self, *args, **kwargs))
+
+        def __reduce_ex__(self, protocol: int) -> Any:
+            return (_restore_with_non_local, (base,), self.__dict__)
+
+        _WITH_NON_LOCAL[base] = type(
+            base.__name__,
+            (base,),
+            {"forward": forward, "__reduce_ex__": __reduce_ex__, "__module__": base.__module__},
+        )
+    return _WITH_NON_LOCAL[base]
 
 
 def insert_non_local(
@@ -240,7 +271,7 @@ def insert_non_local(
             if hasattr(module, "non_local"):
                 raise ValueError(f"at: module {path!r} already has an attribute 'non_local'")
             module.add_module("non_local", block)
-            module.register_forward_hook(_apply_non_local_hook)
+            module.__class__ = with_non_local_class(type(module))
     return model
 
 

@@ -26,11 +26,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.fx
 from torch import nn
 
+from nlnet.models.checks import check_input
 from nlnet.models.registry import _split_block_options, place_non_local, register_model
 
 __all__ = ["BasicBlock3d", "TinyC2D", "build_tiny"]
+
+torch.fx.wrap("check_input")  # traceable input check (models/checks.py)
 
 TINY_LAYERS: tuple[int, int, int, int] = (1, 2, 3, 1)
 
@@ -167,9 +171,7 @@ class TinyC2D(nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The res5 feature map ``(B, 8w, T', H/16, W/16)``."""
-        if not isinstance(x, torch.Tensor) or x.dim() != 5:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x: expected a video tensor (B, C, T, H, W), got {shape}")
+        check_input(x, 5, self.conv1.in_channels)
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.pool2(self.layer1(x))
         return self.layer4(self.layer3(self.layer2(x)))

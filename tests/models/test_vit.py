@@ -1,0 +1,68 @@
+"""ViT from nlnet layers: torchvision's weights load and the outputs agree (float64)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torchvision.models.vision_transformer import VisionTransformer as TVViT
+
+from nlnet.models import create_model
+from nlnet.models.vit import (
+    VisionTransformer,
+    load_torchvision_vit,
+    vit_state_dict_from_torchvision,
+)
+
+TINY = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=24)
+
+
+def _randomise(model: torch.nn.Module) -> None:
+    with torch.no_grad():  # torchvision zero-initialises head, class token, biases
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.5)
+
+
+def test_torchvision_state_dict_loads_and_outputs_agree_float64():
+    torch.manual_seed(0)
+    ref = TVViT(num_classes=7, **TINY).double().eval()
+    _randomise(ref)
+    ours = VisionTransformer(num_classes=7, **TINY).double().eval()
+    load_torchvision_vit(ours, ref.state_dict())
+    x = torch.randn(3, 3, 32, 32, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), ref(x), rtol=1e-12, atol=1e-12)
+
+
+def test_loads_from_a_file(tmp_path):
+    ref = TVViT(num_classes=5, **TINY).eval()
+    _randomise(ref)
+    torch.save(ref.state_dict(), tmp_path / "vit.pth")
+    model = create_model(
+        "vit_tiny", num_classes=5, weights=str(tmp_path / "vit.pth"), **TINY
+    ).eval()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), ref(x), rtol=1e-5, atol=1e-5)
+
+
+def test_full_size_vit_b_16_keys_and_shapes_match_torchvision_on_meta():
+    import torchvision
+
+    with torch.device("meta"):
+        tv = torchvision.models.vit_b_16()
+        ours = create_model("vit_b_16")
+    mapped = vit_state_dict_from_torchvision(tv.state_dict())
+    own = ours.state_dict()
+    assert set(mapped) == set(own)
+    assert all(mapped[k].shape == own[k].shape for k in own)
+
+
+def test_unknown_key_and_bad_size_are_clear_errors():
+    with pytest.raises(ValueError, match="unexpected torchvision ViT key 'encoder.extra'"):
+        vit_state_dict_from_torchvision({"encoder.extra": torch.zeros(1)})
+    with pytest.raises(ValueError, match="image_size"):
+        VisionTransformer(image_size=30, patch_size=8)
+    with pytest.raises(ValueError, match=r"x: expected an image batch \(B, 3, 32, 32\)"):
+        create_model("vit_tiny")(torch.randn(1, 3, 24, 24))
+    with pytest.raises(ValueError, match="neither a file nor torchvision weights"):
+        create_model("vit_tiny", weights="NO_SUCH_WEIGHTS")

@@ -1,0 +1,294 @@
+"""Every registered model and every non-local block is deployable (registry-wide, timm style).
+
+At tiny widths (the registry's ``test_overrides``) each model must
+
+* trace with ``torch.fx.symbolic_trace`` (and torchvision's ``create_feature_extractor``) into a
+  graph that computes the same outputs and still contains its non-local blocks;
+* compile with ``torch.compile(fullgraph=True)`` (no graph break on the inference path; the cheap
+  ``eager`` backend checks the capture, the slow sweep also runs inductor once);
+* export with ``torch.export``;
+* export to ONNX (opset 18, the dynamo exporter) and run in onnxruntime with outputs equal to
+  PyTorch's within 1e-4 (float32, absolute plus relative).
+
+The full sweeps of compile / export / ONNX over the registry are marked ``slow``; a cheap subset
+(one model per family and every kind of block placement) runs in the default suite.
+"""
+
+from __future__ import annotations
+
+import onnxruntime as ort
+import pytest
+import torch
+import torch._dynamo
+import torch.fx
+from torch import nn
+from torchvision.models.feature_extraction import create_feature_extractor
+
+from nlnet.layers import NonLocal1d, NonLocal2d, NonLocal3d
+from nlnet.models import create_model, get_model_entry, list_models
+from nlnet.models.surgery import non_local_blocks
+
+ALL = list_models()
+
+#: One model per family / kind of block placement for the default (fast) suite.
+CHEAP = [
+    n
+    for n in (
+        "c2d_tiny_nl1",  # native block slot in a basic block
+        "resnet50_nl_coco",  # block inserted into a torchvision Bottleneck (class switch)
+        "resnet50_nl_guide",  # block appended to an nn.Sequential stage
+        "seg_r50_nl",  # block in a head + bilinear upsampling
+        "vit_tiny",
+        "swin_tiny",
+        "vivit_tiny",
+    )
+    if n in ALL
+]
+SLOW_REST = [pytest.param(n, marks=pytest.mark.slow) for n in ALL if n not in CHEAP]
+
+
+def _tiny_input(name: str, batch: int = 2) -> torch.Tensor:
+    cfg = get_model_entry(name).default_cfg
+    if "test_input_size" in cfg:
+        return torch.randn(batch, *cfg["test_input_size"])
+    if cfg.get("task", "video_classification") == "video_classification":
+        return torch.randn(batch, 3, 8, 64, 64)
+    return torch.randn(batch, 3, 64, 64)
+
+
+def _tiny_model(name: str) -> nn.Module:
+    """Narrow copy in eval mode; block BN scales set to 1 so that a dropped block would show."""
+    torch.manual_seed(0)
+    cfg = get_model_entry(name).default_cfg
+    model = create_model(name, num_classes=5, **cfg.get("test_overrides", {}))
+    for _, block in non_local_blocks(model):
+        if isinstance(block.norm, nn.modules.batchnorm._BatchNorm):
+            nn.init.ones_(block.norm.weight)
+    return model.eval()
+
+
+def _graph_targets(gm: torch.fx.GraphModule) -> set[str]:
+    return {str(n.target) for n in gm.graph.nodes if n.op in ("call_module", "get_attr")}
+
+
+# ------------------------------------------------------------------------------------- FX
+@pytest.mark.parametrize("name", ALL)
+def test_fx_symbolic_trace_same_outputs_blocks_kept(name):
+    model = _tiny_model(name)
+    x = _tiny_input(name)
+    gm = torch.fx.symbolic_trace(model)
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x), model(x), rtol=1e-5, atol=1e-6)
+    targets = _graph_targets(gm)
+    for block_name, _ in non_local_blocks(model):
+        assert any(t.startswith(block_name) for t in targets), f"{block_name} not in the graph"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_fx_trace_full_size_on_meta(name):
+    """The registered (full-size) architecture traces too; meta tensors: shapes only."""
+    with torch.device("meta"):
+        model = create_model(name)
+    gm = torch.fx.symbolic_trace(model)
+    assert any(n.op == "output" for n in gm.graph.nodes)
+
+
+@pytest.mark.parametrize("name", ["c2d_tiny_nl1", "resnet50_nl_coco"])
+def test_create_feature_extractor_with_inserted_block(name):
+    """torchvision's feature extraction (FX based) returns the stage output after the block."""
+    model = _tiny_model(name)
+    x = _tiny_input(name)
+    seen = {}
+    handle = model.layer3.register_forward_hook(lambda m, a, out: seen.setdefault("res4", out))
+    with torch.no_grad():
+        model(x)
+    handle.remove()
+    extractor = create_feature_extractor(model, return_nodes={"layer3": "res4"})
+    with torch.no_grad():
+        feats = extractor(x)
+    torch.testing.assert_close(feats["res4"], seen["res4"], rtol=1e-5, atol=1e-6)
+
+
+# -------------------------------------------------------------------------- compile / export
+def _check_compile(model: nn.Module, x: torch.Tensor, backend: str = "eager") -> None:
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend=backend)  # graph break -> error
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def _check_export(model: nn.Module, x: torch.Tensor) -> None:
+    ep = torch.export.export(model, (x,))
+    with torch.no_grad():
+        torch.testing.assert_close(ep.module()(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+def _check_onnx(model: nn.Module, x: torch.Tensor, path) -> None:
+    program = torch.onnx.export(model, (x,), dynamo=True, opset_version=18, verbose=False)
+    program.save(str(path))
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        ref = model(x)
+    torch.testing.assert_close(torch.from_numpy(out), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", CHEAP + SLOW_REST)
+def test_compile_fullgraph(name):
+    _check_compile(_tiny_model(name), _tiny_input(name))
+
+
+@pytest.mark.parametrize("name", CHEAP + SLOW_REST)
+def test_torch_export(name):
+    _check_export(_tiny_model(name), _tiny_input(name))
+
+
+#: ONNX export is the slowest check (~5-20 s a model on 2 cores): a smaller default subset.
+CHEAP_ONNX = [n for n in CHEAP if n not in ("resnet50_nl_guide", "seg_r50_nl")]
+SLOW_ONNX = [pytest.param(n, marks=pytest.mark.slow) for n in ALL if n not in CHEAP_ONNX]
+
+
+@pytest.mark.parametrize("name", CHEAP_ONNX + SLOW_ONNX)
+def test_onnx_runs_in_onnxruntime(name, tmp_path):
+    _check_onnx(_tiny_model(name), _tiny_input(name), tmp_path / f"{name}.onnx")
+
+
+@pytest.mark.slow
+def test_compile_inductor_video_model():
+    _check_compile(_tiny_model("c2d_tiny_nl1"), _tiny_input("c2d_tiny_nl1"), backend="inductor")
+
+
+# ---------------------------------------------------------------------------------- blocks
+INSTANTIATIONS = ("gaussian", "embedded_gaussian", "dot_product", "concatenation")
+BLOCK_CASES = [(1, inst, "spacetime", sub) for inst in INSTANTIATIONS for sub in (True, False)]
+BLOCK_CASES += [(2, inst, "spacetime", sub) for inst in INSTANTIATIONS for sub in (True, False)]
+BLOCK_CASES += [
+    (3, inst, mode, sub)
+    for inst in INSTANTIATIONS
+    for mode in ("spacetime", "space", "time")
+    for sub in (True, False)
+]
+_SHAPES = {1: (2, 8, 16), 2: (2, 8, 8, 8), 3: (2, 8, 4, 8, 8)}
+
+
+def _block(
+    dim: int, instantiation: str, mode: str, sub_sample: bool
+) -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    cls = {1: NonLocal1d, 2: NonLocal2d, 3: NonLocal3d}[dim]
+    kwargs = {"mode": mode} if dim == 3 else {}
+    block = cls(8, instantiation=instantiation, sub_sample=sub_sample, **kwargs)
+    nn.init.ones_(block.norm.weight)  # not the identity
+    return block.eval(), torch.randn(_SHAPES[dim])
+
+
+def _case_id(case) -> str:
+    dim, inst, mode, sub = case
+    return f"{dim}d-{inst}-{mode}-{'sub' if sub else 'nosub'}"
+
+
+@pytest.mark.parametrize("case", BLOCK_CASES, ids=_case_id)
+def test_block_fx_trace(case):
+    block, x = _block(*case)
+    gm = torch.fx.symbolic_trace(block)
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x), block(x), rtol=1e-5, atol=1e-6)
+
+
+_CHEAP_BLOCKS = [c for c in BLOCK_CASES if c[0] == 3 and c[3]]
+_CHEAP_BLOCKS += [
+    (1, "dot_product", "spacetime", True),
+    (2, "embedded_gaussian", "spacetime", False),
+]
+
+
+def _cheap_first(cheap: list) -> list:
+    slow = [pytest.param(c, marks=pytest.mark.slow) for c in BLOCK_CASES if c not in cheap]
+    return cheap + slow
+
+
+@pytest.mark.parametrize("case", _cheap_first(_CHEAP_BLOCKS), ids=_case_id)
+def test_block_export(case):
+    _check_export(*_block(*case))
+
+
+@pytest.mark.parametrize("case", _cheap_first(_CHEAP_BLOCKS), ids=_case_id)
+def test_block_compile_fullgraph(case):
+    _check_compile(*_block(*case))
+
+
+_ONNX_BLOCKS = [c for c in BLOCK_CASES if c[0] == 3 and c[2] == "spacetime" and c[3]]
+_ONNX_BLOCKS += [(3, "embedded_gaussian", "time", True)]
+
+
+@pytest.mark.parametrize("case", _cheap_first(_ONNX_BLOCKS), ids=_case_id)
+def test_block_onnx(case, tmp_path):
+    block, x = _block(*case)
+    _check_onnx(block, x, tmp_path / "block.onnx")
+
+
+# ------------------------------------------------------------------------------ nlnet export
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    from nlnet.engine.checkpoint import save_checkpoint
+
+    model = _tiny_model("c2d_tiny_nl1")
+    path = tmp_path_factory.mktemp("ckpt") / "tiny.pt"
+    save_checkpoint(
+        path,
+        model=model,
+        model_name="c2d_tiny_nl1",
+        num_classes=5,
+        extra={"model_overrides": {"width": 4}, "num_frames": 4},
+    )
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "torchscript", "exported"])
+def test_export_command_writes_a_file_that_runs(fmt, tiny_checkpoint, tmp_path, capsys):
+    import json
+
+    from nlnet.cli import main
+
+    out = tmp_path / f"model.{fmt}"
+    rc = main(
+        ["export", "--checkpoint", str(tiny_checkpoint), "--format", fmt, "--output", str(out)]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert out.is_file() and report["bytes"] == out.stat().st_size
+    assert report["input_shape"] == [1, 3, 4, 32, 32]  # frames from the checkpoint
+    assert report["check_ok"] and report["check_max_abs_diff"] <= 1e-4
+
+
+def test_export_command_user_errors_are_one_line(tiny_checkpoint, tmp_path, capsys):
+    from nlnet.cli import main
+
+    rc = main(["export", "--checkpoint", str(tmp_path / "nope.pt"), "--format", "onnx",
+               "--output", str(tmp_path / "m.onnx")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "no such file" in err
+    rc = main(["export", "--checkpoint", str(tiny_checkpoint), "--format", "onnx",
+               "--output", str(tmp_path / "m.onnx"), "--input-size", "3x4"])  # fmt: skip
+    assert rc == 2 and "--input-size" in capsys.readouterr().err
+
+
+def test_inserted_block_survives_deepcopy_and_pickle():
+    """The class switch of insert_non_local (no forward hook) keeps working after a copy."""
+    import copy
+    import io
+
+    model = _tiny_model("resnet50_nl_coco")
+    x = _tiny_input("resnet50_nl_coco")
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert not model.layer3[4]._forward_hooks
+    with torch.no_grad():
+        ref = model(x)
+        for other in (copy.deepcopy(model), loaded):
+            assert type(other.layer3[4]) is type(model.layer3[4])
+            torch.testing.assert_close(other(x), ref)
+        model.layer3[4].non_local.norm.weight.zero_()  # identity block: output must change
+        assert not torch.allclose(model(x), ref)
