@@ -25,6 +25,7 @@ from nlnet.models.resnet3d import (
 )
 from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_blocks, non_local_paths
 from nlnet.models.tiny import TinyC2D  # noqa: F401  (registers the tiny CPU family, c2d_tiny*)
+from nlnet.models import segmentation as _segmentation  # noqa: F401  (seg_tiny*)
 
 __all__ = [
     "BLOCK_CONFIG",
