@@ -86,7 +86,9 @@ class DenseDigitsConfig:
 
     def __post_init__(self) -> None:
         if self.num_digits < 2:
-            raise ValueError(f"num_digits: expected >= 2 (a match and an other), got {self.num_digits}")
+            raise ValueError(
+                f"num_digits: expected >= 2 (a match and an other), got {self.num_digits}"
+            )
         if len(set(self.digits)) < 2 or not set(self.digits) <= set(range(10)):
             raise ValueError(f"digits: expected >= 2 distinct classes in 0..9, got {self.digits}")
         foot = self.digit_size + 2

@@ -3,6 +3,8 @@
 See ``docs/models.md`` for the model names and where the non-local blocks go.
 """
 
+from nlnet.models import detection as _detection  # noqa: F401  (maskrcnn_*, keypointrcnn_*)
+from nlnet.models import segmentation as _segmentation  # noqa: F401  (seg_tiny*)
 from nlnet.models.image import SegmentationHead, SegmentationNet, resnet_non_local
 from nlnet.models.inflate import (
     InflationReport,
@@ -25,7 +27,6 @@ from nlnet.models.resnet3d import (
 )
 from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_blocks, non_local_paths
 from nlnet.models.tiny import TinyC2D  # noqa: F401  (registers the tiny CPU family, c2d_tiny*)
-from nlnet.models import segmentation as _segmentation  # noqa: F401  (seg_tiny*)
 
 __all__ = [
     "BLOCK_CONFIG",

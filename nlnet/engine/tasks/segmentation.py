@@ -43,10 +43,14 @@ def confusion_matrix(
         ValueError: shapes differ, or a label outside ``[0, K)`` (other than ``ignore_index``).
     """
     if pred.shape != target.shape:
-        raise ValueError(f"pred: shape {tuple(pred.shape)} differs from target {tuple(target.shape)}")
+        raise ValueError(
+            f"pred: shape {tuple(pred.shape)} differs from target {tuple(target.shape)}"
+        )
     keep = target != ignore_index
     t, p = target[keep].long(), pred[keep].long()
-    if t.numel() and (t.min() < 0 or t.max() >= num_classes or p.min() < 0 or p.max() >= num_classes):
+    if t.numel() and (
+        t.min() < 0 or t.max() >= num_classes or p.min() < 0 or p.max() >= num_classes
+    ):
         raise ValueError(f"labels: expected class ids in [0, {num_classes}) or {ignore_index}")
     return torch.bincount(t * num_classes + p, minlength=num_classes**2).view(
         num_classes, num_classes
@@ -108,7 +112,9 @@ class SegmentationTask:
         if num_classes < 2:
             raise ValueError(f"num_classes: expected >= 2, got {num_classes}")
         self.num_classes = int(num_classes)
-        self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
+        self.class_names = (
+            list(class_names) if class_names else [str(i) for i in range(num_classes)]
+        )
         self.ignore_index = ignore_index
         self.class_weights = None if class_weights is None else torch.tensor(class_weights)
 
