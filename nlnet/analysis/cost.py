@@ -343,6 +343,13 @@ def main(args: argparse.Namespace) -> int:
             return 2
         return 0
     size = parse_input_size(args.input) if args.input else _default_input(args.model)
+    from nlnet.models.registry import get_model_entry
+
+    if get_model_entry(args.model).default_cfg.get("family") == "detection":
+        from nlnet.analysis.detection_cost import detector_cost_table
+
+        print(detector_cost_table(args.model, size))  # a detector cannot run whole on meta
+        return 0
     kw = {} if args.num_classes is None else {"num_classes": args.num_classes}
     rep = model_cost(args.model, size, **kw)
     print(rep.table())

@@ -101,3 +101,26 @@ def detector_cost(
     out["total"] = sum(out.values())
     out["non_local"] = sum(per_block.values())
     return out
+
+
+def detector_cost_table(name: str, image_size: Sequence[int] = (800, 1333)) -> str:
+    """``nlnet cost`` text for a registered detector: parts, the blocks' share, the paper's AP."""
+    from nlnet.models.registry import get_model_entry
+
+    cfg = get_model_entry(name).default_cfg
+    plain = {"instance_segmentation": f"maskrcnn_r{cfg.get('depth')}_fpn"}.get(
+        cfg.get("task"), "keypointrcnn_r101_fpn"
+    )
+    cost, base = detector_cost(name, image_size), detector_cost(plain, image_size)
+    h, w = image_size
+    lines = [f"{name}  input {h}x{w} (padded to /32), inference, GMACs"]
+    lines += [f"  {k:<14} {v / 1e9:9.2f}" for k, v in cost.items()]
+    if cost["non_local"]:
+        extra = (cost["total"] - base["total"]) / base["total"]
+        lines.append(f"  non-local blocks add {extra:+.1%} to {plain} (paper, Sec. 6: < 5%)")
+    if name in PAPER_TABLE5:
+        box, mask = PAPER_TABLE5[name]
+        lines.append(f"  paper Table 5: AP box {box}, AP mask {mask}")
+    if name in PAPER_TABLE6:
+        lines.append(f"  paper Table 6: AP keypoints {PAPER_TABLE6[name]}")
+    return "\n".join(lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 
 import numpy as np
 import pytest
@@ -112,3 +113,68 @@ def test_task_errors():
         DetectionTask().build_datasets({"data": {}})
     with pytest.raises(FileNotFoundError, match="annotation_file"):
         load_coco("/nonexistent/instances.json")
+
+
+def _keypoint_json(path, n_images: int = 3) -> None:
+    """A tiny person-keypoints file: 2 people per image with COCO's 17 keypoints."""
+    rng = np.random.default_rng(0)
+    data = {
+        "images": [],
+        "annotations": [],
+        "categories": [{"id": 1, "name": "person", "keypoints": [f"k{i}" for i in range(17)]}],
+    }
+    for i in range(1, n_images + 1):
+        data["images"].append({"id": i, "file_name": f"{i}.png", "height": 64, "width": 64})
+        for x0 in (4.0, 34.0):
+            kps = np.stack(
+                [x0 + rng.uniform(0, 24, 17), rng.uniform(4, 60, 17), np.full(17, 2.0)], 1
+            )
+            data["annotations"].append(
+                {
+                    "id": len(data["annotations"]) + 1,
+                    "image_id": i,
+                    "category_id": 1,
+                    "bbox": [x0, 4.0, 26.0, 56.0],
+                    "area": 26.0 * 56.0,
+                    "iscrowd": 0,
+                    "num_keypoints": 17,
+                    "keypoints": kps.reshape(-1).round(2).tolist(),
+                }
+            )
+    path.write_text(json.dumps(data))
+
+
+def test_keypoint_ap_matches_pycocotools(tmp_path):
+    from PIL import Image
+
+    (tmp_path / "images").mkdir()
+    for i in range(1, 4):
+        Image.fromarray(np.zeros((64, 64, 3), dtype=np.uint8)).save(
+            tmp_path / "images" / f"{i}.png"
+        )
+    _keypoint_json(tmp_path / "kp.json")
+    ds = CocoDataset(tmp_path / "images", tmp_path / "kp.json", masks=False, keypoints=True)
+    g = torch.Generator().manual_seed(0)
+    outputs, ids = [], []
+    for i in range(len(ds)):
+        _, t = ds[i]
+        assert t["keypoints"].shape == (2, 17, 3)
+        kps = t["keypoints"].clone()
+        kps[..., :2] += torch.randn(2, 17, 2, generator=g) * 1.5
+        outputs.append(
+            {
+                "boxes": t["boxes"],
+                "labels": t["labels"],
+                "scores": torch.rand(2, generator=g),
+                "keypoints": kps,
+            }
+        )
+        ids.append(int(t["image_id"]))
+    results = outputs_to_coco(outputs, ids, ds.label_to_category)
+    ours = coco_evaluate(ds.coco, results, ("keypoints",))
+    with contextlib.redirect_stdout(io.StringIO()):
+        ev = COCOeval(ds.coco, ds.coco.loadRes(results), "keypoints")
+        ev.evaluate(), ev.accumulate(), ev.summarize()
+    assert ours["kp_AP"] == pytest.approx(100 * ev.stats[0])
+    assert ours["kp_AP75"] == pytest.approx(100 * ev.stats[2])
+    assert 0 < ours["kp_AP"] < 100

@@ -173,3 +173,18 @@ def test_tiny_segmentation_receptive_field():
     model = create_model("seg_tiny")
     assert receptive_field(model.backbone) == 37
     assert receptive_field(model) == 45
+
+
+def test_nlnet_cost_prints_detector_figures_next_to_the_paper(capsys):
+    import argparse
+
+    from nlnet.analysis import cost
+
+    parser = argparse.ArgumentParser()
+    cost.configure_parser(parser)
+    assert (
+        cost.main(parser.parse_args(["keypointrcnn_r101_fpn_nlhead", "--input", "800x1333"])) == 0
+    )
+    out = capsys.readouterr().out
+    assert "keypoint_head" in out and "paper Table 6: AP keypoints 66.0" in out
+    assert "to keypointrcnn_r101_fpn" in out
