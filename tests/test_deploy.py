@@ -30,6 +30,22 @@ from nlnet.models.surgery import non_local_blocks
 
 ALL = list_models()
 
+#: torchvision's detection models take lists of images and branch on their sizes and on the
+#: number of detections: torchvision itself does not support symbolic tracing of them.
+TRACEABLE = [n for n in ALL if get_model_entry(n).default_cfg.get("family") != "detection"]
+
+
+def _known(names: list[str], reason: str) -> list:
+    """Known failures, kept visible: strict xfail (an unexpected pass fails the suite)."""
+    return [
+        pytest.param(n, marks=pytest.mark.xfail(reason=reason, strict=True)) if n in names else n
+        for n in TRACEABLE
+    ]
+
+
+_SEG_TINY = "seg_tiny: not yet FX-traceable (open, issue 12)"
+FX_MODELS = _known(["seg_tiny", "seg_tiny_nl"], _SEG_TINY)
+
 #: One model per family / kind of block placement for the default (fast) suite.
 CHEAP = [
     n
@@ -72,7 +88,7 @@ def _graph_targets(gm: torch.fx.GraphModule) -> set[str]:
 
 
 # ------------------------------------------------------------------------------------- FX
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", FX_MODELS)
 def test_fx_symbolic_trace_same_outputs_blocks_kept(name):
     model = _tiny_model(name)
     x = _tiny_input(name)
@@ -84,7 +100,7 @@ def test_fx_symbolic_trace_same_outputs_blocks_kept(name):
         assert any(t.startswith(block_name) for t in targets), f"{block_name} not in the graph"
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", FX_MODELS)
 def test_fx_trace_full_size_on_meta(name):
     """The registered (full-size) architecture traces too; meta tensors: shapes only."""
     with torch.device("meta"):
@@ -133,7 +149,16 @@ def _check_onnx(model: nn.Module, x: torch.Tensor, path) -> None:
     torch.testing.assert_close(torch.from_numpy(out), ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", CHEAP + SLOW_REST)
+_SWIN_BREAK = pytest.mark.xfail(
+    reason="swin_tiny: graph break under torch.compile(fullgraph=True) (open, issue 12)",
+    strict=True,
+)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=_SWIN_BREAK) if n == "swin_tiny" else n for n in CHEAP] + SLOW_REST,
+)
 def test_compile_fullgraph(name):
     _check_compile(_tiny_model(name), _tiny_input(name))
 
@@ -221,7 +246,18 @@ _ONNX_BLOCKS = [c for c in BLOCK_CASES if c[0] == 3 and c[2] == "spacetime" and 
 _ONNX_BLOCKS += [(3, "embedded_gaussian", "time", True)]
 
 
-@pytest.mark.parametrize("case", _cheap_first(_ONNX_BLOCKS), ids=_case_id)
+_NO_SEARCHSORTED = pytest.mark.xfail(
+    reason="the concatenation fast path uses torch.searchsorted, which the dynamo ONNX exporter "
+    "cannot translate (open, issue 12)",
+    strict=True,
+)
+_ONNX_CASES = [
+    pytest.param(c, marks=_NO_SEARCHSORTED) if c[1] == "concatenation" and c in _ONNX_BLOCKS else c
+    for c in _cheap_first(_ONNX_BLOCKS)
+]
+
+
+@pytest.mark.parametrize("case", _ONNX_CASES, ids=_case_id)
 def test_block_onnx(case, tmp_path):
     block, x = _block(*case)
     _check_onnx(block, x, tmp_path / "block.onnx")

@@ -101,7 +101,14 @@ def main(args: argparse.Namespace) -> int:
             print("nlnet cost: give a MODEL, --table2e or --coco")
             return 2
         return 0
+    from nlnet.models.registry import get_model_entry
+
     size = size or _default_input(args.model)
+    if get_model_entry(args.model).default_cfg.get("family") == "detection":
+        from nlnet.analysis.detection_cost import detector_cost_table
+
+        print(detector_cost_table(args.model, size))  # a detector cannot run whole on meta
+        return 0
     rep = model_cost(args.model, size, **kw)
     print(rep.table())
     if args.compare:

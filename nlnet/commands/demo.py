@@ -12,6 +12,7 @@ EXAMPLES = """examples:
   nlnet demo --seed 1              # another seed (data and initialisation)
   nlnet demo --variants            # also the space-only and time-only blocks (Table 2d)
   nlnet demo --quick               # a tiny smoke-test setting (seconds; numbers are meaningless)
+  nlnet demo --task segmentation   # dense demo: seg_tiny vs. seg_tiny_nl on digit images (Sec. 5)
   nlnet demo --device cuda --output-dir runs
 """
 
@@ -29,9 +30,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=None, help="override the number of epochs")
     parser.add_argument(
         "--task",
-        choices=("same", "pointer", "match"),
+        choices=("same", "pointer", "match", "segmentation"),
         default="same",
-        help="which digits task (default: same; see nlnet.data.digits)",
+        help="which digits task (default: same; see nlnet.data.digits); segmentation: the dense "
+        "demo (nlnet.dense_demo)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument(
@@ -41,7 +43,27 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.task == "segmentation":
+        return _dense(args)
     from nlnet.demo import run_demo
 
     run_demo(args)
+    return 0
+
+
+def _dense(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from nlnet.data.digits_dense import DenseDigitsConfig
+    from nlnet.dense_demo import run_dense_demo
+
+    data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if args.quick else None
+    epochs = args.epochs or (1 if args.quick else 12)
+    out = Path(args.output_dir) / f"dense-demo-{time.strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"
+    run_dense_demo(
+        "segmentation", [args.seed], out_dir=out, data=data, epochs=epochs,
+        batch_size=4 if args.quick else 32,
+        data_root=Path(args.cache_dir) / "dense" if args.cache_dir else None,
+    )  # fmt: skip
     return 0

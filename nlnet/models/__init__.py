@@ -3,6 +3,8 @@
 See ``docs/models.md`` for the model names and where the non-local blocks go.
 """
 
+from nlnet.models import detection as _detection  # noqa: F401  (maskrcnn_*, keypointrcnn_*)
+from nlnet.models import segmentation as _segmentation  # noqa: F401  (seg_tiny*)
 from nlnet.models.image import SegmentationHead, SegmentationNet, resnet_non_local
 from nlnet.models.inflate import (
     InflationReport,

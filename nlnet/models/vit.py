@@ -231,44 +231,11 @@ def vit_state_dict_from_torchvision(state_dict: Mapping[str, Tensor]) -> dict[st
 
 def torchvision_state_dict(spec: Any, arch: str) -> Mapping[str, Tensor]:
     """A torchvision state dict from a state dict, a file path or torchvision weights (an enum
-    member, ``"ViT_B_16_Weights.IMAGENET1K_V1"`` or a bare ``"IMAGENET1K_V1"`` of ``arch``).
+    member, ``"ViT_B_16_Weights.IMAGENET1K_V1"`` or a bare ``"IMAGENET1K_V1"`` of ``arch``),
+    through the library's one weights resolver (:func:`nlnet.models.weights.load_weights`)."""
+    from nlnet.models.weights import load_weights
 
-    Enum weights come through torchvision's ``get_state_dict`` (the torch hub cache; nothing is
-    downloaded when the file is there). To be unified with ``nlnet.models.weights`` (same
-    spellings) at merge time.
-    """
-    import os
-
-    import torchvision
-
-    if isinstance(spec, Mapping):
-        return spec
-    if isinstance(spec, (str, os.PathLike)) and os.path.isfile(spec):
-        return torch.load(spec, map_location="cpu", weights_only=True)
-    if isinstance(spec, str):
-        try:
-            spec = torchvision.models.get_weight(spec if "." in spec else f"{_enum(arch)}.{spec}")
-        except (ValueError, KeyError, AttributeError) as err:
-            raise ValueError(
-                f"weights: {spec!r} is neither a file nor torchvision weights of {arch}"
-            ) from err
-    if not hasattr(spec, "get_state_dict"):
-        raise TypeError(
-            f"weights: expected a state dict, a path or weights, got {type(spec).__name__}"
-        )
-    try:
-        return spec.get_state_dict(progress=False, weights_only=True)
-    except OSError as err:  # URLError included: offline and not in the torch hub cache
-        raise ValueError(
-            f"weights: {spec} is not in the torch hub cache and could not be downloaded ({err}); "
-            f"download {spec.url} into $TORCH_HOME/hub/checkpoints/ or pass a file path"
-        ) from None
-
-
-def _enum(arch: str) -> str:
-    import torchvision
-
-    return torchvision.models.get_model_weights(arch).__name__
+    return load_weights(spec, arch)
 
 
 def load_torchvision_vit(

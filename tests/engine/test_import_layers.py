@@ -24,6 +24,7 @@ LAYERS = {
     "analysis": 4,
     "engine": 5,
     "demo": 6,
+    "dense_demo": 6,
     "commands": 7,
     "cli": 8,
     "__main__": 9,

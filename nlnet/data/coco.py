@@ -1,0 +1,144 @@
+"""COCO-format datasets for detection, instance segmentation and keypoints (read with pycocotools).
+
+Layout: an image folder and a COCO annotation file (``instances_*.json`` or
+``person_keypoints_*.json``). Items are ``(image, target)`` in torchvision's detection
+convention, so they feed torchvision's ``MaskRCNN`` / ``KeypointRCNN`` directly:
+
+* ``image``: float ``(3, H, W)`` in [0, 1] (the detector normalises it itself);
+* ``target``: ``boxes`` float ``(N, 4)`` as ``x1, y1, x2, y2``; ``labels`` int64 ``(N,)`` in
+  ``1..K`` (contiguous; 0 is the background), ``masks`` uint8 ``(N, H, W)`` (with
+  ``masks=True``), ``keypoints`` float ``(N, K, 3)`` (``x, y, visibility``; with
+  ``keypoints=True``), ``image_id`` (the COCO id), ``area``, ``iscrowd``.
+
+Crowd annotations and boxes of zero width or height are dropped from the training targets
+(torchvision cannot train on them); evaluation always uses the json file itself through
+:class:`pycocotools.cocoeval.COCOeval` (:mod:`nlnet.engine.tasks.detection`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+__all__ = ["CocoDataset", "collate_detection", "load_coco"]
+
+
+def load_coco(annotation_file: str | os.PathLike) -> Any:
+    """A quiet :class:`pycocotools.coco.COCO` for ``annotation_file`` (clear error if missing)."""
+    from pycocotools.coco import COCO
+
+    path = Path(annotation_file)
+    if not path.is_file():
+        raise FileNotFoundError(f"annotation_file: no COCO json at {path}")
+    with contextlib.redirect_stdout(io.StringIO()):
+        return COCO(str(path))
+
+
+class CocoDataset(Dataset):
+    """Images of a COCO annotation file with torchvision-style detection targets.
+
+    Args:
+        image_dir: folder of the images (``file_name`` of each image entry is relative to it).
+        annotation_file: the COCO json.
+        masks: include instance masks (decoded from polygons or RLE by pycocotools).
+        keypoints: include keypoints (needs ``keypoints`` in the annotations).
+        keep_empty: keep images without any usable annotation (default: keep; torchvision
+            trains on them as background-only images).
+
+    Attributes:
+        coco: the :class:`pycocotools.coco.COCO` object.
+        ids: image ids in order.
+        cat_ids: COCO category ids; label ``i + 1`` is ``cat_ids[i]``.
+        class_names: category names in label order.
+    """
+
+    def __init__(
+        self,
+        image_dir: str | os.PathLike,
+        annotation_file: str | os.PathLike,
+        *,
+        masks: bool = True,
+        keypoints: bool = False,
+        keep_empty: bool = True,
+    ) -> None:
+        self.image_dir = Path(image_dir)
+        if not self.image_dir.is_dir():
+            raise FileNotFoundError(f"image_dir: no folder at {self.image_dir}")
+        self.coco = load_coco(annotation_file)
+        self.cat_ids = sorted(self.coco.getCatIds())
+        self.class_names = [self.coco.cats[c]["name"] for c in self.cat_ids]
+        self._label = {c: i + 1 for i, c in enumerate(self.cat_ids)}
+        self.masks = masks
+        self.keypoints = keypoints
+        ids = sorted(self.coco.imgs)
+        if not keep_empty:
+            ids = [i for i in ids if self._annotations(i)]
+        self.ids = ids
+
+    def label_to_category(self, label: int) -> int:
+        """COCO category id of a contiguous label (1..K)."""
+        return self.cat_ids[int(label) - 1]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def _annotations(self, image_id: int) -> list[dict[str, Any]]:
+        anns = self.coco.loadAnns(self.coco.getAnnIds(imgIds=image_id, iscrowd=False))
+        return [a for a in anns if a["bbox"][2] > 0 and a["bbox"][3] > 0]
+
+    def read_image(self, index: int) -> np.ndarray:
+        """The RGB image ``(H, W, 3)`` uint8 of item ``index``."""
+        from PIL import Image
+
+        info = self.coco.imgs[self.ids[index]]
+        with Image.open(self.image_dir / info["file_name"]) as im:
+            return np.asarray(im.convert("RGB"))
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        image_id = self.ids[index]
+        info = self.coco.imgs[image_id]
+        image = torch.from_numpy(self.read_image(index).copy()).permute(2, 0, 1).float() / 255.0
+        h, w = image.shape[-2:]
+        if (h, w) != (info["height"], info["width"]):
+            raise ValueError(
+                f"image {info['file_name']}: size {h}x{w} differs from its annotation "
+                f"{info['height']}x{info['width']}"
+            )
+        anns = self._annotations(image_id)
+        boxes = torch.tensor([a["bbox"] for a in anns], dtype=torch.float32).reshape(-1, 4)
+        boxes[:, 2:] += boxes[:, :2]  # xywh -> xyxy
+        target: dict[str, torch.Tensor] = {
+            "boxes": boxes,
+            "labels": torch.tensor(
+                [self._label[a["category_id"]] for a in anns], dtype=torch.int64
+            ),
+            "image_id": torch.tensor(image_id),
+            "area": torch.tensor([float(a["area"]) for a in anns], dtype=torch.float32),
+            "iscrowd": torch.zeros(len(anns), dtype=torch.int64),
+        }
+        if self.masks:
+            m = [self.coco.annToMask(a) for a in anns]
+            target["masks"] = (
+                torch.from_numpy(np.stack(m)) if m else torch.zeros(0, h, w, dtype=torch.uint8)
+            )
+        if self.keypoints:
+            kps = [a.get("keypoints") for a in anns]
+            if any(k is None for k in kps):
+                raise ValueError(f"image {info['file_name']}: an annotation has no 'keypoints'")
+            k = len(self.coco.cats[self.cat_ids[0]].get("keypoints", [])) if not anns else -1
+            target["keypoints"] = torch.tensor(kps, dtype=torch.float32).reshape(len(anns), k, 3)
+        return image, target
+
+
+def collate_detection(batch: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """Lists of images and targets (images of different sizes are allowed)."""
+    images, targets = zip(*batch)
+    return list(images), list(targets)

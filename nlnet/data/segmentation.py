@@ -1,0 +1,149 @@
+"""Semantic segmentation data: a folder of images and a folder of label masks.
+
+Layout (the Cityscapes/VOC convention reduced to its essentials)::
+
+    root/<split>/images/<name>.png|jpg    RGB (or grey) images
+    root/<split>/masks/<name>.png         one class id per pixel (uint8 or uint16 PNG),
+                                          ``ignore_index`` (255) for pixels without a label
+
+An image and its mask share the file stem. Items are ``(image, mask, index)``: ``image`` float
+``(3, H, W)`` normalised with ``mean``/``std``, ``mask`` int64 ``(H, W)``. Images of different
+sizes are allowed; :func:`collate_segmentation` stacks equal-sized items (resize or crop them with
+``transform`` first otherwise).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+__all__ = ["SegmentationFolder", "collate_segmentation", "IMAGE_EXTENSIONS"]
+
+IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+
+
+class SegmentationFolder(Dataset):
+    """Images and label masks from ``root/<split>/{images,masks}``.
+
+    Args:
+        root: dataset root.
+        split: sub-folder (``"train"``, ``"val"``, ...).
+        mean, std: per-channel normalisation of images scaled to [0, 1].
+        num_classes: when given, a mask value outside ``[0, num_classes)`` other than
+            ``ignore_index`` is an error naming the file.
+        ignore_index: label of unlabelled pixels.
+        transform: optional ``f(image, mask) -> (image, mask)`` on the tensors (e.g. flips).
+        skip_bad: an unreadable or inconsistent image/mask pair yields ``None`` with a warning
+            (dropped and counted by the training engine) instead of raising.
+
+    Raises:
+        FileNotFoundError: a missing folder or an image without a mask.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        split: str = "train",
+        *,
+        mean: Sequence[float] = (0.5, 0.5, 0.5),
+        std: Sequence[float] = (0.25, 0.25, 0.25),
+        num_classes: int | None = None,
+        ignore_index: int = 255,
+        transform: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+        | None = None,
+        skip_bad: bool = False,
+    ) -> None:
+        self.root = Path(root)
+        self.skip_bad = skip_bad
+        self.split = split
+        image_dir, mask_dir = self.root / split / "images", self.root / split / "masks"
+        for d in (image_dir, mask_dir):
+            if not d.is_dir():
+                raise FileNotFoundError(
+                    f"root: expected the folder {d} (layout root/<split>/images and "
+                    "root/<split>/masks)"
+                )
+        self.images = sorted(p for p in image_dir.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
+        if not self.images:
+            raise FileNotFoundError(f"root: no images in {image_dir}")
+        masks = {p.stem: p for p in mask_dir.iterdir() if p.suffix.lower() == ".png"}
+        missing = [p.name for p in self.images if p.stem not in masks]
+        if missing:
+            raise FileNotFoundError(
+                f"root: {len(missing)} image(s) without a mask in {mask_dir}, e.g. {missing[0]}"
+            )
+        self.masks = [masks[p.stem] for p in self.images]
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)
+        self.num_classes = num_classes
+        self.ignore_index = ignore_index
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def read_image(self, index: int) -> np.ndarray:
+        """The raw RGB image ``(H, W, 3)`` uint8 of item ``index`` (for pictures)."""
+        from PIL import Image
+
+        with Image.open(self.images[index]) as im:
+            return np.asarray(im.convert("RGB"))
+
+    def read_mask(self, index: int) -> np.ndarray:
+        from PIL import Image
+
+        with Image.open(self.masks[index]) as im:
+            mask = np.asarray(im)
+        if mask.ndim != 2:
+            raise ValueError(f"mask {self.masks[index]}: expected a single-channel PNG")
+        if self.num_classes is not None:
+            bad = (mask >= self.num_classes) & (mask != self.ignore_index)
+            if bad.any():
+                raise ValueError(
+                    f"mask {self.masks[index]}: value {int(mask[bad][0])} outside "
+                    f"[0, {self.num_classes}) and not ignore_index={self.ignore_index}"
+                )
+        return mask
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+        if not self.skip_bad:
+            return self._load(index)
+        try:
+            return self._load(index)
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"skipping {self.images[index]}: {exc}", stacklevel=2)
+            return None
+
+    def _load(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        image = torch.from_numpy(self.read_image(index).copy()).permute(2, 0, 1).float() / 255.0
+        image = (image - self.mean) / self.std  # (3, H, W)
+        mask = torch.from_numpy(self.read_mask(index).astype(np.int64))  # (H, W)
+        if image.shape[-2:] != mask.shape:
+            raise ValueError(
+                f"mask {self.masks[index]}: size {tuple(mask.shape)} differs from its image "
+                f"{tuple(image.shape[-2:])}"
+            )
+        if self.transform is not None:
+            image, mask = self.transform(image, mask)
+        return image, mask, index
+
+
+def collate_segmentation(
+    batch: Sequence[tuple[torch.Tensor, torch.Tensor, int]],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stack ``(image, mask, index)`` items into ``(B, 3, H, W)``, ``(B, H, W)``, ``(B,)``.
+
+    ``None`` items (bad files of a ``skip_bad`` folder) are dropped; an all-bad batch gives
+    empty tensors.
+    """
+    batch = [item for item in batch if item is not None]
+    if not batch:
+        return torch.empty(0, 3, 0, 0), torch.empty(0, 0, 0, dtype=torch.long), torch.empty(0)
+    images, masks, index = zip(*batch)
+    return torch.stack(images), torch.stack(masks), torch.as_tensor(index)

@@ -1,0 +1,224 @@
+"""Semantic segmentation as a training task: per-pixel cross-entropy, mIoU from a confusion matrix.
+
+Metrics (the usual Cityscapes/VOC definitions): with the confusion matrix ``M[t, p]`` = number of
+pixels of true class ``t`` predicted as ``p`` (pixels labelled ``ignore_index`` excluded),
+
+* ``IoU_c = M[c, c] / (sum_p M[c, p] + sum_t M[t, c] - M[c, c])`` (intersection over union);
+* ``mIoU`` = mean of ``IoU_c`` over the classes whose union is not empty;
+* ``pixel_acc = trace(M) / sum(M)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from nlnet.data.segmentation import SegmentationFolder, collate_segmentation
+from nlnet.engine.errors import DataError
+
+__all__ = [
+    "SegmentationTask",
+    "confusion_matrix",
+    "iou_from_confusion",
+    "segmentation_metrics",
+]
+
+
+def confusion_matrix(
+    pred: torch.Tensor, target: torch.Tensor, num_classes: int, ignore_index: int = 255
+) -> torch.Tensor:
+    """Confusion matrix ``(K, K)`` int64, rows = true class, columns = predicted class.
+
+    Args:
+        pred: predicted class ids, any shape.
+        target: true class ids, same shape; ``ignore_index`` pixels are skipped.
+        num_classes: K.
+        ignore_index: label of unlabelled pixels.
+
+    Raises:
+        ValueError: shapes differ, or a label outside ``[0, K)`` (other than ``ignore_index``).
+    """
+    if pred.shape != target.shape:
+        raise ValueError(
+            f"pred: shape {tuple(pred.shape)} differs from target {tuple(target.shape)}"
+        )
+    keep = target != ignore_index
+    t, p = target[keep].long(), pred[keep].long()
+    if t.numel() and (
+        t.min() < 0 or t.max() >= num_classes or p.min() < 0 or p.max() >= num_classes
+    ):
+        raise ValueError(f"labels: expected class ids in [0, {num_classes}) or {ignore_index}")
+    return torch.bincount(t * num_classes + p, minlength=num_classes**2).view(
+        num_classes, num_classes
+    )
+
+
+def iou_from_confusion(conf: torch.Tensor) -> torch.Tensor:
+    """Per-class IoU ``(K,)`` float64; NaN for a class that is neither present nor predicted."""
+    conf = conf.double()
+    inter = conf.diag()
+    union = conf.sum(0) + conf.sum(1) - inter
+    return torch.where(union > 0, inter / union.clamp_min(1), torch.full_like(inter, float("nan")))
+
+
+def segmentation_metrics(
+    conf: torch.Tensor, class_names: Sequence[str] | None = None
+) -> dict[str, float]:
+    """``mIoU``, ``pixel_acc`` and ``iou_<name>`` per class (percentages) from a confusion matrix."""
+    iou = iou_from_confusion(conf)
+    names = list(class_names) if class_names is not None else [str(i) for i in range(len(iou))]
+    if len(names) != len(iou):
+        raise ValueError(f"class_names: expected {len(iou)} names, got {len(names)}")
+    valid = ~torch.isnan(iou)
+    out = {
+        "mIoU": 100.0 * float(iou[valid].mean()) if valid.any() else float("nan"),
+        "pixel_acc": 100.0 * float(conf.diag().sum()) / max(int(conf.sum()), 1),
+    }
+    out.update({f"iou_{n}": 100.0 * float(v) for n, v in zip(names, iou)})
+    return out
+
+
+class SegmentationTask:
+    """Semantic segmentation for the engine: image + mask folders, cross-entropy, mIoU.
+
+    Selected by ``task: segmentation``; ``data`` holds ``root`` (``root/<split>/{images,masks}``)
+    and optionally ``ignore_index``, ``mean``, ``std``; ``model.num_classes`` is the number of
+    pixel classes (a folder of masks does not say it).
+
+    Args:
+        num_classes: classes per pixel (0..K-1).
+        class_names: names for the per-class IoU keys (default ``"0".."K-1"``).
+        ignore_index: label of unlabelled pixels (skipped by the loss and the metrics).
+        class_weights: optional per-class weights of the cross-entropy.
+        mean, std: image normalisation (stored in checkpoints as the preprocessing).
+    """
+
+    name = "segmentation"
+
+    def __init__(
+        self,
+        num_classes: int,
+        class_names: Sequence[str] | None = None,
+        *,
+        ignore_index: int = 255,
+        class_weights: Sequence[float] | None = None,
+        mean: Sequence[float] = (0.5, 0.5, 0.5),
+        std: Sequence[float] = (0.25, 0.25, 0.25),
+    ) -> None:
+        if num_classes < 2:
+            raise ValueError(f"num_classes: expected >= 2, got {num_classes}")
+        self.classes = int(num_classes)
+        self.class_names = (
+            list(class_names) if class_names else [str(i) for i in range(num_classes)]
+        )
+        self.ignore_index = ignore_index
+        self.class_weights = None if class_weights is None else torch.tensor(class_weights)
+        self.mean, self.std = [float(v) for v in mean], [float(v) for v in std]
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> SegmentationTask:
+        """The task of an engine config (``model.num_classes``, ``class_names``, ``data``)."""
+        if cfg.model.num_classes is None:
+            from nlnet.engine.config import ConfigError
+
+            raise ConfigError("model.num_classes: segmentation needs the number of pixel classes")
+        data = cfg.data
+        return cls(
+            cfg.model.num_classes,
+            cfg.class_names,
+            ignore_index=int(data.get("ignore_index", 255)),
+            mean=data.get("mean", (0.5, 0.5, 0.5)),
+            std=data.get("std", (0.25, 0.25, 0.25)),
+        )
+
+    def build_dataset(self, cfg: Any, split: str, mode: str = "train") -> Dataset:
+        """The :class:`SegmentationFolder` of ``split`` (bad files skipped and counted)."""
+        data = cfg.data if hasattr(cfg, "data") else cfg.get("data", cfg)
+        root = data.get("root")
+        if root is None:
+            raise DataError("data.root: expected the dataset folder (root/<split>/{images,masks})")
+        try:
+            return SegmentationFolder(
+                root, split, mean=self.mean, std=self.std, num_classes=self.classes,
+                ignore_index=self.ignore_index, skip_bad=True,
+            )  # fmt: skip
+        except FileNotFoundError as exc:
+            raise DataError(f"data (split {split!r}): {exc}") from None
+
+    def build_datasets(self, cfg: Any) -> tuple[Dataset, Dataset]:
+        """Train and validation folders (``data.train_split``/``val_split``, default train/val)."""
+        data = cfg.data if hasattr(cfg, "data") else cfg.get("data", cfg)
+        return (
+            self.build_dataset(cfg, data.get("train_split", "train")),
+            self.build_dataset(cfg, data.get("val_split", "val"), "test"),
+        )
+
+    def num_classes(self, dataset: Any) -> int | None:
+        return self.classes
+
+    @staticmethod
+    def collate(batch: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """``(images, masks, index)`` of the usable items, plus how many were dropped."""
+        return (*collate_segmentation(batch), sum(item is None for item in batch))
+
+    @staticmethod
+    def skipped(batch: Any) -> int:
+        return int(batch[3]) if len(batch) > 3 else 0
+
+    def loss(
+        self, model: nn.Module, batch: Sequence[Any], device: torch.device | None = None
+    ) -> tuple[torch.Tensor | None, int]:
+        """Mean per-pixel cross-entropy of a batch ``(images, masks, index[, dropped])``."""
+        images, masks = batch[0], batch[1]
+        if images.shape[0] == 0:
+            return None, 0
+        device = device or next(model.parameters()).device
+        logits = model(images.to(device))  # (B, K, H, W)
+        w = None if self.class_weights is None else self.class_weights.to(device, logits.dtype)
+        loss = F.cross_entropy(
+            logits.float(), masks.to(device), weight=w, ignore_index=self.ignore_index
+        )
+        return loss, int(images.shape[0])
+
+    @torch.no_grad()
+    def confusion(self, model: nn.Module, loader: Any, device: Any = None) -> torch.Tensor:
+        """The confusion matrix of ``model`` over ``loader`` (its mode restored afterwards)."""
+        was_training = model.training
+        model.eval()
+        device = device or next(model.parameters()).device
+        conf = torch.zeros(self.classes, self.classes, dtype=torch.int64)
+        try:
+            for batch in loader:
+                if batch[0].shape[0] == 0:
+                    continue
+                pred = model(batch[0].to(device)).argmax(1).cpu()
+                conf += confusion_matrix(pred, batch[1], self.classes, self.ignore_index)
+        finally:
+            model.train(was_training)
+        return conf
+
+    def evaluate(
+        self, model: nn.Module, data: Any, cfg: Any = None, device: Any = None, **_: Any
+    ) -> dict[str, Any]:
+        """``mIoU``, ``pixel_acc`` and per-class ``iou_<name>`` (percent) over a dataset or
+        a loader."""
+        loader = data
+        if isinstance(data, Dataset):
+            batch_size = cfg.eval.batch_size if cfg is not None else 16
+            loader = DataLoader(data, batch_size=batch_size, collate_fn=self.collate)
+        return segmentation_metrics(self.confusion(model, loader, device), self.class_names)
+
+    def metadata(self, cfg: Any, dataset: Any) -> dict[str, Any]:
+        return {
+            "class_names": self.class_names,
+            "preprocessing": {"mean": self.mean, "std": self.std},
+        }
+
+    @staticmethod
+    def summary(metrics: dict[str, Any]) -> str:
+        return f"mIoU {metrics['mIoU']:.2f}, pixel_acc {metrics['pixel_acc']:.2f}"

@@ -1,0 +1,200 @@
+"""Mask R-CNN and Keypoint R-CNN with non-local blocks (Wang et al., "Non-local Neural Networks", CVPR 2018, arXiv:1711.07971, Sec. 5.3).
+
+The detectors are torchvision's (``MaskRCNN``, ``KeypointRCNN`` on a ResNet-FPN backbone); this
+module only builds them without any download (``weights=None``) and inserts 2D non-local blocks
+with :func:`nlnet.models.surgery.insert_non_local`:
+
+* Table 5 (detection and instance segmentation): "one non-local block (right before the last
+  residual block of res4)" of the backbone: after ``backbone.body.layer3.4`` of a ResNet-50
+  (``layer3.21`` of a ResNet-101).
+* Table 6 (keypoints): "4 non-local blocks into the keypoint head (after every 2 convolutional
+  layers)": torchvision's keypoint head is the 8-convolution stack of Mask R-CNN (conv, ReLU,
+  ...); the blocks go after the ReLUs of convolutions 2, 4, 6 and 8 (``roi_heads.keypoint_head.3``,
+  ``.7``, ``.11``, ``.15``), on 512 channels at the 14x14 RoI resolution. The third row of
+  Table 6 adds the backbone block as well.
+
+Every block starts as the identity (BN after ``W_z`` with gamma = 0, Sec. 4.1), so a model with
+blocks computes exactly what the plain torchvision detector with the same weights computes, and
+a torchvision checkpoint loads with ``strict=False`` (only ``.non_local.`` keys missing).
+
+Without pre-trained weights torchvision uses trainable ``BatchNorm2d`` in the backbone (its
+``FrozenBatchNorm2d`` is for ImageNet-initialised backbones); pass ``norm_layer=`` to change it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torchvision.models import resnet
+from torchvision.models.detection import KeypointRCNN, MaskRCNN
+from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
+
+from nlnet.layers.nonlocal_block import NonLocal2d
+from nlnet.models.registry import _split_block_options, register_model
+from nlnet.models.surgery import VIDEO_DEFAULTS, insert_non_local, non_local_paths
+
+__all__ = [
+    "KEYPOINT_HEAD_PATHS",
+    "build_keypoint_rcnn",
+    "build_mask_rcnn",
+    "backbone_non_local_path",
+]
+
+_DEPTHS: dict[int, Callable[..., resnet.ResNet]] = {50: resnet.resnet50, 101: resnet.resnet101}
+_LAYERS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
+
+#: Where Table 6's four head blocks go in torchvision's ``KeypointRCNNHeads``: after the ReLU of
+#: every second of its 8 convolutions.
+KEYPOINT_HEAD_PATHS: tuple[str, ...] = tuple(f"roi_heads.keypoint_head.{i}" for i in (3, 7, 11, 15))
+
+
+def backbone_non_local_path(depth: int) -> str:
+    """Module path of the backbone block: right before the last residual block of res4."""
+    if depth not in _LAYERS:
+        raise ValueError(f"depth: expected one of {sorted(_LAYERS)}, got {depth!r}")
+    return "backbone.body." + non_local_paths("res4", _LAYERS[depth])[0]
+
+
+def _fpn_backbone(
+    depth: int, width_per_group: int, norm_layer: Callable[..., nn.Module] | None
+) -> nn.Module:
+    if depth not in _DEPTHS:
+        raise ValueError(f"depth: expected one of {sorted(_DEPTHS)}, got {depth!r}")
+    body = _DEPTHS[depth](
+        weights=None, width_per_group=width_per_group, norm_layer=norm_layer or nn.BatchNorm2d
+    )
+    # all 5 stages trainable, as torchvision does for a backbone without pre-trained weights
+    return _resnet_fpn_extractor(body, 5)
+
+
+def build_mask_rcnn(
+    depth: int = 50,
+    num_classes: int = 91,
+    *,
+    backbone_block: bool = True,
+    width_per_group: int = 64,
+    norm_layer: Callable[..., nn.Module] | None = None,
+    block_options: dict[str, Any] | None = None,
+    **detector_kwargs: Any,
+) -> MaskRCNN:
+    """torchvision Mask R-CNN ResNet-FPN with one non-local block in res4 (Table 5).
+
+    Args:
+        depth: 50 or 101.
+        num_classes: object classes including the background (91 for COCO's ids).
+        backbone_block: insert the block (``False``: the plain torchvision baseline).
+        width_per_group: torchvision's bottleneck width (64 = standard; smaller for tests).
+        norm_layer: backbone normalisation (default trainable ``BatchNorm2d``).
+        block_options: options of :class:`~nlnet.layers.nonlocal_block.NonLocal2d` (default:
+            embedded Gaussian, C/2 channels, 2x2 max-pool subsampling, BN with gamma = 0).
+        **detector_kwargs: passed to torchvision's ``MaskRCNN`` (``min_size``, ``max_size``,
+            ``box_detections_per_img``, ...).
+    """
+    model = MaskRCNN(
+        _fpn_backbone(depth, width_per_group, norm_layer),
+        num_classes=num_classes,
+        **detector_kwargs,
+    )
+    if backbone_block:
+        insert_non_local(model, backbone_non_local_path(depth), dim=2, **(block_options or {}))
+    return model
+
+
+def build_keypoint_rcnn(
+    depth: int = 101,
+    num_classes: int = 2,
+    *,
+    head_blocks: bool = True,
+    backbone_block: bool = False,
+    num_keypoints: int = 17,
+    width_per_group: int = 64,
+    norm_layer: Callable[..., nn.Module] | None = None,
+    block_options: dict[str, Any] | None = None,
+    **detector_kwargs: Any,
+) -> KeypointRCNN:
+    """torchvision Keypoint R-CNN ResNet-FPN with Table 6's non-local blocks.
+
+    Args:
+        depth: 50 or 101 (Table 6 uses 101).
+        num_classes: 2 (background, person) for COCO keypoints.
+        head_blocks: 4 blocks in the keypoint head, after every 2 convolutions.
+        backbone_block: also one block in res4 of the backbone (Table 6, last row).
+        num_keypoints: 17 for COCO.
+        width_per_group, norm_layer, block_options, **detector_kwargs: as in
+            :func:`build_mask_rcnn` (``detector_kwargs`` go to torchvision's ``KeypointRCNN``).
+    """
+    model = KeypointRCNN(
+        _fpn_backbone(depth, width_per_group, norm_layer),
+        num_classes=num_classes,
+        num_keypoints=num_keypoints,
+        **detector_kwargs,
+    )
+    opts = block_options or {}
+    if head_blocks:
+        channels = model.roi_heads.keypoint_head[0].out_channels  # 512
+        for path in KEYPOINT_HEAD_PATHS:
+            # same naming as insert_non_local (``<path>.non_local``), but a hook that passes an
+            # empty RoI batch through: torchvision runs the head on 0 RoIs when nothing is found
+            relu = model.get_submodule(path)
+            relu.add_module("non_local", NonLocal2d(channels, **{**VIDEO_DEFAULTS, **opts}))
+            relu.register_forward_hook(_non_local_unless_empty)
+    if backbone_block:
+        insert_non_local(model, backbone_non_local_path(depth), dim=2, **opts)
+    return model
+
+
+def _non_local_unless_empty(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
+    return output if output.shape[0] == 0 else module.non_local(output)
+
+
+# --------------------------------------------------------------------------- registry
+def _cfg(task: str, depth: int, blocks: str | None, num_classes: int) -> dict[str, Any]:
+    return {
+        "num_classes": num_classes,
+        "input_size": (3, 800, 1333),
+        "task": task,
+        "family": "detection",
+        "depth": depth,
+        "blocks": blocks,
+        # narrow copy of the same topology for CPU tests
+        "test_overrides": {"width_per_group": 4, "min_size": 64, "max_size": 64},
+    }
+
+
+def _register(name: str, desc: str, cfg: dict[str, Any], build: Callable[..., nn.Module]) -> None:
+    def builder(**kwargs: Any) -> nn.Module:
+        opts = _split_block_options(kwargs)
+        if opts and cfg["blocks"] is None:
+            raise ValueError(f"block options {sorted(opts)} given to {name}, which has no block")
+        return build(block_options=opts, **kwargs)
+
+    builder.__name__ = builder.__qualname__ = name
+    register_model(builder, name=name, description=desc, default_cfg=cfg)
+
+
+for _depth in (50, 101):
+    for _nl in (False, True):
+        _register(
+            f"maskrcnn_r{_depth}_fpn" + ("_nl" if _nl else ""),
+            f"torchvision Mask R-CNN ResNet-{_depth}-FPN"
+            + (", 1 non-local block in res4 (Table 5)" if _nl else " (Table 5 baseline)"),
+            _cfg("instance_segmentation", _depth, "res4" if _nl else None, 91),
+            lambda _d=_depth, _b=_nl, **kw: build_mask_rcnn(_d, backbone_block=_b, **kw),
+        )
+
+for _suffix, _head, _bb, _desc in (
+    ("", False, False, " (Table 6 baseline)"),
+    ("_nlhead", True, False, ", 4 non-local blocks in the keypoint head (Table 6)"),
+    ("_nlhead_nl1", True, True, ", 4 blocks in the keypoint head + 1 in res4 (Table 6)"),
+):
+    _register(
+        f"keypointrcnn_r101_fpn{_suffix}",
+        f"torchvision Keypoint R-CNN ResNet-101-FPN{_desc}",
+        _cfg("keypoints", 101, _suffix.lstrip("_") or None, 2),
+        lambda _h=_head, _b=_bb, **kw: build_keypoint_rcnn(
+            101, head_blocks=_h, backbone_block=_b, **kw
+        ),
+    )

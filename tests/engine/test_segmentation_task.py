@@ -1,0 +1,83 @@
+"""Segmentation task: confusion matrix / mIoU by hand, loss and evaluation on the tiny task."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from nlnet.data.digits_dense import DenseDigitsConfig, prepare_dense_digits
+from nlnet.engine.tasks.segmentation import (
+    SegmentationTask,
+    confusion_matrix,
+    iou_from_confusion,
+    segmentation_metrics,
+)
+from nlnet.models import create_model
+
+
+def test_miou_hand_computed():
+    target = torch.tensor([[0, 0, 1, 1], [2, 2, 255, 1]])
+    pred = torch.tensor([[0, 1, 1, 1], [2, 0, 0, 2]])
+    conf = confusion_matrix(pred, target, num_classes=4)
+    # rows true, cols predicted; the ignored pixel (255) is skipped
+    expected = torch.tensor([[1, 1, 0, 0], [0, 2, 1, 0], [1, 0, 1, 0], [0, 0, 0, 0]])
+    assert torch.equal(conf, expected)
+    iou = iou_from_confusion(conf)
+    # class 0: tp 1, fn 1, fp 1 -> 1/3; class 1: 2/(3+3-2) = 1/2; class 2: 1/(2+2-1) = 1/3
+    assert iou[:3].tolist() == pytest.approx([1 / 3, 1 / 2, 1 / 3])
+    assert math.isnan(iou[3])  # never present, never predicted: left out of the mean
+    m = segmentation_metrics(conf, ["bg", "a", "b", "c"])
+    assert m["mIoU"] == pytest.approx(100 * (1 / 3 + 1 / 2 + 1 / 3) / 3)
+    assert m["pixel_acc"] == pytest.approx(100 * 4 / 7)
+    assert m["iou_a"] == pytest.approx(50.0)
+
+
+def test_confusion_rejects_bad_labels():
+    with pytest.raises(ValueError, match="class ids"):
+        confusion_matrix(torch.tensor([0, 5]), torch.tensor([0, 1]), num_classes=3)
+    with pytest.raises(ValueError, match="shape"):
+        confusion_matrix(torch.zeros(2), torch.zeros(3), num_classes=3)
+
+
+@pytest.fixture(scope="module")
+def tiny_root(tmp_path_factory):
+    cfg = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=4, seed=2)
+    return prepare_dense_digits(cfg, tmp_path_factory.mktemp("seg"))
+
+
+@pytest.mark.parametrize("name", ["seg_tiny", "seg_tiny_nl"])
+def test_training_steps_decrease_the_loss(tiny_root, name):
+    torch.manual_seed(0)
+    task = SegmentationTask(4, ["background", "cue", "match", "other"])
+    train, val = task.build_datasets({"data": {"root": str(tiny_root)}})
+    batch = task.collate([train[i] for i in range(8)])
+    model = create_model(name)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(6):
+        loss, n = task.loss(model, batch)
+        assert n == 8
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0]
+    metrics = task.evaluate(model, DataLoader(val, batch_size=2, collate_fn=task.collate))
+    assert set(metrics) == {
+        "mIoU",
+        "pixel_acc",
+        "iou_background",
+        "iou_cue",
+        "iou_match",
+        "iou_other",
+    }
+    assert model.training  # evaluate restores the mode
+    assert 0 <= metrics["pixel_acc"] <= 100
+
+
+def test_build_datasets_needs_a_root():
+    with pytest.raises(ValueError, match="data.root"):
+        SegmentationTask(4).build_datasets({"data": {}})
