@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torchvision.ops import StochasticDepth
 
 from nlnet.functional.attention import scaled_dot_product_attention
 from nlnet.functional.masks import as_size, shifted_window_mask
@@ -323,21 +324,6 @@ class WindowAttention3d(WindowAttention):
         )
 
 
-class _DropPath(nn.Module):
-    """Stochastic depth per sample ("row" mode): drop the residual branch with probability p."""
-
-    def __init__(self, p: float) -> None:
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p == 0.0:
-            return x
-        keep = 1.0 - self.p
-        noise = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
-        return x * noise / keep
-
-
 class SwinBlock(nn.Module):
     """Swin transformer block: ``x + attn(norm1(x))`` then ``x + mlp(norm2(x))`` (Liu et al. 2021).
 
@@ -383,7 +369,7 @@ class SwinBlock(nn.Module):
             dropout=dropout,
             **attn_kwargs,
         )
-        self.stochastic_depth = _DropPath(stochastic_depth_prob)
+        self.stochastic_depth = StochasticDepth(stochastic_depth_prob, "row")  # per sample
         self.norm2 = norm_layer(dim)
         hidden = int(dim * mlp_ratio)
         self.mlp = nn.Sequential(
