@@ -64,5 +64,5 @@ def test_unknown_key_and_bad_size_are_clear_errors():
         VisionTransformer(image_size=30, patch_size=8)
     with pytest.raises(ValueError, match=r"x: expected an image batch \(B, 3, 32, 32\)"):
         create_model("vit_tiny")(torch.randn(1, 3, 24, 24))
-    with pytest.raises(ValueError, match="neither a file nor torchvision weights"):
+    with pytest.raises(ValueError, match="torchvision has no weights for .vit_tiny."):
         create_model("vit_tiny", weights="NO_SUCH_WEIGHTS")
