@@ -313,6 +313,14 @@ def test_block_onnx(case, tmp_path):
     _check_onnx(block, x, tmp_path / "block.onnx")
 
 
+def test_concatenation_fast_path_kept_outside_onnx_export():
+    """ONNX has no searchsorted, so "auto" takes the explicit path under ONNX export only:
+    torch.export (and eager) keep the sort-and-search fast path of the same block."""
+    block, x = _block(3, "concatenation", "spacetime", True)
+    ops = {str(n.target) for n in torch.export.export(block, (x,)).graph.nodes}
+    assert {"aten.sort.default", "aten.cumsum.default"} <= ops  # sorted keys, prefix sums
+
+
 # ------------------------------------------------------------------------------ nlnet export
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
