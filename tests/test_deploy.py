@@ -224,7 +224,10 @@ def test_detector_backbone_onnx(tmp_path):
         ref = list(backbone(x).values())
     assert len(outs) == len(ref)
     for out, r in zip(outs, ref):
-        torch.testing.assert_close(torch.from_numpy(out), r, rtol=1e-4, atol=1e-4)
+        # untrained ResNet-50 features reach ~100: 1e-4 of the output's scale (fp32 round-off
+        # through 50 layers, measured ~1e-5 of the scale with the block, ~1e-6 without)
+        scale = r.abs().max().item()
+        torch.testing.assert_close(torch.from_numpy(out), r, rtol=1e-4, atol=1e-4 * scale)
 
 
 def test_keypoint_head_with_blocks_fx_and_export():
