@@ -123,6 +123,8 @@ def vit_rollout(
     Returns:
         ``(logits, heat)`` with ``heat`` the class token's rollout over ``grid_size``.
     """
+    if getattr(model, "attention", "joint") == "divided":
+        raise ValueError("model: divided space-time attention; use divided_rollout(model, x)")
     with record_attention(model, kind="transformer") as rec, torch.no_grad():
         logits = model(x)
     rollout = attention_rollout([rec.maps[n] for n in rec.names], head_fusion=head_fusion)

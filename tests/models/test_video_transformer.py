@@ -12,6 +12,7 @@ from nlnet.analysis.rollout import (
     divided_rollout,
     divided_weights_to_tokens,
     transformer_attention_figure,
+    vit_rollout,
 )
 from nlnet.layers.attention import merge_heads, split_heads
 from nlnet.models import create_model
@@ -127,3 +128,5 @@ def test_divided_rollout_and_figure(tmp_path):
     logits, fig = transformer_attention_figure(model, x, frames, title="divided")
     fig.savefig(tmp_path / "divided.png")
     assert len(fig.axes) == 4 and (tmp_path / "divided.png").stat().st_size > 1000
+    with pytest.raises(ValueError, match="use divided_rollout"):
+        vit_rollout(model, x, model.grid)
