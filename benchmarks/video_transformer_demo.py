@@ -1,5 +1,6 @@
 """The digits video task of ``nlnet demo``: C2D, C2D + 1 non-local block and a tiny video
-transformer (joint space-time attention, ``vivit_tiny``), trained with the demo's own recipe.
+transformer with joint (``vivit_tiny``) or divided (``vivit_tiny_divided``) space-time attention,
+trained with the demo's own recipe.
 
 Uses the demo's data and training functions unchanged. C2D and C2D+NL start from the demo's 2D
 pre-trained backbone (as in ``nlnet demo``); the transformer has no 2D counterpart and starts
@@ -26,7 +27,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--models", default="c2d_tiny,c2d_tiny_nl1,vivit_tiny")
+    p.add_argument("--models", default="c2d_tiny,c2d_tiny_nl1,vivit_tiny,vivit_tiny_divided")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -39,9 +40,11 @@ def main() -> None:
     )
     data = {s: load_split(root, s, task, False) for s in ("train", "val", "test")}
     device = torch.device("cpu")
-    init, _ = pretrain_2d(settings, device, args.seed, progress=False)
+    names = args.models.split(",")
+    needs_2d = any(n.startswith("c2d") for n in names)
+    init = pretrain_2d(settings, device, args.seed, progress=False)[0] if needs_2d else None
     rows = []
-    for name in args.models.split(","):
+    for name in names:
         conv = name.startswith("c2d")
         t0 = time.perf_counter()
         model, log = train_model(

@@ -8,6 +8,9 @@ top, the residual connection is added to each layer's (head-averaged) weights,
 token ``i`` at the top.
 
 * ViT / the video transformer: the class token's row of ``R`` over the patch (tubelet) grid.
+* The divided space-time video transformer: each block's temporal and spatial weights are first
+  placed into dense token x token matrices over the whole clip
+  (:func:`divided_weights_to_tokens`), then rolled out like the joint model's.
 * Swin: window weights ``(B, windows, heads, N, N)`` are first placed into a dense token x token
   matrix (:func:`window_weights_to_tokens`, undoing the cyclic shift and padding), patch merging
   is a matrix giving each merged token 1/4 of each of its 2x2 children
@@ -31,6 +34,8 @@ __all__ = [
     "HEAD_FUSIONS",
     "attention_rollout",
     "cls_attention_map",
+    "divided_rollout",
+    "divided_weights_to_tokens",
     "patch_merging_matrix",
     "rollout_figure",
     "swin_rollout",
@@ -118,10 +123,75 @@ def vit_rollout(
     Returns:
         ``(logits, heat)`` with ``heat`` the class token's rollout over ``grid_size``.
     """
+    if getattr(model, "attention", "joint") == "divided":
+        raise ValueError("model: divided space-time attention; use divided_rollout(model, x)")
     with record_attention(model, kind="transformer") as rec, torch.no_grad():
         logits = model(x)
     rollout = attention_rollout([rec.maps[n] for n in rec.names], head_fusion=head_fusion)
     return logits, cls_attention_map(rollout, grid_size)
+
+
+def divided_weights_to_tokens(
+    temporal: Tensor, spatial: Tensor, grid_size: Sequence[int]
+) -> tuple[Tensor, Tensor]:
+    """Place one divided block's weights into dense matrices over the clip's ``1 + T'S`` tokens.
+
+    Args:
+        temporal: ``(B * S, heads, T', T')``, the temporal attention of each spatial position.
+        spatial: ``(B * T', heads, 1 + S, 1 + S)``, each frame's attention (class token first).
+        grid_size: ``(T', H', W')`` with ``S = H'W'``.
+
+    Returns:
+        ``(A_time, A_space)``, each ``(B, heads, 1 + T'S, 1 + T'S)`` (class token first, then
+        row-major ``(t, y, x)``), so that the block's two token mixings are ``A_time`` then
+        ``A_space``. The class token does not take part in the temporal attention (its row of
+        ``A_time`` is the identity's) and averages its ``T'`` spatial rows.
+    """
+    t, s = int(grid_size[0]), int(grid_size[1]) * int(grid_size[2])
+    h = temporal.shape[1]
+    if temporal.shape[-2:] != (t, t) or temporal.shape[0] % s:
+        raise ValueError(
+            f"temporal: expected (B * {s}, heads, {t}, {t}), got {tuple(temporal.shape)}"
+        )
+    if spatial.shape[-2:] != (1 + s, 1 + s) or spatial.shape[0] % t or spatial.shape[1] != h:
+        raise ValueError(
+            f"spatial: expected (B * {t}, {h}, {1 + s}, {1 + s}), got {tuple(spatial.shape)}"
+        )
+    b, n = temporal.shape[0] // s, 1 + t * s
+    tw = temporal.reshape(b, s, h, t, t).permute(0, 2, 3, 1, 4)  # (B, h, T'q, S, T'k)
+    eye_s = torch.eye(s, dtype=temporal.dtype, device=temporal.device)
+    a_time = temporal.new_zeros(b, h, n, n)
+    a_time[:, :, 0, 0] = 1.0
+    # token (t, s) -> (t', s') weighs tw[t, s, t'] when s' = s
+    a_time[:, :, 1:, 1:] = torch.einsum("bhtsu,sv->bhtsuv", tw, eye_s).reshape(b, h, t * s, t * s)
+    sw = spatial.reshape(b, t, h, 1 + s, 1 + s).transpose(1, 2)  # (B, h, T', 1 + S, 1 + S)
+    eye_t = torch.eye(t, dtype=spatial.dtype, device=spatial.device)
+    a_space = spatial.new_zeros(b, h, n, n)
+    a_space[:, :, 0, 0] = sw[..., 0, 0].mean(-1)  # the class token averages its frames
+    a_space[:, :, 0, 1:] = sw[..., 0, 1:].reshape(b, h, t * s) / t
+    a_space[:, :, 1:, 0] = sw[..., 1:, 0].reshape(b, h, t * s)
+    blocks = torch.einsum("bhtsr,tu->bhtsur", sw[..., 1:, 1:], eye_t)  # same frame only
+    a_space[:, :, 1:, 1:] = blocks.reshape(b, h, t * s, t * s)
+    return a_time, a_space
+
+
+def divided_rollout(
+    model: nn.Module, x: Tensor, *, head_fusion: str = "mean"
+) -> tuple[Tensor, Tensor]:
+    """Run a divided space-time :class:`~nlnet.models.video_transformer.VideoTransformer` on
+    ``x`` and roll its attention out over every temporal and spatial attention.
+
+    Returns:
+        ``(logits, heat)`` with ``heat`` ``(B, T', H', W')``, the class token's rollout.
+    """
+    with record_attention(model, kind="transformer") as rec, torch.no_grad():
+        logits = model(x)
+    names = rec.names  # temporal, spatial, temporal, spatial, ... (module order)
+    maps = []
+    for name_t, name_s in zip(names[0::2], names[1::2]):
+        maps += divided_weights_to_tokens(rec.maps[name_t], rec.maps[name_s], model.grid)
+    rollout = attention_rollout(maps, head_fusion=head_fusion)
+    return logits, cls_attention_map(rollout, model.grid)
 
 
 def _window_token_index(layer: nn.Module, grid: tuple[int, ...]) -> tuple[Tensor, int]:
@@ -260,7 +330,10 @@ def transformer_attention_figure(model: nn.Module, x: Tensor, frames, title: str
     elif isinstance(model, VisionTransformer):
         logits, heat = vit_rollout(model, x, model.grid_size)
     elif isinstance(model, VideoTransformer):
-        logits, heat = vit_rollout(model, x, model.grid)
+        if model.attention == "divided":
+            logits, heat = divided_rollout(model, x)
+        else:
+            logits, heat = vit_rollout(model, x, model.grid)
         return logits, _video_rollout_figure(frames, heat[0], title)
     else:
         raise ValueError(

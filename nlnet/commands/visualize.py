@@ -1,5 +1,10 @@
 """Draw the attention maps of the non-local blocks of a trained model (Figures 1 and 3).
 
+A model without non-local blocks but with transformer attention (ViT, Swin, the joint and
+divided video transformers) gets one attention-rollout picture instead (``rollout.png``: the
+class token's, or for Swin the pooled tokens', rollout over the patches, Abnar & Zuidema 2020),
+drawn by :func:`nlnet.analysis.rollout.transformer_attention_figure`.
+
 The model, its class names and its preprocessing (mean/std, frames) come from the checkpoint
 (:func:`nlnet.engine.checkpoint.load_model`), exactly as in training, evaluation and prediction.
 """
@@ -14,8 +19,10 @@ EXAMPLES = """examples:
   nlnet visualize --checkpoint runs/demo-*/c2d_tiny_nl1.pt --video clip.mp4
   nlnet visualize --checkpoint model.pt --video clip.mp4 --query 0,12,20 --output figs
   nlnet visualize --checkpoint image_model.pt --video photo.png --query 40,60
+  nlnet visualize --checkpoint vit.pt --video photo.png      (a transformer: rollout.png)
 The query is "t,y,x" (frame, row, column of the model input) for video, "y,x" for an image;
-without --query the position whose attention is most concentrated is used.
+without --query the position whose attention is most concentrated is used. A transformer's
+rollout has no query; ViT and the video transformers get the input resized to their size.
 """
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -43,13 +50,50 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _parse_query(text: str, ndim: int) -> tuple[int, ...]:
+    from nlnet.engine.errors import DataError
+
     try:
         vals = tuple(int(v) for v in text.replace(" ", "").split(","))
     except ValueError as err:
-        raise ValueError(f"--query: expected integers like 't,y,x', got {text!r}") from err
+        raise DataError(f"--query: expected integers like 't,y,x', got {text!r}") from err
     if len(vals) != ndim:
-        raise ValueError(f"--query: expected {ndim} numbers for this input, got {text!r}")
+        raise DataError(f"--query: expected {ndim} numbers for this input, got {text!r}")
     return vals
+
+
+def _fixed_side(model: Any) -> int | None:
+    """The input side a transformer requires (ViT, video transformer), else ``None``."""
+    if hasattr(model, "image_size") and isinstance(model.image_size, int):
+        return model.image_size  # ViT
+    size = getattr(model, "input_size", None)
+    return int(size[-1]) if isinstance(size, tuple) and len(size) == 3 else None
+
+
+def _rollout_picture(model: Any, inp: Any, frames: Any, args: argparse.Namespace, info) -> int:
+    """The transformer branch: one attention-rollout figure, ``rollout.png``."""
+    from nlnet.analysis.rollout import transformer_attention_figure
+    from nlnet.analysis.visualize import _plt
+    from nlnet.engine.errors import DataError
+
+    for flag, value in (("--query", args.query), ("--block", args.block)):
+        if value:
+            raise DataError(
+                f"{flag}: {info.model_name} has no non-local block; its picture is the "
+                "attention rollout of the whole transformer, which has no query or block"
+            )
+    fig_title = f"{info.model_name}  attention rollout"
+    logits, fig = transformer_attention_figure(model, inp, frames, title=fig_title)
+    pred = int(logits.argmax(1)[0])
+    names = info.class_names
+    label = names[pred] if pred < len(names) else str(pred)
+    fig.suptitle(f"{fig_title}  prediction: {label}")
+    out_dir = Path(args.output)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_dir / "rollout.png", dpi=120)
+    _plt().close(fig)
+    print(f"prediction: {label}")
+    print(f"wrote {out_dir / 'rollout.png'}")
+    return 0
 
 
 def read_input(path: Path, frames: int | None, size: int | None) -> Any:
@@ -60,7 +104,7 @@ def read_input(path: Path, frames: int | None, size: int | None) -> Any:
     if path.suffix.lower() in IMAGE_EXTENSIONS:
         from PIL import Image
 
-        out = np.asarray(Image.open(path).convert("RGB"))[None]
+        out = np.array(Image.open(path).convert("RGB"))[None]  # a writable copy
     else:
         from nlnet.data.video import open_video
 
@@ -94,7 +138,7 @@ def normalize(frames: Any, preprocessing: dict[str, Any]) -> Any:
 def main(args: argparse.Namespace) -> int:
     import torch
 
-    from nlnet.analysis.hooks import record_attention
+    from nlnet.analysis.hooks import find_attention_layers, find_non_local_blocks, record_attention
     from nlnet.analysis.visualize import _plt, arrows_figure, heatmap_figure, strongest_query
     from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model
     from nlnet.engine.errors import DataError
@@ -105,8 +149,10 @@ def main(args: argparse.Namespace) -> int:
     ckpt = load_checkpoint(args.checkpoint)
     info = checkpoint_info(ckpt)
     model = load_model(ckpt, args.device)
+    transformer = not find_non_local_blocks(model) and bool(find_attention_layers(model))
+    size = args.size or (_fixed_side(model) if transformer else None)
     frames_np = read_input(video_path, args.frames or info.preprocessing.get("num_frames"),
-                           args.size)  # fmt: skip
+                           size)  # fmt: skip
     x = normalize(frames_np, info.preprocessing)  # (T, H, W, 3)
     if any(isinstance(m, torch.nn.Conv3d) for m in model.modules()):
         inp = x.permute(3, 0, 1, 2)[None]  # (1, 3, T, H, W); an image is a one-frame clip
@@ -118,6 +164,8 @@ def main(args: argparse.Namespace) -> int:
     else:
         inp = x[0].permute(2, 0, 1)[None]  # (1, 3, H, W)
     inp = inp.to(args.device)
+    if transformer:
+        return _rollout_picture(model, inp, frames_np, args, info)
     with record_attention(model, args.block, to_cpu=True) as rec, torch.no_grad():
         logits = model(inp)
     out_dir = Path(args.output)

@@ -328,6 +328,9 @@ def concatenation_non_local(a: Tensor, b: Tensor, g: Tensor, *, impl: Impl = "au
         impl = choose_impl(
             "concatenation", n, n_keys, 1, g.shape[-1], device=a.device, training=training
         )
+        # ONNX has no searchsorted: under ONNX export "auto" takes the explicit path (same values)
+        if torch.compiler.is_exporting() and torch.onnx.is_in_onnx_export():
+            impl = "reference"
     if impl == "fast":
         return concatenation_from_scores(a, b, g)
     weights = F.relu(a.unsqueeze(-1) + b.unsqueeze(-2)) / max(b.shape[-1], 1)  # (..., N, N')

@@ -27,7 +27,6 @@ torchvision; ``mask_padding=True`` hides them as keys instead.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -248,7 +247,9 @@ class WindowAttention(nn.Module):
         x = cyclic_shift(x, shift)
         win = window_partition(x, window)  # (B*nW, N, C)
         n = win.shape[1]
-        nw = math.prod(p // w for p, w in zip(padded, window))  # windows per sample (B may be 0)
+        nw = 1  # windows per sample (B may be 0); a loop, not a generator: no dynamo graph break
+        for p, w in zip(padded, window):
+            nw *= p // w
 
         qkv = self.qkv(win).reshape(b, nw, n, 3, self.num_heads, self.head_dim)
         q, key, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # each (B, nW, h, N, d_h)

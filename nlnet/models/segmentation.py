@@ -25,14 +25,18 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.fx
 import torch.nn.functional as F
 from torch import nn
 from torchvision.models.resnet import Bottleneck, conv1x1
 
+from nlnet.models.checks import check_input
 from nlnet.models.image import SegmentationHead
 from nlnet.models.registry import register_model
 
 __all__ = ["TinyDilatedResNet", "TinySegmentationNet", "receptive_field"]
+
+torch.fx.wrap("check_input")  # traceable input check (models/checks.py)
 
 
 class TinyDilatedResNet(nn.Module):
@@ -132,9 +136,7 @@ class TinySegmentationNet(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 4:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x: expected an image batch (B, C, H, W), got {shape}")
+        check_input(x, 4)
         y = self.head(self.backbone(x))  # (B, K, H/4, W/4)
         return F.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False)
 

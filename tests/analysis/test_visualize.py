@@ -132,3 +132,33 @@ def test_recorded_attention_feeds_the_figures(tmp_path):
     fig = arrows_figure(frames, rec.maps[name][0, q], m, q)
     fig.savefig(tmp_path / "f.png")
     assert _is_png(tmp_path / "f.png")
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "video"),
+    [("vit_tiny", {}, False), ("vivit_tiny_divided", {"width": 2}, True)],
+)
+def test_cli_draws_the_rollout_of_a_transformer(name, overrides, video, tmp_path, capsys):
+    """No non-local block but transformer attention: one rollout picture, through the CLI."""
+    from PIL import Image
+
+    from nlnet.cli import main as cli_main
+    from nlnet.data.video import write_video
+
+    _write_checkpoint(tmp_path / "t.pt", name, **overrides)
+    rng = np.random.default_rng(2)
+    if video:
+        source = tmp_path / "clip.mp4"
+        write_video(source, rng.integers(0, 255, (4, 40, 40, 3), dtype=np.uint8), fps=4)
+    else:
+        source = tmp_path / "x.png"  # 48 x 48: resized to the ViT's 32 x 32
+        Image.fromarray(rng.integers(0, 255, (48, 48, 3), dtype=np.uint8)).save(source)
+    out = tmp_path / "o"
+    common = ["visualize", "--checkpoint", str(tmp_path / "t.pt"), "--video", str(source)]
+    assert cli_main([*common, "--output", str(out)]) == 0
+    assert [p.name for p in out.iterdir()] == ["rollout.png"] and _is_png(out / "rollout.png")
+    assert "prediction: " in capsys.readouterr().out
+    # a query means nothing for a rollout: one line on stderr, exit status 2
+    assert cli_main([*common, "--output", str(out), "--query", "5,5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--query" in err and "rollout" in err

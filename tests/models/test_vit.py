@@ -16,26 +16,14 @@ from nlnet.models.vit import (
 TINY = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=24)
 
 
-def _randomise(model: torch.nn.Module) -> None:
-    with torch.no_grad():  # torchvision zero-initialises head, class token, biases
-        for p in model.parameters():
-            p.copy_(torch.randn_like(p) * 0.5)
-
-
-def test_torchvision_state_dict_loads_and_outputs_agree_float64():
-    torch.manual_seed(0)
-    ref = TVViT(num_classes=7, **TINY).double().eval()
-    _randomise(ref)
-    ours = VisionTransformer(num_classes=7, **TINY).double().eval()
-    load_torchvision_vit(ours, ref.state_dict())
+def test_torchvision_state_dict_loads_and_outputs_agree_float64(torchvision_parity):
     x = torch.randn(3, 3, 32, 32, dtype=torch.float64)
-    with torch.no_grad():
-        torch.testing.assert_close(ours(x), ref(x), rtol=1e-12, atol=1e-12)
+    ours, ref = VisionTransformer(num_classes=7, **TINY), TVViT(num_classes=7, **TINY)
+    torchvision_parity(ours, ref, load_torchvision_vit, x, scale=0.5)
 
 
-def test_loads_from_a_file(tmp_path):
-    ref = TVViT(num_classes=5, **TINY).eval()
-    _randomise(ref)
+def test_loads_from_a_file(tmp_path, randomise):
+    ref = randomise(TVViT(num_classes=5, **TINY).eval(), 0.5)
     torch.save(ref.state_dict(), tmp_path / "vit.pth")
     model = create_model(
         "vit_tiny", num_classes=5, weights=str(tmp_path / "vit.pth"), **TINY
@@ -45,16 +33,12 @@ def test_loads_from_a_file(tmp_path):
         torch.testing.assert_close(model(x), ref(x), rtol=1e-5, atol=1e-5)
 
 
-def test_full_size_vit_b_16_keys_and_shapes_match_torchvision_on_meta():
+def test_full_size_vit_b_16_keys_and_shapes_match_torchvision_on_meta(full_size_keys_match):
     import torchvision
 
     with torch.device("meta"):
-        tv = torchvision.models.vit_b_16()
-        ours = create_model("vit_b_16")
-    mapped = vit_state_dict_from_torchvision(tv.state_dict())
-    own = ours.state_dict()
-    assert set(mapped) == set(own)
-    assert all(mapped[k].shape == own[k].shape for k in own)
+        tv, ours = torchvision.models.vit_b_16(), create_model("vit_b_16")
+    full_size_keys_match(tv, ours, vit_state_dict_from_torchvision)
 
 
 def test_unknown_key_and_bad_size_are_clear_errors():
