@@ -14,7 +14,10 @@ Wang et al., CVPR 2018, arXiv 1711.07971:
   and ``g`` convolutions, as the released Caffe2 code does; ``pool_position="after"`` pools the
   outputs of ``phi`` and ``g`` instead, as the paper's text ("a max pooling layer after phi and g")
   and mmcv/AlexHex7 implementations do. The two differ because max pooling does not commute with a
-  1x1 convolution. Pooling uses floor mode: a size smaller than the kernel is an error;
+  1x1 convolution. Pooling uses floor mode: a size smaller than the kernel (but not 0) is an
+  error;
+* empty inputs: an empty batch or a grid with an axis of size 0 (N = N' = 0) gives the empty
+  output of the input's shape, with zero parameter gradients, on every path;
 * initial identity: ``norm="bn"`` puts a BatchNorm after ``W_z`` with its scale initialised to zero
   (Sec. 4.1, following Goyal et al.), so a new block returns its input exactly; the other norms
   (GroupNorm, channel LayerNorm, affine-only) start the same way; with ``norm=None`` ``W_z`` itself
@@ -133,9 +136,19 @@ def make_norm(
 
 
 def _check_block_input(
-    x: Tensor, weight: Tensor, dim: int, channels: int, kernel: tuple[int, ...], name: str
+    x: Tensor,
+    weight: Tensor,
+    dim: int,
+    channels: int,
+    kernel: tuple[int, ...],
+    name: str,
+    allow_empty: bool = True,
 ) -> None:
-    """The block's input checks (a leaf call under ``torch.fx``: it reads sizes)."""
+    """The block's input checks (a leaf call under ``torch.fx``: it reads sizes).
+
+    ``allow_empty=False`` (what a ``torch.fx`` trace records) refuses a grid with an axis of size
+    0: the traced graph has no branch for it, only the eager block returns its empty output.
+    """
     if not isinstance(x, Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != dim + 2:
@@ -155,13 +168,13 @@ def _check_block_input(
             f"(block.to({x.dtype}) or x.to({weight.dtype})), or run under torch.autocast"
         )
     size = tuple(x.shape[2:])
-    if 0 in size:
+    if 0 in size and not allow_empty:
         raise ValueError(
-            f"{name} got an empty grid {size} (x of shape {tuple(x.shape)}): like nn.Conv{dim}d, "
-            "its 1x1 convolutions need at least one position per axis (an empty batch is fine)"
+            f"{name} got an empty grid {size} (x of shape {tuple(x.shape)}) in a torch.fx-traced "
+            "graph, which has no branch for it; the eager block returns an empty output"
         )
     for axis, (s, k) in enumerate(zip(size, kernel)):
-        if k > 1 and s < k:
+        if k > 1 and 0 < s < k:  # size 0 is an empty grid (an empty output), not too small
             raise ValueError(
                 f"input size {size} is too small for the sub_sample kernel {kernel}: "
                 f"dimension {axis} has {s} < {k} positions"
@@ -452,7 +465,7 @@ class NonLocalNd(nn.Module):
         if len(size) != self.dim:
             raise ValueError(f"input_size must have {self.dim} entries, got {input_size!r}")
         for axis, (s, k) in enumerate(zip(size, self.kernel)):
-            if k > 1 and s < k:
+            if k > 1 and 0 < s < k:
                 raise ValueError(
                     f"input size {size} is too small for the sub_sample kernel {self.kernel}: "
                     f"dimension {axis} has {s} < {k} positions"
@@ -581,6 +594,41 @@ class NonLocalNd(nn.Module):
             y = y.reshape(B, T * H * W, self.inter_channels)
         return y
 
+    def _empty_grid(self, x: Tensor, want_attention: bool) -> Tensor | tuple[Tensor, Tensor]:
+        """The block on a grid with an axis of size 0: no query (N = 0) and no key (N' = 0).
+
+        ``z = norm(W_z y) + x`` is then the empty tensor of the shape of ``x``, as PyTorch's own
+        layers return for empty inputs. The block's steps still run, with the 1x1 convolutions as
+        matmuls on the token views (``nn.Conv`` rejects empty grids) and no pooling (the pooled
+        grid ``s // k`` per axis is empty too), so every parameter gets a zero gradient and
+        BatchNorm treats the empty map as it treats an empty batch (running statistics kept).
+        """
+        key_size = tuple(s // k for s, k in zip(x.shape[2:], self.kernel))
+        x_hat = x[(slice(None), slice(None), *(slice(0, s) for s in key_size))]
+
+        def pointwise(conv: nn.Module, t: Tensor) -> Tensor:  # (B, C, *grid) -> (B, N, out)
+            return F.linear(self._tokens(t), conv.weight.flatten(1), conv.bias)
+
+        if self.instantiation == "gaussian":
+            theta, phi = self._tokens(x), self._tokens(x_hat)
+        else:
+            theta, phi = pointwise(self.theta, x), pointwise(self.phi, x_hat)
+        out = non_local(
+            theta, phi, pointwise(self.g, x_hat),
+            self.instantiation, scale=self.scale, w_f=self.w_f, return_attention=want_attention,
+            impl="reference" if want_attention else self.impl, nan_guard=False,
+        )  # fmt: skip
+        y, attn = out if want_attention else (out, None)  # (B, 0, d_v), (B, 0, 0)
+        wz = F.linear(y, self.W_z.weight.flatten(1), self.W_z.bias).transpose(1, 2)
+        wz = wz.reshape(x.shape)
+        if isinstance(self.norm, nn.GroupNorm):  # F.group_norm rejects empty grids
+            shape = (1, -1) + (1,) * self.dim
+            wz = wz * self.norm.weight.view(shape) + self.norm.bias.view(shape)
+        else:
+            wz = self.norm(wz)
+        z = wz + x
+        return (z, attn) if want_attention else z
+
     def forward(self, x: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Apply the block.
 
@@ -595,11 +643,14 @@ class NonLocalNd(nn.Module):
         if not isinstance(return_attention, (bool, torch.fx.Proxy)):
             raise TypeError(f"return_attention must be True or False, got {return_attention!r}")
         want_attention = return_attention is True  # (a torch.fx trace takes the default path)
+        eager = not isinstance(x, torch.fx.Proxy)  # a trace records no branch on sizes
         _check_block_input(
-            x, self.g.weight, self.dim, self.in_channels, self.kernel, type(self).__name__
+            x, self.g.weight, self.dim, self.in_channels, self.kernel, type(self).__name__, eager
         )
         if self.temporal_groups is not None:
             _check_temporal_groups(x, self.temporal_groups)
+        if eager and 0 in x.shape[2:]:
+            return self._empty_grid(x, want_attention)
         if want_attention or self.impl == "reference":
             y, attn = self._reference(x, want_attention)
         else:
