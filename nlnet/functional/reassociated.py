@@ -64,7 +64,7 @@ def reassociation_plan(
     return query, value
 
 
-def _pointwise(t: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+def pointwise(t: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """A 1x1 convolution on a channel-first token map ``(B, C_in, N) -> (B, C_out, N)``."""
     return F.conv1d(t, weight.reshape(weight.shape[0], -1, 1), bias)
 
@@ -113,11 +113,11 @@ def reassociated_non_local(
     dt = torch.promote_types(x.dtype, torch.float32)  # logits and softmax in at least fp32
     if query_side:  # x_i^T (W_theta^T phi_j) + b_theta^T phi_j
         w = w_theta.reshape(d, c)
-        keys = _pointwise(phi, w.t())  # (B, C, N')
+        keys = pointwise(phi, w.t())  # (B, C, N')
         queries = x
-        key_term = None if b_theta is None else _pointwise(phi, b_theta.view(1, d))  # (B, 1, N')
+        key_term = None if b_theta is None else pointwise(phi, b_theta.view(1, d))  # (B, 1, N')
     else:
-        queries = x if w_theta is None else _pointwise(x, w_theta, b_theta)  # (B, d, N)
+        queries = x if w_theta is None else pointwise(x, w_theta, b_theta)  # (B, d, N)
         keys, key_term = phi, None
     s = logit_scale(scale, d) if instantiation != "dot_product" else 1.0 / max(n_keys, 1)
     q, k = queries.transpose(1, 2).to(dt), keys.to(dt)  # (B, N, C or d), (B, C or d, N')
@@ -130,9 +130,9 @@ def reassociated_non_local(
     weights = logits if instantiation == "dot_product" else logits.softmax(dim=-1)
     weights = weights.to(g.dtype)  # (B, N, N')
     if value_side:  # sum_j A_ij (W_z g_j): W_z on the pooled grid, then A (then b_z)
-        g_z = _pointwise(g, w_z)  # (B, C, N')
+        g_z = pointwise(g, w_z)  # (B, C, N')
         if b_z is None:
             return torch.bmm(g_z, weights.transpose(1, 2))  # (B, C, N)
         return torch.baddbmm(b_z.unsqueeze(-1), g_z, weights.transpose(1, 2))
     y = torch.bmm(g, weights.transpose(1, 2))  # (B, d_v, N): y stored channel-first
-    return _pointwise(y, w_z, b_z)
+    return pointwise(y, w_z, b_z)
