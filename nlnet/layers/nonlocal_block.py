@@ -615,8 +615,9 @@ class NonLocalNd(nn.Module):
             or self.temporal_groups is not None
         ):
             return False
-        n = math.prod(x.shape[2:])
-        n_keys = math.prod(s // k for s, k in zip(x.shape[2:], self.kernel))
+        n = n_keys = 1
+        for s, k in zip(x.shape[2:], self.kernel):  # (plain loops: torch.compile traces them)
+            n, n_keys = n * s, n_keys * (s // k)
         c, d_v = self.in_channels, self.inter_channels
         d = c if self.instantiation == "gaussian" else d_v
         training = torch.is_grad_enabled() and (x.requires_grad or self.g.weight.requires_grad)
