@@ -33,7 +33,11 @@ views of their outputs (no copies; measured in ``benchmarks/nonlocal_block.py``,
 matmuls on the token layout, which pay a weight concatenation, an input copy and a materialised
 per-sample weight gradient), the pairwise part goes through :func:`nlnet.functional.non_local`
 (which never builds the N x N' matrix unless asked and returns y stored channel-first), and
-``W_z`` is the 1x1 convolution on that layout. ``return_attention=True`` evaluates the explicit
+``W_z`` is the 1x1 convolution on that layout. Where ``impl="auto"`` uses the explicit matrix and
+it saves multiply-adds, ``W_theta`` and ``W_z`` are moved onto the pooled grid
+(:mod:`nlnet.functional.reassociated`, exact by linearity); in eval mode a BatchNorm after ``W_z``
+is folded into it; the max pooling is :func:`nlnet.functional.pooling.max_pool` (equal to
+PyTorch's, faster on the CPU). A ``torch.fx`` trace keeps the textbook order. ``return_attention=True`` evaluates the explicit
 reference path and also returns the weights ``f / C`` as ``(B, N, N')`` over the row-major
 flattened input grid (N) and pooled grid (N'); in ``space``/``time`` mode the entries outside the
 query's frame / position are exactly zero.
@@ -727,10 +731,10 @@ class NonLocalNd(nn.Module):
             return self._empty_grid(x, want_attention)
         attn = None
         guard = _non_finite_guard(x)  # one rule on every path: a NaN/inf makes its sample NaN
-        fold = self._folded_output() if eager else None  # eval BatchNorm folded into W_z
-        if want_attention or self.impl == "reference":
+        textbook = want_attention or self.impl == "reference"  # the reference path's steps
+        fold = self._folded_output() if eager and not textbook else None  # eval BN into W_z
+        if textbook:
             y, attn = self._reference(x, want_attention)
-            fold = None  # the reference path keeps the textbook steps
         elif eager and self._reassociates(x):  # (a torch.fx trace keeps the textbook order)
             w_z, b_z = fold if fold is not None else (self.W_z.weight, self.W_z.bias)
             wz = self._reassociated(x, w_z, b_z)  # W_z y (B, C, N), a fresh tensor (not saved)
