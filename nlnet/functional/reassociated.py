@@ -64,6 +64,26 @@ def reassociation_plan(
     return query, value
 
 
+def block_macs(
+    instantiation: str, n: int, n_keys: int, c: int, d: int, d_v: int, plan: tuple[bool, bool]
+) -> int:
+    """Multiply-adds of ``theta``, the pairwise products and ``W_z`` (per sample) on the explicit
+    matrix in the association ``plan``; ``phi`` and ``g`` cost the same in every order."""
+    query, value = plan
+    if query:
+        macs = n_keys * d * c + n * n_keys * c
+    else:
+        macs = (0 if instantiation == "gaussian" else n * c * d) + n * n_keys * d
+    if value:
+        return macs + n_keys * d_v * c + n * n_keys * c
+    return macs + n * n_keys * d_v + n * d_v * c
+
+
+def associativity_macs(n: int, n_keys: int, c: int, d: int, d_v: int) -> int:
+    """The same count for ``dot_product``'s fast path ``theta (phi^T g) / N'`` and ``W_z``."""
+    return n * c * d + n_keys * d * d_v + n * d * d_v + n * d_v * c
+
+
 def pointwise(t: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """A 1x1 convolution on a channel-first token map ``(B, C_in, N) -> (B, C_out, N)``."""
     return F.conv1d(t, weight.reshape(weight.shape[0], -1, 1), bias)
