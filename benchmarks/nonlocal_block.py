@@ -19,6 +19,10 @@ Usage::
     python benchmarks/nonlocal_block.py --sizes 14x14,28x28 --inst embedded_gaussian --reps 3
     python benchmarks/nonlocal_block.py --sizes 56x56 --inst embedded_gaussian --no-sub
     python benchmarks/nonlocal_block.py --markdown docs/benchmarks/nonlocal_block.md
+
+The table in ``docs/benchmarks/nonlocal_block.md`` comes from three runs (quiet machine):
+``--sizes 14x14,28x28,56x56 --reps 5 --compile``, ``--sizes 112x112 --inst embedded_gaussian
+dot_product --reps 3`` and ``--sizes 8x56x56 --inst embedded_gaussian --reps 3``.
 """
 
 from __future__ import annotations
