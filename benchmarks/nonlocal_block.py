@@ -16,8 +16,13 @@ one is written out below: three 1x1 convolutions, the explicit N x N' matrix, so
 Usage::
 
     python benchmarks/nonlocal_block.py --quick                  # 14x14 and 28x28
+    python benchmarks/nonlocal_block.py --sizes 14x14,28x28 --inst embedded_gaussian --reps 3
     python benchmarks/nonlocal_block.py --sizes 56x56 --inst embedded_gaussian --no-sub
     python benchmarks/nonlocal_block.py --markdown docs/benchmarks/nonlocal_block.md
+
+The table in ``docs/benchmarks/nonlocal_block.md`` comes from three runs (quiet machine):
+``--sizes 14x14,28x28,56x56 --reps 5 --compile``, ``--sizes 112x112 --inst embedded_gaussian
+dot_product --reps 3`` and ``--sizes 8x56x56 --inst embedded_gaussian --reps 3``.
 """
 
 from __future__ import annotations
@@ -112,10 +117,12 @@ class StraightforwardNonLocal(nn.Module):
 class PeakTensorMemory(TorchDispatchMode):
     """Peak bytes of the tensors that operators allocate while the mode is active."""
 
-    def __init__(self) -> None:
+    def __init__(self, existing: tuple[torch.Tensor, ...] = ()) -> None:
         super().__init__()
         self.live: dict[int, list] = {}  # storage data_ptr -> [nbytes, number of tensors]
         self.now = self.peak = 0
+        # views of tensors that existed before (the input, parameters, buffers) allocate nothing
+        self.existing = {t.untyped_storage().data_ptr() for t in existing}
 
     def _release(self, key: int) -> None:
         entry = self.live.get(key)
@@ -132,7 +139,7 @@ class PeakTensorMemory(TorchDispatchMode):
             if isinstance(t, torch.Tensor) and t.device.type != "meta":
                 st = t.untyped_storage()
                 key = st.data_ptr()
-                if key == 0:
+                if key == 0 or key in self.existing:
                     continue
                 if key not in self.live:
                     self.live[key] = [st.nbytes(), 0]
@@ -193,7 +200,7 @@ def interleaved(models: dict, x: torch.Tensor, step, repeat: int) -> dict[str, f
 
 
 def peak_bytes(model, x, step) -> int:
-    with PeakTensorMemory() as mem:
+    with PeakTensorMemory((x, *model.parameters(), *model.buffers())) as mem:
         step(model, x)
     return mem.peak
 
@@ -204,13 +211,29 @@ def flops(model, x, step) -> float:
     return float(counter.get_total_flops())
 
 
+def block_path(block: NonLocalNd, x: torch.Tensor, training: bool) -> str:
+    """What ``impl="auto"`` runs for ``x``: "reassociated" (explicit matrix, projections moved
+    to the pooled grid), "reference" (explicit matrix) or "fast" (no N x N' matrix)."""
+    with torch.set_grad_enabled(training):
+        if block._reassociates(x.requires_grad_(training)):
+            return "reassociated"
+    x.requires_grad_(False)
+    n = math.prod(x.shape[2:])
+    n_keys = math.prod(s // k for s, k in zip(x.shape[2:], block.kernel))
+    d = block.in_channels if block.instantiation == "gaussian" else block.inter_channels
+    return choose_impl(
+        block.instantiation, n, n_keys, d, block.inter_channels, device=x.device, training=training
+    )
+
+
 def run_case(size, inst, channels, sub, batch, repeat, compile_block: bool = False) -> dict:
     block, ref, x = build(size, inst, channels, sub, batch)
     block.eval(), ref.eval()
     with torch.no_grad():
         err = (block(x) - ref(x)).abs().max().item()
-    timed = torch.compile(block) if compile_block else block  # same parameters
-    models = {"straightforward": ref, "nlnet": timed}
+    models = {"straightforward": ref, "nlnet": block}
+    if compile_block:  # an extra column: the same block (same parameters) under inductor
+        models["compiled"] = torch.compile(block)
     res = {"max_abs_diff": err, "rate": matmul_gflops()}
     for phase, step, train in (("infer", _infer, False), ("train", _train, True)):
         for m in models.values():
@@ -221,50 +244,46 @@ def run_case(size, inst, channels, sub, batch, repeat, compile_block: bool = Fal
             n: peak_bytes(m, x, step) for n, m in (("straightforward", ref), ("nlnet", block))
         }
         res[phase + "_flops"] = flops(block, x, step)
-    n = math.prod(int(s) for s in size.split("x"))
-    n_keys = math.prod(k for k in (n // math.prod(block.kernel),))
-    d = channels if inst == "gaussian" else block.inter_channels
-    cpu = torch.device("cpu")
-    res["path"] = {
-        ph: choose_impl(inst, n, n_keys, d, block.inter_channels, device=cpu, training=t)
-        for ph, t in (("infer", False), ("train", True))
-    }
+    res["path"] = {ph: block_path(block, x, t) for ph, t in (("infer", False), ("train", True))}
     return res
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", nargs="*", default=SIZES)
+    p.add_argument("--sizes", nargs="*", default=SIZES, help="e.g. 14x14 28x28 or 14x14,28x28")
     p.add_argument("--inst", nargs="*", default=list(INSTANTIATIONS), choices=INSTANTIATIONS)
     p.add_argument("--no-sub", action="store_true", help="keys on the full grid (no pooling)")
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--channels", type=int, default=512)
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", "--reps", type=int, default=5, help="interleaved repetitions")
     p.add_argument(
         "--threads", type=int, default=1, help="intra-op threads (1: robust on a shared CPU)"
     )
     p.add_argument("--quick", action="store_true", help="sizes 14x14 and 28x28 only")
-    p.add_argument("--compile", action="store_true", help="time torch.compile(nlnet block)")
+    p.add_argument(
+        "--compile", action="store_true", help="extra column: torch.compile(nlnet block)"
+    )
     p.add_argument("--markdown", type=Path, help="append the table rows to this file")
     args = p.parse_args()
     if args.quick:
         args.sizes = ["14x14", "28x28"]
+    args.sizes = [s for item in args.sizes for s in item.split(",") if s]
     torch.set_num_threads(args.threads)
     sub = not args.no_sub
     head = (
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch {args.batch}, "
         f"channels {args.channels}->{args.channels // 2}, keys {'pooled' if sub else 'full grid'}; "
         f"medians of {args.repeat} interleaved repetitions"
-        + ("; nlnet's block under torch.compile (inductor)" if args.compile else "")
     )
+    extra_head = " | compiled speed-up (infer / train)" if args.compile else ""
     lines = [
         head,
         "",
         "| size | N | instantiation | nlnet path (infer/train) | infer ms (straightforward / nlnet)"
         " | infer speed-up | train ms (straightforward / nlnet) | train speed-up"
         " | infer mem nlnet/straightforward | train mem nlnet/straightforward"
-        " | % of matmul rate (infer / train) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        " | % of matmul rate (infer / train)" + extra_head + " |",
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if args.compile else ""),
     ]
     print("\n".join(lines), flush=True)
     rows = []
@@ -288,6 +307,11 @@ def main() -> None:
                 f"{mt['nlnet'] / mt['straightforward']:.2f} ({mt['nlnet'] / 2**20:.0f} MiB)",
                 f"{share[0]:.0f}% / {share[1]:.0f}% of {r['rate']:.0f} GFLOP/s",
             ]  # fmt: skip
+            if args.compile:  # straightforward time / compiled nlnet time
+                row.append(
+                    f"{ti['straightforward'] / ti['compiled']:.2f}x / "
+                    f"{tt['straightforward'] / tt['compiled']:.2f}x"
+                )
             if r["max_abs_diff"] > 1e-3:
                 row[2] += f" (OUTPUTS DIFFER by {r['max_abs_diff']:.1e})"
             line = "| " + " | ".join(str(c) for c in row) + " |"

@@ -83,11 +83,15 @@ def _graph_targets(gm: torch.fx.GraphModule) -> set[str]:
 # ------------------------------------------------------------------------------------- FX
 @pytest.mark.parametrize("name", FX_MODELS)
 def test_fx_symbolic_trace_same_outputs_blocks_kept(name):
-    model = _tiny_model(name)
-    x = _tiny_input(name)
+    # float64: eager blocks fold their eval BatchNorm into W_z (and re-associate by size) while
+    # a trace keeps the textbook steps; in fp32 the untrained deep models amplify that round-off
+    # to 1% (i3d_r50_nl10), in float64 the two agree to 1e-12
+    model = _tiny_model(name).double()
+    x = _tiny_input(name).double()
     gm = torch.fx.symbolic_trace(model)
     with torch.no_grad():
-        torch.testing.assert_close(gm(x), model(x), rtol=1e-5, atol=1e-6)
+        out = model(x)
+        torch.testing.assert_close(gm(x), out, rtol=1e-7, atol=1e-7 * out.abs().max().item())
     targets = _graph_targets(gm)
     for block_name, _ in non_local_blocks(model):
         assert any(t.startswith(block_name) for t in targets), f"{block_name} not in the graph"
@@ -115,7 +119,8 @@ def test_create_feature_extractor_with_inserted_block(name):
     extractor = create_feature_extractor(model, return_nodes={"layer3": "res4"})
     with torch.no_grad():
         feats = extractor(x)
-    torch.testing.assert_close(feats["res4"], seen["res4"], rtol=1e-5, atol=1e-6)
+    scale = seen["res4"].abs().max().item()  # fp32 round-off: see the test above
+    torch.testing.assert_close(feats["res4"], seen["res4"], rtol=1e-4, atol=1e-4 * scale)
 
 
 # -------------------------------------------------------------------------- compile / export

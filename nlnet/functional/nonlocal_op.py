@@ -61,12 +61,17 @@ INSTANTIATIONS: tuple[str, ...] = ("gaussian", "embedded_gaussian", "dot_product
 SOFTMAX_FORMS: tuple[str, ...] = ("gaussian", "embedded_gaussian")
 
 #: Below this many pairwise entries (N * N' per batch element and head) the softmax forms train
-#: faster with the explicit matrix on the CPU; from here on the flash path is as fast (measured
-#: in ``benchmarks/nonlocal_block.py``, one thread, interleaved: explicit/flash time 0.91 at
-#: 784 x 196 entries, 0.98 at 784 x 784, 1.02 at 3136 x 784 and 1.03 at 3136 x 3136) and holds
-#: O(N) instead of O(N N') memory (80 instead of 256 MiB at 56x56 without subsampling), so
-#: ``auto`` takes it. The same threshold holds without a backward pass (inference).
-CPU_SDPA_TRAIN_MIN_ENTRIES: int = 1024 * 1024
+#: faster with the explicit matrix on the CPU: its backward needs 4 products of size N N' d against
+#: the flash backward's 5 (it recomputes q k^T). Measured in training, one thread, batch 2,
+#: 512->256 channels, interleaved: explicit/flash time 0.93 at 56x56 with pooled keys
+#: (3136 x 784 entries; 74 MiB against 61 MiB, both below a straightforward block's 93 MiB);
+#: without pooling (3136 x 3136) the flash path holds 80 instead of 256 MiB at about the same
+#: speed (explicit/flash 1.03 in an earlier run), so ``auto`` takes it from here on.
+CPU_SDPA_TRAIN_MIN_ENTRIES: int = 2048 * 2048
+#: Without a backward pass the fast path of the softmax forms is the explicit matmuls over blocks
+#: of queries (:func:`_chunked_softmax`): as fast as the full matrix, with bounded memory, so
+#: inference takes it from this many entries on.
+CPU_INFER_CHUNK_MIN_ENTRIES: int = 1024 * 1024
 #: The same crossover when the value width differs from the query width (``gaussian`` in a block:
 #: d = C, d_v = C/2): the flash kernel needs the values zero-padded to width d, which doubles the
 #: cost of its P V products; measured 0.73x at N = 6272 and 0.77x at N = 12544 against the
@@ -127,7 +132,10 @@ def choose_impl(
     """
     entries = n * n_keys
     if instantiation in SOFTMAX_FORMS:
-        limit = CPU_SDPA_TRAIN_MIN_ENTRIES if d == d_v else CPU_SDPA_TRAIN_MIN_ENTRIES_PADDED
+        if not training:
+            limit = CPU_INFER_CHUNK_MIN_ENTRIES
+        else:
+            limit = CPU_SDPA_TRAIN_MIN_ENTRIES if d == d_v else CPU_SDPA_TRAIN_MIN_ENTRIES_PADDED
         # CPU: below the crossover the explicit matrix is faster in training and in inference
         # (flash forward 0.83-0.93x of the explicit one at 28x28 and 56x56, measured).
         if device.type == "cpu" and entries < limit:
@@ -405,8 +413,15 @@ def non_local(
     guard = non_finite_guard(theta, phi, g).unsqueeze(-1).unsqueeze(-1) if nan_guard else 0.0
     if impl == "reference":
         weights = pairwise_weights(theta, phi, instantiation, scale=scale, w_f=w_f, mask=mask)
-        # y^T = g^T W^T: y (..., N, d_v) stored channel-first, as a block's W_z wants it
-        y = torch.matmul(g.transpose(-2, -1), weights.transpose(-2, -1)).transpose(-2, -1) + guard
+        if weights.requires_grad and phi.shape[-2] > g.shape[-1]:
+            # y = W g token-major: the weights' gradient then comes out contiguous; from the
+            # channel-first form below it is a transposed N x N' view that the softmax backward
+            # copies (measured 23 ms of a 430 ms training step at 56x56), against a copy of the
+            # smaller N x d_v output when a block wants it channel-first
+            y = torch.matmul(weights, g) + guard
+        else:  # y^T = g^T W^T: y (..., N, d_v) stored channel-first, as a block's W_z wants it
+            y = torch.matmul(g.transpose(-2, -1), weights.transpose(-2, -1)).transpose(-2, -1)
+            y = y + guard
         return (y, weights) if return_attention else y
     return _fast(theta, phi, g, instantiation, scale, w_f) + guard
 

@@ -14,7 +14,10 @@ Wang et al., CVPR 2018, arXiv 1711.07971:
   and ``g`` convolutions, as the released Caffe2 code does; ``pool_position="after"`` pools the
   outputs of ``phi`` and ``g`` instead, as the paper's text ("a max pooling layer after phi and g")
   and mmcv/AlexHex7 implementations do. The two differ because max pooling does not commute with a
-  1x1 convolution. Pooling uses floor mode: a size smaller than the kernel is an error;
+  1x1 convolution. Pooling uses floor mode: a size smaller than the kernel (but not 0) is an
+  error;
+* empty inputs: an empty batch or a grid with an axis of size 0 (N = N' = 0) gives the empty
+  output of the input's shape, with zero parameter gradients, on every path;
 * initial identity: ``norm="bn"`` puts a BatchNorm after ``W_z`` with its scale initialised to zero
   (Sec. 4.1, following Goyal et al.), so a new block returns its input exactly; the other norms
   (GroupNorm, channel LayerNorm, affine-only) start the same way; with ``norm=None`` ``W_z`` itself
@@ -30,7 +33,11 @@ views of their outputs (no copies; measured in ``benchmarks/nonlocal_block.py``,
 matmuls on the token layout, which pay a weight concatenation, an input copy and a materialised
 per-sample weight gradient), the pairwise part goes through :func:`nlnet.functional.non_local`
 (which never builds the N x N' matrix unless asked and returns y stored channel-first), and
-``W_z`` is the 1x1 convolution on that layout. ``return_attention=True`` evaluates the explicit
+``W_z`` is the 1x1 convolution on that layout. Where ``impl="auto"`` uses the explicit matrix and
+it saves multiply-adds, ``W_theta`` and ``W_z`` are moved onto the pooled grid
+(:mod:`nlnet.functional.reassociated`, exact by linearity); in eval mode a BatchNorm after ``W_z``
+is folded into it; the max pooling is :func:`nlnet.functional.pooling.max_pool` (equal to
+PyTorch's, faster on the CPU). A ``torch.fx`` trace keeps the textbook order. ``return_attention=True`` evaluates the explicit
 reference path and also returns the weights ``f / C`` as ``(B, N, N')`` over the row-major
 flattened input grid (N) and pooled grid (N'); in ``space``/``time`` mode the entries outside the
 query's frame / position are exactly zero.
@@ -52,8 +59,18 @@ from nlnet.functional.nonlocal_op import (
     Instantiation,
     check_instantiation,
     check_scale,
+    choose_impl,
     concatenation_non_local,
     non_local,
+)
+from nlnet.functional.pooling import max_pool
+from nlnet.functional.reassociated import (
+    REASSOCIATED_FORMS,
+    associativity_macs,
+    block_macs,
+    pointwise,
+    reassociated_non_local,
+    reassociation_plan,
 )
 
 Mode = Literal["spacetime", "space", "time"]
@@ -63,13 +80,13 @@ NORMS: tuple[str | None, ...] = ("bn", "gn", "ln", "affine", None)
 
 _CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 _BN = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
-_POOL = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _LAYOUT = {1: "(B, C, L)", 2: "(B, C, H, W)", 3: "(B, C, T, H, W)"}
 
 # torch.fx.symbolic_trace records these as single calls evaluated at run time (they read sizes
 # and pick paths by size), so a traced block keeps its checks and its size-dependent choices.
 torch.fx.wrap("non_local")
 torch.fx.wrap("concatenation_non_local")
+torch.fx.wrap("max_pool")
 
 
 class ChannelAffine(nn.Module):
@@ -133,9 +150,19 @@ def make_norm(
 
 
 def _check_block_input(
-    x: Tensor, weight: Tensor, dim: int, channels: int, kernel: tuple[int, ...], name: str
+    x: Tensor,
+    weight: Tensor,
+    dim: int,
+    channels: int,
+    kernel: tuple[int, ...],
+    name: str,
+    allow_empty: bool = True,
 ) -> None:
-    """The block's input checks (a leaf call under ``torch.fx``: it reads sizes)."""
+    """The block's input checks (a leaf call under ``torch.fx``: it reads sizes).
+
+    ``allow_empty=False`` (what a ``torch.fx`` trace records) refuses a grid with an axis of size
+    0: the traced graph has no branch for it, only the eager block returns its empty output.
+    """
     if not isinstance(x, Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != dim + 2:
@@ -155,13 +182,13 @@ def _check_block_input(
             f"(block.to({x.dtype}) or x.to({weight.dtype})), or run under torch.autocast"
         )
     size = tuple(x.shape[2:])
-    if 0 in size:
+    if 0 in size and not allow_empty:
         raise ValueError(
-            f"{name} got an empty grid {size} (x of shape {tuple(x.shape)}): like nn.Conv{dim}d, "
-            "its 1x1 convolutions need at least one position per axis (an empty batch is fine)"
+            f"{name} got an empty grid {size} (x of shape {tuple(x.shape)}) in a torch.fx-traced "
+            "graph, which has no branch for it; the eager block returns an empty output"
         )
     for axis, (s, k) in enumerate(zip(size, kernel)):
-        if k > 1 and s < k:
+        if k > 1 and 0 < s < k:  # size 0 is an empty grid (an empty output), not too small
             raise ValueError(
                 f"input size {size} is too small for the sub_sample kernel {kernel}: "
                 f"dimension {axis} has {s} < {k} positions"
@@ -452,7 +479,7 @@ class NonLocalNd(nn.Module):
         if len(size) != self.dim:
             raise ValueError(f"input_size must have {self.dim} entries, got {input_size!r}")
         for axis, (s, k) in enumerate(zip(size, self.kernel)):
-            if k > 1 and s < k:
+            if k > 1 and 0 < s < k:
                 raise ValueError(
                     f"input size {size} is too small for the sub_sample kernel {self.kernel}: "
                     f"dimension {axis} has {s} < {k} positions"
@@ -461,7 +488,8 @@ class NonLocalNd(nn.Module):
 
     # ----------------------------------------------------------------- forward
     def _pool(self, t: Tensor) -> Tensor:
-        return _POOL[self.dim](t, kernel_size=self.kernel, stride=self.kernel)
+        """Max pooling, kernel = stride (equal to ``F.max_pool{d}d``, faster on the CPU)."""
+        return max_pool(t, self.kernel)
 
     @staticmethod
     def _tokens(t: Tensor) -> Tensor:
@@ -581,6 +609,111 @@ class NonLocalNd(nn.Module):
             y = y.reshape(B, T * H * W, self.inter_channels)
         return y
 
+    def _reassociates(self, x: Tensor) -> bool:
+        """Whether ``impl="auto"`` takes :meth:`_reassociated` for this input: the explicit
+        matrix is the op's choice for the size, and moving ``W_theta`` to the keys or ``W_z`` to
+        the values saves multiply-adds (:func:`nlnet.functional.reassociated.reassociation_plan`).
+        Spacetime attention only (the masked modes and temporal groups keep their paths)."""
+        if (
+            self.impl != "auto"
+            or self.instantiation not in REASSOCIATED_FORMS
+            or self.mode != "spacetime"
+            or self.temporal_groups is not None
+        ):
+            return False
+        n = n_keys = 1
+        for s, k in zip(x.shape[2:], self.kernel):  # (plain loops: torch.compile traces them)
+            n, n_keys = n * s, n_keys * (s // k)
+        c, d_v = self.in_channels, self.inter_channels
+        d = c if self.instantiation == "gaussian" else d_v
+        training = torch.is_grad_enabled() and (x.requires_grad or self.g.weight.requires_grad)
+        path = choose_impl(
+            self.instantiation, n, n_keys, d, d_v, device=x.device, training=training
+        )
+        plan = reassociation_plan(self.instantiation, n, n_keys, c, d, d_v)
+        if path == "fast" and self.instantiation == "dot_product":
+            # the op's associativity path vs the explicit matrix in the cheaper association
+            # (28x28 at 512 channels: 260 M against 321 M multiply-adds per sample)
+            return block_macs("dot_product", n, n_keys, c, d, d_v, plan) < associativity_macs(
+                n, n_keys, c, d, d_v
+            )
+        return path == "reference" and any(plan)
+
+    def _folded_output(self) -> tuple[Tensor, Tensor] | None:
+        """``(weight, bias)`` of ``BN(W_z y)`` as one 1x1 projection, for an evaluating BatchNorm.
+
+        In eval mode BatchNorm is the per-channel affine map ``s (v - mu) + beta`` with
+        ``s = gamma / sqrt(var + eps)`` from its running statistics, so ``BN(W_z y) =
+        (s W_z) y + (beta - s mu + s b_z)``: one pass over the ``C x N`` output fewer, exact up to
+        round-off; the parameters themselves are not changed (gradients reach them through the
+        product). ``None`` in training or without running statistics.
+        """
+        bn = self.norm
+        if not isinstance(bn, nn.modules.batchnorm._BatchNorm) or bn.training:
+            return None
+        if bn.running_mean is None or bn.running_var is None:
+            return None
+        s = torch.rsqrt(bn.running_var + bn.eps)  # (C,)
+        if bn.weight is not None:
+            s = s * bn.weight
+        shift = -bn.running_mean * s
+        if bn.bias is not None:
+            shift = shift + bn.bias
+        if self.W_z.bias is not None:
+            shift = shift + s * self.W_z.bias
+        return self.W_z.weight.flatten(1) * s.unsqueeze(1), shift
+
+    def _reassociated(self, x: Tensor, w_z: Tensor, b_z: Tensor | None) -> Tensor:
+        """``W_z y`` ``(B, C, N)`` on the explicit matrix with the projections re-associated
+        (exact by linearity; see :mod:`nlnet.functional.reassociated`)."""
+        gaussian = self.instantiation == "gaussian"
+        pool_before = self.subsampled and self.pool_position == "before"
+        x_hat = self._pool(x) if pool_before else x
+        g = self.g(x_hat)  # (B, d_v, *grid of x_hat)
+        phi = x_hat.to(g.dtype) if gaussian else self.phi(x_hat)
+        if self.subsampled and self.pool_position == "after":
+            phi, g = self._pool(phi), self._pool(g)
+        return reassociated_non_local(
+            x.flatten(2).to(g.dtype), phi.flatten(2), g.flatten(2),
+            None if gaussian else self.theta.weight, None if gaussian else self.theta.bias,
+            w_z, b_z, self.instantiation, scale=self.scale,
+        )  # fmt: skip
+
+    def _empty_grid(self, x: Tensor, want_attention: bool) -> Tensor | tuple[Tensor, Tensor]:
+        """The block on a grid with an axis of size 0: no query (N = 0) and no key (N' = 0).
+
+        ``z = norm(W_z y) + x`` is then the empty tensor of the shape of ``x``, as PyTorch's own
+        layers return for empty inputs. The block's steps still run, with the 1x1 convolutions as
+        matmuls on the token views (``nn.Conv`` rejects empty grids) and no pooling (the pooled
+        grid ``s // k`` per axis is empty too), so every parameter gets a zero gradient and
+        BatchNorm treats the empty map as it treats an empty batch (running statistics kept).
+        """
+        key_size = tuple(s // k for s, k in zip(x.shape[2:], self.kernel))
+        x_hat = x[(slice(None), slice(None), *(slice(0, s) for s in key_size))]
+
+        def project(conv: nn.Module, t: Tensor) -> Tensor:  # (B, C, *grid) -> (B, N, out)
+            return F.linear(self._tokens(t), conv.weight.flatten(1), conv.bias)
+
+        if self.instantiation == "gaussian":
+            theta, phi = self._tokens(x), self._tokens(x_hat)
+        else:
+            theta, phi = project(self.theta, x), project(self.phi, x_hat)
+        out = non_local(
+            theta, phi, project(self.g, x_hat),
+            self.instantiation, scale=self.scale, w_f=self.w_f, return_attention=want_attention,
+            impl="reference" if want_attention else self.impl, nan_guard=False,
+        )  # fmt: skip
+        y, attn = out if want_attention else (out, None)  # (B, 0, d_v), (B, 0, 0)
+        wz = F.linear(y, self.W_z.weight.flatten(1), self.W_z.bias).transpose(1, 2)
+        wz = wz.reshape(x.shape)
+        if isinstance(self.norm, nn.GroupNorm):  # F.group_norm rejects empty grids
+            shape = (1, -1) + (1,) * self.dim
+            wz = wz * self.norm.weight.view(shape) + self.norm.bias.view(shape)
+        else:
+            wz = self.norm(wz)
+        z = wz + x
+        return (z, attn) if want_attention else z
+
     def forward(self, x: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Apply the block.
 
@@ -595,20 +728,36 @@ class NonLocalNd(nn.Module):
         if not isinstance(return_attention, (bool, torch.fx.Proxy)):
             raise TypeError(f"return_attention must be True or False, got {return_attention!r}")
         want_attention = return_attention is True  # (a torch.fx trace takes the default path)
+        eager = not isinstance(x, torch.fx.Proxy)  # a trace records no branch on sizes
         _check_block_input(
-            x, self.g.weight, self.dim, self.in_channels, self.kernel, type(self).__name__
+            x, self.g.weight, self.dim, self.in_channels, self.kernel, type(self).__name__, eager
         )
         if self.temporal_groups is not None:
             _check_temporal_groups(x, self.temporal_groups)
-        if want_attention or self.impl == "reference":
+        if eager and 0 in x.shape[2:]:
+            return self._empty_grid(x, want_attention)
+        attn = None
+        guard = _non_finite_guard(x)  # one rule on every path: a NaN/inf makes its sample NaN
+        textbook = want_attention or self.impl == "reference"  # the reference path's steps
+        fold = self._folded_output() if eager and not textbook else None  # eval BN into W_z
+        if textbook:
             y, attn = self._reference(x, want_attention)
+        elif eager and self._reassociates(x):  # (a torch.fx trace keeps the textbook order)
+            w_z, b_z = fold if fold is not None else (self.W_z.weight, self.W_z.bias)
+            wz = self._reassociated(x, w_z, b_z)  # W_z y (B, C, N), a fresh tensor (not saved)
+            wz = wz.add_(guard.to(wz.dtype)).unflatten(2, x.shape[2:])  # in place: one C x N map
+            return (wz if fold is not None else self.norm(wz)) + x
         else:
-            y, attn = self._fast(x), None
-        # One rule on every path: a non-finite value in a sample makes its output NaN (W_z
-        # spreads a NaN row of y over the sample).
-        y = y + _non_finite_guard(x).to(y.dtype)
+            y = self._fast(x)
+        y = y + guard.to(y.dtype)  # (W_z spreads a NaN row of y over the sample)
         # W_z on the channel-first map (B, d_v, *grid): the 1x1 convolution, as theta/phi/g.
-        z = self.norm(self.W_z(y.transpose(1, 2).unflatten(2, x.shape[2:]))) + x
+        # The fast paths return y token-major (B, N, d_v): its transpose would look channels-last
+        # to the convolution, whose output then takes BatchNorm's slow channels-last backward
+        # (measured 75 vs 13 ms at 56x56); the explicit path's y is already channel-first.
+        y = y.transpose(1, 2).contiguous()  # (B, d_v, N)
+        if fold is not None:
+            return pointwise(y, *fold).unflatten(2, x.shape[2:]) + x
+        z = self.norm(self.W_z(y.unflatten(2, x.shape[2:]))) + x
         return (z, attn) if want_attention else z
 
 

@@ -223,6 +223,15 @@ class WindowAttention(nn.Module):
         return allowed
 
     # --- forward --------------------------------------------------------------------------------
+    def _empty_grid(self, x: Tensor, return_weights: bool) -> Tensor | tuple[Tensor, Tensor]:
+        """A grid with an axis of size 0: the empty output like ``x``, with zero gradients for
+        the projections (their values path runs on the empty tokens), and no windows."""
+        out = self.proj(self.qkv(x)[..., 2 * self.dim :])  # (B, *grid, C), empty
+        if not return_weights:
+            return out
+        n = math.prod(self.window_size)
+        return out, x.new_zeros(x.shape[0], 0, self.num_heads, n, n)
+
     def forward(self, x: Tensor, *, return_weights: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Window attention on a channels-last grid.
 
@@ -241,6 +250,8 @@ class WindowAttention(nn.Module):
                 f"x must be channels-last {layout} with C={self.dim}, got {tuple(x.shape)}"
             )
         b, grid, c = x.shape[0], tuple(x.shape[1:-1]), self.dim
+        if 0 in grid:  # no position, so no window: the empty output, whatever small_grid says
+            return self._empty_grid(x, return_weights)
         window, shift = self.effective_window(grid)
         x, _ = pad_to_window(x, window)  # (B, *padded, C)
         padded = tuple(x.shape[1:-1])

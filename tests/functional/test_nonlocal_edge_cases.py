@@ -32,6 +32,23 @@ def test_empty_batch_or_no_keys_gives_zero_output_on_every_path(instantiation, i
 
 
 @pytest.mark.parametrize("instantiation", INSTANTIATIONS)
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("n_keys", [0, 5], ids=["N=N'=0", "N=0"])
+@pytest.mark.parametrize("grad", [True, False], ids=["train", "no_grad"])
+def test_no_query_positions_gives_empty_output_on_every_path(instantiation, impl, n_keys, grad):
+    theta, phi, g, w_f = _tokens(n=0, n_keys=n_keys, requires_grad=grad)
+    with torch.set_grad_enabled(grad):
+        y = non_local(theta, phi, g, instantiation, w_f=w_f, impl=impl)
+    assert y.shape == (3, 0, 3)
+    if grad:
+        y.sum().backward()
+        for t in (theta, phi, g):  # zero gradients (N' > 0: keys that no query used)
+            assert t.grad is not None and torch.count_nonzero(t.grad) == 0
+    _, weights = non_local(theta, phi, g, instantiation, w_f=w_f, return_attention=True)
+    assert weights.shape == (3, 0, n_keys)
+
+
+@pytest.mark.parametrize("instantiation", INSTANTIATIONS)
 def test_query_without_allowed_keys_same_value_on_every_path(instantiation):
     theta, phi, g, w_f = _tokens()
     mask = torch.ones(7, 5, dtype=torch.bool)

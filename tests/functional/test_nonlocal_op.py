@@ -185,6 +185,11 @@ def test_choose_impl_by_size():
     assert (
         choose_impl("embedded_gaussian", 3136, 3136, 256, 256, device=cpu, training=False) == "fast"
     )
+    # 56x56 with pooled keys: training keeps the explicit matrix (4 vs 5 products in backward),
+    # inference takes the chunked explicit matmuls; without pooling training takes flash
+    eg = lambda n, m, t: choose_impl("embedded_gaussian", n, m, 256, 256, device=cpu, training=t)  # noqa: E731
+    assert (eg(3136, 784, True), eg(3136, 784, False)) == ("reference", "fast")
+    assert eg(3136, 3136, True) == "fast"
     cuda = torch.device("cuda")
     assert (
         choose_impl("embedded_gaussian", 784, 784, 512, 512, device=cuda, training=True) == "fast"

@@ -1,38 +1,22 @@
 """Edge cases of the non-local block over all instantiations, 1D/2D/3D, modes and paths: empty
 batches and grids, non-finite inputs, large logits, and one clear error per malformed argument."""
 
+import itertools
 import math
 
 import pytest
 import torch
 
-from nlnet.functional.nonlocal_op import INSTANTIATIONS
 from nlnet.layers.nonlocal_block import NonLocal1d, NonLocal2d, NonLocal3d
 
-BLOCKS = {1: NonLocal1d, 2: NonLocal2d, 3: NonLocal3d}
 SIZES = {1: (8,), 2: (4, 6), 3: (2, 4, 6)}
 IMPLS = ("reference", "fast", "auto")
-CONFIGS = [
-    (dim, inst, mode)
-    for dim in (1, 2, 3)
-    for inst in INSTANTIATIONS
-    for mode in (("spacetime", "space", "time") if dim == 3 else ("spacetime",))
-]
-IDS = [f"{d}d-{i}-{m}" for d, i, m in CONFIGS]
 
 
-def _block(dim, inst, mode, **kw):
-    torch.manual_seed(0)
-    block = BLOCKS[dim](4, instantiation=inst, **({"mode": mode} if dim == 3 else {}), **kw)
-    with torch.no_grad():
-        block.norm.weight.normal_()  # a live output path
-    return block
-
-
-@pytest.mark.parametrize("dim,inst,mode", CONFIGS, ids=IDS)
 @pytest.mark.parametrize("sub_sample", [False, True])
-def test_empty_batch_gives_empty_output(dim, inst, mode, sub_sample):
-    block = _block(dim, inst, mode, sub_sample=sub_sample)
+def test_empty_batch_gives_empty_output(nl_config, make_nl_block, sub_sample):
+    dim, inst, mode = nl_config
+    block = make_nl_block(dim, inst, mode, sub_sample=sub_sample)
     for impl in IMPLS:
         block.impl = impl
         for training in (True, False):
@@ -42,15 +26,65 @@ def test_empty_batch_gives_empty_output(dim, inst, mode, sub_sample):
             assert z.shape == x.shape
             z.sum().backward()
             assert x.grad.shape == x.shape
-    # an empty grid: a clear error, as nn.Conv gives (its message is less direct)
-    with pytest.raises(ValueError, match="empty grid"):
-        block(torch.randn(2, 4, *SIZES[dim][:-1], 0))
 
 
-@pytest.mark.parametrize("dim,inst,mode", CONFIGS, ids=IDS)
+def _empty_grids(dim):
+    """Each axis of the grid set to 0 in turn: (0, W), (H, 0), ... (N = N' = 0)."""
+    size = SIZES[dim]
+    return [size[:axis] + (0,) + size[axis + 1 :] for axis in range(dim)]
+
+
+@pytest.mark.parametrize("sub_sample", [False, True])
+def test_empty_grid_gives_empty_output_and_zero_gradients(nl_config, make_nl_block, sub_sample):
+    dim, inst, mode = nl_config
+    extra = [{}, {"temporal_groups": 2}] if dim == 3 else [{}]
+    for kw, impl, training, grid in itertools.product(
+        extra, IMPLS, (True, False), _empty_grids(dim)
+    ):
+        block = make_nl_block(dim, inst, mode, sub_sample=sub_sample, impl=impl, **kw)
+        block.train(training)
+        block.norm.running_mean.fill_(0.5)
+        x = torch.randn(2, 4, *grid, requires_grad=True)
+        z = block(x)
+        assert z.shape == x.shape, (kw, impl, training, grid)
+        z.sum().backward()
+        assert x.grad.shape == x.shape
+        for name, p in block.named_parameters():  # zero gradients, never None or NaN
+            assert p.grad is not None and torch.count_nonzero(p.grad) == 0, name
+        # BatchNorm treats the empty map as PyTorch treats an empty batch: statistics kept
+        assert torch.equal(block.norm.running_mean, torch.full((4,), 0.5))
+        assert torch.equal(block.norm.running_var, torch.ones(4))
+        with torch.no_grad():
+            assert block(x).shape == x.shape
+        z, attn = block(x, return_attention=True)
+        assert z.shape == x.shape and attn.shape == (2, 0, 0)
+
+
+@pytest.mark.parametrize("norm", ["gn", "ln", "affine", None])
+def test_empty_grid_with_every_norm(norm):
+    block = NonLocal2d(4, norm=norm, norm_groups=2 if norm == "gn" else None)
+    x = torch.randn(2, 4, 5, 0, requires_grad=True)
+    z = block(x)
+    assert z.shape == x.shape
+    z.sum().backward()
+    assert all(torch.count_nonzero(p.grad) == 0 for p in block.parameters())
+
+
+def test_grid_too_small_for_the_pooling_kernel_is_still_an_error():
+    # size 0: an empty output; sizes 1 (non-zero but smaller than the kernel 2): an error
+    for size in [(1, 6), (4, 1), (0, 1)]:
+        with pytest.raises(ValueError, match="too small for the sub_sample kernel"):
+            NonLocal2d(4)(torch.randn(2, 4, *size))
+        with pytest.raises(ValueError, match="too small for the sub_sample kernel"):
+            NonLocal2d(4).key_grid(size)
+    assert NonLocal2d(4).key_grid((0, 6)) == (0, 3)
+    assert NonLocal2d(4, sub_sample=False)(torch.randn(2, 4, 1, 0)).shape == (2, 4, 1, 0)
+
+
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
-def test_non_finite_input_propagates_the_same_way_on_every_path(dim, inst, mode, value):
-    block = _block(dim, inst, mode)
+def test_non_finite_input_propagates_the_same_way_on_every_path(nl_config, make_nl_block, value):
+    dim, inst, mode = nl_config
+    block = make_nl_block(dim, inst, mode)
     x = torch.randn(3, 4, *SIZES[dim])
     bad = x.clone()
     bad.view(3, -1)[1, 5] = value  # sample 1 only
@@ -74,9 +108,9 @@ def test_non_finite_input_propagates_the_same_way_on_every_path(dim, inst, mode,
                 torch.testing.assert_close(z[[0, 2]], outs["reference"][[0, 2]])
 
 
-@pytest.mark.parametrize("dim,inst,mode", CONFIGS, ids=IDS)
-def test_large_inputs_give_finite_gradients_on_every_path(dim, inst, mode):
-    block = _block(dim, inst, mode).train()
+def test_large_inputs_give_finite_gradients_on_every_path(nl_config, make_nl_block):
+    dim, inst, mode = nl_config
+    block = make_nl_block(dim, inst, mode).train()
     x = 1e4 * torch.randn(2, 4, *SIZES[dim])
     outs = {}
     for impl in IMPLS:

@@ -214,10 +214,31 @@ def test_bad_inputs_name_the_argument():
         (lambda: WindowAttention3d(8, (2, 4, 4), 2, shift_size=(1, 2, 2)), (0, 2, 8, 8, 8)),
         (lambda: SwinBlock(8, 2, (4, 4), shift_size=2), (0, 8, 8, 8)),
         (lambda: MultiheadSelfAttention(8, 2), (0, 5, 8)),
+        # empty grids: no position, so no window (before: an error or a division by zero)
+        (lambda: WindowAttention2d(8, 4, 2), (2, 0, 8, 8)),
+        (lambda: WindowAttention2d(8, 4, 2, shift_size=2), (2, 7, 0, 8)),
+        (lambda: WindowAttention2d(8, 4, 2, small_grid="error"), (2, 0, 0, 8)),
+        (lambda: WindowAttention3d(8, (2, 4, 4), 2, shift_size=(1, 2, 2)), (2, 0, 8, 8, 8)),
+        (lambda: WindowAttention3d(8, (2, 4, 4), 2), (2, 2, 5, 0, 8)),
+        (lambda: SwinBlock(8, 2, (4, 4), shift_size=2), (2, 8, 0, 8)),
+        (lambda: MultiheadSelfAttention(8, 2), (2, 0, 8)),
     ],
-    ids=["w2d", "sw2d-padded", "sw3d", "swin-block", "mhsa"],
+    ids=[
+        "w2d",
+        "sw2d-padded",
+        "sw3d",
+        "swin-block",
+        "mhsa",
+        "w2d-H=0",
+        "sw2d-W=0",
+        "w2d-strict-0x0",
+        "sw3d-T=0",
+        "w3d-clip-W=0",
+        "swin-block-W=0",
+        "mhsa-n=0",
+    ],  # fmt: skip
 )
-def test_empty_batch_gives_empty_output(make, shape, impl):
+def test_empty_batch_or_grid_gives_empty_output(make, shape, impl):
     module = make()
     for m in module.modules():
         if hasattr(m, "impl"):
@@ -227,3 +248,8 @@ def test_empty_batch_gives_empty_output(make, shape, impl):
     assert out.shape == x.shape
     out.sum().backward()
     assert x.grad.shape == x.shape
+    for name, p in module.named_parameters():  # zero gradients where any, never NaN
+        assert p.grad is None or torch.count_nonzero(p.grad) == 0, name
+    if isinstance(module, (WindowAttention2d, WindowAttention3d)) and 0 in shape[1:-1]:
+        out, weights = module(x, return_weights=True)
+        assert out.shape == x.shape and weights.shape[:3] == (shape[0], 0, 2)
