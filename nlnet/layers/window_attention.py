@@ -27,6 +27,7 @@ torchvision; ``mask_padding=True`` hides them as keys instead.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
