@@ -363,7 +363,7 @@ def checkpoint_info(ckpt: str | os.PathLike | Mapping[str, Any]) -> CheckpointIn
     cfg = ckpt.get("config") or {}
     extra = ckpt.get("extra") or {}
     options = ckpt.get("model_options")
-    if not options:  # version 1
+    if options is None:  # version 1 (version 2 stores a dict, empty for e.g. a detector)
         options = dict((cfg.get("model") or {}).get("overrides") or {})
         if "dropout" in (cfg.get("train") or {}):
             options.setdefault("dropout", cfg["train"]["dropout"])
