@@ -20,7 +20,8 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,19 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-__all__ = ["CocoDataset", "collate_detection", "load_coco"]
+__all__ = ["CocoDataset", "collate_detection", "load_coco", "quiet_pycocotools"]
+
+
+@contextlib.contextmanager
+def quiet_pycocotools() -> Iterator[None]:
+    """Silence pycocotools' numpy-2 ``DeprecationWarning`` (its Cython mask code passes
+    ``copy=False`` to ``__array__``) around a call; other warnings still show."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r".*__array__ implementation doesn't accept a copy keyword",
+            category=DeprecationWarning,
+        )  # fmt: skip
+        yield
 
 
 def load_coco(annotation_file: str | os.PathLike) -> Any:
@@ -132,7 +145,8 @@ class CocoDataset(Dataset):
             "iscrowd": torch.zeros(len(anns), dtype=torch.int64),
         }
         if self.masks:
-            m = [self.coco.annToMask(a) for a in anns]
+            with quiet_pycocotools():
+                m = [self.coco.annToMask(a) for a in anns]
             target["masks"] = (
                 torch.from_numpy(np.stack(m)) if m else torch.zeros(0, h, w, dtype=torch.uint8)
             )

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from nlnet.data.coco import CocoDataset, collate_detection
+from nlnet.data.coco import CocoDataset, collate_detection, quiet_pycocotools
 from nlnet.engine.errors import DataError
 
 __all__ = [
@@ -81,7 +81,8 @@ def outputs_to_coco(
                 "score": float(score),
             }
             if masks is not None:
-                rle = mask_utils.encode(np.asfortranarray(binary[i]))
+                with quiet_pycocotools():
+                    rle = mask_utils.encode(np.asfortranarray(binary[i]))
                 rle["counts"] = rle["counts"].decode("ascii")
                 r["segmentation"] = rle
             if kps is not None:
@@ -116,7 +117,7 @@ def coco_evaluate(
         if not results:
             out.update({f"{_PREFIX[iou_type]}_{n}": 0.0 for n in names})
             continue
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), quiet_pycocotools():
             dt = coco_gt.loadRes([dict(r) for r in results])
             ev = COCOeval(coco_gt, dt, iou_type)
             ev.evaluate()
