@@ -1,4 +1,4 @@
-"""Mask R-CNN and Keypoint R-CNN with non-local blocks (Wang et al., "Non-local Neural Networks", CVPR 2018, arXiv:1711.07971, Sec. 5.3).
+"""Mask R-CNN and Keypoint R-CNN with non-local blocks (Wang et al., "Non-local Neural Networks", CVPR 2018, arXiv:1711.07971, Sec. 6).
 
 The detectors are torchvision's (``MaskRCNN``, ``KeypointRCNN`` on a ResNet-FPN backbone); this
 module only builds them without any download (``weights=None``) and inserts 2D non-local blocks

@@ -5,7 +5,7 @@ the task of the config (``task: video_classification`` | ``segmentation`` | ``de
 the loss and the evaluation.  A task implements :class:`Task` and is registered with
 :func:`register_task`; see docs/ARCHITECTURE.md.  Modules: ``video`` (clip classification,
 Sections 4-5.2), ``segmentation`` (semantic segmentation, mIoU), ``detection`` (COCO boxes,
-masks and keypoints with pycocotools, Section 5.3).
+masks and keypoints with pycocotools, Section 6).
 """
 
 from __future__ import annotations
