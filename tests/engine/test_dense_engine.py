@@ -104,6 +104,28 @@ def test_train_command_with_a_detection_config(root, tmp_path, capsys):
     assert "box_AP" in capsys.readouterr().out
 
 
+def test_train_command_with_the_segmentation_smoke_config(root, tmp_path, capsys):
+    """``nlnet train --config smoke/seg_tiny_digits`` builds seg_tiny_nl from the config (no
+    classifier dropout is passed to a dense model) and its checkpoint loads back."""
+    from nlnet.cli import main
+
+    out = tmp_path / "seg"
+    over = [f"data.root={root}", f"output_dir={out}", "optim.epochs=0", "optim.max_iters=2",
+            "optim.schedule=multistep", "optim.steps=[]", "train.batch_size=4",
+            "train.device=cpu"]  # fmt: skip
+    assert main(["train", "--config", "smoke/seg_tiny_digits.yaml", *over]) == 0
+    ckpt = out / "checkpoints" / "final.pt"
+    info = checkpoint_info(ckpt)
+    assert info.model_name == "seg_tiny_nl" and info.model_options == {}
+    assert info.class_names == ["background", "cue", "match", "other"]
+    model = load_model(ckpt)
+    assert model(torch.rand(1, 3, 64, 64)).shape == (1, 4, 64, 64)
+    capsys.readouterr()
+    assert main(["eval", "--config", "smoke/seg_tiny_digits.yaml", "--checkpoint", str(ckpt),
+                 *over]) == 0  # fmt: skip
+    assert "mIoU" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------------------ exact resume
 @pytest.mark.parametrize(
     "task, model",
