@@ -19,6 +19,7 @@ from nlnet.engine.checkpoint import (
     load_backbone,
     load_checkpoint,
     load_model_weights,
+    takes_dropout,
 )
 
 __all__ = [
@@ -31,22 +32,11 @@ __all__ = [
 ]
 
 
-#: Registry ``task``\ s whose models have no dropout before a classifier (``train.dropout`` is
-#: not passed to them): per-pixel and R-CNN heads.
-DENSE_TASKS = ("segmentation", "instance_segmentation", "keypoints")
-
-
 def model_options(cfg: Any) -> dict[str, Any]:
     """``create_model`` keyword arguments besides ``num_classes`` (stored in checkpoints);
-    ``train.dropout`` is one of them except for dense models (:data:`DENSE_TASKS`)."""
-    from nlnet.models.registry import get_model_entry
-
+    ``train.dropout`` is one of them except for dense models (:func:`takes_dropout`)."""
     kwargs = dict(cfg.model.overrides)
-    try:
-        task = get_model_entry(cfg.model.name).default_cfg.get("task")
-    except ValueError:  # not registered: the caller passes its own network
-        task = None
-    if task not in DENSE_TASKS:
+    if takes_dropout(cfg.model.name):
         kwargs.setdefault("dropout", cfg.train.dropout)
     return kwargs
 

@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from nlnet.data.coco import CocoDataset, collate_detection, quiet_pycocotools
+from nlnet.engine.checkpoint import unwrap_model
 from nlnet.engine.errors import DataError
 
 __all__ = [
@@ -317,7 +318,7 @@ class DetectionTask:
         if isinstance(data, Dataset):
             batch_size = cfg.eval.batch_size if cfg is not None else 4
             loader = DataLoader(data, batch_size=batch_size, collate_fn=self.collate)
-        model = getattr(model, "module", model)  # a DDP wrapper: evaluate the bare network
+        model = unwrap_model(model)  # a DDP wrapper: evaluate the bare network
         results = self.predict(model, loader, device)
         return coco_evaluate(loader.dataset.coco, results, self.iou_types)
 
