@@ -161,7 +161,7 @@ def _spawn(tmp_path: Path, cfg_args: tuple) -> tuple[list[dict], list[dict]]:
     return states, summaries
 
 
-@pytest.mark.slow  # two spawned processes: ~1 min on 2 shared cores
+@pytest.mark.slow  # two spawned processes: 14 s on 2 idle cores, ~1 min when shared
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo")
 def test_segmentation_ddp_equals_single_process(root, tmp_path):
     """2 processes x 1 image = 1 process x 2 images. BN frozen (``train.freeze_bn``), so that the
@@ -186,7 +186,7 @@ def test_segmentation_ddp_equals_single_process(root, tmp_path):
     assert (tmp_path / "ddp" / "checkpoints" / "final.pt").is_file()
 
 
-@pytest.mark.slow  # two spawned detectors: ~1 min on 2 shared cores
+@pytest.mark.slow  # two spawned detectors: 12 s on 2 idle cores, ~1 min when shared
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo")
 def test_detection_ddp_keeps_the_ranks_in_sync(root, tmp_path):
     """Detection under 2-process DDP: gradients averaged (both ranks end with the same parameters),
@@ -238,7 +238,7 @@ def _keypoint_root(root: Path) -> Path:
     return root
 
 
-@pytest.mark.slow  # a narrow R101 Keypoint R-CNN: ~1 min on 2 shared cores
+@pytest.mark.slow  # a narrow R101 Keypoint R-CNN: 6 s on 2 idle cores, ~1 min when shared
 def test_keypoint_rcnn_trains_and_reports_keypoint_ap(tmp_path):
     """``task: detection`` with a Keypoint R-CNN reads person_keypoints_*.json, flips with the
     left/right keypoints swapped, and reports keypoint AP (Table 6's metric)."""
