@@ -85,7 +85,7 @@ def _pictures(
     pixel = (int(ys[len(ys) // 2]), int(xs[len(xs) // 2]))
     preds = {}
     for name, model in models.items():
-        model.eval()
+        model.cpu().eval()
         with torch.no_grad():
             preds[name] = model(image[None]).argmax(1)[0].numpy()
     nl_name = list(models)[-1]
@@ -107,6 +107,7 @@ def run_dense_demo(
     batch_size: int = 32,
     lr: float = 3e-3,
     pictures: bool = True,
+    device: str = "cpu",
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Train the baseline and the non-local model for each seed; test mIoU and per-class IoU.
@@ -119,6 +120,7 @@ def run_dense_demo(
         data_root: where the PNG/COCO files go (default: a cache folder).
         epochs, batch_size, lr: the training recipe (AdamW, one-cycle).
         pictures: write ``predictions.png`` per seed.
+        device: ``cpu``, ``cuda`` or ``cuda:N`` (training and evaluation).
         log: where progress lines go.
 
     Returns:
@@ -146,10 +148,10 @@ def run_dense_demo(
             start = time.perf_counter()
             engine_fit(
                 model, name, train_set, out / f"seed{seed}" / name, num_classes=len(CLASS_NAMES),
-                epochs=epochs, batch_size=batch_size, lr=lr, seed=seed,
+                epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, device=device,
             )  # fmt: skip
             train_s = time.perf_counter() - start
-            metrics = seg.evaluate(model, test_loader)
+            metrics = seg.evaluate(model, test_loader, device=torch.device(device))
             (out / f"seed{seed}").mkdir(parents=True, exist_ok=True)
             torch.save(model.state_dict(), out / f"seed{seed}" / f"{name}.pt")
             params = sum(p.numel() for p in model.parameters())

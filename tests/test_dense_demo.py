@@ -52,3 +52,12 @@ def test_nlnet_demo_task_segmentation_runs_through_the_engine(tmp_path, capsys):
     assert (run / "seed0" / "seg_tiny_nl" / "metrics.jsonl").is_file()
     assert (run / "seed0" / "seg_tiny_nl" / "checkpoints" / "final.pt").is_file()
     assert "mIoU" in capsys.readouterr().out
+
+
+def test_nlnet_demo_segmentation_user_errors_are_one_line(tmp_path, capsys):
+    from nlnet.cli import main
+
+    base = ["demo", "--task", "segmentation", "--quick", "--output-dir", str(tmp_path)]
+    assert main([*base, "--threads", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--threads" in err and "Traceback" not in err

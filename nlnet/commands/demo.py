@@ -55,8 +55,19 @@ def _dense(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
+    import torch
+
     from nlnet.data.digits_dense import DenseDigitsConfig
+    from nlnet.demo import _threads
     from nlnet.dense_demo import run_dense_demo
+    from nlnet.engine.errors import UserError
+
+    try:  # more threads than idle cores make PyTorch's CPU kernels far slower when shared
+        torch.set_num_threads(_threads(args.threads))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError("--device cuda: CUDA is not available on this machine")
 
     data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if args.quick else None
     epochs = args.epochs or (1 if args.quick else 12)
@@ -64,6 +75,6 @@ def _dense(args: argparse.Namespace) -> int:
     run_dense_demo(
         "segmentation", [args.seed], out_dir=out, data=data, epochs=epochs,
         batch_size=4 if args.quick else 32,
-        data_root=Path(args.cache_dir) / "dense" if args.cache_dir else None,
+        data_root=Path(args.cache_dir) / "dense" if args.cache_dir else None, device=args.device,
     )  # fmt: skip
     return 0

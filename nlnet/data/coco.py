@@ -20,7 +20,8 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,19 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-__all__ = ["CocoDataset", "collate_detection", "load_coco"]
+__all__ = ["CocoDataset", "collate_detection", "load_coco", "quiet_pycocotools"]
+
+
+@contextlib.contextmanager
+def quiet_pycocotools() -> Iterator[None]:
+    """Silence pycocotools' numpy-2 ``DeprecationWarning`` (its Cython mask code passes
+    ``copy=False`` to ``__array__``) around a call; other warnings still show."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r".*__array__ implementation doesn't accept a copy keyword",
+            category=DeprecationWarning,
+        )  # fmt: skip
+        yield
 
 
 def load_coco(annotation_file: str | os.PathLike) -> Any:
@@ -52,6 +65,9 @@ class CocoDataset(Dataset):
         keypoints: include keypoints (needs ``keypoints`` in the annotations).
         keep_empty: keep images without any usable annotation (default: keep; torchvision
             trains on them as background-only images).
+        hflip: probability of flipping an item horizontally (training augmentation: boxes,
+            masks and keypoints flipped with it; ``left_*``/``right_*`` keypoints swapped). The
+            draw uses the global torch generator, which the engine seeds per item.
 
     Attributes:
         coco: the :class:`pycocotools.coco.COCO` object.
@@ -68,7 +84,11 @@ class CocoDataset(Dataset):
         masks: bool = True,
         keypoints: bool = False,
         keep_empty: bool = True,
+        hflip: float = 0.0,
     ) -> None:
+        if not 0.0 <= float(hflip) <= 1.0:
+            raise ValueError(f"hflip: expected a probability in [0, 1], got {hflip!r}")
+        self.hflip = float(hflip)
         self.image_dir = Path(image_dir)
         if not self.image_dir.is_dir():
             raise FileNotFoundError(f"image_dir: no folder at {self.image_dir}")
@@ -125,7 +145,8 @@ class CocoDataset(Dataset):
             "iscrowd": torch.zeros(len(anns), dtype=torch.int64),
         }
         if self.masks:
-            m = [self.coco.annToMask(a) for a in anns]
+            with quiet_pycocotools():
+                m = [self.coco.annToMask(a) for a in anns]
             target["masks"] = (
                 torch.from_numpy(np.stack(m)) if m else torch.zeros(0, h, w, dtype=torch.uint8)
             )
@@ -135,10 +156,40 @@ class CocoDataset(Dataset):
                 raise ValueError(f"image {info['file_name']}: an annotation has no 'keypoints'")
             k = len(self.coco.cats[self.cat_ids[0]].get("keypoints", [])) if not anns else -1
             target["keypoints"] = torch.tensor(kps, dtype=torch.float32).reshape(len(anns), k, 3)
+        if self.hflip and float(torch.rand(())) < self.hflip:
+            image, target = self._flip(image, target)
         return image, target
+
+    def _flip_permutation(self) -> list[int]:
+        """Keypoint order after a horizontal flip: ``left_x`` <-> ``right_x`` swapped."""
+        names = list(self.coco.cats[self.cat_ids[0]].get("keypoints", []))
+        swap = {"left_": "right_", "right_": "left_"}
+        out = []
+        for n in names:
+            side = next((p for p in swap if n.startswith(p)), None)
+            other = swap[side] + n[len(side) :] if side else n
+            out.append(names.index(other) if other in names else names.index(n))
+        return out
+
+    def _flip(
+        self, image: torch.Tensor, target: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        w = image.shape[-1]
+        target = dict(target)
+        boxes = target["boxes"].clone()
+        boxes[:, [0, 2]] = w - target["boxes"][:, [2, 0]]
+        target["boxes"] = boxes
+        if "masks" in target:
+            target["masks"] = target["masks"].flip(-1)
+        if "keypoints" in target:
+            kps = target["keypoints"][:, self._flip_permutation()].clone()
+            kps[..., 0] = torch.where(kps[..., 2] > 0, w - kps[..., 0], kps[..., 0])
+            target["keypoints"] = kps
+        return image.flip(-1), target
 
 
 def collate_detection(batch: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-    """Lists of images and targets (images of different sizes are allowed)."""
-    images, targets = zip(*batch)
-    return list(images), list(targets)
+    """Lists of the images and targets of the usable items (``None`` items dropped; images of
+    different sizes are allowed)."""
+    items = [item for item in batch if item is not None]
+    return [im for im, _ in items], [t for _, t in items]

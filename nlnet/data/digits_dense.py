@@ -169,15 +169,19 @@ def _grow(mask: np.ndarray) -> np.ndarray:
 def _coco_annotation(ann_id: int, image_id: int, inst: dict[str, Any]) -> dict[str, Any]:
     from pycocotools import mask as mask_utils
 
-    rle = mask_utils.encode(np.asfortranarray(inst["mask"].astype(np.uint8)))
-    x, y, w, h = (float(v) for v in mask_utils.toBbox(rle))
+    from nlnet.data.coco import quiet_pycocotools
+
+    with quiet_pycocotools():
+        rle = mask_utils.encode(np.asfortranarray(inst["mask"].astype(np.uint8)))
+        x, y, w, h = (float(v) for v in mask_utils.toBbox(rle))
+        area = float(mask_utils.area(rle))
     rle["counts"] = rle["counts"].decode("ascii")
     return {
         "id": ann_id,
         "image_id": image_id,
         "category_id": int(inst["category_id"]),
         "bbox": [x, y, w, h],
-        "area": float(mask_utils.area(rle)),
+        "area": area,
         "segmentation": rle,
         "iscrowd": 0,
         "digit": int(inst["digit"]),

@@ -77,6 +77,23 @@ class CheckpointMismatchError(UserError, ValueError):
     """The checkpoint was written for another architecture or number of classes."""
 
 
+#: Registry ``task``\ s whose models have no dropout before a classifier (``train.dropout`` is
+#: not passed to them): per-pixel and R-CNN heads.
+DENSE_TASKS = ("segmentation", "instance_segmentation", "keypoints")
+
+
+def takes_dropout(model_name: str) -> bool:
+    """Whether ``create_model(model_name)`` takes ``train.dropout`` (not the dense models of
+    :data:`DENSE_TASKS`; an unregistered name: yes, as before)."""
+    from nlnet.models.registry import get_model_entry
+
+    try:
+        task = get_model_entry(model_name).default_cfg.get("task")
+    except ValueError:  # not registered: the caller passes its own network
+        return True
+    return task not in DENSE_TASKS
+
+
 def unwrap_model(model: nn.Module) -> nn.Module:
     """Return the bare module inside DistributedDataParallel / DataParallel / torch.compile."""
     while True:
@@ -363,9 +380,9 @@ def checkpoint_info(ckpt: str | os.PathLike | Mapping[str, Any]) -> CheckpointIn
     cfg = ckpt.get("config") or {}
     extra = ckpt.get("extra") or {}
     options = ckpt.get("model_options")
-    if not options:  # version 1
+    if not options:  # version 1, or none stored (e.g. nlnet import-caffe2): from the config
         options = dict((cfg.get("model") or {}).get("overrides") or {})
-        if "dropout" in (cfg.get("train") or {}):
+        if "dropout" in (cfg.get("train") or {}) and takes_dropout(name):
             options.setdefault("dropout", cfg["train"]["dropout"])
         options.update(extra.get("model_overrides") or {})
     prep = dict(ckpt.get("preprocessing") or {})

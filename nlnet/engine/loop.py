@@ -336,6 +336,7 @@ class Run:
                   "time_s": time.perf_counter() - self.t_start}  # fmt: skip
         if self.device.type == "cuda":
             record["max_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
+        record.update(self._loss_terms())
         self.logger.log(record)
         text = "no decodable clip" if loss is None else f"loss {loss:.4f}"
         if self.bar is not None:
@@ -343,6 +344,18 @@ class Run:
         else:
             say(f"iter {st.iteration}/{self.max_iters}: {text}, lr {lr:.2e}, "
                 f"{self.speed.rate:.1f} clips/s", self.main)  # fmt: skip
+
+    def _loss_terms(self) -> dict[str, float]:
+        """Window means of a task's loss terms (``task.pop_terms()``, e.g. a detector's
+        ``loss_classifier``, ``loss_mask``...), averaged over the processes."""
+        pop = getattr(self.task, "pop_terms", None)
+        if pop is None:
+            return {}
+        per_rank = du.all_gather_object(pop())
+        keys = sorted({k for terms in per_rank for k in terms})
+        return {
+            k: float(np.mean([t[k] for t in per_rank if k in t])) for k in keys
+        }  # fmt: skip
 
     def epoch_summary(self, epoch: int, t_epoch: float, complete: bool = True) -> None:
         """The ``epoch`` record; a whole epoch in which no clip decoded stops the run."""

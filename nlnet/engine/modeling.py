@@ -19,6 +19,7 @@ from nlnet.engine.checkpoint import (
     load_backbone,
     load_checkpoint,
     load_model_weights,
+    takes_dropout,
 )
 
 __all__ = [
@@ -32,9 +33,11 @@ __all__ = [
 
 
 def model_options(cfg: Any) -> dict[str, Any]:
-    """``create_model`` keyword arguments besides ``num_classes`` (stored in checkpoints)."""
+    """``create_model`` keyword arguments besides ``num_classes`` (stored in checkpoints);
+    ``train.dropout`` is one of them except for dense models (:func:`takes_dropout`)."""
     kwargs = dict(cfg.model.overrides)
-    kwargs.setdefault("dropout", cfg.train.dropout)
+    if takes_dropout(cfg.model.name):
+        kwargs.setdefault("dropout", cfg.train.dropout)
     return kwargs
 
 

@@ -1,4 +1,4 @@
-"""Mask R-CNN and Keypoint R-CNN with non-local blocks (Wang et al., "Non-local Neural Networks", CVPR 2018, arXiv:1711.07971, Sec. 5.3).
+"""Mask R-CNN and Keypoint R-CNN with non-local blocks (Wang et al., "Non-local Neural Networks", CVPR 2018, arXiv:1711.07971, Sec. 6).
 
 The detectors are torchvision's (``MaskRCNN``, ``KeypointRCNN`` on a ResNet-FPN backbone); this
 module only builds them without any download (``weights=None``) and inserts 2D non-local blocks
@@ -19,6 +19,11 @@ a torchvision checkpoint loads with ``strict=False`` (only ``.non_local.`` keys 
 
 Without pre-trained weights torchvision uses trainable ``BatchNorm2d`` in the backbone (its
 ``FrozenBatchNorm2d`` is for ImageNet-initialised backbones); pass ``norm_layer=`` to change it.
+
+``maskrcnn_tiny[_nl]`` is a CPU-sized Mask R-CNN of the same structure (ResNet body of
+torchvision ``BasicBlock`` blocks, FPN, RPN, RoIAlign box and mask heads; the block right before the
+last residual block of res4) for 64x64 images with small objects: tests, smoke configs and
+``nlnet demo --task detection``.
 """
 
 from __future__ import annotations
@@ -30,7 +35,11 @@ import torch
 from torch import nn
 from torchvision.models import resnet
 from torchvision.models.detection import KeypointRCNN, MaskRCNN
-from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
+from torchvision.models.detection.anchor_utils import AnchorGenerator
+from torchvision.models.detection.backbone_utils import BackboneWithFPN, _resnet_fpn_extractor
+from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
+from torchvision.models.detection.rpn import RPNHead
 
 from nlnet.layers.nonlocal_block import NonLocal2d
 from nlnet.models.registry import _split_block_options, register_model
@@ -40,7 +49,9 @@ __all__ = [
     "KEYPOINT_HEAD_PATHS",
     "build_keypoint_rcnn",
     "build_mask_rcnn",
+    "build_tiny_mask_rcnn",
     "backbone_non_local_path",
+    "TinyResNetBody",
 ]
 
 _DEPTHS: dict[int, Callable[..., resnet.ResNet]] = {50: resnet.resnet50, 101: resnet.resnet101}
@@ -150,6 +161,111 @@ def _non_local_unless_empty(module: nn.Module, inputs: Any, output: torch.Tensor
     return output if output.shape[0] == 0 else module.non_local(output)
 
 
+class TinyResNetBody(nn.Module):
+    """A narrow ResNet of torchvision ``BasicBlock`` blocks: stem (3x3, stride 2), ``layer1..4``.
+
+    Stage ``i`` has ``planes[i]`` channels; ``layer2..4`` halve the resolution, so the stages
+    are at strides 2, 4, 8, 16 (small objects on small images keep several positions).
+    """
+
+    def __init__(self, planes: tuple[int, ...] = (16, 32, 64, 64),
+                 layers: tuple[int, ...] = (1, 1, 2, 1)) -> None:  # fmt: skip
+        super().__init__()
+        if len(planes) != 4 or len(layers) != 4 or min(*planes, *layers) < 1:
+            raise ValueError(
+                f"planes, layers: expected 4 positive ints each, got {planes}, {layers}"
+            )
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, planes[0], 3, stride=2, padding=1, bias=False),
+            nn.BatchNorm2d(planes[0]),
+            nn.ReLU(inplace=True),
+        )
+        inplanes = planes[0]
+        for i, (width, n) in enumerate(zip(planes, layers)):
+            stride = 1 if i == 0 else 2
+            blocks = []
+            for j in range(n):
+                down = None
+                if j == 0 and (stride != 1 or inplanes != width):
+                    down = nn.Sequential(
+                        nn.Conv2d(inplanes, width, 1, stride=stride, bias=False),
+                        nn.BatchNorm2d(width),
+                    )
+                blocks.append(resnet.BasicBlock(inplanes, width, stride if j == 0 else 1, down))
+                inplanes = width
+            self.add_module(f"layer{i + 1}", nn.Sequential(*blocks))
+        self.out_channels = list(planes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        return self.layer4(self.layer3(self.layer2(self.layer1(x))))
+
+
+def build_tiny_mask_rcnn(
+    num_classes: int = 4,
+    *,
+    backbone_block: bool = True,
+    planes: tuple[int, ...] = (16, 32, 64, 64),
+    layers: tuple[int, ...] = (1, 1, 2, 1),
+    fpn_channels: int = 32,
+    representation_size: int = 128,
+    image_size: int = 64,
+    block_options: dict[str, Any] | None = None,
+    **detector_kwargs: Any,
+) -> MaskRCNN:
+    """A CPU-sized torchvision Mask R-CNN for small images (tests, smoke runs, the demo).
+
+    The structure of :func:`build_mask_rcnn` at a fraction of the width: a
+    :class:`TinyResNetBody` + FPN (``fpn_channels``), RPN with anchors of 8..128 pixels (one
+    size per level, ratios 0.5/1/2), RoIAlign box head (two FC layers of
+    ``representation_size``) and a two-convolution mask head; images are used at
+    ``image_size`` (no resizing of 64x64 inputs). With ``backbone_block`` one non-local block
+    goes right before the last residual block of res4 (``backbone.body.layer3.<n-2>``), as in
+    Table 5.
+
+    Args:
+        num_classes: object classes including the background (4: the dense digits task).
+        backbone_block: insert the block (``False``: the baseline).
+        planes, layers: widths and depths of the body's four stages (``layers[2] >= 2``).
+        fpn_channels: FPN width (256 in the full model).
+        representation_size: box head width (1024 in the full model).
+        image_size: ``min_size`` and ``max_size`` of torchvision's transform.
+        block_options: options of the :class:`~nlnet.layers.nonlocal_block.NonLocal2d`.
+        **detector_kwargs: more ``MaskRCNN`` options (they override the small defaults).
+    """
+    if layers[2] < 2 and backbone_block:
+        raise ValueError(
+            f"layers: res4 needs >= 2 blocks for the block before its last, got {layers}"
+        )
+    body = TinyResNetBody(tuple(planes), tuple(layers))
+    backbone = BackboneWithFPN(
+        body,
+        {f"layer{i}": str(i - 1) for i in range(1, 5)},
+        body.out_channels,
+        fpn_channels,
+    )
+    c = fpn_channels
+    anchors = AnchorGenerator(((8,), (16,), (32,), (64,), (128,)), ((0.5, 1.0, 2.0),) * 5)
+    kwargs: dict[str, Any] = {
+        "min_size": image_size, "max_size": image_size,
+        "rpn_anchor_generator": anchors, "rpn_head": RPNHead(c, 3),
+        "rpn_pre_nms_top_n_train": 300, "rpn_post_nms_top_n_train": 100,
+        "rpn_pre_nms_top_n_test": 150, "rpn_post_nms_top_n_test": 50,
+        "rpn_batch_size_per_image": 64, "box_batch_size_per_image": 64,
+        "box_detections_per_img": 20,
+        "box_head": TwoMLPHead(c * 7 * 7, representation_size),
+        "box_predictor": FastRCNNPredictor(representation_size, num_classes),
+        "mask_head": MaskRCNNHeads(c, (c, c), 1),
+        "mask_predictor": MaskRCNNPredictor(c, c, num_classes),
+        **detector_kwargs,
+    }  # fmt: skip
+    model = MaskRCNN(backbone, num_classes=None, **kwargs)
+    if backbone_block:
+        path = f"backbone.body.layer3.{layers[2] - 2}"
+        insert_non_local(model, path, dim=2, **(block_options or {}))
+    return model
+
+
 # --------------------------------------------------------------------------- registry
 def _cfg(task: str, depth: int, blocks: str | None, num_classes: int) -> dict[str, Any]:
     return {
@@ -161,6 +277,18 @@ def _cfg(task: str, depth: int, blocks: str | None, num_classes: int) -> dict[st
         "blocks": blocks,
         # narrow copy of the same topology for CPU tests
         "test_overrides": {"width_per_group": 4, "min_size": 64, "max_size": 64},
+    }
+
+
+def _tiny_cfg(blocks: str | None) -> dict[str, Any]:
+    return {
+        "num_classes": 4,
+        "input_size": (3, 64, 64),
+        "task": "instance_segmentation",
+        "family": "detection",
+        "depth": None,
+        "blocks": blocks,
+        "test_overrides": {},
     }
 
 
@@ -197,4 +325,13 @@ for _suffix, _head, _bb, _desc in (
         lambda _h=_head, _b=_bb, **kw: build_keypoint_rcnn(
             101, head_blocks=_h, backbone_block=_b, **kw
         ),
+    )
+
+for _nl in (False, True):
+    _register(
+        "maskrcnn_tiny" + ("_nl" if _nl else ""),
+        "CPU-sized Mask R-CNN (BasicBlock ResNet + FPN) for 64x64 images"
+        + (", 1 non-local block in res4 (as Table 5)" if _nl else ", no block"),
+        _tiny_cfg("res4" if _nl else None),
+        lambda _b=_nl, **kw: build_tiny_mask_rcnn(backbone_block=_b, **kw),
     )

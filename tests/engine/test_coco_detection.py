@@ -178,3 +178,23 @@ def test_keypoint_ap_matches_pycocotools(tmp_path):
     assert ours["kp_AP"] == pytest.approx(100 * ev.stats[0])
     assert ours["kp_AP75"] == pytest.approx(100 * ev.stats[2])
     assert 0 < ours["kp_AP"] < 100
+
+
+def test_horizontal_flip_moves_boxes_with_masks(root):
+    ann = root / "annotations" / "instances_train.json"
+    plain = CocoDataset(root / "train" / "images", ann)
+    flip = CocoDataset(root / "train" / "images", ann, hflip=1.0)
+    (im_a, a), (im_b, b) = plain[0], flip[0]
+    assert torch.equal(im_b, im_a.flip(-1)) and torch.equal(b["masks"], a["masks"].flip(-1))
+    w = im_a.shape[-1]
+    for box, mask in zip(b["boxes"], b["masks"]):  # the box still bounds its flipped mask
+        xs = mask.any(0).nonzero()[:, 0]
+        assert box[0] == xs.min() and box[2] == xs.max() + 1
+    torch.testing.assert_close(b["boxes"][:, [0, 2]], w - a["boxes"][:, [2, 0]])
+    assert torch.equal(b["labels"], a["labels"])
+    with pytest.raises(ValueError, match="hflip"):
+        CocoDataset(root / "train" / "images", ann, hflip=1.5)
+    # the task drops bad items and says how many
+    task = DetectionTask(("bbox", "segm"))
+    images, targets, dropped = task.collate([plain[0], None])
+    assert len(images) == 1 and dropped == 1

@@ -188,3 +188,31 @@ def test_nlnet_cost_prints_detector_figures_next_to_the_paper(capsys):
     out = capsys.readouterr().out
     assert "keypoint_head" in out and "paper Table 6: AP keypoints 66.0" in out
     assert "to keypointrcnn_r101_fpn" in out
+
+
+def test_tiny_mask_rcnn_identity_at_insertion_and_placement():
+    """maskrcnn_tiny_nl = maskrcnn_tiny + one block right before the last residual block of res4
+    (Table 5's placement), the identity at insertion; the block acts once its BN scale moves."""
+    torch.manual_seed(0)
+    plain = create_model("maskrcnn_tiny")
+    _calibrate_bn(plain)
+    plain.roi_heads.score_thresh = 0.0
+    ours = create_model("maskrcnn_tiny_nl")
+    ours.roi_heads.score_thresh = 0.0
+    _plain_into_ours(plain, ours)
+    ((path, block),) = non_local_blocks(ours)
+    assert path == f"backbone.body.layer3.{len(ours.backbone.body.layer3) - 2}.non_local"
+    plain.eval(), ours.eval()
+    images = [torch.rand(3, 64, 64), torch.rand(3, 64, 64)]
+    with torch.no_grad():
+        out_plain = plain(images)
+        _detections_equal(out_plain, ours(images))
+        assert sum(len(o["boxes"]) for o in out_plain) > 0
+        torch.nn.init.ones_(block.norm.weight)
+        feats_plain = plain.backbone(images[0][None])
+        feats_ours = ours.backbone(images[0][None])
+    assert not torch.equal(feats_plain["2"], feats_ours["2"])  # res4 output (stride 8) changed
+    # small enough for CPU tests: a fraction of the narrow R50 detector
+    assert sum(p.numel() for p in ours.parameters()) < 1_000_000
+    with pytest.raises(ValueError, match="layers"):
+        create_model("maskrcnn_tiny_nl", layers=(1, 1, 1, 1))

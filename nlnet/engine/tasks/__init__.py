@@ -1,11 +1,11 @@
 """Tasks: the task-specific parts of training, behind one small protocol.
 
 The training loop (:mod:`nlnet.engine.loop`) knows nothing about videos, masks or boxes: it asks
-the task of the config (``task: video_classification`` | ``segmentation``) for datasets, batches,
+the task of the config (``task: video_classification`` | ``segmentation`` | ``detection``) for datasets, batches,
 the loss and the evaluation.  A task implements :class:`Task` and is registered with
 :func:`register_task`; see docs/ARCHITECTURE.md.  Modules: ``video`` (clip classification,
 Sections 4-5.2), ``segmentation`` (semantic segmentation, mIoU), ``detection`` (COCO boxes,
-masks and keypoints with pycocotools, Section 5.3).
+masks and keypoints with pycocotools, Section 6).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ class Task(Protocol):
 _TASKS: dict[str, str | Callable[..., Task]] = {
     "video_classification": "nlnet.engine.tasks.video:VideoClassificationTask",
     "segmentation": "nlnet.engine.tasks.segmentation:SegmentationTask.from_config",
+    "detection": "nlnet.engine.tasks.detection:DetectionTask.from_config",
 }
 
 

@@ -22,9 +22,17 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from nlnet.data.coco import CocoDataset, collate_detection
+from nlnet.data.coco import CocoDataset, collate_detection, quiet_pycocotools
+from nlnet.engine.checkpoint import unwrap_model
+from nlnet.engine.errors import DataError
 
-__all__ = ["DetectionTask", "coco_evaluate", "outputs_to_coco", "STAT_NAMES"]
+__all__ = [
+    "DetectionTask",
+    "coco_evaluate",
+    "default_iou_types",
+    "outputs_to_coco",
+    "STAT_NAMES",
+]
 
 #: Names of the 12 numbers of ``COCOeval.stats`` (bbox / segm); keypoints have the first 10
 #: without the small-object entries (see :data:`KEYPOINT_STAT_NAMES`).
@@ -74,7 +82,8 @@ def outputs_to_coco(
                 "score": float(score),
             }
             if masks is not None:
-                rle = mask_utils.encode(np.asfortranarray(binary[i]))
+                with quiet_pycocotools():
+                    rle = mask_utils.encode(np.asfortranarray(binary[i]))
                 rle["counts"] = rle["counts"].decode("ascii")
                 r["segmentation"] = rle
             if kps is not None:
@@ -109,7 +118,7 @@ def coco_evaluate(
         if not results:
             out.update({f"{_PREFIX[iou_type]}_{n}": 0.0 for n in names})
             continue
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), quiet_pycocotools():
             dt = coco_gt.loadRes([dict(r) for r in results])
             ev = COCOeval(coco_gt, dt, iou_type)
             ev.evaluate()
@@ -119,76 +128,180 @@ def coco_evaluate(
     return out
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
+def _data(cfg: Any) -> Mapping[str, Any]:
     data = cfg.get("data", cfg) if isinstance(cfg, Mapping) else getattr(cfg, "data", cfg)
-    if isinstance(data, Mapping):
-        return data.get(key, default)
-    return getattr(data, key, default)
+    return data if isinstance(data, Mapping) else vars(data)
+
+
+def default_iou_types(model_name: str | None) -> tuple[str, ...]:
+    """What a registered detector predicts: ``bbox`` + ``keypoints`` for a ``keypoints`` model,
+    ``bbox`` + ``segm`` for Mask R-CNN (and for unregistered names)."""
+    from nlnet.models.registry import get_model_entry
+
+    try:
+        task = get_model_entry(model_name).default_cfg.get("task") if model_name else None
+    except ValueError:
+        task = None
+    return ("bbox", "keypoints") if task == "keypoints" else ("bbox", "segm")
 
 
 class DetectionTask:
-    """COCO-format detection / instance segmentation / keypoints for the engine.
+    """COCO-format detection / instance segmentation / keypoints for the engine (``task:
+    detection``).
+
+    ``data`` holds ``root`` (images in ``root/<images>`` with ``images`` a template, default
+    ``{split}/images`` as in the dense digits task, ``{split}`` for COCO's own layout; annotations
+    in ``root/annotations/instances_<split>.json``, or ``person_keypoints_<split>.json`` for
+    keypoints), optionally ``iou_types`` (default from the model: ``[bbox, segm]`` for Mask R-CNN,
+    ``[bbox, keypoints]`` for Keypoint R-CNN), ``hflip`` (training flip probability, 0.5 in the
+    paper's Detectron recipe; default 0) and ``keep_empty`` (train on images without objects).
+    ``model.num_classes`` is inferred: the dataset's categories + 1 (the background, label 0).
+
+    Batches are ``(images, targets, dropped)``: lists of ``(3, H, W)`` images in [0, 1] and
+    torchvision target dicts (the detector resizes and normalises itself). The loss is the sum of
+    torchvision's loss terms; each term's mean over a logging window is logged too
+    (:meth:`pop_terms`).
 
     Args:
-        iou_types: what to evaluate (``"bbox"``, ``"segm"``, ``"keypoints"``); masks and
-            keypoints are loaded when ``segm`` / ``keypoints`` is asked for.
+        iou_types: what to load and evaluate (``"bbox"``, ``"segm"``, ``"keypoints"``).
+        hflip: probability of a horizontal flip of a training image.
+        keep_empty: keep images without annotations in the training set.
+        images: image folder of a split under the root (``{split}`` is replaced).
     """
 
     name = "detection"
 
-    def __init__(self, iou_types: Sequence[str] = ("bbox", "segm")) -> None:
+    def __init__(
+        self, iou_types: Sequence[str] = ("bbox", "segm"), *, hflip: float = 0.0,
+        keep_empty: bool = True, images: str = "{split}/images",
+    ) -> None:  # fmt: skip
         bad = [t for t in iou_types if t not in _PREFIX]
         if bad or not iou_types:
             raise ValueError(
                 f"iou_types: expected some of bbox, segm, keypoints, got {iou_types!r}"
             )
+        if not 0.0 <= float(hflip) <= 1.0:
+            raise ValueError(f"hflip: expected a probability in [0, 1], got {hflip!r}")
         self.iou_types = tuple(iou_types)
+        self.hflip = float(hflip)
+        self.keep_empty = bool(keep_empty)
+        if "{split}" not in images:
+            raise ValueError(f"images: expected a folder template with {{split}}, got {images!r}")
+        self.images = images
+        self.class_names: list[str] | None = None
+        self._terms: dict[str, float] = {}
+        self._terms_count = 0
 
-    def dataset(self, root: str | os.PathLike, split: str) -> CocoDataset:
-        """``root/<split>/images`` with ``root/annotations/instances_<split>.json`` (or
-        ``person_keypoints_<split>.json`` for keypoints)."""
+    @classmethod
+    def from_config(cls, cfg: Any) -> DetectionTask:
+        """The task of an engine config (``data.iou_types``, ``data.hflip``, ``data.keep_empty``)."""
+        data = _data(cfg)
+        try:
+            return cls(
+                tuple(data.get("iou_types") or default_iou_types(cfg.model.name)),
+                hflip=float(data.get("hflip", 0.0)),
+                keep_empty=bool(data.get("keep_empty", True)),
+                images=str(data.get("images", "{split}/images")),
+            )
+        except ValueError as exc:
+            from nlnet.engine.config import ConfigError
+
+            raise ConfigError(f"data.{exc}") from None
+
+    # -- data -----------------------------------------------------------------------------------
+    def dataset(self, root: str | os.PathLike, split: str, mode: str = "test") -> CocoDataset:
+        """The images of ``split`` with ``root/annotations/instances_<split>.json`` (or
+        ``person_keypoints_<split>.json`` for keypoints); flips only in ``train`` mode."""
         root = Path(root)
         kind = "person_keypoints" if "keypoints" in self.iou_types else "instances"
         return CocoDataset(
-            root / split / "images",
+            root / self.images.format(split=split),
             root / "annotations" / f"{kind}_{split}.json",
             masks="segm" in self.iou_types,
             keypoints="keypoints" in self.iou_types,
+            hflip=self.hflip if mode == "train" else 0.0,
+            keep_empty=self.keep_empty or mode != "train",
         )
+
+    def build_dataset(self, cfg: Any, split: str, mode: str = "train") -> CocoDataset:
+        """The :class:`CocoDataset` of ``split``; a missing folder/file or an empty split is a
+        :class:`~nlnet.engine.errors.DataError`."""
+        root = _data(cfg).get("root")
+        if root is None:
+            raise DataError("data.root: expected the dataset folder (COCO json + images)")
+        try:
+            dataset = self.dataset(root, split, mode)
+        except (FileNotFoundError, ValueError) as exc:
+            raise DataError(f"data (split {split!r}): {exc}") from None
+        if len(dataset) == 0:
+            raise DataError(f"data (split {split!r}): no image in {dataset.image_dir}")
+        if self.class_names is None:
+            self.class_names = ["__background__", *dataset.class_names]
+        return dataset
 
     def build_datasets(self, cfg: Any) -> tuple[Dataset, Dataset]:
         """Train and validation sets from ``cfg.data`` (``root``, ``train_split``, ``val_split``)."""
-        root = _get(cfg, "root")
-        if root is None:
-            raise ValueError("data.root: expected the dataset folder (COCO json + images)")
+        data = _data(cfg)
         return (
-            self.dataset(root, _get(cfg, "train_split", "train")),
-            self.dataset(root, _get(cfg, "val_split", "val")),
+            self.build_dataset(cfg, data.get("train_split", "train"), "train"),
+            self.build_dataset(cfg, data.get("val_split", "val"), "test"),
         )
 
-    @staticmethod
-    def collate(batch: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-        return collate_detection(batch)
+    def num_classes(self, dataset: Any) -> int | None:
+        """Categories + 1 (the background)."""
+        cats = getattr(dataset, "cat_ids", None)
+        return len(cats) + 1 if cats is not None else None
 
-    def loss(self, model: nn.Module, batch: Sequence[Any]) -> tuple[torch.Tensor, int]:
-        """Sum of the detector's training losses for a batch ``(images, targets)``."""
-        images, targets = batch
-        device = next(model.parameters()).device
+    @staticmethod
+    def collate(batch: Sequence[Any]) -> tuple[list[Any], list[Any], int]:
+        """Lists of the usable images and targets, plus how many items were dropped."""
+        return (*collate_detection(batch), sum(item is None for item in batch))
+
+    @staticmethod
+    def skipped(batch: Any) -> int:
+        return int(batch[2]) if len(batch) > 2 else 0
+
+    # -- training -------------------------------------------------------------------------------
+    def loss(
+        self, model: nn.Module, batch: Sequence[Any], device: torch.device | None = None
+    ) -> tuple[torch.Tensor | None, int]:
+        """Sum of the detector's training losses for a batch ``(images, targets[, dropped])``;
+        ``(None, 0)`` for an empty batch."""
+        images, targets = batch[0], batch[1]
+        if not images:
+            return None, 0
+        device = device or next(model.parameters()).device
         images = [im.to(device) for im in images]
         targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
         losses = model(images, targets)
-        return sum(losses.values()), len(images)
+        n = len(images)
+        for k, v in losses.items():
+            self._terms[k] = self._terms.get(k, 0.0) + float(v.detach()) * n
+        self._terms_count += n
+        return sum(losses.values()), n
 
+    def pop_terms(self) -> dict[str, float]:
+        """Mean of each loss term since the last call (``loss_classifier``, ``loss_mask``...)."""
+        n, terms = self._terms_count, self._terms
+        self._terms, self._terms_count = {}, 0
+        return {k: v / n for k, v in sorted(terms.items())} if n else {}
+
+    # -- evaluation -----------------------------------------------------------------------------
     @torch.no_grad()
-    def predict(self, model: nn.Module, loader: DataLoader) -> list[dict[str, Any]]:
-        """COCO results of ``model`` on every image of ``loader`` (eval mode restored after)."""
+    def predict(
+        self, model: nn.Module, loader: DataLoader, device: Any = None
+    ) -> list[dict[str, Any]]:
+        """COCO results of ``model`` on every image of ``loader`` (its mode restored after)."""
         dataset = loader.dataset
         was_training = model.training
         model.eval()
-        device = next(model.parameters()).device
+        device = device or next(model.parameters()).device
         results: list[dict[str, Any]] = []
         try:
-            for images, targets in loader:
+            for batch in loader:
+                images, targets = batch[0], batch[1]
+                if not images:
+                    continue
                 outputs = model([im.to(device) for im in images])
                 ids = [int(t["image_id"]) for t in targets]
                 results += outputs_to_coco(outputs, ids, dataset.label_to_category)
@@ -196,6 +309,29 @@ class DetectionTask:
             model.train(was_training)
         return results
 
-    def evaluate(self, model: nn.Module, loader: DataLoader) -> dict[str, float]:
-        """COCO AP/AR of ``model`` over ``loader`` (a :class:`CocoDataset` loader)."""
-        return coco_evaluate(loader.dataset.coco, self.predict(model, loader), self.iou_types)
+    def evaluate(
+        self, model: nn.Module, data: Any, cfg: Any = None, device: Any = None, **_: Any
+    ) -> dict[str, float]:
+        """COCO AP/AR (percent) of ``model`` over a :class:`CocoDataset` or a loader of one:
+        ``box_AP``..., ``mask_AP``... and/or ``kp_AP``... as in Tables 5 and 6."""
+        loader = data
+        if isinstance(data, Dataset):
+            batch_size = cfg.eval.batch_size if cfg is not None else 4
+            loader = DataLoader(data, batch_size=batch_size, collate_fn=self.collate)
+        model = unwrap_model(model)  # a DDP wrapper: evaluate the bare network
+        results = self.predict(model, loader, device)
+        return coco_evaluate(loader.dataset.coco, results, self.iou_types)
+
+    def metadata(self, cfg: Any, dataset: Any) -> dict[str, Any]:
+        """Class names (background first) and the input convention stored in checkpoints."""
+        names = ["__background__", *dataset.class_names] if dataset is not None else None
+        return {
+            "class_names": names or self.class_names,
+            # images in [0, 1]; torchvision's transform resizes and normalises inside the model
+            "preprocessing": {"mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0],
+                              "iou_types": list(self.iou_types)},
+        }  # fmt: skip
+
+    def summary(self, metrics: dict[str, Any]) -> str:
+        keys = [f"{_PREFIX[t]}_AP" for t in self.iou_types]
+        return ", ".join(f"{k} {metrics[k]:.2f}" for k in keys if k in metrics)
