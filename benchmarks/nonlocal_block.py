@@ -233,6 +233,9 @@ def run_case(size, inst, channels, sub, batch, repeat, compile_block: bool = Fal
         err = (block(x) - ref(x)).abs().max().item()
     models = {"straightforward": ref, "nlnet": block}
     if compile_block:  # an extra column: the same block (same parameters) under inductor
+        # dynamo's cache is per code object: every case recompiles the same forward, so clear
+        # it per case (else the recompile limit silently falls back to eager after 8 graphs)
+        torch._dynamo.reset()
         models["compiled"] = torch.compile(block)
     res = {"max_abs_diff": err, "rate": matmul_gflops()}
     for phase, step, train in (("infer", _infer, False), ("train", _train, True)):

@@ -17,8 +17,13 @@ Every block starts as the identity (BN after ``W_z`` with gamma = 0, Sec. 4.1), 
 blocks computes exactly what the plain torchvision detector with the same weights computes, and
 a torchvision checkpoint loads with ``strict=False`` (only ``.non_local.`` keys missing).
 
-Without pre-trained weights torchvision uses trainable ``BatchNorm2d`` in the backbone (its
-``FrozenBatchNorm2d`` is for ImageNet-initialised backbones); pass ``norm_layer=`` to change it.
+"All models are fine-tuned from ImageNet pre-training" (Sec. 6): ``weights_backbone`` (torchvision's
+name for it; ``pretrained_2d`` of :func:`~nlnet.models.registry.create_model` and the config key
+``model.pretrained_2d`` route to it) loads ImageNet ResNet weights into ``backbone.body`` through
+the one weight resolver (:mod:`nlnet.models.weights`: a path, a torchvision enum or
+``"IMAGENET1K_V1"``) and, as torchvision does for a pre-trained backbone, freezes its BN
+(``FrozenBatchNorm2d``) and trains only the last 3 stages. Without it the backbone uses trainable
+``BatchNorm2d`` and all 5 stages train, as torchvision does without weights.
 
 ``maskrcnn_tiny[_nl]`` is a CPU-sized Mask R-CNN of the same structure (ResNet body of
 torchvision ``BasicBlock`` blocks, FPN, RPN, RoIAlign box and mask heads; the block right before the
@@ -40,6 +45,7 @@ from torchvision.models.detection.backbone_utils import BackboneWithFPN, _resnet
 from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
 from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredictor
 from torchvision.models.detection.rpn import RPNHead
+from torchvision.ops import FrozenBatchNorm2d
 
 from nlnet.layers.nonlocal_block import NonLocal2d
 from nlnet.models.registry import _split_block_options, register_model
@@ -70,15 +76,54 @@ def backbone_non_local_path(depth: int) -> str:
 
 
 def _fpn_backbone(
-    depth: int, width_per_group: int, norm_layer: Callable[..., nn.Module] | None
+    depth: int,
+    width_per_group: int,
+    norm_layer: Callable[..., nn.Module] | None,
+    weights_backbone: Any = None,
+    trainable_backbone_layers: int | None = None,
+    frozen_bn: bool | None = None,
 ) -> nn.Module:
+    """torchvision's ResNet-FPN body, ImageNet-initialised when ``weights_backbone`` is given.
+
+    With weights: frozen BN (unless ``frozen_bn`` says otherwise) and 3 trainable stages by
+    default (torchvision's rule for a pre-trained backbone); without: trainable BN and 5 stages.
+    """
     if depth not in _DEPTHS:
         raise ValueError(f"depth: expected one of {sorted(_DEPTHS)}, got {depth!r}")
-    body = _DEPTHS[depth](
-        weights=None, width_per_group=width_per_group, norm_layer=norm_layer or nn.BatchNorm2d
+    trained = weights_backbone is not None
+    if frozen_bn is None:
+        frozen_bn = trained
+    if norm_layer is None:
+        norm_layer = FrozenBatchNorm2d if frozen_bn else nn.BatchNorm2d
+    layers = (
+        (3 if trained else 5) if trainable_backbone_layers is None else trainable_backbone_layers
     )
-    # all 5 stages trainable, as torchvision does for a backbone without pre-trained weights
-    return _resnet_fpn_extractor(body, 5)
+    if not isinstance(layers, int) or not 0 <= layers <= 5:
+        raise ValueError(f"trainable_backbone_layers: expected 0..5, got {layers!r}")
+    body = _DEPTHS[depth](weights=None, width_per_group=width_per_group, norm_layer=norm_layer)
+    if trained:
+        _load_backbone(body, weights_backbone, f"resnet{depth}")
+    return _resnet_fpn_extractor(body, layers)
+
+
+def _load_backbone(body: nn.Module, spec: Any, arch: str) -> None:
+    """ImageNet ResNet weights into the detector's ResNet (its classifier ``fc.*`` unused)."""
+    from nlnet.models.inflate import read_state_dict
+
+    own = {k: v for k, v in body.state_dict().items() if not k.startswith("fc.")}
+    state = {  # FrozenBatchNorm2d has no num_batches_tracked
+        k: v
+        for k, v in read_state_dict(spec, arch).items()
+        if not k.startswith("fc.") and (k in own or not k.endswith("num_batches_tracked"))
+    }
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    wrong = [k for k in own if k in state and state[k].shape != own[k].shape]
+    if missing or unexpected or wrong:
+        raise ValueError(
+            f"weights_backbone: not {arch} weights for this backbone (missing {missing[:3]}, "
+            f"unexpected {unexpected[:3]}, other shapes {wrong[:3]})"
+        )
+    body.load_state_dict(state, strict=False)  # fc.* keeps its (unused) initialisation
 
 
 def build_mask_rcnn(
@@ -88,6 +133,9 @@ def build_mask_rcnn(
     backbone_block: bool = True,
     width_per_group: int = 64,
     norm_layer: Callable[..., nn.Module] | None = None,
+    weights_backbone: Any = None,
+    trainable_backbone_layers: int | None = None,
+    frozen_bn: bool | None = None,
     block_options: dict[str, Any] | None = None,
     **detector_kwargs: Any,
 ) -> MaskRCNN:
@@ -98,14 +146,29 @@ def build_mask_rcnn(
         num_classes: object classes including the background (91 for COCO's ids).
         backbone_block: insert the block (``False``: the plain torchvision baseline).
         width_per_group: torchvision's bottleneck width (64 = standard; smaller for tests).
-        norm_layer: backbone normalisation (default trainable ``BatchNorm2d``).
+        norm_layer: backbone normalisation (default: ``FrozenBatchNorm2d`` with
+            ``weights_backbone``, else trainable ``BatchNorm2d``).
+        weights_backbone: ImageNet ResNet weights for the backbone (Sec. 6: fine-tuned from
+            ImageNet): a path, a torchvision enum or a name such as ``"IMAGENET1K_V1"``.
+        trainable_backbone_layers: trained ResNet stages, 0-5 (default 3 with
+            ``weights_backbone``, else 5), as in torchvision.
+        frozen_bn: ``FrozenBatchNorm2d`` in the backbone (default: with ``weights_backbone``).
+            Set it to rebuild a model trained from ImageNet weights without loading them
+            again (the COCO configs set it, so that ``load_model`` rebuilds the frozen BN).
         block_options: options of :class:`~nlnet.layers.nonlocal_block.NonLocal2d` (default:
             embedded Gaussian, C/2 channels, 2x2 max-pool subsampling, BN with gamma = 0).
         **detector_kwargs: passed to torchvision's ``MaskRCNN`` (``min_size``, ``max_size``,
             ``box_detections_per_img``, ...).
     """
     model = MaskRCNN(
-        _fpn_backbone(depth, width_per_group, norm_layer),
+        _fpn_backbone(
+            depth,
+            width_per_group,
+            norm_layer,
+            weights_backbone,
+            trainable_backbone_layers,
+            frozen_bn,
+        ),
         num_classes=num_classes,
         **detector_kwargs,
     )
@@ -123,6 +186,9 @@ def build_keypoint_rcnn(
     num_keypoints: int = 17,
     width_per_group: int = 64,
     norm_layer: Callable[..., nn.Module] | None = None,
+    weights_backbone: Any = None,
+    trainable_backbone_layers: int | None = None,
+    frozen_bn: bool | None = None,
     block_options: dict[str, Any] | None = None,
     **detector_kwargs: Any,
 ) -> KeypointRCNN:
@@ -134,11 +200,19 @@ def build_keypoint_rcnn(
         head_blocks: 4 blocks in the keypoint head, after every 2 convolutions.
         backbone_block: also one block in res4 of the backbone (Table 6, last row).
         num_keypoints: 17 for COCO.
-        width_per_group, norm_layer, block_options, **detector_kwargs: as in
+        width_per_group, norm_layer, weights_backbone, trainable_backbone_layers,
+            frozen_bn, block_options, **detector_kwargs: as in
             :func:`build_mask_rcnn` (``detector_kwargs`` go to torchvision's ``KeypointRCNN``).
     """
     model = KeypointRCNN(
-        _fpn_backbone(depth, width_per_group, norm_layer),
+        _fpn_backbone(
+            depth,
+            width_per_group,
+            norm_layer,
+            weights_backbone,
+            trainable_backbone_layers,
+            frozen_bn,
+        ),
         num_classes=num_classes,
         num_keypoints=num_keypoints,
         **detector_kwargs,
@@ -274,6 +348,8 @@ def _cfg(task: str, depth: int, blocks: str | None, num_classes: int) -> dict[st
         "task": task,
         "family": "detection",
         "depth": depth,
+        # create_model(pretrained_2d=...) / model.pretrained_2d -> the builder's backbone weights
+        "pretrained_2d_arg": "weights_backbone",
         "blocks": blocks,
         # narrow copy of the same topology for CPU tests
         "test_overrides": {"width_per_group": 4, "min_size": 64, "max_size": 64},

@@ -183,6 +183,10 @@ def create_model(
         )
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
+    if pretrained_2d is not None and entry.default_cfg.get("pretrained_2d_arg"):
+        # the builder loads them itself (e.g. a detector's backbone: frozen BN goes with them)
+        kwargs[entry.default_cfg["pretrained_2d_arg"]] = pretrained_2d
+        pretrained_2d = None
     model = entry.builder(**kwargs)
     if pretrained_2d is not None:
         from nlnet.models.inflate import DEFAULT_NEW_KEYS, load_pretrained_2d

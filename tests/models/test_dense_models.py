@@ -216,3 +216,59 @@ def test_tiny_mask_rcnn_identity_at_insertion_and_placement():
     assert sum(p.numel() for p in ours.parameters()) < 1_000_000
     with pytest.raises(ValueError, match="layers"):
         create_model("maskrcnn_tiny_nl", layers=(1, 1, 1, 1))
+
+
+def test_imagenet_backbone_is_torchvisions_pretrained_backbone(tmp_path, monkeypatch):
+    """Sec. 6 fine-tunes from ImageNet: ``pretrained_2d`` builds what torchvision's
+    ``maskrcnn_resnet50_fpn(weights_backbone=...)`` builds (same weights, frozen BN, 3 trainable
+    stages), from the offline hub cache; the inserted block stays the identity."""
+    from nlnet.models.weights import hub_cache_path
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setattr(torch.hub, "_hub_dir", None)
+    weights = torchvision.models.ResNet50_Weights.IMAGENET1K_V1
+    torch.manual_seed(3)
+    imagenet = torchvision.models.resnet50()
+    _randomise_bn(imagenet)
+    hub_cache_path(weights).parent.mkdir(parents=True)
+    torch.save(imagenet.state_dict(), hub_cache_path(weights))
+    small = {"num_classes": 4, "min_size": 64, "max_size": 64}
+    tv = torchvision.models.detection.maskrcnn_resnet50_fpn(weights_backbone=weights, **small)
+    ours = create_model("maskrcnn_r50_fpn_nl", pretrained_2d="IMAGENET1K_V1", **small)
+    body = ours.backbone.body
+    assert torch.equal(body.conv1.weight, imagenet.conv1.weight)
+    assert torch.equal(body.layer4[2].bn3.running_var, imagenet.layer4[2].bn3.running_var)
+    assert isinstance(body.bn1, torchvision.ops.FrozenBatchNorm2d)
+    trainable = {n for n, p in ours.named_parameters() if p.requires_grad}
+    assert {n for n, p in tv.named_parameters() if p.requires_grad} <= trainable
+    assert not any(n.startswith(("backbone.body.conv1", "backbone.body.layer1")) for n in trainable)
+    assert "backbone.body.layer3.4.non_local.theta.weight" in trainable
+    _plain_into_ours(tv, ours)  # torchvision's heads (random) into ours; backbones already equal
+    tv.eval(), ours.eval()
+    tv.roi_heads.score_thresh = ours.roi_heads.score_thresh = 0.0
+    images = [torch.rand(3, 64, 64)]
+    with torch.no_grad():
+        _detections_equal(tv(images), ours(images))
+    with pytest.raises(ValueError, match="weights_backbone: not resnet50 weights"):
+        create_model("maskrcnn_r50_fpn", pretrained_2d=imagenet.fc.state_dict(), **small)
+
+
+def test_frozen_bn_option_rebuilds_an_imagenet_initialised_detector():
+    """``load_model`` rebuilds from the recorded options without the ImageNet file: with
+    ``frozen_bn`` (set by the COCO configs) it is the same model (frozen BN, same outputs)."""
+    small = {"num_classes": 4, "min_size": 64, "max_size": 64, "width_per_group": 4}
+    torch.manual_seed(0)
+    imagenet = torchvision.models.resnet50(width_per_group=4)
+    _randomise_bn(imagenet)
+    trained = create_model("maskrcnn_r50_fpn_nl", pretrained_2d=imagenet.state_dict(), **small)
+    rebuilt = create_model("maskrcnn_r50_fpn_nl", frozen_bn=True, **small)
+    rebuilt.load_state_dict(trained.state_dict(), strict=True)
+    frozen = torchvision.ops.FrozenBatchNorm2d
+    assert isinstance(rebuilt.backbone.body.layer2[0].bn1, frozen)
+    # without the option the rebuilt model would train its backbone BN again
+    assert not isinstance(create_model("maskrcnn_r50_fpn_nl", **small).backbone.body.bn1, frozen)
+    trained.eval(), rebuilt.eval()
+    x = torch.rand(1, 3, 64, 64)
+    with torch.no_grad():
+        for a, b in zip(trained.backbone(x).values(), rebuilt.backbone(x).values()):
+            assert torch.equal(a, b)

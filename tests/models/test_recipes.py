@@ -399,6 +399,9 @@ def test_coco_config_reproduces_its_paper_row(name):
     assert got == COCO_1X, name
     assert cfg.optim.warmup_factor == pytest.approx(1 / 3) and cfg.eval.split == "val2017"
     assert cfg.output_dir == f"runs/{name}"
+    # "fine-tuned from ImageNet pre-training": torchvision's ResNet of the row's depth
+    weights = resolve_weights(cfg.model.pretrained_2d, f"resnet{row.depth}")
+    assert weights.url.endswith(".pth") and f"resnet{row.depth}" in weights.url, name
     task = get_task(cfg)
     assert task.iou_types == (("bbox", "keypoints") if row.keypoints else ("bbox", "segm"))
     with torch.device("meta"):
