@@ -132,13 +132,16 @@ def _check_compile(model: nn.Module, x: torch.Tensor, backend: str = "eager") ->
 
 
 def _check_export(model: nn.Module, x: torch.Tensor) -> None:
-    ep = torch.export.export(model, (x,))
+    # exported for inference, as `nlnet export` does: the blocks' "auto" path depends on whether
+    # autograd records (traced with it on, the graph would hold the training path's association)
     with torch.no_grad():
+        ep = torch.export.export(model, (x,))
         torch.testing.assert_close(ep.module()(x), model(x), rtol=1e-4, atol=1e-5)
 
 
 def _check_onnx(model: nn.Module, x: torch.Tensor, path) -> None:
-    program = torch.onnx.export(model, (x,), dynamo=True, opset_version=18, verbose=False)
+    with torch.no_grad():  # the inference graph (see _check_export)
+        program = torch.onnx.export(model, (x,), dynamo=True, opset_version=18, verbose=False)
     program.save(str(path))
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (out,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})

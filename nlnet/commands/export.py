@@ -86,20 +86,26 @@ def _input_shape(args: argparse.Namespace, info: Any) -> tuple[int, ...]:
 def export_model(
     model: nn.Module, x: torch.Tensor, fmt: str, output: Path, opset: int = 18
 ) -> None:
-    """Write ``model`` traced on the example input ``x`` to ``output`` in format ``fmt``."""
+    """Write ``model`` traced on the example input ``x`` to ``output`` in format ``fmt``.
+
+    Traced under ``no_grad``: the inference graph (the blocks' ``"auto"`` path chooses by whether
+    a backward follows, so a graph traced with autograd on would carry the training choice).
+    """
     output.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "onnx":
-        if opset < 17:
-            raise ValueError(f"--opset: expected 17 or more, got {opset}")
-        program = torch.onnx.export(model, (x,), dynamo=True, opset_version=opset, verbose=False)
-        program.save(str(output))
-    elif fmt == "torchscript":
-        with torch.no_grad():
-            torch.jit.save(torch.jit.trace(model, (x,)), str(output))
-    elif fmt == "exported":
-        torch.export.save(torch.export.export(model, (x,)), str(output))
-    else:
+    if fmt == "onnx" and opset < 17:
+        raise ValueError(f"--opset: expected 17 or more, got {opset}")
+    if fmt not in FORMATS:
         raise ValueError(f"--format: expected one of {FORMATS}, got {fmt!r}")
+    with torch.no_grad():
+        if fmt == "onnx":
+            program = torch.onnx.export(
+                model, (x,), dynamo=True, opset_version=opset, verbose=False
+            )
+            program.save(str(output))
+        elif fmt == "torchscript":
+            torch.jit.save(torch.jit.trace(model, (x,)), str(output))
+        else:
+            torch.export.save(torch.export.export(model, (x,)), str(output))
 
 
 def run_exported(fmt: str, path: Path, x: torch.Tensor) -> torch.Tensor:

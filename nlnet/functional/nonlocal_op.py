@@ -320,6 +320,13 @@ def concatenation_from_scores(a: Tensor, b: Tensor, g: Tensor) -> Tensor:
     return y.to(out_dtype)
 
 
+def _onnx_exporting() -> bool:
+    """Whether an ONNX export is tracing: ONNX has no ``searchsorted``, so the concatenation
+    form's ``"auto"`` takes its explicit path there (eager, compile and torch.export keep the
+    fast one)."""
+    return torch.compiler.is_exporting() and torch.onnx.is_in_onnx_export()
+
+
 def concatenation_non_local(a: Tensor, b: Tensor, g: Tensor, *, impl: Impl = "auto") -> Tensor:
     """Eq. 5 from the scores ``a = theta w_theta`` ``(..., N)`` and ``b = phi w_phi`` ``(..., N')``.
 
@@ -336,8 +343,7 @@ def concatenation_non_local(a: Tensor, b: Tensor, g: Tensor, *, impl: Impl = "au
         impl = choose_impl(
             "concatenation", n, n_keys, 1, g.shape[-1], device=a.device, training=training
         )
-        # ONNX has no searchsorted: under ONNX export "auto" takes the explicit path (same values)
-        if torch.compiler.is_exporting() and torch.onnx.is_in_onnx_export():
+        if _onnx_exporting():  # no searchsorted in ONNX: the explicit path (same values)
             impl = "reference"
     if impl == "fast":
         return concatenation_from_scores(a, b, g)
@@ -409,6 +415,8 @@ def non_local(
             device=theta.device,
             training=training,
         )
+        if instantiation == "concatenation" and _onnx_exporting():
+            impl = "reference"
 
     guard = non_finite_guard(theta, phi, g).unsqueeze(-1).unsqueeze(-1) if nan_guard else 0.0
     if impl == "reference":
