@@ -106,6 +106,13 @@ def logit_scale(scale: bool | float, d: int) -> float:
     return float(scale)
 
 
+def _onnx_exporting() -> bool:
+    """Whether an ONNX export is tracing: ONNX has no ``searchsorted``, so the concatenation
+    form's ``"auto"`` takes its explicit path there (eager, compile and torch.export keep the
+    fast one)."""
+    return torch.compiler.is_exporting() and torch.onnx.is_in_onnx_export()
+
+
 def choose_impl(
     instantiation: str,
     n: int,
@@ -128,7 +135,8 @@ def choose_impl(
         training: Whether a backward pass will follow (autograd is recording).
 
     Returns:
-        ``"fast"`` or ``"reference"``.
+        ``"fast"`` or ``"reference"`` (always ``"reference"`` for ``concatenation`` under ONNX
+        export, which has no ``searchsorted``; same values).
     """
     entries = n * n_keys
     if instantiation in SOFTMAX_FORMS:
@@ -144,7 +152,7 @@ def choose_impl(
     if instantiation == "dot_product":
         # theta (phi^T g): (N' + N) d d_v  vs  (theta phi^T) g: N N' (d + d_v) multiply-adds.
         return "fast" if (n_keys + n) * d * d_v < entries * (d + d_v) else "reference"
-    if entries < CONCAT_FAST_MIN_ENTRIES:
+    if entries < CONCAT_FAST_MIN_ENTRIES or _onnx_exporting():  # ONNX: no searchsorted
         return "reference"
     # In training the sort path keeps a few (N, d_v) tensors for backward; with few keys the
     # explicit (N, N') matrix is smaller (1.38x the explicit block's memory at 14x14 otherwise).
@@ -320,13 +328,6 @@ def concatenation_from_scores(a: Tensor, b: Tensor, g: Tensor) -> Tensor:
     return y.to(out_dtype)
 
 
-def _onnx_exporting() -> bool:
-    """Whether an ONNX export is tracing: ONNX has no ``searchsorted``, so the concatenation
-    form's ``"auto"`` takes its explicit path there (eager, compile and torch.export keep the
-    fast one)."""
-    return torch.compiler.is_exporting() and torch.onnx.is_in_onnx_export()
-
-
 def concatenation_non_local(a: Tensor, b: Tensor, g: Tensor, *, impl: Impl = "auto") -> Tensor:
     """Eq. 5 from the scores ``a = theta w_theta`` ``(..., N)`` and ``b = phi w_phi`` ``(..., N')``.
 
@@ -343,8 +344,6 @@ def concatenation_non_local(a: Tensor, b: Tensor, g: Tensor, *, impl: Impl = "au
         impl = choose_impl(
             "concatenation", n, n_keys, 1, g.shape[-1], device=a.device, training=training
         )
-        if _onnx_exporting():  # no searchsorted in ONNX: the explicit path (same values)
-            impl = "reference"
     if impl == "fast":
         return concatenation_from_scores(a, b, g)
     weights = F.relu(a.unsqueeze(-1) + b.unsqueeze(-2)) / max(b.shape[-1], 1)  # (..., N, N')
@@ -415,8 +414,6 @@ def non_local(
             device=theta.device,
             training=training,
         )
-        if instantiation == "concatenation" and _onnx_exporting():
-            impl = "reference"
 
     guard = non_finite_guard(theta, phi, g).unsqueeze(-1).unsqueeze(-1) if nan_guard else 0.0
     if impl == "reference":
