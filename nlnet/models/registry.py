@@ -245,10 +245,17 @@ def build_video_resnet(
         raise ValueError(f"depth: expected one of {sorted(_DEPTH_LAYERS)}, got {depth!r}")
     if arch not in _VIDEO_ARCHS:
         raise ValueError(f"arch: expected one of {sorted(_VIDEO_ARCHS)}, got {arch!r}")
+    from nlnet.models.surgery import stage_locations
+
     at = kwargs.pop("nl_at", blocks)
     opts = _split_block_options(kwargs)
     layers = kwargs.pop("layers", _DEPTH_LAYERS[depth])
-    return place_non_local(ResNet3d(layers, inflate=_VIDEO_ARCHS[arch][0], **kwargs), at, opts)
+    inflate = _VIDEO_ARCHS[arch][0]
+    location = stage_locations(at, layers) if at else kwargs.pop("nl_location", None)
+    if location is None and at:  # not residual blocks (e.g. a whole stage): insert afterwards
+        return place_non_local(ResNet3d(layers, inflate=inflate, **kwargs), at, opts)
+    # nlnet's own backbone builds its blocks with the network, per stage (Sec. 4, Table 2)
+    return ResNet3d(layers, inflate=inflate, nl_location=location, nl_options=opts, **kwargs)
 
 
 def place_non_local(model: nn.Module, at: Any, opts: dict[str, Any]) -> nn.Module:

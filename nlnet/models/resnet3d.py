@@ -19,11 +19,14 @@ the ``3x3`` kernel to ``3x3x3`` (``inflate="3x3x3"``) or the first ``1x1`` kerne
 
 Deviations from the printed Table 1, all documented in ``docs/models.md``:
 
-* Padding is not given in Table 1. We pad ``pool1`` by ``(1, 1, 1)`` and ``pool2`` by
-  ``(1, 0, 0)``, which are the paddings that give exactly the output sizes of Table 1 with the
-  printed kernels. The released Caffe2 code (``lib/models/resnet_video_org.py`` of
-  facebookresearch/video-nonlocal-net) uses ``2x3x3`` / ``2x1x1`` windows without padding for
-  ``pool1`` / ``pool2`` instead; the output sizes are the same.
+* Padding is not given in Table 1. By default (``pooling="padded"``) we pad ``pool1`` by
+  ``(1, 1, 1)`` and ``pool2`` by ``(1, 0, 0)``, the paddings that give exactly the output sizes
+  of Table 1 with the printed kernels (res2 is ``56 x 56`` for a ``224`` input).
+  ``pooling="caffe2"`` builds the released code's pooling instead: windows equal to the
+  temporal stride (``2x3x3`` / ``2x1x1``, or ``1x3x3`` when the stride is 1) without padding and
+  with floor rounding, so res2 is ``55 x 55`` for a ``224`` input (and ``63 x 63`` for ``256``);
+  res3..res5 are ``28``, ``14``, ``7`` in both cases. The two are *not* interchangeable for
+  trained weights: the released models need ``pooling="caffe2"``.
 * Which blocks are inflated: "one kernel for every 2 residual blocks" is implemented with the
   pattern of the released code (``obtain_arc`` in ``resnet_video_org.py``): all 3 blocks of
   res2, blocks 0 and 2 of res3, the even blocks of res4 (0, 2, 4 for ResNet-50; 0, 2, ..., 22
@@ -40,12 +43,15 @@ torchvision ImageNet state dict loads after inflation (:mod:`nlnet.models.inflat
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.fx
+import torch.nn.functional as F
 from torch import nn
 
+from nlnet.layers.nonlocal_block import NonLocal3d
 from nlnet.models.checks import check_input
 
 __all__ = [
@@ -54,7 +60,21 @@ __all__ = [
     "BLOCK_CONFIG",
     "STAGE_NAMES",
     "inflation_pattern",
+    "fully_conv_head",
+    "POOLINGS",
+    "HEADS",
 ]
+
+#: ``pooling`` options of :class:`ResNet3d`.
+POOLINGS: tuple[str, ...] = ("padded", "caffe2")
+#: ``head`` options of :class:`ResNet3d`.
+HEADS: tuple[str, ...] = ("global", "fully_conv")
+#: The paper's video block (Section 4.1): embedded Gaussian, C/2, (1, 2, 2) pooling, BN gamma 0.
+VIDEO_BLOCK_DEFAULTS: dict[str, Any] = {
+    "instantiation": "embedded_gaussian",
+    "sub_sample": True,
+    "norm": "bn",
+}
 
 #: Residual blocks per stage (res2, res3, res4, res5) for each depth (He et al. 2016).
 BLOCK_CONFIG: dict[int, tuple[int, int, int, int]] = {
@@ -73,6 +93,7 @@ STAGE_NAMES: dict[str, str] = {
 
 # FX records the check as one call (it still runs in the traced module); see models/checks.py
 torch.fx.wrap("check_input")
+torch.fx.wrap("fully_conv_head")
 
 _INFLATE_KINDS = (None, "3x3x3", "3x1x1")
 
@@ -191,6 +212,71 @@ class Bottleneck3d(nn.Module):
         return out
 
 
+def _stem_pools(pooling: str, sp1: int, sp2: int) -> tuple[nn.Module, nn.Module]:
+    """``pool1`` and ``pool2`` for temporal strides ``sp1``/``sp2`` (Table 1 or released code)."""
+    if pooling == "caffe2":  # window = stride in time, no padding, floor (resnet_video*.py)
+        pool1 = nn.MaxPool3d((sp1, 3, 3), stride=(sp1, 2, 2))
+        pool2 = nn.MaxPool3d((sp2, 1, 1), stride=(sp2, 1, 1)) if sp2 > 1 else nn.Identity()
+        return pool1, pool2
+    pk1 = 3 if sp1 > 1 else 1
+    pool1 = nn.MaxPool3d((pk1, 3, 3), stride=(sp1, 2, 2), padding=(pk1 // 2, 1, 1))
+    if sp2 > 1:  # pool2: 3x1x1 max, stride (2, 1, 1) between res2 and res3
+        return pool1, nn.MaxPool3d((3, 1, 1), stride=(sp2, 1, 1), padding=(1, 0, 0))
+    return pool1, nn.Identity()
+
+
+def _block_plan(
+    layers: Sequence[int],
+    location: Sequence[Sequence[int]] | None,
+    options: Mapping[str, Any] | None,
+    stage_options: Mapping[str, Mapping[str, Any]] | None,
+) -> list[dict[int, dict[str, Any]]]:
+    """Per stage: residual-block index -> options of the non-local block after it."""
+    stage_options = dict(stage_options or {})
+    unknown = sorted(set(stage_options) - set(STAGE_NAMES))
+    if unknown:
+        raise ValueError(f"nl_stage_options: unknown stage(s) {unknown}; expected res2..res5")
+    if location is None:
+        if options or stage_options:
+            raise ValueError(
+                "nl_options/nl_stage_options given to a model without non-local blocks; "
+                "pass nl_location (or nl_at) to place blocks"
+            )
+        return [{} for _ in layers]
+    location = [list(stage) for stage in location]
+    if len(location) != 4:
+        raise ValueError(f"nl_location: expected 4 lists (res2..res5), got {location!r}")
+    plan: list[dict[int, dict[str, Any]]] = []
+    for stage, n, where in zip(STAGE_NAMES, layers, location):
+        bad = [i for i in where if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n]
+        if bad or len(set(where)) != len(where):
+            raise ValueError(
+                f"nl_location: {stage} has {n} residual blocks; expected distinct indices in "
+                f"0..{n - 1}, got {where!r}"
+            )
+        opts = {
+            **VIDEO_BLOCK_DEFAULTS,
+            **dict(options or {}),
+            **dict(stage_options.get(stage) or {}),
+        }
+        plan.append({i: opts for i in sorted(where)})
+    return plan
+
+
+def fully_conv_head(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """The released fully-convolutional test head on res5 features ``(B, C, T, H, W)``.
+
+    A ``T x 7 x 7`` average pool with stride 1 (``pool5``; the window is clipped to a smaller
+    map), the classifier at every remaining position (the test net's ``1x1x1`` ``pred``
+    convolution), a softmax per position, and the mean over positions. Returns the log of the
+    mean probabilities ``(B, num_classes)``, so ``softmax`` of the result is that mean exactly.
+    """
+    kernel = (x.shape[2], min(7, x.shape[3]), min(7, x.shape[4]))
+    pooled = F.avg_pool3d(x, kernel, stride=1)  # (B, C, 1, H', W')
+    logits = F.linear(pooled.flatten(2).transpose(1, 2), weight, bias)  # (B, P, classes)
+    return torch.log(torch.softmax(logits, dim=-1).mean(dim=1))
+
+
 def _check_positive(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")
@@ -216,6 +302,21 @@ class ResNet3d(nn.Module):
             uses ``width * 2**k``. Smaller widths give narrow test models.
         in_channels: input channels (3 for RGB).
         zero_init_residual: initialise the last BN of each residual branch to zero.
+        pooling: ``"padded"`` (Table 1 sizes) or ``"caffe2"`` (the released code's unpadded
+            floor pooling, needed by the released weights; see the module docstring).
+        nl_location: non-local blocks built with the network, SlowFast's ``NONLOCAL.LOCATION``
+            style: one list per stage res2..res5 of residual-block indices after which a block
+            goes, e.g. ``[[], [1, 3], [1, 3, 5], []]`` for the 5-block models (Table 2c).
+        nl_options: options of every block (:class:`~nlnet.layers.nonlocal_block.NonLocal3d`
+            keyword arguments; the paper's video defaults otherwise).
+        nl_stage_options: per-stage options over ``nl_options``, keyed by paper stage name,
+            e.g. ``{"res3": {"temporal_groups": 4}}`` (the released affine models attend within
+            groups of 4 frames in res3 only).
+        head: ``"global"`` (global average pool, ``fc``: Section 4.1, and every training step)
+            or ``"fully_conv"``: in eval mode, the released test network (a ``T x 7 x 7``
+            stride-1 average pool, ``fc`` at every remaining position, a softmax per position,
+            averaged); it returns the log of the averaged probabilities so that a softmax of
+            the output gives them back exactly.
 
     Input ``(B, in_channels, T, H, W)``; output logits ``(B, num_classes)``.
     """
@@ -234,9 +335,19 @@ class ResNet3d(nn.Module):
         width: int = 64,
         in_channels: int = 3,
         zero_init_residual: bool = False,
+        pooling: str = "padded",
+        nl_location: Sequence[Sequence[int]] | None = None,
+        nl_options: Mapping[str, Any] | None = None,
+        nl_stage_options: Mapping[str, Mapping[str, Any]] | None = None,
+        head: str = "global",
     ) -> None:
         super().__init__()
         layers = tuple(layers)
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling: expected one of {POOLINGS}, got {pooling!r}")
+        if head not in HEADS:
+            raise ValueError(f"head: expected one of {HEADS}, got {head!r}")
+        self.pooling, self.head = pooling, head
         if len(layers) != 4:
             raise ValueError(f"layers: expected 4 stage lengths (res2..res5), got {layers!r}")
         for n in layers:
@@ -269,8 +380,9 @@ class ResNet3d(nn.Module):
         self.inflated_blocks = pattern
 
         s1, sp1, sp2 = temporal_strides
+        blocks = _block_plan(layers, nl_location, nl_options, nl_stage_options)
         self.inplanes = width
-        # Stem: conv1 (1 or 5) x 7 x 7, stride (2, 2, 2) -> pool1 3x3x3 max, stride (2, 2, 2).
+        # Stem: conv1 (1 or 5) x 7 x 7, stride (s1, 2, 2) -> pool1 3x3 max, stride (sp1, 2, 2).
         self.conv1 = nn.Conv3d(
             in_channels,
             width,
@@ -281,17 +393,17 @@ class ResNet3d(nn.Module):
         )
         self.bn1 = nn.BatchNorm3d(width)
         self.relu = nn.ReLU(inplace=True)
-        pk1 = 3 if sp1 > 1 else 1
-        self.maxpool = nn.MaxPool3d((pk1, 3, 3), stride=(sp1, 2, 2), padding=(pk1 // 2, 1, 1))
-        self.layer1 = self._make_layer(width, layers[0], 1, pattern[0], temporal_kernel)
-        # pool2: 3x1x1 max, stride (2, 1, 1) between res2 and res3.
-        if sp2 > 1:
-            self.pool2: nn.Module = nn.MaxPool3d((3, 1, 1), stride=(sp2, 1, 1), padding=(1, 0, 0))
-        else:
-            self.pool2 = nn.Identity()
-        self.layer2 = self._make_layer(width * 2, layers[1], 2, pattern[1], temporal_kernel)
-        self.layer3 = self._make_layer(width * 4, layers[2], 2, pattern[2], temporal_kernel)
-        self.layer4 = self._make_layer(width * 8, layers[3], 2, pattern[3], temporal_kernel)
+        self.maxpool, self.pool2 = _stem_pools(pooling, sp1, sp2)
+        self.layer1 = self._make_layer(width, layers[0], 1, pattern[0], temporal_kernel, blocks[0])
+        self.layer2 = self._make_layer(
+            width * 2, layers[1], 2, pattern[1], temporal_kernel, blocks[1]
+        )
+        self.layer3 = self._make_layer(
+            width * 4, layers[2], 2, pattern[2], temporal_kernel, blocks[2]
+        )
+        self.layer4 = self._make_layer(
+            width * 8, layers[3], 2, pattern[3], temporal_kernel, blocks[3]
+        )
         self.num_features = width * 8 * Bottleneck3d.expansion
         self.avgpool = nn.AdaptiveAvgPool3d(1)
         if not 0.0 <= dropout < 1.0:
@@ -301,7 +413,13 @@ class ResNet3d(nn.Module):
         self._init_weights(zero_init_residual)
 
     def _make_layer(
-        self, planes: int, blocks: int, stride: int, inflated: list[bool], t: int
+        self,
+        planes: int,
+        blocks: int,
+        stride: int,
+        inflated: list[bool],
+        t: int,
+        non_local: Mapping[int, Mapping[str, Any]],
     ) -> nn.Sequential:
         downsample = None
         if stride != 1 or self.inplanes != planes * Bottleneck3d.expansion:
@@ -330,12 +448,19 @@ class ResNet3d(nn.Module):
                 )
             )
             self.inplanes = planes * Bottleneck3d.expansion
+            if i in non_local:  # built with the network: "after a residual block" (Sec. 4)
+                mods[-1].non_local = NonLocal3d(self.inplanes, **non_local[i])
         return nn.Sequential(*mods)
 
     def _init_weights(self, zero_init_residual: bool) -> None:
         if self.conv1.weight.is_meta:
             return  # shapes only (cost counting, shape checks): nothing to initialise
+        in_blocks = {
+            id(m) for b in self.modules() if isinstance(b, NonLocal3d) for m in b.modules()
+        }
         for m in self.modules():
+            if id(m) in in_blocks:
+                continue  # a non-local block keeps its own initialisation (identity start)
             if isinstance(m, nn.Conv3d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
             elif isinstance(m, nn.BatchNorm3d):
@@ -378,7 +503,10 @@ class ResNet3d(nn.Module):
         return out
 
     def forward_head(self, x: torch.Tensor) -> torch.Tensor:
-        """Global average pool, dropout and ``fc`` on the res5 features ``(B, C, T, H, W)``."""
+        """Global average pool, dropout and ``fc`` on the res5 features ``(B, C, T, H, W)``;
+        with ``head="fully_conv"`` in eval mode the released test head instead."""
+        if self.head == "fully_conv" and not self.training:
+            return fully_conv_head(x, self.fc.weight, self.fc.bias)
         x = self.avgpool(x).flatten(1)  # (B, C)
         return self.fc(self.dropout(x))
 

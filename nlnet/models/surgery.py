@@ -55,6 +55,7 @@ __all__ = [
     "non_local_paths",
     "infer_channels",
     "with_non_local_class",
+    "stage_locations",
 ]
 
 #: Named placement presets accepted by :func:`non_local_paths`.
@@ -104,6 +105,27 @@ def non_local_paths(placement: str, layers: Sequence[int] = (3, 4, 6, 3)) -> lis
     if placement == "nl10":
         return [f"layer2.{i}" for i in _every(n3, 4)] + [f"layer3.{i}" for i in _every(n4, 6)]
     raise ValueError(f"placement: expected one of {PLACEMENTS}, got {placement!r}")
+
+
+def stage_locations(
+    at: str | Sequence[str], layers: Sequence[int] = (3, 4, 6, 3)
+) -> list[list[int]] | None:
+    """A placement as per-stage residual-block indices (SlowFast's ``NONLOCAL.LOCATION``).
+
+    ``at`` is a preset of :data:`PLACEMENTS` or paths ``"layer{1-4}.{i}"``; the result is one
+    list per stage res2..res5 (e.g. ``[[], [1, 3], [1, 3, 5], []]`` for ``"nl5"``), or ``None``
+    when a path is not a residual block (e.g. a whole stage ``"layer4"``), which only
+    :func:`insert_non_local` can place.
+    """
+    paths = non_local_paths(at, layers) if isinstance(at, str) and at in PLACEMENTS else at
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    out: list[list[int]] = [[], [], [], []]
+    for path in paths:
+        stage, _, idx = str(path).partition(".")
+        if stage not in _STAGES.values() or not idx.isdigit():
+            return None
+        out[int(stage[-1]) - 1].append(int(idx))
+    return out
 
 
 def _get(model: nn.Module, path: str) -> nn.Module:
