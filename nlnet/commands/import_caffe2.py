@@ -1,8 +1,13 @@
 """Convert a released Caffe2 ``.pkl`` model of the paper's video code into an nlnet checkpoint.
 
-The file is read without executing code (:func:`nlnet.models.caffe2.read_caffe2_pickle`), mapped
-onto ``--model`` (:func:`nlnet.models.caffe2.import_caffe2`) and written as an nlnet checkpoint
-that ``nlnet eval`` / ``nlnet predict`` / ``model.pretrained`` read.
+The file is read without executing code (:func:`nlnet.models.caffe2.read_caffe2_pickle`). A
+released file name (or ``--released NAME`` for a renamed file) selects its row of the built-in
+model zoo (:mod:`nlnet.models.caffe2_zoo`): the nlnet model, its per-stage block options, the
+released pooling and test head, the preprocessing (mean 0.45 / std 0.225 on 0-1 RGB) and the
+test protocol (10 clips x 3 crops of 256), all stored in the checkpoint so that ``nlnet eval``,
+``predict`` and ``visualize`` feed it as it was trained. Any other file needs ``--model`` (and
+``--override`` for options the blobs cannot tell). The import is refused when a model weight
+finds no blob or a weight blob goes unused, unless ``--allow-partial``.
 """
 
 from __future__ import annotations
@@ -13,24 +18,27 @@ from pathlib import Path
 from typing import Any
 
 EXAMPLES = """examples:
-  # a released NL I3D ResNet-50 Kinetics model -> nlnet checkpoint, with the matching recipe
-  nlnet import-caffe2 i3d_nonlocal_32x2_IN_pretrain_400k.pkl --model i3d311_r50_nl5 \\
-      --config kinetics/i3d311_r50_nl5 --output runs/imported/i3d311_r50_nl5.pt
+  # a released file: model, options, preprocessing and test protocol from the built-in zoo
+  nlnet import-caffe2 i3d_nonlocal_128x1_I3D_pretrain_400k.pkl -o runs/imported/nl_i3d_128x1.pt
+  nlnet eval --checkpoint runs/imported/nl_i3d_128x1.pt data.root=/data/kinetics400
 
-  # then evaluate it with the paper's 10-clip protocol on your Kinetics copy
-  nlnet eval --checkpoint runs/imported/i3d311_r50_nl5.pt data.root=/data/kinetics400
+  # a renamed released file: say which one it is
+  nlnet import-caffe2 model.pkl --released i3d_nonlocal_8x8_IN_pretrain_400k -o nl_i3d_8x8.pt
 
-  # a C2D baseline, checkpoint with the model only (pass --config to nlnet eval later)
-  nlnet import-caffe2 c2d_baseline_32x2_IN_pretrain_400k.pkl --model c2d_r50 --output c2d.pt
+  # a file of your own: name the model and the options the blobs cannot tell
+  nlnet import-caffe2 mine.pkl --model c2d_r50_nl5 --override pooling=caffe2 -o mine.pt
 """
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="the released .pkl (a dict whose 'blobs' are numpy arrays)")
-    parser.add_argument("--model", "-m", required=True, help="nlnet model name (nlnet models)")
+    parser.add_argument("file", help="the .pkl (a dict whose 'blobs' are numpy arrays)")
     parser.add_argument("--output", "-o", required=True, help="checkpoint (.pt) to write")
     parser.add_argument(
-        "--config", "-c", help="config to store in the checkpoint (default: model only)"
+        "--released", help="released file name this file is (default: from the file name)"
+    )
+    parser.add_argument("--model", "-m", help="nlnet model name (default: the released row's)")
+    parser.add_argument(
+        "--config", "-c", help="recipe config stored in the checkpoint (default: model only)"
     )
     parser.add_argument(
         "--num-classes", type=int, help="classifier width (default: from pred_w, else 400)"
@@ -40,21 +48,23 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="builder option of the model (e.g. temporal_strides=[1,2,2]); repeatable",
+        help="builder option of the model (e.g. temporal_strides=[1,1,2]); repeatable",
     )
     parser.add_argument(
+        "--allow-partial",
         "--allow-missing",
+        dest="allow_partial",
         action="store_true",
-        help="keep the initialisation of model weights the file lacks instead of failing",
+        help="write the checkpoint even when weights lack a blob or blobs go unused",
     )
 
 
-def save_imported(path: str, model: Any, model_name: str, num_classes: int, config: dict) -> Path:
+def save_imported(path: str, model: Any, model_name: str, num_classes: int, **kw: Any) -> Path:
     """Write the checkpoint through the engine's public save function (one place to repoint)."""
     from nlnet.engine.checkpoint import save_checkpoint
 
     return save_checkpoint(
-        path, model=model, model_name=model_name, num_classes=num_classes, config=config
+        path, model=model, model_name=model_name, num_classes=num_classes, **kw
     )
 
 
@@ -70,20 +80,50 @@ def _overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _config(args: argparse.Namespace, num_classes: int, overrides: dict) -> dict:
+def _config(args, model: str, num_classes: int, options: dict, prep: dict | None) -> dict:
     from nlnet.engine.config import config_from_dict, config_to_dict, load_config
 
-    model = {
-        "model.name": args.model,
+    items = {
+        "model.name": model,
         "model.num_classes": num_classes,
         "model.pretrained": None,
         "model.pretrained_2d": None,
-        "model.overrides": overrides,
+        "model.overrides": options,
     }
+    if prep is not None:  # the released data and test protocol (what `nlnet eval` reads)
+        from nlnet.models.caffe2_zoo import RELEASED_TEST
+
+        items.update({f"data.{k}": prep[k] for k in ("mean", "std", "num_frames", "stride")})
+        items.update({"data.test_scale": prep["size"], "data.test_crop": prep["crop"]})
+        items.update({"eval.clips": RELEASED_TEST["clips"], "eval.crops": RELEASED_TEST["crops"]})
     if args.config:
-        return config_to_dict(load_config(args.config, model))
-    plain = {"model": {k.split(".", 1)[1]: v for k, v in model.items()}}
+        return config_to_dict(load_config(args.config, items))
+    plain: dict[str, dict] = {}
+    for key, value in items.items():
+        section, _, name = key.partition(".")
+        plain.setdefault(section, {})[name] = value
     return config_to_dict(config_from_dict(plain))
+
+
+def _resolve(args, blobs) -> tuple[str, dict, dict | None]:
+    """(model name, create_model options, preprocessing or None) for the file."""
+    from nlnet.models.caffe2_zoo import match_released, released_model
+
+    if args.released:
+        row = released_model(args.released)
+    else:
+        rows = match_released(args.file, blobs)
+        row = rows[0] if len(rows) == 1 else None
+        if row is None and args.model is None:
+            names = ", ".join(r.file for r in rows) or "none"
+            raise ValueError(
+                f"FILE: {Path(args.file).name!r} is not a released file name and its blobs "
+                f"match the released {names}; pass --released NAME (clip length and strides "
+                "are not in the blobs) or --model with --override"
+            )
+    if row is None or (args.model and args.model != row.model):
+        return args.model, _overrides(args.override), None
+    return row.model, {**row.model_options, **_overrides(args.override)}, row.preprocessing
 
 
 def main(args: argparse.Namespace) -> int:
@@ -97,15 +137,21 @@ def main(args: argparse.Namespace) -> int:
         num_classes = args.num_classes
         if num_classes is None:
             num_classes = int(blobs["pred_w"].shape[0]) if "pred_w" in blobs else 400
-        overrides = _overrides(args.override)
-        config = _config(args, num_classes, overrides)
-        model = create_model(args.model, num_classes=num_classes, **overrides)
-        report = import_caffe2(model, blobs, strict=not args.allow_missing)
+        name, options, prep = _resolve(args, blobs)
+        config = _config(args, name, num_classes, options, prep)
+        model = create_model(name, num_classes=num_classes, **options)
+        report = import_caffe2(model, blobs, strict=not args.allow_partial)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"nlnet import-caffe2: {msg}", file=sys.stderr)
         return 2
-    path = save_imported(args.output, model, args.model, num_classes, config)
+    path = save_imported(
+        args.output, model, name, num_classes, config=config, model_options=options,
+        preprocessing=prep or {},
+    )  # fmt: skip
     print(report)
-    print(f"wrote {path} ({args.model}, {num_classes} classes)")
+    if not report.complete:
+        print("warning: partial import (--allow-partial): see missing/unmatched above")
+    what = "released row " + Path(args.file).name if prep else "explicit options"
+    print(f"wrote {path} ({name}, {num_classes} classes, {what})")
     return 0

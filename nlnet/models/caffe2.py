@@ -181,6 +181,11 @@ class Caffe2ImportReport:
     unmatched: list[str] = field(default_factory=list)  # blobs no model key uses
     training_state: list[str] = field(default_factory=list)  # momentum / model_iter / lr
 
+    @property
+    def complete(self) -> bool:
+        """Every model weight came from the file and every weight blob was used."""
+        return not (self.unmatched or [k for k in self.missing if not k.startswith("fc.")])
+
     def __str__(self) -> str:
         counts = ", ".join(f"{k}={len(v)}" for k, v in vars(self).items())
         lines = [f"Caffe2ImportReport({counts})"]
@@ -219,8 +224,10 @@ def import_caffe2(
         model: e.g. ``create_model("i3d311_r50_nl5", num_classes=400)``; its architecture must
             be the released model's (same depth, inflation and block placement).
         source: a ``.pkl`` path (read by :func:`read_caffe2_pickle`) or a blob dict.
-        strict: raise when a model weight has no blob or a blob has the wrong shape (the
-            classifier excepted: a head of another size keeps its initialisation).
+        strict: raise when a model weight has no blob, a blob has the wrong shape (the
+            classifier excepted: a head of another size keeps its initialisation) or a blob
+            other than training state (momentum, ``lr``, ``model_iter``) goes unused: the file
+            is then not this model (e.g. blocks in the file that the model lacks).
 
     Returns:
         The :class:`Caffe2ImportReport`; ``unmatched`` lists blobs no model key uses.
@@ -260,7 +267,9 @@ def import_caffe2(
     _fold_out_bias(blobs, new_state, used, report)
     report.training_state = sorted(b for b in blobs if _TRAINING_STATE.search(b))
     report.unmatched = sorted(set(blobs) - used - set(report.training_state))
-    if strict and (bad or [k for k in report.missing if not k.startswith("fc.")]):
+    if strict and (
+        bad or report.unmatched or [k for k in report.missing if not k.startswith("fc.")]
+    ):
         raise ValueError(
             "caffe2: the file does not match this model"
             + (f"; shape mismatch: {', '.join(bad[:6])}" if bad else "")
