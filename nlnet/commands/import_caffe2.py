@@ -63,9 +63,7 @@ def save_imported(path: str, model: Any, model_name: str, num_classes: int, **kw
     """Write the checkpoint through the engine's public save function (one place to repoint)."""
     from nlnet.engine.checkpoint import save_checkpoint
 
-    return save_checkpoint(
-        path, model=model, model_name=model_name, num_classes=num_classes, **kw
-    )
+    return save_checkpoint(path, model=model, model_name=model_name, num_classes=num_classes, **kw)
 
 
 def _overrides(items: list[str]) -> dict[str, Any]:
