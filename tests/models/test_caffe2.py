@@ -98,8 +98,11 @@ def test_released_variants_affine_bn_no_bias_out_bias_conv_pred(tmp_path):
     blobs["res2_0_branch2a_w_momentum"] = np.zeros(1, np.float32)
     blobs["lr"] = np.array(0.01, np.float32)
     blobs["something_else_w"] = np.zeros(3, np.float32)
+    with pytest.raises(ValueError, match="unused blobs: something_else_w"):
+        import_caffe2(_random_model(4), blobs)  # a weight blob no model key uses: refused
     dst = _random_model(4)
-    report = import_caffe2(dst, blobs)
+    report = import_caffe2(dst, blobs, strict=False)
+    assert not report.complete
     assert report.affine_bn == ["layer1.1.bn2.running_mean", "layer1.1.bn2.running_var"]
     assert report.zero_bias == ["layer2.1.non_local.theta.bias"]
     assert report.folded == ["layer2.1.non_local.norm.running_mean"]
