@@ -55,7 +55,9 @@ from nlnet.engine.modeling import (
     freeze_batchnorm,
     init_from_pretrained,
     model_options,
+    pretrained_keys,
     set_train_mode,
+    trained_non_local,
 )
 from nlnet.engine.optim import build_optimizer, build_scheduler
 from nlnet.engine.rundir import RunLock, check_run_dir, clear_previous_run
@@ -238,8 +240,8 @@ class Run:
         else:
             init_from_pretrained(model, cfg)
         model.to(self.device)
-        if tc.freeze_bn:
-            freeze_batchnorm(model)
+        if tc.freeze_bn:  # blocks initialised from model.pretrained freeze too (Sec. 5.1)
+            freeze_batchnorm(model, trained_non_local(model, pretrained_keys(cfg)))
         elif tc.sync_bn:
             model = du.convert_sync_batchnorm(model, self.device)
         optimizer = build_optimizer(model, cfg.optim)

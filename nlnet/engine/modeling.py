@@ -1,15 +1,19 @@
 """The network of a run: built from ``cfg.model``, initialised, BatchNorm frozen if asked.
 
-Frozen BN and non-local blocks (Section 5.1 fine-tunes with "all BN layers frozen").  A new
-non-local block starts as the identity because the BN after ``W_z`` has its scale ``gamma = 0``
-(Section 3.3, Eq. 6: ``z = W_z y + x``).  A frozen BN never changes that ``gamma``, so the block
-would stay the identity forever.  :func:`freeze_batchnorm` therefore keeps the norms inside
-non-local blocks trainable (and in train mode) and says so.
+Frozen BN and non-local blocks (Section 5.1 fine-tunes the 128-frame models and Section 5.2 the
+Charades models with "all BN layers frozen").  A *new* non-local block starts as the identity
+because the BN after ``W_z`` has its scale ``gamma = 0`` (Section 3.3, Eq. 6: ``z = W_z y + x``);
+a frozen BN never changes that ``gamma``, so such a block would stay the identity forever.
+:func:`freeze_batchnorm` therefore keeps the norms of freshly inserted blocks trainable (and in
+train mode) and says so, while a block that starts from trained weights (``model.pretrained``
+holds its keys, e.g. the 32-frame model initialising the 128-frame one) is frozen like every
+other BN layer, as in the paper.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable
 from typing import Any
 
 from torch import nn
@@ -29,6 +33,8 @@ __all__ = [
     "freeze_batchnorm",
     "set_train_mode",
     "non_local_norms",
+    "trained_non_local",
+    "pretrained_keys",
 ]
 
 
@@ -73,27 +79,58 @@ def init_from_pretrained(model: nn.Module, cfg: Any) -> None:
         ) from exc
 
 
-def non_local_norms(model: nn.Module) -> set[int]:
-    """``id``s of the normalisation layers inside non-local blocks."""
+def non_local_norms(model: nn.Module, skip: Iterable[str] = ()) -> set[int]:
+    """``id``s of the normalisation layers inside non-local blocks (except blocks in ``skip``)."""
     from nlnet.layers.nonlocal_block import NonLocalNd
 
+    skip = set(skip)
     return {
         id(m)
-        for block in model.modules()
-        if isinstance(block, NonLocalNd)
+        for path, block in model.named_modules()
+        if isinstance(block, NonLocalNd) and path not in skip
         for m in block.modules()
         if isinstance(m, nn.modules.batchnorm._BatchNorm)
     }
 
 
-def freeze_batchnorm(model: nn.Module) -> int:
-    """Freeze every BatchNorm layer outside non-local blocks: eval mode (running statistics)
-    and no gradient for its scale/shift (Section 5.1).  Returns the number frozen.
+def trained_non_local(model: nn.Module, keys: Iterable[str]) -> set[str]:
+    """Paths of the non-local blocks whose every weight is among ``keys`` (a loaded state dict):
+    blocks that start from trained weights rather than from their identity initialisation."""
+    from nlnet.layers.nonlocal_block import NonLocalNd
 
-    The BN inside a non-local block stays trainable (its ``gamma = 0`` start would otherwise
-    keep the block the identity forever); a warning says how many were kept.
+    keys = set(keys)
+    out = set()
+    for path, block in model.named_modules():
+        if isinstance(block, NonLocalNd):
+            own = [f"{path}.{k}" for k in block.state_dict()]
+            if own and all(k in keys for k in own):
+                out.add(path)
+    return out
+
+
+def pretrained_keys(cfg: Any) -> set[str]:
+    """State-dict keys that ``model.pretrained`` initialises (empty without one)."""
+    if not cfg.model.pretrained:
+        return set()
+    keys = set(load_checkpoint(cfg.model.pretrained)["model"])
+    if cfg.model.reset_head:
+        heads = tuple(cfg.model.head_names)
+        keys = {k for k in keys if not any(k == h or k.startswith(h + ".") for h in heads)}
+    return keys
+
+
+def freeze_batchnorm(model: nn.Module, trained: Iterable[str] = ()) -> int:
+    """Freeze BatchNorm layers: eval mode (running statistics) and no gradient for their
+    scale/shift (Sections 5.1, 5.2).  Returns the number frozen.
+
+    Args:
+        model: the network.
+        trained: paths of non-local blocks that start from trained weights
+            (:func:`trained_non_local`); their norms are frozen too. The norms of the other
+            (fresh) blocks stay trainable: their ``gamma = 0`` start would otherwise keep them
+            the identity forever; a warning says how many were kept.
     """
-    keep = non_local_norms(model)
+    keep = non_local_norms(model, skip=trained)
     n = 0
     for m in model.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm) and id(m) not in keep:
@@ -104,8 +141,8 @@ def freeze_batchnorm(model: nn.Module) -> int:
     if keep:
         warnings.warn(
             f"train.freeze_bn: {len(keep)} BatchNorm layer(s) inside non-local blocks stay "
-            "trainable (a new block starts as the identity with BN gamma = 0, and would stay so "
-            "if frozen)",
+            "trainable (blocks not initialised from model.pretrained start as the identity with "
+            "BN gamma = 0, and would stay so if frozen)",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -113,10 +150,12 @@ def freeze_batchnorm(model: nn.Module) -> int:
 
 
 def set_train_mode(model: nn.Module, freeze_bn: bool = False) -> None:
-    """``model.train()``, keeping frozen BatchNorm layers (outside non-local blocks) in eval."""
+    """``model.train()``, keeping the BatchNorm layers frozen by :func:`freeze_batchnorm` (those
+    without trainable scale/shift) in eval mode."""
     model.train()
     if freeze_bn:
-        keep = non_local_norms(model)
         for m in model.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm) and id(m) not in keep:
+            if isinstance(m, nn.modules.batchnorm._BatchNorm) and not any(
+                p.requires_grad for p in m.parameters(recurse=False)
+            ):
                 m.eval()

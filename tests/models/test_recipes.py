@@ -433,3 +433,46 @@ def test_dense_segmentation_configs_build_the_guides_model():
         with torch.device("meta"):
             model = create_model(cfg.model.name, num_classes=19)
         assert bool(non_local_blocks(model)) is attention, name
+
+
+FROZEN_BN_CONFIGS = sorted(n for n, r in PAPER_ROWS.items() if r.recipe["freeze_bn"])
+
+
+@pytest.mark.parametrize("name", FROZEN_BN_CONFIGS)
+def test_frozen_bn_recipes_freeze_every_bn_of_trained_blocks(name):
+    """Sections 5.1/5.2: "all BN layers frozen" when fine-tuning 128-frame and Charades models.
+    Their blocks start from the trained weights of the config they are initialised from, so
+    every BN, the blocks' own included, is frozen; only a freshly inserted block (BN gamma = 0,
+    the identity) would keep its norm trainable."""
+    import warnings
+
+    from nlnet.engine.modeling import freeze_batchnorm, trained_non_local
+
+    cfg = load_config(name)
+    src = cfg.model.pretrained.split("/checkpoints/")[0].removeprefix("runs/")
+    with torch.device("meta"):
+        model = create_model(cfg.model.name, num_classes=cfg.model.num_classes,
+                             **cfg.model.overrides)  # fmt: skip
+        src_cfg = load_config(src)
+        source = create_model(src_cfg.model.name, num_classes=src_cfg.model.num_classes,
+                              **src_cfg.model.overrides)  # fmt: skip
+    keys = set(source.state_dict())  # what the source run's final.pt holds
+    if cfg.model.reset_head:
+        keys = {k for k in keys if not k.startswith(tuple(h + "." for h in cfg.model.head_names))}
+    trained = trained_non_local(model, keys)
+    assert trained == {p for p, _ in non_local_blocks(model)}, name
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "kept trainable" warning: nothing is kept
+        freeze_batchnorm(model, trained)
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    assert bns and not any(p.requires_grad for m in bns for p in m.parameters()), name
+    assert not any(m.training for m in bns), name
+    if trained:  # the same model with blocks new to it (from a baseline): their norms learn
+        fresh = {k for k in keys if ".non_local." not in k}
+        with torch.device("meta"):
+            model = create_model(cfg.model.name, num_classes=cfg.model.num_classes,
+                                 **cfg.model.overrides)  # fmt: skip
+        with pytest.warns(RuntimeWarning, match="inside non-local blocks stay trainable"):
+            freeze_batchnorm(model, trained_non_local(model, fresh))
+        for _, blk in non_local_blocks(model):
+            assert all(p.requires_grad for p in blk.norm.parameters()), name
