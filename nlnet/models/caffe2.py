@@ -67,6 +67,8 @@ __all__ = [
     "caffe2_blob_name",
     "import_caffe2",
     "export_caffe2",
+    "torch_key_of_blob",
+    "caffe2_state_dict",
 ]
 
 #: (module, name) pairs the restricted unpickler resolves; ``numpy.core`` is numpy < 2.
@@ -166,6 +168,80 @@ def caffe2_blob_name(key: str) -> str | None:
         if rest[1] == "norm" and rest[2] in _BN:
             return f"{nl}_bn_{_BN[rest[2]]}"
     return None
+
+
+_INV_BN = {v: k for k, v in _BN.items()}
+_INV_BRANCH = {v: k for k, v in _BRANCH.items()}
+_INV_NL = {v: k for k, v in _NL_CONV.items()}
+
+
+def torch_key_of_blob(name: str) -> str | None:
+    """The nlnet (torchvision-layout) state-dict key of a released blob name, or ``None``.
+
+    The inverse of :func:`caffe2_blob_name`; ``_out_b`` maps to ``W_z.bias`` (blocks without
+    a norm). Training state (momentum, ``lr``, ``model_iter``) has no key.
+    """
+    if name == "conv1_w":
+        return "conv1.weight"
+    if name in ("pred_w", "pred_b"):
+        return "fc.weight" if name == "pred_w" else "fc.bias"
+    m = re.fullmatch(r"res_conv1_bn_(s|b|rm|riv)", name)
+    if m:
+        return f"bn1.{_INV_BN[m.group(1)]}"
+    m = re.fullmatch(r"res([2-5])_(\d+)_(branch2[abc]|branch1)(_bn_(s|b|rm|riv)|_w)", name)
+    if m:
+        layer = f"layer{int(m.group(1)) - 1}.{m.group(2)}"
+        branch, bn = m.group(3), m.group(5)
+        if branch == "branch1":
+            return f"{layer}.downsample.1.{_INV_BN[bn]}" if bn else f"{layer}.downsample.0.weight"
+        idx = _INV_BRANCH[branch][-1]
+        return f"{layer}.bn{idx}.{_INV_BN[bn]}" if bn else f"{layer}.conv{idx}.weight"
+    m = re.fullmatch(r"nonlocal_conv([2-5])_(\d+)_(theta|phi|g|out|bn)_(w|b|s|rm|riv)", name)
+    if m:
+        block = f"layer{int(m.group(1)) - 1}.{m.group(2)}.non_local"
+        part, kind = m.group(3), m.group(4)
+        if part == "bn":
+            return f"{block}.norm.{_INV_BN[kind]}"
+        return f"{block}.{_INV_NL[part]}.{'weight' if kind == 'w' else 'bias'}"
+    return None
+
+
+def caffe2_state_dict(
+    source: str | os.PathLike | Mapping[str, np.ndarray], *, eps: float = 1e-5
+) -> dict[str, torch.Tensor]:
+    """A released ``.pkl`` (e.g. the Caffe2 ImageNet ResNet ``r50_pretrain_c2_model_iter450450_
+    clean.pkl``) as a torchvision-layout state dict, kernels in their file shape (2D kernels
+    stay 4D: :func:`nlnet.models.inflate.load_pretrained_2d` inflates them, Section 4).
+
+    Affine-only BN blobs (``_s``/``_b``) get running mean 0 and variance ``1 - eps``.
+
+    Raises:
+        Caffe2FormatError: not a blob pickle; ValueError: a weight blob with no nlnet name.
+    """
+    blobs = dict(source) if isinstance(source, Mapping) else read_caffe2_pickle(source)
+    out: dict[str, torch.Tensor] = {}
+    unknown = []
+    for name, arr in blobs.items():
+        if _TRAINING_STATE.search(name):
+            continue
+        key = torch_key_of_blob(name)
+        if key is None:
+            unknown.append(name)
+            continue
+        out[key] = torch.from_numpy(np.array(arr, dtype=np.float32))
+    if unknown:
+        raise ValueError(f"caffe2: blobs without an nlnet name: {', '.join(sorted(unknown)[:6])}")
+    for key in [k for k in out if k.endswith(".weight") and _is_bn(k)]:
+        base = key[: -len("weight")]
+        if base + "running_mean" not in out:
+            out[base + "running_mean"] = torch.zeros_like(out[key])
+            out[base + "running_var"] = torch.full_like(out[key], 1.0 - eps)
+        out[base + "num_batches_tracked"] = torch.tensor(0)
+    return out
+
+
+def _is_bn(key: str) -> bool:
+    return bool(re.search(r"(^bn1|\.bn[123]|downsample\.1|\.norm)\.weight$", key))
 
 
 @dataclass

@@ -18,6 +18,7 @@ path loaded with ``torch.load(..., weights_only=True)``, or torchvision weights
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +85,13 @@ def read_state_dict(source: Any, arch: str | None = None) -> dict:
     """
     from nlnet.models.weights import load_weights
 
+    if isinstance(source, (str, os.PathLike)) and str(source).endswith(".pkl"):
+        # the released Caffe2 ImageNet ResNet (restricted unpickler, no code runs)
+        from nlnet.models.caffe2 import caffe2_state_dict
+
+        if not os.path.isfile(source):
+            raise ValueError(f"pretrained_2d: no such file {str(source)!r}")
+        return caffe2_state_dict(source)
     source = load_weights(source, arch, what="pretrained_2d")
     if not isinstance(source, Mapping):
         raise TypeError(

@@ -208,3 +208,42 @@ def test_import_caffe2_command_user_errors_are_one_line_exit_2(tmp_path, capsys,
     err = capsys.readouterr().err
     assert err.startswith("nlnet import-caffe2: ") and err.count("\n") == 1, err
     assert not (tmp_path / "o.pt").exists() and not (tmp_path / "p").exists()
+
+
+def test_caffe2_imagenet_pkl_as_pretrained_2d_is_inflated(tmp_path):
+    """The released Caffe2 ImageNet ResNet-50 (r50_pretrain_c2_model_iter450450_clean.pkl):
+    the video model's blob names with 2D kernels (O, I, kh, kw), a 1000-way pred, lr and
+    model_iter; as ``pretrained_2d`` its kernels are inflated (Section 4: t copies / t)."""
+    rng = np.random.default_rng(0)
+    c2d = _random_model(11, "c2d_r50", num_classes=1000)
+    blobs = {}
+    for name, arr in export_caffe2(c2d)["blobs"].items():
+        if arr.ndim == 5:
+            arr = arr[:, :, 0]  # a 2D kernel
+        blobs[name] = arr
+    blobs.update(lr=np.array(0.0001, np.float32), model_iter=np.array(450450, np.int64))
+    blobs["res2_0_branch2a_w_momentum"] = rng.standard_normal(3).astype(np.float32)
+    path = tmp_path / "r50_pretrain_c2_model_iter450450_clean.pkl"
+    path.write_bytes(pickle.dumps({"blobs": blobs}, protocol=2))
+    model = create_model("i3d311_r50_nl5", num_classes=400, width=4, pretrained_2d=str(path))
+    w2d = torch.from_numpy(blobs["conv1_w"])
+    assert model.conv1.weight.shape[2] == 5
+    for t in range(5):
+        torch.testing.assert_close(model.conv1.weight[:, :, t], w2d / 5)
+    inflated = model.layer1[0].conv1.weight  # 3x1x1 in I3D
+    assert inflated.shape[2] == 3
+    torch.testing.assert_close(inflated.sum(2), torch.from_numpy(blobs["res2_0_branch2a_w"]))
+    bn = model.layer3[2].bn2
+    torch.testing.assert_close(bn.running_var, torch.from_numpy(blobs["res4_2_branch2b_bn_riv"]))
+    assert model.fc.weight.shape == (400, 128)  # 1000-way ImageNet pred kept out
+    # a C2D model from the same file computes exactly the file's 2D network frame by frame
+    c2d_video = create_model("c2d_r50", num_classes=1000, width=4, pretrained_2d=str(path))
+    for key, value in c2d.state_dict().items():
+        assert torch.equal(c2d_video.state_dict()[key], value), key
+    # a foreign global in the file is refused before it runs, as for model imports
+    (tmp_path / "evil.pkl").write_bytes(
+        pickle.dumps({"blobs": {"conv1_w": _Evil(str(tmp_path / "p"))}}, protocol=2)
+    )
+    with pytest.raises(Caffe2FormatError, match="refusing to load"):
+        create_model("c2d_r50", width=4, pretrained_2d=str(tmp_path / "evil.pkl"))
+    assert not (tmp_path / "p").exists()
