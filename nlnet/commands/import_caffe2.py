@@ -8,6 +8,9 @@ test protocol (10 clips x 3 crops of 256), all stored in the checkpoint so that 
 ``predict`` and ``visualize`` feed it as it was trained. Any other file needs ``--model`` (and
 ``--override`` for options the blobs cannot tell). The import is refused when a model weight
 finds no blob or a weight blob goes unused, unless ``--allow-partial``.
+
+A PySlowFast checkpoint (``.pyth``, ``model_state`` of its C2D/I3D ResNet, read with
+``weights_only=True``) imports the same way with ``--model`` (:mod:`nlnet.models.pyslowfast`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ EXAMPLES = """examples:
 
   # a renamed released file: say which one it is
   nlnet import-caffe2 model.pkl --released i3d_nonlocal_8x8_IN_pretrain_400k -o nl_i3d_8x8.pt
+
+  # a PySlowFast checkpoint of its I3D NLN 8x8 R50
+  nlnet import-caffe2 I3D_NLN_8x8_R50.pyth --model i3d311_r50_nl5 -o i3d_nln_8x8.pt
 
   # a file of your own: name the model and the options the blobs cannot tell
   nlnet import-caffe2 mine.pkl --model c2d_r50_nl5 --override pooling=caffe2 -o mine.pt
@@ -124,6 +130,24 @@ def _resolve(args, blobs) -> tuple[str, dict, dict | None]:
     return row.model, {**row.model_options, **_overrides(args.override)}, row.preprocessing
 
 
+def _pyslowfast(args) -> tuple[str, int, dict, dict, Any, Any]:
+    """A PySlowFast ``.pyth`` (C2D/I3D +NLN): its 8x8 protocol; the model is named by --model."""
+    from nlnet.models.caffe2_zoo import RELEASED_PREPROCESSING, RELEASED_TEST
+    from nlnet.models.pyslowfast import PYSLOWFAST_OPTIONS, import_pyslowfast, read_pyslowfast
+    from nlnet.models.registry import create_model
+
+    if not args.model:
+        raise ValueError("--model: a PySlowFast .pyth needs the nlnet model, e.g. i3d311_r50_nl5")
+    state = read_pyslowfast(args.file)
+    head = state.get("head.projection.weight")
+    num_classes = args.num_classes or (int(head.shape[0]) if head is not None else 400)
+    options = {**PYSLOWFAST_OPTIONS, "head": RELEASED_TEST["head"], **_overrides(args.override)}
+    prep = {**RELEASED_PREPROCESSING, "num_frames": 8, "stride": 8}
+    model = create_model(args.model, num_classes=num_classes, **options)
+    report = import_pyslowfast(model, state, strict=not args.allow_partial)
+    return args.model, num_classes, options, prep, model, report
+
+
 def main(args: argparse.Namespace) -> int:
     from nlnet.models.caffe2 import import_caffe2, read_caffe2_pickle
     from nlnet.models.registry import create_model
@@ -131,6 +155,10 @@ def main(args: argparse.Namespace) -> int:
     try:
         if not Path(args.file).is_file():
             raise ValueError(f"FILE: no such file {args.file!r}")
+        if args.file.endswith(".pyth"):
+            name, num_classes, options, prep, model, report = _pyslowfast(args)
+            config = _config(args, name, num_classes, options, prep)
+            return _write(args, model, name, num_classes, config, options, prep, report)
         blobs = read_caffe2_pickle(args.file)
         num_classes = args.num_classes
         if num_classes is None:
@@ -143,13 +171,17 @@ def main(args: argparse.Namespace) -> int:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"nlnet import-caffe2: {msg}", file=sys.stderr)
         return 2
+    return _write(args, model, name, num_classes, config, options, prep, report)
+
+
+def _write(args, model, name, num_classes, config, options, prep, report) -> int:
     path = save_imported(
         args.output, model, name, num_classes, config=config, model_options=options,
         preprocessing=prep or {},
     )  # fmt: skip
     print(report)
-    if not report.complete:
+    if report.missing or report.unmatched:
         print("warning: partial import (--allow-partial): see missing/unmatched above")
-    what = "released row " + Path(args.file).name if prep else "explicit options"
+    what = "protocol of " + Path(args.file).name if prep else "explicit options"
     print(f"wrote {path} ({name}, {num_classes} classes, {what})")
     return 0

@@ -66,7 +66,7 @@ __all__ = [
 ]
 
 #: ``pooling`` options of :class:`ResNet3d`.
-POOLINGS: tuple[str, ...] = ("padded", "caffe2")
+POOLINGS: tuple[str, ...] = ("padded", "caffe2", "pyslowfast")
 #: ``head`` options of :class:`ResNet3d`.
 HEADS: tuple[str, ...] = ("global", "fully_conv")
 #: The paper's video block (Section 4.1): embedded Gaussian, C/2, (1, 2, 2) pooling, BN gamma 0.
@@ -214,12 +214,13 @@ class Bottleneck3d(nn.Module):
 
 def _stem_pools(pooling: str, sp1: int, sp2: int) -> tuple[nn.Module, nn.Module]:
     """``pool1`` and ``pool2`` for temporal strides ``sp1``/``sp2`` (Table 1 or released code)."""
+    pool2 = nn.MaxPool3d((sp2, 1, 1), stride=(sp2, 1, 1)) if sp2 > 1 else nn.Identity()
     if pooling == "caffe2":  # window = stride in time, no padding, floor (resnet_video*.py)
-        pool1 = nn.MaxPool3d((sp1, 3, 3), stride=(sp1, 2, 2))
-        pool2 = nn.MaxPool3d((sp2, 1, 1), stride=(sp2, 1, 1)) if sp2 > 1 else nn.Identity()
-        return pool1, pool2
+        return nn.MaxPool3d((sp1, 3, 3), stride=(sp1, 2, 2)), pool2
     pk1 = 3 if sp1 > 1 else 1
     pool1 = nn.MaxPool3d((pk1, 3, 3), stride=(sp1, 2, 2), padding=(pk1 // 2, 1, 1))
+    if pooling == "pyslowfast":  # PySlowFast: padded 1x3x3 stem pool, unpadded pathway0_pool
+        return pool1, pool2
     if sp2 > 1:  # pool2: 3x1x1 max, stride (2, 1, 1) between res2 and res3
         return pool1, nn.MaxPool3d((3, 1, 1), stride=(sp2, 1, 1), padding=(1, 0, 0))
     return pool1, nn.Identity()
@@ -302,8 +303,9 @@ class ResNet3d(nn.Module):
             uses ``width * 2**k``. Smaller widths give narrow test models.
         in_channels: input channels (3 for RGB).
         zero_init_residual: initialise the last BN of each residual branch to zero.
-        pooling: ``"padded"`` (Table 1 sizes) or ``"caffe2"`` (the released code's unpadded
-            floor pooling, needed by the released weights; see the module docstring).
+        pooling: ``"padded"`` (Table 1 sizes), ``"caffe2"`` (the released code's unpadded
+            floor pooling, needed by the released weights; see the module docstring) or
+            ``"pyslowfast"`` (PySlowFast's C2D/I3D: padded ``pool1``, unpadded ``pool2``).
         nl_location: non-local blocks built with the network, SlowFast's ``NONLOCAL.LOCATION``
             style: one list per stage res2..res5 of residual-block indices after which a block
             goes, e.g. ``[[], [1, 3], [1, 3, 5], []]`` for the 5-block models (Table 2c).
