@@ -195,3 +195,22 @@ def test_full_width_released_file_matches(tmp_path, name):
     cfg = RELEASED[name]
     blobs, cfg, out, frames = _import(tmp_path, name, cfg, width=64, frames=cfg["frames"])
     _assert_released(load_model(out), blobs, cfg, _clip(frames, 256))
+
+
+@pytest.mark.parametrize("how", ["fx", pytest.param("export", marks=pytest.mark.slow)])
+def test_released_options_trace_and_export(how):
+    """The released architecture (Caffe2 pooling, per-stage groups, no-norm blocks with a W_z
+    bias, fully-convolutional test head) stays FX-traceable and exportable."""
+    from nlnet.models.caffe2_zoo import released_model
+    from nlnet.models.registry import create_model
+
+    row = released_model("i3d_nonlocal_32x4_I3D_pretrain_400k")
+    model = create_model(row.model, num_classes=CLASSES, width=WIDTH, **row.model_options).eval()
+    x = _clip(16, 112)
+    with torch.no_grad():
+        ref = model(x)
+        if how == "fx":
+            torch.testing.assert_close(torch.fx.symbolic_trace(model)(x), ref)
+        else:
+            torch.testing.assert_close(torch.export.export(model, (x,)).module()(x), ref)
+    torch.testing.assert_close(ref.exp().sum(), torch.tensor(1.0))  # log mean softmax
