@@ -251,7 +251,9 @@ def build_video_resnet(
     opts = _split_block_options(kwargs)
     layers = kwargs.pop("layers", _DEPTH_LAYERS[depth])
     inflate = _VIDEO_ARCHS[arch][0]
-    location = stage_locations(at, layers) if at else kwargs.pop("nl_location", None)
+    location = kwargs.pop("nl_location", None)  # explicit per-stage indices win over nl_at
+    if location is None and at:
+        location = stage_locations(at, layers)
     if location is None and at:  # not residual blocks (e.g. a whole stage): insert afterwards
         return place_non_local(ResNet3d(layers, inflate=inflate, **kwargs), at, opts)
     # nlnet's own backbone builds its blocks with the network, per stage (Sec. 4, Table 2)

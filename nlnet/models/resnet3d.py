@@ -146,8 +146,9 @@ class Bottleneck3d(nn.Module):
     ``conv1`` is ``conv1_t x 1 x 1`` and ``conv2`` is ``conv2_t x 3 x 3``: C2D uses ``(1, 1)``,
     an I3D ``3x3x3`` block ``(1, 3)`` and an I3D ``3x1x1`` block ``(3, 1)``. The spatial stride
     sits on ``conv2`` (torchvision's ResNet v1.5 layout). The optional ``non_local`` slot (``None``
-    by default) holds a non-local block applied to the block output, which is where
-    :func:`nlnet.models.surgery.insert_non_local` puts it ("after a residual block").
+    by default) holds a non-local block applied to the block output ("after a residual block"):
+    :class:`ResNet3d` fills it at construction (``nl_location``), and
+    :func:`nlnet.models.surgery.insert_non_local` can fill it later.
 
     Args:
         inplanes: input channels.

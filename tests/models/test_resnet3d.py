@@ -147,3 +147,52 @@ def test_bad_arguments_and_inputs():
         ResNet3d(temporal_strides=(2, 2))
     with pytest.raises(ValueError, match="conv1_t"):
         ResNet3d(conv1_t=4)
+
+
+def test_blocks_are_built_per_stage_with_per_stage_options():
+    """Issue-21 contract: nlnet's backbone builds its blocks at construction from a per-stage
+    location and block options, with per-stage overrides (e.g. groups in res3 only)."""
+    from nlnet.layers.nonlocal_block import NonLocal3d
+    from nlnet.models.registry import create_model
+
+    m = create_model("i3d311_r50_nl5", width=4, norm=None,
+                     nl_stage_options={"res3": {"temporal_groups": 4}})  # fmt: skip
+    blocks = {n: b for n, b in m.named_modules() if isinstance(b, NonLocal3d)}
+    assert sorted(blocks) == [f"layer2.{i}.non_local" for i in (1, 3)] + [
+        f"layer3.{i}.non_local" for i in (1, 3, 5)
+    ]
+    for name, b in blocks.items():
+        assert b.temporal_groups == (4 if name.startswith("layer2") else None)
+        assert isinstance(b.norm, torch.nn.Identity) and b.W_z.bias is not None
+        assert not b.W_z.weight.any()  # no norm: W_z zero-initialised, the block is the identity
+    bn = create_model("c2d_r50_nl5", width=4).layer2[1].non_local
+    assert not bn.norm.weight.any()  # backbone init does not overwrite the block's gamma = 0
+    with pytest.raises(ValueError, match="nl_location: res3 has 4 residual blocks"):
+        create_model("c2d_r50", width=4, nl_location=[[], [4], [], []])
+    with pytest.raises(ValueError, match="unknown stage"):
+        create_model("c2d_r50_nl5", width=4, nl_stage_options={"conv3": {}})
+
+
+@pytest.mark.parametrize("pooling, res2", [("padded", 56), ("caffe2", 55), ("pyslowfast", 56)])
+def test_pooling_options_sizes(pooling, res2):
+    from nlnet.models.registry import create_model
+
+    m = create_model("c2d_r50", width=4, pooling=pooling)
+    x = torch.zeros(1, 4, 16, 112, 112)  # conv1 output of a 32 x 224 x 224 clip
+    assert tuple(m.maxpool(x).shape[2:]) == (8, res2, res2)
+    assert m.pool2(torch.zeros(1, 16, 8, 3, 3)).shape[2] == 4
+
+
+def test_fully_conv_head_is_the_global_head_at_one_position_and_averages_softmax():
+    from nlnet.models.registry import create_model
+    from nlnet.models.resnet3d import fully_conv_head
+
+    m = create_model("c2d_r50", width=4, num_classes=6, head="fully_conv").eval()
+    feats = torch.randn(2, m.num_features, 2, 7, 7)
+    g = torch.nn.functional.log_softmax(m.fc(feats.mean((2, 3, 4))), dim=1)
+    torch.testing.assert_close(m.forward_head(feats), g)  # 224 input: one position
+    feats = torch.randn(2, m.num_features, 2, 8, 8)  # 256 input: 2 x 2 positions
+    pooled = torch.nn.functional.avg_pool3d(feats, (2, 7, 7), stride=1)  # (2, C, 1, 2, 2)
+    probs = torch.softmax(m.fc(pooled.flatten(2).transpose(1, 2)), dim=-1).mean(1)
+    torch.testing.assert_close(fully_conv_head(feats, m.fc.weight, m.fc.bias).exp(), probs)
+    assert not torch.allclose(m.train().forward_head(feats), m.eval().forward_head(feats))
