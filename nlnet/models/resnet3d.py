@@ -48,11 +48,17 @@ from typing import Any
 
 import torch
 import torch.fx
-import torch.nn.functional as F
 from torch import nn
 
 from nlnet.layers.nonlocal_block import NonLocal3d
 from nlnet.models.checks import check_input
+from nlnet.models.video_parts import (
+    HEADS,
+    POOLINGS,
+    block_plan,
+    fully_conv_head,
+    stem_pools,
+)
 
 __all__ = [
     "Bottleneck3d",
@@ -65,16 +71,6 @@ __all__ = [
     "HEADS",
 ]
 
-#: ``pooling`` options of :class:`ResNet3d`.
-POOLINGS: tuple[str, ...] = ("padded", "caffe2", "pyslowfast")
-#: ``head`` options of :class:`ResNet3d`.
-HEADS: tuple[str, ...] = ("global", "fully_conv")
-#: The paper's video block (Section 4.1): embedded Gaussian, C/2, (1, 2, 2) pooling, BN gamma 0.
-VIDEO_BLOCK_DEFAULTS: dict[str, Any] = {
-    "instantiation": "embedded_gaussian",
-    "sub_sample": True,
-    "norm": "bn",
-}
 
 #: Residual blocks per stage (res2, res3, res4, res5) for each depth (He et al. 2016).
 BLOCK_CONFIG: dict[int, tuple[int, int, int, int]] = {
@@ -213,75 +209,45 @@ class Bottleneck3d(nn.Module):
         return out
 
 
-def _stem_pools(pooling: str, sp1: int, sp2: int) -> tuple[nn.Module, nn.Module]:
-    """``pool1`` and ``pool2`` for temporal strides ``sp1``/``sp2`` (Table 1 or released code)."""
-    pool2 = nn.MaxPool3d((sp2, 1, 1), stride=(sp2, 1, 1)) if sp2 > 1 else nn.Identity()
-    if pooling == "caffe2":  # window = stride in time, no padding, floor (resnet_video*.py)
-        return nn.MaxPool3d((sp1, 3, 3), stride=(sp1, 2, 2)), pool2
-    pk1 = 3 if sp1 > 1 else 1
-    pool1 = nn.MaxPool3d((pk1, 3, 3), stride=(sp1, 2, 2), padding=(pk1 // 2, 1, 1))
-    if pooling == "pyslowfast":  # PySlowFast: padded 1x3x3 stem pool, unpadded pathway0_pool
-        return pool1, pool2
-    if sp2 > 1:  # pool2: 3x1x1 max, stride (2, 1, 1) between res2 and res3
-        return pool1, nn.MaxPool3d((3, 1, 1), stride=(sp2, 1, 1), padding=(1, 0, 0))
-    return pool1, nn.Identity()
-
-
-def _block_plan(
-    layers: Sequence[int],
-    location: Sequence[Sequence[int]] | None,
-    options: Mapping[str, Any] | None,
-    stage_options: Mapping[str, Mapping[str, Any]] | None,
-) -> list[dict[int, dict[str, Any]]]:
-    """Per stage: residual-block index -> options of the non-local block after it."""
-    stage_options = dict(stage_options or {})
-    unknown = sorted(set(stage_options) - set(STAGE_NAMES))
-    if unknown:
-        raise ValueError(f"nl_stage_options: unknown stage(s) {unknown}; expected res2..res5")
-    if location is None:
-        if options or stage_options:
-            raise ValueError(
-                "nl_options/nl_stage_options given to a model without non-local blocks; "
-                "pass nl_location (or nl_at) to place blocks"
-            )
-        return [{} for _ in layers]
-    location = [list(stage) for stage in location]
-    if len(location) != 4:
-        raise ValueError(f"nl_location: expected 4 lists (res2..res5), got {location!r}")
-    plan: list[dict[int, dict[str, Any]]] = []
-    for stage, n, where in zip(STAGE_NAMES, layers, location):
-        bad = [i for i in where if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n]
-        if bad or len(set(where)) != len(where):
-            raise ValueError(
-                f"nl_location: {stage} has {n} residual blocks; expected distinct indices in "
-                f"0..{n - 1}, got {where!r}"
-            )
-        opts = {
-            **VIDEO_BLOCK_DEFAULTS,
-            **dict(options or {}),
-            **dict(stage_options.get(stage) or {}),
-        }
-        plan.append({i: opts for i in sorted(where)})
-    return plan
-
-
-def fully_conv_head(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """The released fully-convolutional test head on res5 features ``(B, C, T, H, W)``.
-
-    A ``T x 7 x 7`` average pool with stride 1 (``pool5``; the window is clipped to a smaller
-    map), the classifier at every remaining position (the test net's ``1x1x1`` ``pred``
-    convolution), a softmax per position, and the mean over positions. Returns the log of the
-    mean probabilities ``(B, num_classes)``, so ``softmax`` of the result is that mean exactly.
-    """
-    kernel = (x.shape[2], min(7, x.shape[3]), min(7, x.shape[4]))
-    pooled = F.avg_pool3d(x, kernel, stride=1)  # (B, C, 1, H', W')
-    logits = F.linear(pooled.flatten(2).transpose(1, 2), weight, bias)  # (B, P, classes)
-    return torch.log(torch.softmax(logits, dim=-1).mean(dim=1))
-
-
 def _check_positive(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")
+
+
+def _checked(
+    layers, num_classes, width, in_channels, inflate, temporal_kernel, conv1_t,
+    temporal_strides, pooling, head, dropout,
+) -> tuple[tuple[int, ...], int, tuple[int, ...]]:  # fmt: skip
+    """Validate :class:`ResNet3d`'s options; ``(layers, conv1_t, temporal_strides)`` resolved."""
+    layers = tuple(layers)
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling: expected one of {POOLINGS}, got {pooling!r}")
+    if head not in HEADS:
+        raise ValueError(f"head: expected one of {HEADS}, got {head!r}")
+    if len(layers) != 4:
+        raise ValueError(f"layers: expected 4 stage lengths (res2..res5), got {layers!r}")
+    for n in layers:
+        _check_positive("layers", n)
+    _check_positive("num_classes", num_classes)
+    _check_positive("width", width)
+    _check_positive("in_channels", in_channels)
+    if inflate not in _INFLATE_KINDS:
+        raise ValueError(f"inflate: expected one of {_INFLATE_KINDS}, got {inflate!r}")
+    if not isinstance(temporal_kernel, int) or temporal_kernel < 1 or temporal_kernel % 2 == 0:
+        raise ValueError(f"temporal_kernel: expected a positive odd int, got {temporal_kernel!r}")
+    if conv1_t is None:
+        conv1_t = 1 if inflate is None else 5
+    if not isinstance(conv1_t, int) or conv1_t < 1 or conv1_t % 2 == 0:
+        raise ValueError(f"conv1_t: expected a positive odd int, got {conv1_t!r}")
+    temporal_strides = tuple(temporal_strides)
+    if len(temporal_strides) != 3 or any(not isinstance(s, int) or s < 1 for s in temporal_strides):
+        raise ValueError(
+            "temporal_strides: expected 3 positive ints for (conv1, pool1, pool2), "
+            f"got {temporal_strides!r}"
+        )
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout: expected a ratio in [0, 1), got {dropout!r}")
+    return layers, conv1_t, temporal_strides
 
 
 class ResNet3d(nn.Module):
@@ -345,37 +311,11 @@ class ResNet3d(nn.Module):
         head: str = "global",
     ) -> None:
         super().__init__()
-        layers = tuple(layers)
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling: expected one of {POOLINGS}, got {pooling!r}")
-        if head not in HEADS:
-            raise ValueError(f"head: expected one of {HEADS}, got {head!r}")
+        layers, conv1_t, temporal_strides = _checked(
+            layers, num_classes, width, in_channels, inflate, temporal_kernel, conv1_t,
+            temporal_strides, pooling, head, dropout,
+        )  # fmt: skip
         self.pooling, self.head = pooling, head
-        if len(layers) != 4:
-            raise ValueError(f"layers: expected 4 stage lengths (res2..res5), got {layers!r}")
-        for n in layers:
-            _check_positive("layers", n)
-        _check_positive("num_classes", num_classes)
-        _check_positive("width", width)
-        _check_positive("in_channels", in_channels)
-        if inflate not in _INFLATE_KINDS:
-            raise ValueError(f"inflate: expected one of {_INFLATE_KINDS}, got {inflate!r}")
-        if not isinstance(temporal_kernel, int) or temporal_kernel < 1 or temporal_kernel % 2 == 0:
-            raise ValueError(
-                f"temporal_kernel: expected a positive odd int, got {temporal_kernel!r}"
-            )
-        if conv1_t is None:
-            conv1_t = 1 if inflate is None else 5
-        if not isinstance(conv1_t, int) or conv1_t < 1 or conv1_t % 2 == 0:
-            raise ValueError(f"conv1_t: expected a positive odd int, got {conv1_t!r}")
-        temporal_strides = tuple(temporal_strides)
-        if len(temporal_strides) != 3 or any(
-            not isinstance(s, int) or s < 1 for s in temporal_strides
-        ):
-            raise ValueError(
-                "temporal_strides: expected 3 positive ints for (conv1, pool1, pool2), "
-                f"got {temporal_strides!r}"
-            )
         self.layers_cfg = layers
         self.inflate = inflate
         self.num_classes = num_classes
@@ -383,7 +323,7 @@ class ResNet3d(nn.Module):
         self.inflated_blocks = pattern
 
         s1, sp1, sp2 = temporal_strides
-        blocks = _block_plan(layers, nl_location, nl_options, nl_stage_options)
+        blocks = block_plan(STAGE_NAMES, layers, nl_location, nl_options, nl_stage_options)
         self.inplanes = width
         # Stem: conv1 (1 or 5) x 7 x 7, stride (s1, 2, 2) -> pool1 3x3 max, stride (sp1, 2, 2).
         self.conv1 = nn.Conv3d(
@@ -396,7 +336,7 @@ class ResNet3d(nn.Module):
         )
         self.bn1 = nn.BatchNorm3d(width)
         self.relu = nn.ReLU(inplace=True)
-        self.maxpool, self.pool2 = _stem_pools(pooling, sp1, sp2)
+        self.maxpool, self.pool2 = stem_pools(pooling, sp1, sp2)
         self.layer1 = self._make_layer(width, layers[0], 1, pattern[0], temporal_kernel, blocks[0])
         self.layer2 = self._make_layer(
             width * 2, layers[1], 2, pattern[1], temporal_kernel, blocks[1]
@@ -409,8 +349,6 @@ class ResNet3d(nn.Module):
         )
         self.num_features = width * 8 * Bottleneck3d.expansion
         self.avgpool = nn.AdaptiveAvgPool3d(1)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout: expected a ratio in [0, 1), got {dropout!r}")
         self.dropout = nn.Dropout(dropout)
         self.fc = nn.Linear(self.num_features, num_classes)
         self._init_weights(zero_init_residual)
