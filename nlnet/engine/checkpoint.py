@@ -353,8 +353,9 @@ class CheckpointInfo:
         model_options: ``create_model`` keyword arguments besides ``num_classes``.
         class_names: output class names (``class_<i>`` when none were stored).
         preprocessing: ``mean``, ``std`` (per channel, on [0, 1] pixels), ``num_frames``,
-            ``stride``, ``size`` (shorter side at test time), ``crop`` (or ``None``); empty
-            when the checkpoint does not say (a bare state dict).
+            ``stride``, ``size`` (shorter side at test time), ``crop`` (or ``None``), optionally
+            ``channel_order`` (``"RGB"``, what nlnet's decoders give; imported models say so);
+            empty when the checkpoint does not say (a bare state dict).
         multi_label: per-category sigmoid scores (Section 5.2) instead of softmax.
     """
 
