@@ -287,3 +287,28 @@ def test_frozen_bn_keeps_non_local_norms_trainable(tmp_path):
     with pytest.warns(RuntimeWarning, match="non-local"):
         _run(cfg, model=model, dataset=ds)
     assert block.norm.weight.abs().sum() > 0
+
+
+def test_frozen_bn_freezes_blocks_that_start_from_model_pretrained(tmp_path):
+    """Sections 5.1/5.2 fine-tune with all BN frozen: a block whose weights come from
+    model.pretrained (the 32-frame model for the 128-frame one) freezes like every BN."""
+    import warnings
+
+    import nlnet.models.tiny  # noqa: F401
+    from nlnet.engine.checkpoint import save_checkpoint
+    from nlnet.layers.nonlocal_block import NonLocalNd
+    from nlnet.models.registry import create_model
+
+    model = create_model("c2d_tiny_nl1", num_classes=3, width=2)
+    (block,) = [m for m in model.modules() if isinstance(m, NonLocalNd)]
+    with torch.no_grad():
+        block.norm.weight.fill_(0.5)  # a trained block: gamma no longer 0
+    pre = save_checkpoint(tmp_path / "pre.pt", model=model, model_name="tiny", num_classes=3)
+    cfg = _cfg(tmp_path, "ft", **{"train.freeze_bn": True, "optim.max_iters": 2,
+                                  "optim.warmup_iters": 0, "optim.steps": [],
+                                  "model.pretrained": str(pre)})  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no "stay trainable" warning
+        _run(cfg, model=model, dataset=TinyClipDataset(n=8, size=(4, 32, 32)))
+    assert not any(p.requires_grad for p in block.norm.parameters())
+    assert torch.equal(block.norm.weight, torch.full_like(block.norm.weight, 0.5))
