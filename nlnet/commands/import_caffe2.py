@@ -37,7 +37,9 @@ EXAMPLES = """examples:
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="a Caffe2 .pkl ({'blobs': numpy arrays}) or a PySlowFast .pyth")
+    parser.add_argument(
+        "file", help="a Caffe2 .pkl ({'blobs': numpy arrays}) or a PySlowFast .pyth"
+    )
     parser.add_argument("--output", "-o", required=True, help="checkpoint (.pt) to write")
     parser.add_argument(
         "--released", help="released file name this file is (default: from the file name)"
