@@ -265,7 +265,6 @@ def _resolve(
 _DECODE_ERRORS = (VideoDecodeError, ValueError, RuntimeError, OSError)
 
 
-@torch.no_grad()
 def predict(
     model: nn.Module | Checkpoint,
     videos: Video | Sequence[Video],
@@ -299,29 +298,44 @@ def predict(
     net, transform, names, stored_multi, dev = _resolve(model, transform, class_names, device)
     multi = stored_multi if multi_label is None else bool(multi_label)
     items = [videos] if isinstance(videos, (str, os.PathLike, torch.Tensor)) else list(videos)
-    out = []
-    for video in items:
-        path = None if isinstance(video, torch.Tensor) else str(video)
-        try:
-            views = transform(video)
-        except _DECODE_ERRORS as exc:
-            if path is None:
-                raise
-            reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
-            if not skip_errors:
-                raise DataError(f"video {path or 'tensor'!r}: {reason}") from exc
-            out.append(Prediction(path, None, names, 0, reason))
-            continue
-        total = torch.zeros((), dtype=torch.float64)
-        for start in range(0, views.shape[0], batch_size):
-            logits = net(views[start : start + batch_size].to(dev))
-            total = total + scores_from_logits(logits, multi).double().sum(0).cpu()
-        scores = total / views.shape[0]
-        if len(names) != scores.numel():
-            if class_names is not None:
-                raise ValueError(
-                    f"class_names: {len(names)} names but the model has {scores.numel()} outputs"
-                )
-            names = [f"class_{i}" for i in range(scores.numel())]
-        out.append(Prediction(path, scores, names, int(views.shape[0])))
-    return out
+    given = class_names is not None
+    with torch.no_grad():
+        return [
+            _predict_one(net, transform, names, multi, dev, v, batch_size, given, skip_errors)
+            for v in items
+        ]
+
+
+def _predict_one(
+    net: nn.Module,
+    transform: Preprocessing,
+    names: list[str],
+    multi: bool,
+    dev: torch.device,
+    video: Video,
+    batch_size: int,
+    names_given: bool,
+    skip_errors: bool,
+) -> Prediction:
+    path = None if isinstance(video, torch.Tensor) else str(video)
+    try:
+        views = transform(video)
+    except _DECODE_ERRORS as exc:
+        if path is None:
+            raise
+        reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
+        if not skip_errors:
+            raise DataError(f"video {path!r}: {reason}") from exc
+        return Prediction(path, None, names, 0, reason)
+    total = torch.zeros((), dtype=torch.float64)
+    for start in range(0, views.shape[0], batch_size):
+        logits = net(views[start : start + batch_size].to(dev))
+        total = total + scores_from_logits(logits, multi).double().sum(0).cpu()
+    scores = total / views.shape[0]
+    if len(names) != scores.numel():
+        if names_given:
+            raise ValueError(
+                f"class_names: {len(names)} names but the model has {scores.numel()} outputs"
+            )
+        names = [f"class_{i}" for i in range(scores.numel())]
+    return Prediction(path, scores, names, int(views.shape[0]))

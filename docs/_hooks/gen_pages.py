@@ -70,12 +70,34 @@ def docstring_fields(obj: Any, sections: Iterable[str] = ("Attributes", "Args"))
 
 
 def _first_sentence(text: str) -> str:
-    m = re.match(r"^(.+?[.;])(\s|$)", text)
-    return (m.group(1) if m else text).rstrip(";").rstrip(".")
+    """The entry's text up to its first full stop (not the one of "e.g." / "i.e.")."""
+    m = re.match(r"^(.+?(?<!e\.g)(?<!i\.e)(?<!etc)(?<!vs)\.)(\s|$)", text)
+    return (m.group(1) if m else text).rstrip(".")
+
+
+def data_keys_from_docstring(doc: str) -> dict[str, str]:
+    """``key -> meaning`` of the key table in :mod:`nlnet.data.datasets`' docstring."""
+    out: dict[str, str] = {}
+    lines = doc.split("keys (a plain dict", 1)[-1].split("::", 1)[-1].splitlines()
+    key = None
+    for line in lines:
+        if not line.strip():
+            continue
+        if not line.startswith("    "):
+            break
+        m = re.match(r"^    (\w+)\s+(.*)$", line)
+        if m:
+            key, rest = m.group(1), m.group(2)
+            rest = re.sub(r"^(\[[^]]*\]\s+|\S+\s{2,})", "", rest)  # the default column
+            out[key] = rest.strip()
+        elif key:
+            out[key] += " " + line.strip()
+    return {k: re.sub(r"\s+", " ", v) for k, v in out.items()}
 
 
 def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    text = str(text).replace("|", "\\|").replace("\n", " ")
+    return text.replace("<", "&lt;").replace(">", "&gt;")
 
 
 # ------------------------------------------------------------------------------ models
@@ -206,7 +228,7 @@ def _default(f: dataclasses.Field) -> str:
 
 def config_sections() -> list[tuple[str, type]]:
     """``(prefix, dataclass)`` of the experiment config: ``Config`` and its nested sections, then
-    any other ``*Config`` dataclass of :mod:`nlnet.engine` / :mod:`nlnet.data` (task sections)."""
+    any other ``*Config`` dataclass of :mod:`nlnet.engine` (task sections)."""
     import importlib
 
     from nlnet.engine.config import Config
@@ -224,7 +246,7 @@ def config_sections() -> list[tuple[str, type]]:
                 walk(f"{prefix}{f.name}.", tp)
 
     walk("", Config)
-    for pkg in ("nlnet.engine", "nlnet.data"):
+    for pkg in ("nlnet.engine",):  # task sections (tasks/*.py) not reachable from Config
         base = importlib.import_module(pkg)
         for info in pkgutil.walk_packages(base.__path__, pkg + "."):
             if info.name.rsplit(".", 1)[-1].startswith("_"):
@@ -241,7 +263,8 @@ def config_sections() -> list[tuple[str, type]]:
 
 def config_page() -> str:
     """Every config key: type, default and meaning (from the dataclass docstrings)."""
-    from nlnet.data.datasets import DATASET_DEFAULTS, VideoClipDataset, build_dataset
+    from nlnet.data import datasets
+    from nlnet.data.datasets import DATASET_DEFAULTS
 
     lines = [
         "# Configuration reference",
@@ -268,9 +291,7 @@ def config_page() -> str:
                 f"{_default(f)} | {_cell(meaning.get(f.name, ''))} |"
             )
         lines.append("")
-    args = {**docstring_fields(build_dataset), **docstring_fields(VideoClipDataset.__init__),
-            **docstring_fields(VideoClipDataset)}  # fmt: skip
-    aliases = {"test_scale": "test_scale", "cache": "cache_file"}
+    args = data_keys_from_docstring(datasets.__doc__ or "")
     lines += [
         "## `data` (video classification)",
         "",
@@ -283,7 +304,7 @@ def config_page() -> str:
         "| --- | --- | --- |",
     ]
     for key, value in DATASET_DEFAULTS.items():
-        text = args.get(key) or args.get(aliases.get(key, ""), "")
+        text = args.get(key, "")
         shown = "`null`" if value is None else f"`{value!r}`"
         lines.append(f"| `data.{key}` | {shown} | {_cell(text)} |")
     lines.append("")
