@@ -107,8 +107,10 @@ class Preprocessing:
         prep = checkpoint_info(ckpt).preprocessing
         if not prep.get("num_frames"):
             where = "checkpoint" if isinstance(checkpoint, Mapping) else f"{str(checkpoint)!r}"
+            what = "an image model's" if prep else "no"
             raise CheckpointError(
-                f"{where}: stores no preprocessing (not written by nlnet train); build one with "
+                f"{where}: stores {what} preprocessing, not a video classifier's (no num_frames);"
+                " nlnet.predict scores video classifiers: build a transform with "
                 "nlnet.inference.Preprocessing(num_frames=..., size=..., mean=..., std=...)"
             )
         test = (ckpt.get("config") or {}).get("eval") or {}

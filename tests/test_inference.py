@@ -124,3 +124,11 @@ def test_bad_inputs_are_clear_errors(files):
     torch.save(files["model"].state_dict(), bare)
     with pytest.raises(CheckpointError, match="no model name"):
         nlnet.preprocessing(bare)
+    no_prep = save_checkpoint(files["ckpt"].parent / "noprep.pt", model=files["model"],
+                              model_name="c2d_tiny_nl1", num_classes=3,
+                              model_options={"width": 4})  # fmt: skip
+    with pytest.raises(CheckpointError, match="stores no preprocessing"):
+        nlnet.preprocessing(no_prep)
+    assert nlnet.load_model(no_prep).nlnet_preprocessing is None
+    with pytest.raises(ValueError, match="transform"):
+        nlnet.predict(no_prep, [files["video"]])
