@@ -26,13 +26,13 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check nlnet tests benchmarks examples
-	$(VENV)/bin/ruff format --check nlnet tests benchmarks examples
+	$(VENV)/bin/ruff check nlnet tests benchmarks examples docs/_hooks hubconf.py
+	$(VENV)/bin/ruff format --check nlnet tests benchmarks examples docs/_hooks hubconf.py
 	$(PY) -m pytest -q tests/engine/test_import_layers.py   # imports flow one way, no cycle
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format nlnet tests benchmarks examples
-	$(VENV)/bin/ruff check --fix nlnet tests benchmarks examples
+	$(VENV)/bin/ruff format nlnet tests benchmarks examples docs/_hooks hubconf.py
+	$(VENV)/bin/ruff check --fix nlnet tests benchmarks examples docs/_hooks hubconf.py
 
 # The documentation site (MkDocs + Material + mkdocstrings) into site/; --strict: a broken link,
 # a missing page or an unresolved reference fails the build. Installs the `docs` extra first.

@@ -6,7 +6,11 @@
   command lines of code blocks parse with that command's own parser (dry resolution: nothing
   runs), their ``--config`` loading;
 * no file of the repository cites the local reference-text file names (the paper is cited by
-  title, authors, arXiv number and section).
+  title, authors, arXiv number and section);
+* every ``python`` and ``bash`` code block runs (python blocks of a page in order, in one
+  namespace; bash lines as ``nlnet``/``python`` commands), in a scratch directory holding the
+  ``final.pt`` and ``video.mp4`` the examples use, unless the line right before the block is
+  ``<!-- docs-test: no-run (REASON) -->`` (trains, downloads, needs the user's data, a sketch).
 """
 
 from __future__ import annotations
