@@ -27,7 +27,7 @@ _LAZY: dict[str, str] = {
     "load_model": "nlnet.inference",
     "preprocessing": "nlnet.inference",
     "predict": "nlnet.inference",
-    "Preprocessing": "nlnet.inference",
+    "VideoTransform": "nlnet.inference",
     "Prediction": "nlnet.inference",
     "NonLocal1d": "nlnet.layers",
     "NonLocal2d": "nlnet.layers",
@@ -41,7 +41,7 @@ __all__ = [  # the same names as _LAZY, spelled out for linters and type checker
     "load_model",
     "preprocessing",
     "predict",
-    "Preprocessing",
+    "VideoTransform",
     "Prediction",
     "NonLocal1d",
     "NonLocal2d",
@@ -49,7 +49,7 @@ __all__ = [  # the same names as _LAZY, spelled out for linters and type checker
 ]
 
 if TYPE_CHECKING:  # what type checkers see; at run time the names come from __getattr__
-    from nlnet.inference import Prediction, Preprocessing, load_model, predict, preprocessing
+    from nlnet.inference import Prediction, VideoTransform, load_model, predict, preprocessing
     from nlnet.layers import NonLocal1d, NonLocal2d, NonLocal3d
     from nlnet.models import create_model, list_models
 

@@ -42,7 +42,7 @@ from nlnet.engine.distributed import resolve_device
 from nlnet.engine.errors import CheckpointError, DataError
 from nlnet.engine.evaluator import scores_from_logits
 
-__all__ = ["Preprocessing", "Prediction", "load_model", "preprocessing", "predict"]
+__all__ = ["VideoTransform", "Prediction", "load_model", "preprocessing", "predict"]
 
 PathLike = str | os.PathLike
 Checkpoint = PathLike | Mapping[str, Any]
@@ -50,7 +50,7 @@ Video = PathLike | torch.Tensor
 
 
 @dataclass(frozen=True)
-class Preprocessing:
+class VideoTransform:
     """The test-time input pipeline of a model: a video file or frames -> its test views.
 
     Calling it on a video returns the ``clips * crops`` views the model is scored on, as one
@@ -97,7 +97,7 @@ class Preprocessing:
     @classmethod
     def from_checkpoint(
         cls, checkpoint: Checkpoint, *, clips: int | None = None, crops: int | None = None
-    ) -> Preprocessing:
+    ) -> VideoTransform:
         """The preprocessing stored in a checkpoint (``clips``/``crops``: its ``eval`` config).
 
         Raises:
@@ -111,7 +111,7 @@ class Preprocessing:
             raise CheckpointError(
                 f"{where}: stores {what} preprocessing, not a video classifier's (no num_frames);"
                 " nlnet.predict scores video classifiers: build a transform with "
-                "nlnet.inference.Preprocessing(num_frames=..., size=..., mean=..., std=...)"
+                "nlnet.inference.VideoTransform(num_frames=..., size=..., mean=..., std=...)"
             )
         test = (ckpt.get("config") or {}).get("eval") or {}
         return cls(
@@ -125,7 +125,7 @@ class Preprocessing:
             crops=int(crops or test.get("crops", 1)),
         )
 
-    def replace(self, **changes: Any) -> Preprocessing:
+    def replace(self, **changes: Any) -> VideoTransform:
         """A copy with some fields changed, e.g. ``transform.replace(clips=1)``."""
         return dataclasses.replace(self, **changes)
 
@@ -211,7 +211,7 @@ def load_model(checkpoint: Checkpoint, device: str | torch.device = "cpu") -> nn
 
     The model carries what :func:`predict` needs as ``model.nlnet_info`` (a
     :class:`~nlnet.engine.checkpoint.CheckpointInfo`: class names, preprocessing, multi-label)
-    and ``model.nlnet_preprocessing`` (a :class:`Preprocessing`, or ``None``).
+    and ``model.nlnet_transform`` (a :class:`VideoTransform`, or ``None``).
 
     Args:
         checkpoint: a ``.pt`` file written by ``nlnet train``/``demo`` or a loaded checkpoint.
@@ -224,40 +224,40 @@ def load_model(checkpoint: Checkpoint, device: str | torch.device = "cpu") -> nn
     model = _load_checkpoint_model(ckpt, resolve_device(device))
     model.nlnet_info = checkpoint_info(ckpt)
     try:
-        model.nlnet_preprocessing = Preprocessing.from_checkpoint(ckpt)
+        model.nlnet_transform = VideoTransform.from_checkpoint(ckpt)
     except (CheckpointError, ValueError):
-        model.nlnet_preprocessing = None
+        model.nlnet_transform = None
     return model
 
 
 def preprocessing(
     checkpoint: Checkpoint, *, clips: int | None = None, crops: int | None = None
-) -> Preprocessing:
-    """The test-time preprocessing stored in a checkpoint (see :class:`Preprocessing`).
+) -> VideoTransform:
+    """The test-time preprocessing stored in a checkpoint (see :class:`VideoTransform`).
 
     Args:
         checkpoint: a ``.pt`` file written by ``nlnet train``/``demo`` or a loaded checkpoint.
         clips: clips per video (default: the checkpoint's ``eval.clips``, else 10).
         crops: spatial views per clip, 1 or 3 (default: the checkpoint's ``eval.crops``).
     """
-    return Preprocessing.from_checkpoint(checkpoint, clips=clips, crops=crops)
+    return VideoTransform.from_checkpoint(checkpoint, clips=clips, crops=crops)
 
 
 def _resolve(
     model: nn.Module | Checkpoint,
-    transform: Preprocessing | None,
+    transform: VideoTransform | None,
     class_names: Sequence[str] | None,
     device: str | torch.device,
-) -> tuple[nn.Module, Preprocessing, list[str], bool, torch.device]:
+) -> tuple[nn.Module, VideoTransform, list[str], bool, torch.device]:
     dev = resolve_device(device)
     if not isinstance(model, nn.Module):
         model = load_model(model, dev)
     info: CheckpointInfo | None = getattr(model, "nlnet_info", None)
-    transform = transform or getattr(model, "nlnet_preprocessing", None)
+    transform = transform or getattr(model, "nlnet_transform", None)
     if transform is None:
         raise ValueError(
             "transform: the model carries no preprocessing; pass transform=nlnet.preprocessing(ckpt)"
-            " or a nlnet.inference.Preprocessing(...)"
+            " or a nlnet.inference.VideoTransform(...)"
         )
     names = list(class_names) if class_names is not None else (info.class_names if info else [])
     return model.to(dev).eval(), transform, names, bool(info and info.multi_label), dev
@@ -271,7 +271,7 @@ def predict(
     model: nn.Module | Checkpoint,
     videos: Video | Sequence[Video],
     *,
-    transform: Preprocessing | None = None,
+    transform: VideoTransform | None = None,
     class_names: Sequence[str] | None = None,
     multi_label: bool | None = None,
     batch_size: int = 1,
@@ -310,7 +310,7 @@ def predict(
 
 def _predict_one(
     net: nn.Module,
-    transform: Preprocessing,
+    transform: VideoTransform,
     names: list[str],
     multi: bool,
     dev: torch.device,

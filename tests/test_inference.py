@@ -15,7 +15,7 @@ from nlnet.data.datasets import VideoClipDataset
 from nlnet.data.video import read_frames, write_video
 from nlnet.engine.checkpoint import save_checkpoint
 from nlnet.engine.errors import CheckpointError, DataError
-from nlnet.inference import Prediction, Preprocessing
+from nlnet.inference import Prediction, VideoTransform
 
 PREP = {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3], "num_frames": 4, "stride": 2,
         "size": 24, "crop": None}  # fmt: skip
@@ -56,7 +56,7 @@ def test_load_model_rebuilds_the_network(files):
     assert not model.training and model.nlnet_info.class_names == NAMES
     for (n, a), b in zip(files["model"].state_dict().items(), model.state_dict().values()):
         assert torch.equal(a, b), n
-    assert model.nlnet_preprocessing == nlnet.preprocessing(files["ckpt"])
+    assert model.nlnet_transform == nlnet.preprocessing(files["ckpt"])
 
 
 def test_preprocessing_matches_the_evaluation_dataset(files):
@@ -104,7 +104,7 @@ def test_predict_with_any_module_needs_a_transform(files):
     net = nlnet.create_model("c2d_tiny", num_classes=2, width=4).eval()
     with pytest.raises(ValueError, match="transform"):
         nlnet.predict(net, [files["video"]])
-    transform = Preprocessing(num_frames=4, size=16, clips=1)
+    transform = VideoTransform(num_frames=4, size=16, clips=1)
     [r] = nlnet.predict(net, [files["video"]], transform=transform)
     assert r.class_names == ["class_0", "class_1"] and r.views == 1
 
@@ -117,7 +117,7 @@ def test_bad_inputs_are_clear_errors(files):
     with pytest.raises(ValueError, match="video: expected .* uint8"):
         nlnet.preprocessing(files["ckpt"])(torch.zeros(4, 8, 8, 3))
     with pytest.raises(ValueError, match="clips: expected a positive integer"):
-        Preprocessing(num_frames=4, clips=0)
+        VideoTransform(num_frames=4, clips=0)
     with pytest.raises(ValueError, match="batch_size"):
         nlnet.predict(files["ckpt"], [files["video"]], batch_size=0)
     bare = files["ckpt"].parent / "bare.pt"
@@ -129,6 +129,6 @@ def test_bad_inputs_are_clear_errors(files):
                               model_options={"width": 4})  # fmt: skip
     with pytest.raises(CheckpointError, match="stores no preprocessing"):
         nlnet.preprocessing(no_prep)
-    assert nlnet.load_model(no_prep).nlnet_preprocessing is None
+    assert nlnet.load_model(no_prep).nlnet_transform is None
     with pytest.raises(ValueError, match="transform"):
         nlnet.predict(no_prep, [files["video"]])

@@ -50,7 +50,7 @@ def predict_videos(
     """
     from nlnet.engine.checkpoint import load_checkpoint
     from nlnet.engine.errors import UserError
-    from nlnet.inference import Preprocessing, load_model, predict
+    from nlnet.inference import VideoTransform, load_model, predict
 
     if topk < 1:
         raise UserError(f"--topk: expected a positive integer, got {topk}")
@@ -66,7 +66,7 @@ def predict_videos(
         raise UserError(
             f"--classes: {len(names)} names but the checkpoint's model has {info.num_classes} classes"
         )
-    transform = Preprocessing.from_checkpoint(ckpt, clips=clips, crops=crops)
+    transform = VideoTransform.from_checkpoint(ckpt, clips=clips, crops=crops)
     results = predict(
         model, videos, transform=transform, class_names=names, device=device, skip_errors=True
     )
