@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import inspect
 import os
 import pkgutil
@@ -101,12 +102,20 @@ def _cell(text: str) -> str:
 
 
 # ------------------------------------------------------------------------------ models
+def _default_cfg(entry: Any) -> dict[str, Any]:
+    """A registry entry's default config as a dict (a mapping or a dataclass such as ModelCfg)."""
+    cfg = entry.default_cfg
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    return dict(cfg or {})
+
+
 def _weights(entry: Any) -> str:
     import torchvision
 
     from nlnet.models.registry import torchvision_arch
 
-    cfg = entry.default_cfg
+    cfg = _default_cfg(entry)
     out = []
     if cfg.get("weights"):
         out.append(str(cfg["weights"]))
@@ -124,7 +133,7 @@ def _weights(entry: Any) -> str:
 
 
 def _input(cfg: dict[str, Any]) -> str:
-    size = tuple(cfg.get("input_size", ()))
+    size = tuple(cfg.get("input_size") or ())
     kind = {4: "video C×T×H×W", 3: "image C×H×W"}.get(len(size), "")
     return f"{'×'.join(map(str, size))} ({kind})" if size else "n/a"
 
@@ -132,9 +141,10 @@ def _input(cfg: dict[str, Any]) -> str:
 def _macs(name: str, entry: Any) -> int | None:
     from nlnet.analysis.cost import model_cost
 
-    size = tuple(entry.default_cfg.get("input_size", ()))[1:]
+    cfg = _default_cfg(entry)
+    size = tuple(cfg.get("input_size") or ())[1:]
     try:
-        if entry.default_cfg.get("family") == "detection":
+        if cfg.get("family") == "detection":
             from nlnet.analysis.detection_cost import detector_cost
 
             return int(detector_cost(name, size)["total"])
@@ -153,16 +163,17 @@ def model_rows(pattern: str | None = None) -> list[dict[str, Any]]:
     rows = []
     for name in list_models(pattern):
         entry = get_model_entry(name)
+        cfg = _default_cfg(entry)
         with torch.device("meta"):
             params = count_params(entry.builder())
         rows.append(
             {
                 "name": name,
                 "description": entry.description,
-                "task": entry.default_cfg.get("task", ""),
+                "task": cfg.get("task") or "",
                 "params": params,
                 "macs": _macs(name, entry),
-                "input": _input(dict(entry.default_cfg)),
+                "input": _input(cfg),
                 "weights": _weights(entry),
             }
         )
@@ -229,7 +240,6 @@ def _default(f: dataclasses.Field) -> str:
 def config_sections() -> list[tuple[str, type]]:
     """``(prefix, dataclass)`` of the experiment config: ``Config`` and its nested sections, then
     any other ``*Config`` dataclass of :mod:`nlnet.engine` (task sections)."""
-    import importlib
 
     from nlnet.engine.config import Config
 
@@ -246,25 +256,27 @@ def config_sections() -> list[tuple[str, type]]:
                 walk(f"{prefix}{f.name}.", tp)
 
     walk("", Config)
-    for pkg in ("nlnet.engine",):  # task sections (tasks/*.py) not reachable from Config
-        base = importlib.import_module(pkg)
-        for info in pkgutil.walk_packages(base.__path__, pkg + "."):
-            if info.name.rsplit(".", 1)[-1].startswith("_"):
-                continue
-            module = importlib.import_module(info.name)
-            for obj in vars(module).values():
-                if (isinstance(obj, type) and dataclasses.is_dataclass(obj)
-                        and obj.__module__ == info.name and obj.__name__.endswith("Config")
-                        and obj not in seen):  # fmt: skip
-                    seen.add(obj)
-                    out.append((f"({obj.__name__}) ", obj))
+    engine = importlib.import_module("nlnet.engine")
+    modules = [i.name for i in pkgutil.walk_packages(engine.__path__, "nlnet.engine.")]
+    if importlib.util.find_spec("nlnet.data.config") is not None:  # typed data sections
+        modules.append("nlnet.data.config")
+    for name in modules:
+        if name.rsplit(".", 1)[-1].startswith("_"):
+            continue
+        module = importlib.import_module(name)
+        for obj in vars(module).values():
+            if (isinstance(obj, type) and dataclasses.is_dataclass(obj)
+                    and obj.__module__ == name and obj.__name__.endswith("Config")
+                    and obj not in seen):  # fmt: skip
+                seen.add(obj)
+                prefix = "data." if obj.__name__.endswith("DataConfig") else ""
+                out.append((f"({obj.__name__}) {prefix}", obj))
     return out
 
 
 def config_page() -> str:
     """Every config key: type, default and meaning (from the dataclass docstrings)."""
     from nlnet.data import datasets
-    from nlnet.data.datasets import DATASET_DEFAULTS
 
     lines = [
         "# Configuration reference",
@@ -278,19 +290,22 @@ def config_page() -> str:
         "",
     ]
     for prefix, cls in config_sections():
-        title = prefix.rstrip(".") or "top level"
+        title = prefix.split(") ")[-1].rstrip(".") or "top level"
         lines += [f"## `{title}` ({cls.__name__})", ""]
         summary = (inspect.getdoc(cls) or "").split("\n\n")[0].replace("\n", " ")
         lines += [summary, "", "| key | type | default | meaning |", "| --- | --- | --- | --- |"]
         hints = typing.get_type_hints(cls)
         meaning = docstring_fields(cls)
-        key_prefix = "" if prefix.startswith("(") else prefix
+        key_prefix = prefix.split(") ")[-1]
         for f in dataclasses.fields(cls):
             lines.append(
                 f"| `{key_prefix}{f.name}` | `{_cell(_type_name(hints.get(f.name, f.type)))}` | "
                 f"{_default(f)} | {_cell(meaning.get(f.name, ''))} |"
             )
         lines.append("")
+    defaults = getattr(datasets, "DATASET_DEFAULTS", None)
+    if defaults is None:  # the data sections are dataclasses (listed above)
+        return "\n".join(lines)
     args = data_keys_from_docstring(datasets.__doc__ or "")
     lines += [
         "## `data` (video classification)",
@@ -303,7 +318,7 @@ def config_page() -> str:
         "| key | default | meaning |",
         "| --- | --- | --- |",
     ]
-    for key, value in DATASET_DEFAULTS.items():
+    for key, value in defaults.items():
         text = args.get(key, "")
         shown = "`null`" if value is None else f"`{value!r}`"
         lines.append(f"| `data.{key}` | {shown} | {_cell(text)} |")
