@@ -97,8 +97,12 @@ def data_keys_from_docstring(doc: str) -> dict[str, str]:
 
 
 def _cell(text: str) -> str:
-    text = str(text).replace("|", "\\|").replace("\n", " ")
-    return text.replace("<", "&lt;").replace(">", "&gt;")
+    text = str(text).replace("\n", " ")
+    parts = re.split(r"(``.+?``|`[^`]+`)", text)  # code spans keep their |, < and > as they are
+    return "".join(
+        p if p.startswith("`") else p.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+        for p in parts
+    )
 
 
 # ------------------------------------------------------------------------------ models
@@ -234,7 +238,7 @@ def _default(f: dataclasses.Field) -> str:
             return "(section)"
     else:
         return "required"
-    return "`null`" if value is None else f"`{value!r}`".replace("|", "\\|")
+    return "`null`" if value is None else f"`{value!r}`"
 
 
 def config_sections() -> list[tuple[str, type]]:
@@ -298,9 +302,10 @@ def config_page() -> str:
         meaning = docstring_fields(cls)
         key_prefix = prefix.split(") ")[-1]
         for f in dataclasses.fields(cls):
+            type_code = "`" + _type_name(hints.get(f.name, f.type)) + "`"
             lines.append(
-                f"| `{key_prefix}{f.name}` | `{_cell(_type_name(hints.get(f.name, f.type)))}` | "
-                f"{_default(f)} | {_cell(meaning.get(f.name, ''))} |"
+                f"| `{key_prefix}{f.name}` | {_cell(type_code)} | {_default(f)} | "
+                f"{_cell(meaning.get(f.name, ''))} |"
             )
         lines.append("")
     defaults = getattr(datasets, "DATASET_DEFAULTS", None)
