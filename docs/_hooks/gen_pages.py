@@ -194,7 +194,8 @@ def models_page(rows: list[dict[str, Any]] | None = None) -> str:
         "names). Parameters and multiply-adds (MACs = FLOPs / 2, batch 1, inference) are counted "
         "with every model built on PyTorch's `meta` device at the input size in the *input* "
         "column, the way `nlnet cost NAME` counts them; the detectors' count covers backbone + "
-        "FPN, RPN and heads at 1000 proposals / 100 detections (see [Dense tasks](../dense.md)). "
+        "FPN, RPN and heads at 1000 proposals / 100 detections (see [Dense tasks](../dense.md)); "
+        "*n/a*: the count fails on the `meta` device for that model. "
         "Build one with `nlnet.create_model(name, num_classes=...)`; the placement of the "
         "non-local blocks in each name is explained in [Models](../models.md).",
         "",
