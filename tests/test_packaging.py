@@ -103,7 +103,7 @@ def test_py_typed_and_extras_are_declared():
     assert re.search(r'(?m)^nlnet = \[.*"py\.typed".*\]', text), "py.typed not in package-data"
     extras = dict(
         re.findall(
-            r"(?m)^(\w+) = \[(.*)\]$",
+            r"(?m)^(\w+) = \[(.*)\]\s*(?:#.*)?$",
             text.split("[project.optional-dependencies]")[1].split("\n[")[0],
         )
     )
