@@ -4,7 +4,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-slow lint format bench venv clean
+DOCS_STAMP := $(VENV)/.installed-docs
+
+.PHONY: demo test test-slow lint format bench venv clean docs
 
 venv: $(STAMP)
 
@@ -24,13 +26,22 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check nlnet tests benchmarks examples
-	$(VENV)/bin/ruff format --check nlnet tests benchmarks examples
+	$(VENV)/bin/ruff check nlnet tests benchmarks examples docs/_hooks hubconf.py
+	$(VENV)/bin/ruff format --check nlnet tests benchmarks examples docs/_hooks hubconf.py
 	$(PY) -m pytest -q tests/engine/test_import_layers.py   # imports flow one way, no cycle
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format nlnet tests benchmarks examples
-	$(VENV)/bin/ruff check --fix nlnet tests benchmarks examples
+	$(VENV)/bin/ruff format nlnet tests benchmarks examples docs/_hooks hubconf.py
+	$(VENV)/bin/ruff check --fix nlnet tests benchmarks examples docs/_hooks hubconf.py
+
+# The documentation site (MkDocs + Material + mkdocstrings) into site/; --strict: a broken link,
+# a missing page or an unresolved reference fails the build. Installs the `docs` extra first.
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 bench: $(STAMP)
 	$(PY) benchmarks/nonlocal_block.py
@@ -38,4 +49,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/decode.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) runs site .pytest_cache .ruff_cache *.egg-info

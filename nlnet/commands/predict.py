@@ -44,79 +44,38 @@ def predict_videos(
 ) -> list[dict[str, Any]]:
     """Score video files; returns ``[{"video", "top": [(name, score), ...]} | {"video", "error"}]``.
 
-    The model and the test-time preprocessing (clip length, stride, test scale, normalisation) are
-    those stored in the checkpoint (:func:`nlnet.engine.checkpoint.load_model`).
+    A thin wrapper of the Python inference API (:func:`nlnet.inference.predict`): the model and
+    the test-time preprocessing (clip length, stride, test scale, normalisation, clips x crops)
+    are those stored in the checkpoint.
     """
-    import torch
-
-    from nlnet.data.datasets import VideoClipDataset, collate_skip_bad
-    from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model
-    from nlnet.engine.distributed import resolve_device
+    from nlnet.engine.checkpoint import load_checkpoint
     from nlnet.engine.errors import UserError
-    from nlnet.engine.evaluator import scores_from_logits
+    from nlnet.inference import VideoTransform, load_model, predict
 
     if topk < 1:
         raise UserError(f"--topk: expected a positive integer, got {topk}")
-    ckpt = load_checkpoint(checkpoint)
-    info = checkpoint_info(ckpt)
-    num_classes = info.num_classes
+    ckpt = load_checkpoint(checkpoint)  # verified once, names the file in its errors
+    model = load_model(ckpt, device)
+    info = model.nlnet_info
     names = info.class_names
     if classes is not None:
         from nlnet.data.datasets import read_class_index
 
         names, _ = read_class_index(classes)
-    if len(names) != num_classes:
+    if len(names) != info.num_classes:
         raise UserError(
-            f"--classes: {len(names)} names but the checkpoint's model has {num_classes} classes"
+            f"--classes: {len(names)} names but the checkpoint's model has {info.num_classes} classes"
         )
-    dev = resolve_device(device)
-    model = load_model(ckpt, dev)
-    prep = info.preprocessing
-    test = (ckpt.get("config") or {}).get("eval") or {}
-    clips = clips or int(test.get("clips", 10))
-    crops = crops or int(test.get("crops", 1))
-    dataset = VideoClipDataset(
-        videos,
-        [0] * len(videos),
-        names,
-        mode="test",
-        num_frames=prep["num_frames"],
-        stride=prep.get("stride", 1),
-        test_scale=prep.get("size", 256),
-        test_crop=prep.get("crop"),
-        test_clips=clips,
-        test_crops=crops,
-        mean=prep["mean"],
-        std=prep["std"],
-        min_frames=1,  # a short video is still scored (its last frame is repeated)
-        cache_file=None,
+    transform = VideoTransform.from_checkpoint(ckpt, clips=clips, crops=crops)
+    results = predict(
+        model, videos, transform=transform, class_names=names, device=device, skip_errors=True
     )
-    multi_label = info.multi_label
-    sums = torch.zeros(len(videos), num_classes, dtype=torch.float64)
-    counts = torch.zeros(len(videos), dtype=torch.long)
-    with torch.no_grad():
-        for i in range(len(dataset)):
-            batch = collate_skip_bad([dataset[i]])
-            if batch["clip"] is None:
-                continue
-            logits = model(batch["clip"].to(dev))  # (1, num_classes)
-            sums[batch["index"]] += scores_from_logits(logits, multi_label).double().cpu()
-            counts[batch["index"]] += 1
     out: list[dict[str, Any]] = []
-    for v, path in enumerate(videos):
-        if counts[v] == 0:
-            reason = dataset.bad_videos.get(v, "no clip could be decoded")
-            out.append({"video": path, "error": reason})
-            continue
-        scores = sums[v] / counts[v]
-        values, idx = scores.topk(min(topk, num_classes))
-        out.append(
-            {
-                "video": path,
-                "clips": int(counts[v]),
-                "top": [(names[i], float(s)) for s, i in zip(values.tolist(), idx.tolist())],
-            }
-        )
+    for r in results:
+        if r.error is not None:
+            out.append({"video": r.video, "error": r.error})
+        else:
+            out.append({"video": r.video, "clips": r.views, "top": r.top(topk)})
     return out
 
 

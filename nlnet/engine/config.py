@@ -205,6 +205,17 @@ class Config:
 
     ``data`` is free-form and handed to ``nlnet.data.build_dataset(cfg.data, split)``; for the
     test splits its ``test_clips``/``test_crops`` are taken from ``eval.clips``/``eval.crops``.
+
+    Attributes:
+        model: the network (:class:`ModelConfig`).
+        data: the dataset keys, checked by the task's dataset builder.
+        optim: optimizer and schedule (:class:`OptimConfig`).
+        train: the training loop (:class:`TrainConfig`).
+        eval: multi-clip testing (:class:`EvalConfig`).
+        output_dir: the run directory (checkpoints, metrics, curves, summary).
+        name: a free label of the experiment.
+        class_names: the output class names stored in checkpoints (default: the data's classes).
+        task: ``video_classification``, ``segmentation`` or ``detection``.
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -1,8 +1,13 @@
-"""Imports flow one way: functional -> layers -> models -> data/analysis -> engine -> commands.
+"""Imports flow one way: functional -> layers -> models -> data/analysis -> engine -> inference/demo
+-> commands.
 
 Every ``import nlnet.X`` / ``from nlnet.X import`` in the package (function-level ones too) is
 read from the source with ``ast``; a module may import only from its own or a lower layer, and
 the graph of module imports has no cycle.  ``make lint`` runs this file.
+
+The top-level ``nlnet/__init__.py`` is the one exception: it re-exports names of every layer
+(``nlnet.create_model``, ``nlnet.predict``, ...) lazily, through its module ``__getattr__`` and for
+type checkers under ``if TYPE_CHECKING:``; it imports no nlnet module when ``import nlnet`` runs.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ LAYERS = {
     "data": 4,
     "analysis": 4,
     "engine": 5,
+    "inference": 6,
     "demo": 6,
     "dense_demo": 6,
     "commands": 7,
@@ -62,9 +68,32 @@ def test_imports_never_go_up_a_layer():
         f"{m} imports {i}"
         for m, deps in _graph().items()
         for i in deps
-        if _layer(i) > _layer(m) and not m.endswith(".__init__")
+        if _layer(i) > _layer(m) and m != "nlnet"  # the lazy facade, checked below
     ]
     assert not upward, "upward imports:\n" + "\n".join(sorted(upward))
+
+
+def test_top_level_package_imports_lazily():
+    """``nlnet/__init__.py`` imports nlnet modules only inside functions or ``if TYPE_CHECKING``."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    eager = []
+    for node in tree.body:  # module-level statements only
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                break
+            if isinstance(sub, ast.ImportFrom) and (sub.module or "").startswith("nlnet"):
+                eager.append(sub.module)
+            if isinstance(sub, ast.Import) and any(a.name.startswith("nlnet") for a in sub.names):
+                eager.append(ast.unparse(sub))
+    assert not eager, f"nlnet/__init__.py imports at import time: {eager}"
+    code = "import sys, nlnet; print(sorted(m for m in sys.modules if m.startswith(('nlnet.', 'torch'))))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True,
+        env={"PYTHONPATH": str(PACKAGE.parent), "PATH": ""},
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_module_imports_have_no_cycle():

@@ -1,0 +1,134 @@
+"""The Python inference API: ``nlnet.load_model`` / ``nlnet.preprocessing`` / ``nlnet.predict``.
+
+A tiny C2D checkpoint with stored preprocessing and a short real mp4 file; the API must give
+the views ``nlnet eval``'s dataset gives, the scores of the model averaged over them, the
+checkpoint's class names, and clear errors for bad input.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import nlnet
+from nlnet.data.datasets import VideoClipDataset
+from nlnet.data.video import read_frames, write_video
+from nlnet.engine.checkpoint import save_checkpoint
+from nlnet.engine.errors import CheckpointError, DataError
+from nlnet.inference import Prediction, VideoTransform
+
+PREP = {"mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3], "num_frames": 4, "stride": 2,
+        "size": 24, "crop": None}  # fmt: skip
+NAMES = ["red", "green", "blue"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("inference")
+    torch.manual_seed(0)
+    model = nlnet.create_model("c2d_tiny_nl1", num_classes=3, width=4)
+    ckpt = save_checkpoint(
+        tmp / "final.pt", model=model, model_name="c2d_tiny_nl1", num_classes=3,
+        class_names=NAMES, model_options={"width": 4}, preprocessing=PREP,
+        config={"eval": {"clips": 3, "crops": 1}},
+    )  # fmt: skip
+    gen = torch.Generator().manual_seed(1)
+    frames = torch.randint(0, 256, (11, 32, 40, 3), dtype=torch.uint8, generator=gen)
+    video = write_video(tmp / "clip.mp4", frames)
+    broken = tmp / "broken.mp4"
+    broken.write_bytes(b"not a video")
+    return {"ckpt": ckpt, "video": video, "broken": broken, "model": model}
+
+
+def test_top_level_names_are_the_api():
+    from nlnet import inference, layers, models
+
+    assert nlnet.load_model is inference.load_model and nlnet.predict is inference.predict
+    assert nlnet.preprocessing is inference.preprocessing
+    assert nlnet.create_model is models.create_model and nlnet.NonLocal3d is layers.NonLocal3d
+    assert set(nlnet.__all__) == {"__version__", *nlnet._LAZY}
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        nlnet.nope  # noqa: B018
+
+
+def test_load_model_rebuilds_the_network(files):
+    model = nlnet.load_model(files["ckpt"])
+    assert not model.training and model.nlnet_info.class_names == NAMES
+    for (n, a), b in zip(files["model"].state_dict().items(), model.state_dict().values()):
+        assert torch.equal(a, b), n
+    assert model.nlnet_transform == nlnet.preprocessing(files["ckpt"])
+
+
+def test_preprocessing_matches_the_evaluation_dataset(files):
+    transform = nlnet.preprocessing(files["ckpt"])
+    assert (transform.num_frames, transform.stride, transform.size, transform.clips) == (
+        4,
+        2,
+        24,
+        3,
+    )
+    views = transform(files["video"])
+    assert views.shape == (3, 3, 4, 24, 30)  # shorter side 32 -> 24, 40 -> 30
+    dataset = VideoClipDataset(
+        [files["video"]], [0], NAMES, mode="test", num_frames=4, stride=2, test_scale=24,
+        test_clips=3, mean=PREP["mean"], std=PREP["std"], cache_file=None,
+    )  # fmt: skip
+    expected = torch.stack([dataset[i].clip for i in range(len(dataset))])
+    assert torch.equal(views, expected)
+    frames = read_frames(files["video"], range(11))
+    assert torch.equal(transform(frames), views)  # decoded frames = the file
+    three = transform.replace(crops=3, crop=24)(frames)
+    assert three.shape == (9, 3, 4, 24, 24)
+
+
+def test_predict_averages_the_scores_of_the_views(files):
+    model = nlnet.load_model(files["ckpt"])
+    views = nlnet.preprocessing(files["ckpt"])(files["video"])
+    with torch.no_grad():
+        expected = torch.softmax(model(views), dim=1).double().mean(0)
+    frames = read_frames(files["video"], range(11))
+    by_path, by_tensor = nlnet.predict(files["ckpt"], [files["video"], frames], batch_size=2)
+    assert isinstance(by_path, Prediction) and by_path.video == str(files["video"])
+    assert by_tensor.video is None and by_path.views == 3
+    torch.testing.assert_close(by_path.scores, expected)
+    torch.testing.assert_close(by_tensor.scores, expected)
+    top = by_path.top(3)
+    assert [n for n, _ in top] == [NAMES[i] for i in expected.argsort(descending=True)]
+    assert by_path.label == top[0][0]
+    assert abs(sum(s for _, s in top) - 1) < 1e-6
+    [same] = nlnet.predict(model, files["video"])  # a single video, a loaded model
+    torch.testing.assert_close(same.scores, expected)
+
+
+def test_predict_with_any_module_needs_a_transform(files):
+    net = nlnet.create_model("c2d_tiny", num_classes=2, width=4).eval()
+    with pytest.raises(ValueError, match="transform"):
+        nlnet.predict(net, [files["video"]])
+    transform = VideoTransform(num_frames=4, size=16, clips=1)
+    [r] = nlnet.predict(net, [files["video"]], transform=transform)
+    assert r.class_names == ["class_0", "class_1"] and r.views == 1
+
+
+def test_bad_inputs_are_clear_errors(files):
+    with pytest.raises(DataError, match="broken.mp4"):
+        nlnet.predict(files["ckpt"], [files["broken"]])
+    bad, good = nlnet.predict(files["ckpt"], [files["broken"], files["video"]], skip_errors=True)
+    assert bad.scores is None and bad.error and good.error is None
+    with pytest.raises(ValueError, match="video: expected .* uint8"):
+        nlnet.preprocessing(files["ckpt"])(torch.zeros(4, 8, 8, 3))
+    with pytest.raises(ValueError, match="clips: expected a positive integer"):
+        VideoTransform(num_frames=4, clips=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        nlnet.predict(files["ckpt"], [files["video"]], batch_size=0)
+    bare = files["ckpt"].parent / "bare.pt"
+    torch.save(files["model"].state_dict(), bare)
+    with pytest.raises(CheckpointError, match="no model name"):
+        nlnet.preprocessing(bare)
+    no_prep = save_checkpoint(files["ckpt"].parent / "noprep.pt", model=files["model"],
+                              model_name="c2d_tiny_nl1", num_classes=3,
+                              model_options={"width": 4})  # fmt: skip
+    with pytest.raises(CheckpointError, match="stores no preprocessing"):
+        nlnet.preprocessing(no_prep)
+    assert nlnet.load_model(no_prep).nlnet_transform is None
+    with pytest.raises(ValueError, match="transform"):
+        nlnet.predict(no_prep, [files["video"]])
