@@ -88,7 +88,7 @@ def takes_dropout(model_name: str) -> bool:
     from nlnet.models.registry import get_model_entry
 
     try:
-        task = get_model_entry(model_name).default_cfg.get("task")
+        task = get_model_entry(model_name).default_cfg.task
     except ValueError:  # not registered: the caller passes its own network
         return True
     return task not in DENSE_TASKS

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
+
+from nlnet.models.model_cfg import ModelCfg
 
 __all__ = [
     "ModelEntry",
@@ -67,20 +69,13 @@ BLOCK_OPTIONS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """One registered model: its builder, a one-line description and its default config.
-
-    ``default_cfg`` keys used by the library: ``num_classes``, ``input_size`` (one sample,
-    e.g. ``(3, 32, 224, 224)``), ``task`` (``"video_classification"``,
-    ``"image_classification"`` or ``"segmentation"``) and, for weight loading,
-    ``new_keys`` (state-dict key fragments that have no 2D counterpart) and, for the
-    registry-wide tests, ``test_overrides`` (builder options that make a narrow copy of the
-    same topology, e.g. ``{"width": 4}``, so forward/backward runs fast on a CPU).
-    """
+    """One registered model: its builder, a one-line description and its default config
+    (:class:`~nlnet.models.model_cfg.ModelCfg`)."""
 
     name: str
     builder: Callable[..., nn.Module]
     description: str
-    default_cfg: Mapping[str, Any] = field(default_factory=dict)
+    default_cfg: ModelCfg
 
 
 _REGISTRY: dict[str, ModelEntry] = {}
@@ -91,7 +86,7 @@ def register_model(
     *,
     name: str | None = None,
     description: str | None = None,
-    default_cfg: Mapping[str, Any] | None = None,
+    default_cfg: ModelCfg | Mapping[str, Any] | None = None,
     overwrite: bool = False,
 ) -> Any:
     """Register a builder ``fn(**kwargs) -> nn.Module`` under ``name`` (default ``fn.__name__``).
@@ -108,7 +103,9 @@ def register_model(
             raise ValueError(f"register_model: a model named {key!r} is already registered")
         doc = (f.__doc__ or "").strip().splitlines()
         desc = description or (doc[0].strip() if doc else key)
-        _REGISTRY[key] = ModelEntry(key, f, desc, dict(default_cfg or {}))
+        if default_cfg is None:
+            raise TypeError(f"register_model: {key!r} needs a default_cfg (a ModelCfg)")
+        _REGISTRY[key] = ModelEntry(key, f, desc, ModelCfg.from_mapping(default_cfg))
         return f
 
     return deco(fn) if fn is not None else deco
@@ -139,12 +136,12 @@ def get_model_entry(name: str) -> ModelEntry:
 def torchvision_arch(entry: ModelEntry) -> str | None:
     """The torchvision model whose weights ``pretrained_2d`` names refer to (``"resnet50"``).
 
-    ``default_cfg["torchvision_arch"]`` if set, else ``resnet{depth}`` for the ResNet families.
+    ``default_cfg.torchvision_arch`` if set, else ``resnet{depth}`` for the ResNet families.
     """
     cfg = entry.default_cfg
-    if cfg.get("torchvision_arch"):
-        return str(cfg["torchvision_arch"])
-    return f"resnet{cfg['depth']}" if cfg.get("depth") in (18, 34, 50, 101, 152) else None
+    if cfg.torchvision_arch:
+        return cfg.torchvision_arch
+    return f"resnet{cfg.depth}" if cfg.depth in (18, 34, 50, 101, 152) else None
 
 
 def create_model(
@@ -166,7 +163,7 @@ def create_model(
             inflated to the model (:func:`nlnet.models.inflate.load_pretrained_2d`). Non-local
             blocks and a classifier of another size keep their initialisation.
         **overrides: builder options (see the module docstring). ``pretrained=`` is accepted
-            only by models whose ``default_cfg["supports_pretrained"]`` is true; for the others
+            only by models whose ``default_cfg.supports_pretrained`` is true; for the others
             it is a ``ValueError`` pointing to ``pretrained_2d`` and ``nlnet import-caffe2``.
 
     Returns:
@@ -174,7 +171,7 @@ def create_model(
     """
     entry = get_model_entry(name)
     kwargs = dict(overrides)
-    if "pretrained" in kwargs and not entry.default_cfg.get("supports_pretrained"):
+    if "pretrained" in kwargs and not entry.default_cfg.supports_pretrained:
         raise ValueError(
             f"pretrained: {name!r} has no downloadable whole-model weights; use "
             "pretrained_2d='IMAGENET1K_V1' (ImageNet initialisation, Section 4.1), a checkpoint "
@@ -183,15 +180,15 @@ def create_model(
         )
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
-    if pretrained_2d is not None and entry.default_cfg.get("pretrained_2d_arg"):
+    if pretrained_2d is not None and entry.default_cfg.pretrained_2d_arg:
         # the builder loads them itself (e.g. a detector's backbone: frozen BN goes with them)
-        kwargs[entry.default_cfg["pretrained_2d_arg"]] = pretrained_2d
+        kwargs[entry.default_cfg.pretrained_2d_arg] = pretrained_2d
         pretrained_2d = None
     model = entry.builder(**kwargs)
     if pretrained_2d is not None:
         from nlnet.models.inflate import DEFAULT_NEW_KEYS, load_pretrained_2d
 
-        new_keys = tuple(DEFAULT_NEW_KEYS) + tuple(entry.default_cfg.get("new_keys", ()))
+        new_keys = tuple(DEFAULT_NEW_KEYS) + entry.default_cfg.new_keys
         load_pretrained_2d(model, pretrained_2d, arch=torchvision_arch(entry), new_keys=new_keys)
     return model
 

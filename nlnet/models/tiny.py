@@ -195,7 +195,7 @@ def build_tiny(blocks: str | None = None, **kwargs: Any) -> nn.Module:
     return place_non_local(TinyC2D(**kwargs), at, opts)
 
 
-def _cfg(blocks: str | None, mode: str = "spacetime") -> dict[str, Any]:
+def _cfg(blocks: str | None) -> dict[str, Any]:
     return {
         "num_classes": 10,
         "input_size": (3, 8, 32, 32),
@@ -203,7 +203,6 @@ def _cfg(blocks: str | None, mode: str = "spacetime") -> dict[str, Any]:
         "family": "tiny",
         "arch": "c2d",
         "blocks": blocks,
-        "mode": mode,
         "test_overrides": {"width": 4},
         "test_input_size": (3, 4, 32, 32),
     }
@@ -221,14 +220,14 @@ def c2d_tiny_nl1(**kwargs: Any) -> nn.Module:
     return build_tiny("nl1", **kwargs)
 
 
-@register_model(name="c2d_tiny_nl1_space", default_cfg=_cfg("nl1", "space"))
+@register_model(name="c2d_tiny_nl1_space", default_cfg=_cfg("nl1"))
 def c2d_tiny_nl1_space(**kwargs: Any) -> nn.Module:
     """Tiny C2D + 1 space-only non-local block in res4 (Table 2d space-only)."""
     kwargs.setdefault("mode", "space")
     return build_tiny("nl1", **kwargs)
 
 
-@register_model(name="c2d_tiny_nl1_time", default_cfg=_cfg("nl1", "time"))
+@register_model(name="c2d_tiny_nl1_time", default_cfg=_cfg("nl1"))
 def c2d_tiny_nl1_time(**kwargs: Any) -> nn.Module:
     """Tiny C2D + 1 time-only non-local block in res4 (Table 2d time-only)."""
     kwargs.setdefault("mode", "time")

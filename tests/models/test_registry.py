@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import nlnet.models.registry as registry
+from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.registry import create_model, get_model_entry, list_models, register_model
 from nlnet.models.surgery import non_local_blocks, non_local_paths
 
@@ -16,13 +17,13 @@ FAMILIES = ("resnet3d", "resnet2d", "segmentation")
 
 
 ALL = list_models()
-OURS = [n for n in ALL if get_model_entry(n).default_cfg.get("family") in FAMILIES]
+OURS = [n for n in ALL if get_model_entry(n).default_cfg.family in FAMILIES]
 
 
-def _tiny_input(cfg: dict) -> torch.Tensor:
-    task = cfg.get("task", "video_classification")
-    if "test_input_size" in cfg:
-        return torch.randn(1, *cfg["test_input_size"])
+def _tiny_input(cfg: ModelCfg) -> torch.Tensor:
+    task = cfg.task
+    if cfg.test_input_size:
+        return torch.randn(1, *cfg.test_input_size)
     # 128x128 keeps res5 at 4x4: a res5 block pools its keys to 2x2, more than one key (with a
     # single key the softmax is constant and theta/phi get exactly zero gradient)
     if task == "video_classification":
@@ -50,18 +51,18 @@ DETECTION_TASKS = ("instance_segmentation", "keypoints")
 
 
 @pytest.mark.parametrize(
-    "name", [n for n in ALL if get_model_entry(n).default_cfg.get("task") not in DETECTION_TASKS]
+    "name", [n for n in ALL if get_model_entry(n).default_cfg.task not in DETECTION_TASKS]
 )
 def test_tiny_forward_backward_every_parameter_gets_a_gradient(name):
     """Same topology at a narrow width (``test_overrides``), 5 classes, one backward pass."""
     torch.manual_seed(0)
     cfg = get_model_entry(name).default_cfg
-    model = create_model(name, num_classes=5, **cfg.get("test_overrides", {}))
+    model = create_model(name, num_classes=5, **cfg.test_overrides)
     for _, block in non_local_blocks(model):  # gamma = 0 would zero the block's gradients
         nn.init.ones_(block.norm.weight)
     x = _tiny_input(cfg)
     out = model(x)
-    if cfg.get("task") == "segmentation":
+    if cfg.task == "segmentation":
         assert out.shape == (1, 5, *x.shape[-2:])
     else:
         assert out.shape == (1, 5)
@@ -80,9 +81,9 @@ def test_names_say_where_the_blocks_are(name):
         model = create_model(name)
     blocks = [n.removesuffix(".non_local") for n, _ in non_local_blocks(model)]
     cfg = get_model_entry(name).default_cfg
-    if cfg["task"] == "video_classification":
+    if cfg.task == "video_classification":
         layers = (3, 4, 6, 3) if "_r50" in name else (3, 4, 23, 3)
-        assert blocks == non_local_paths(cfg["blocks"], layers)
+        assert blocks == non_local_paths(cfg.blocks, layers)
         count = name.rsplit("_nl", 1)[1]
         if count.isdigit():
             assert len(blocks) == int(count)
@@ -127,20 +128,39 @@ def test_unknown_name_and_duplicate_registration():
         register_model(lambda **kw: nn.Identity(), name="c2d_r50")
 
 
-def test_register_model_decorator_forms():
-    try:
+def test_register_model_needs_a_typed_default_cfg():
+    with pytest.raises(TypeError, match="needs a default_cfg"):
 
         @register_model
         def _tmp_bare(**kwargs):
-            """A bare registration."""
+            return nn.Linear(2, 3)
+
+    with pytest.raises(TypeError, match=r"unknown key\(s\) \['hflp'\]"):
+        register_model(lambda: None, name="_tmp_typo", default_cfg={**_CFG, "hflp": 1})
+    with pytest.raises(ValueError, match="input_size"):
+        register_model(lambda: None, name="_tmp_size", default_cfg={**_CFG, "input_size": (3,)})
+    assert "_tmp_bare" not in registry._REGISTRY and "_tmp_typo" not in registry._REGISTRY
+
+
+_CFG = {"task": "x", "num_classes": 4, "input_size": (3, 1, 2)}
+
+
+def test_register_model_decorator_forms():
+    try:
+
+        @register_model(default_cfg=_CFG)
+        def _tmp_bare(**kwargs):
+            """A registration with the description from the docstring."""
             return nn.Linear(2, kwargs.get("num_classes", 3))
 
-        @register_model(description="with args", default_cfg={"task": "x", "num_classes": 4})
+        @register_model(description="with args", default_cfg=ModelCfg(**_CFG))
         def _tmp_args(**kwargs):
             return nn.Linear(2, kwargs.get("num_classes", 4))
 
-        assert get_model_entry("_tmp_bare").description == "A bare registration."
-        assert get_model_entry("_tmp_args").default_cfg["num_classes"] == 4
+        desc = get_model_entry("_tmp_bare").description
+        assert desc == "A registration with the description from the docstring."
+        cfg = get_model_entry("_tmp_args").default_cfg
+        assert (cfg.num_classes, cfg.input_kind, cfg.mean) == (4, "image", (0.485, 0.456, 0.406))
         assert create_model("_tmp_bare", num_classes=6).out_features == 6
         assert create_model("_tmp_args").out_features == 4
         assert "_tmp_args" in list_models()

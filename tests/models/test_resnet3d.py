@@ -14,8 +14,8 @@ from nlnet.models.resnet3d import Bottleneck3d, ResNet3d, inflation_pattern
 VIDEO_MODELS = [
     n
     for n in list_models()
-    if get_model_entry(n).default_cfg["task"].startswith("video")
-    and get_model_entry(n).default_cfg.get("family") == "resnet3d"
+    if get_model_entry(n).default_cfg.task.startswith("video")
+    and get_model_entry(n).default_cfg.family == "resnet3d"
 ]
 
 # Table 1, 32x224x224 input: (channels, T, H, W) of every stage output.

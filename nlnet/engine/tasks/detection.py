@@ -139,7 +139,7 @@ def default_iou_types(model_name: str | None) -> tuple[str, ...]:
     from nlnet.models.registry import get_model_entry
 
     try:
-        task = get_model_entry(model_name).default_cfg.get("task") if model_name else None
+        task = get_model_entry(model_name).default_cfg.task if model_name else None
     except ValueError:
         task = None
     return ("bbox", "keypoints") if task == "keypoints" else ("bbox", "segm")
