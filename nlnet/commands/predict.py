@@ -49,6 +49,7 @@ def predict_videos(
     """
     import torch
 
+    from nlnet.data.config import Preprocessing
     from nlnet.data.datasets import VideoClipDataset, collate_skip_bad
     from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model
     from nlnet.engine.distributed import resolve_device
@@ -71,7 +72,7 @@ def predict_videos(
         )
     dev = resolve_device(device)
     model = load_model(ckpt, dev)
-    prep = info.preprocessing
+    prep = Preprocessing.from_dict(info.preprocessing)
     test = (ckpt.get("config") or {}).get("eval") or {}
     clips = clips or int(test.get("clips", 10))
     crops = crops or int(test.get("crops", 1))
@@ -80,14 +81,9 @@ def predict_videos(
         [0] * len(videos),
         names,
         mode="test",
-        num_frames=prep["num_frames"],
-        stride=prep.get("stride", 1),
-        test_scale=prep.get("size", 256),
-        test_crop=prep.get("crop"),
         test_clips=clips,
         test_crops=crops,
-        mean=prep["mean"],
-        std=prep["std"],
+        **prep.clip_options(),
         min_frames=1,  # a short video is still scored (its last frame is repeated)
         cache_file=None,
     )

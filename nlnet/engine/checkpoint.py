@@ -77,13 +77,13 @@ class CheckpointMismatchError(UserError, ValueError):
     """The checkpoint was written for another architecture or number of classes."""
 
 
-#: Registry ``task``\ s whose models have no dropout before a classifier (``train.dropout`` is
+#: Registry ``task``\ s whose models have no dropout before a classifier (``model.dropout`` is
 #: not passed to them): per-pixel and R-CNN heads.
 DENSE_TASKS = ("segmentation", "instance_segmentation", "keypoints")
 
 
 def takes_dropout(model_name: str) -> bool:
-    """Whether ``create_model(model_name)`` takes ``train.dropout`` (not the dense models of
+    """Whether ``create_model(model_name)`` takes ``model.dropout`` (not the dense models of
     :data:`DENSE_TASKS`; an unregistered name: yes, as before)."""
     from nlnet.models.registry import get_model_entry
 
@@ -381,17 +381,19 @@ def checkpoint_info(ckpt: str | os.PathLike | Mapping[str, Any]) -> CheckpointIn
     extra = ckpt.get("extra") or {}
     options = ckpt.get("model_options")
     if not options:  # version 1, or none stored (e.g. nlnet import-caffe2): from the config
-        options = dict((cfg.get("model") or {}).get("overrides") or {})
-        if "dropout" in (cfg.get("train") or {}) and takes_dropout(name):
-            options.setdefault("dropout", cfg["train"]["dropout"])
+        model_cfg = cfg.get("model") or {}
+        options = dict(model_cfg.get("overrides") or {})
+        # model.dropout; configs written before it moved kept it as train.dropout
+        dropout = model_cfg.get("dropout", (cfg.get("train") or {}).get("dropout"))
+        if dropout is not None and takes_dropout(name):
+            options.setdefault("dropout", dropout)
         options.update(extra.get("model_overrides") or {})
     prep = dict(ckpt.get("preprocessing") or {})
     if not prep and (cfg.get("data") is not None or extra):  # version 1
-        from nlnet.data.datasets import DATASET_DEFAULTS
+        from nlnet.data.config import Preprocessing, VideoDataConfig
 
-        data = {**DATASET_DEFAULTS, **(cfg.get("data") or {})}
-        prep = {k: data[k] for k in ("mean", "std", "num_frames", "stride")}
-        prep.update(size=data["test_scale"], crop=data["test_crop"])
+        data = {k: v for k, v in (cfg.get("data") or {}).items() if not k.startswith("test_c")}
+        prep = Preprocessing.from_data(VideoDataConfig.from_mapping(data)).to_dict()
         prep.update({k: extra[k] for k in ("mean", "std", "num_frames") if k in extra})
     n = int(ckpt.get("num_classes") or 0)
     names = list(ckpt.get("class_names") or [f"class_{i}" for i in range(n)])

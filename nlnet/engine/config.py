@@ -32,6 +32,7 @@ import os
 import re
 import types
 import typing
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from nlnet.engine.errors import UserError
+from nlnet.engine.errors import ConfigError
 
 __all__ = [
     "ModelConfig",
@@ -61,10 +62,6 @@ __all__ = [
 ]
 
 
-class ConfigError(UserError, ValueError):
-    """Raised for an invalid configuration (unknown key, wrong type, bad value)."""
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     """Which network to build (passed to ``nlnet.models.create_model``).
@@ -80,6 +77,9 @@ class ModelConfig:
         reset_head: with ``pretrained``, drop the classifier weights (``head_names``) and keep the
             fresh ones, so a model of another class count can be used as a backbone.
         head_names: parameter-name prefixes of the classifier.
+        dropout: dropout ratio before the classifier (0.5 after global pooling, Section 4.1);
+            passed to models that have one (not the dense models).  Formerly ``train.dropout``
+            (still read, with a ``DeprecationWarning``).
         overrides: extra keyword arguments for ``create_model`` (free-form).
     """
 
@@ -89,6 +89,7 @@ class ModelConfig:
     pretrained: str | None = None
     reset_head: bool = False
     head_names: tuple[str, ...] = ("fc",)
+    dropout: float = 0.5
     overrides: dict = field(default_factory=dict)
 
 
@@ -142,7 +143,6 @@ class TrainConfig:
         freeze_bn: BatchNorm in eval mode with frozen affine parameters (Section 5.1).
         sync_bn: convert BatchNorm to SyncBatchNorm under DDP on CUDA.
         loss: ``ce`` (softmax cross-entropy) or ``bce`` (per-category sigmoid, Section 5.2).
-        dropout: dropout ratio after global pooling (0.5 in Section 4.1).
         seed: seed of model init, data order and augmentation.
         workers: DataLoader worker processes.
         log_every: iterations between metric records.
@@ -165,7 +165,6 @@ class TrainConfig:
     freeze_bn: bool = False
     sync_bn: bool = True
     loss: str = "ce"
-    dropout: float = 0.5
     seed: int = 0
     workers: int = 4
     log_every: int = 20
@@ -203,12 +202,13 @@ class EvalConfig:
 class Config:
     """A full experiment: model, data, optimizer, training loop, evaluation, output directory.
 
-    ``data`` is free-form and handed to ``nlnet.data.build_dataset(cfg.data, split)``; for the
-    test splits its ``test_clips``/``test_crops`` are taken from ``eval.clips``/``eval.crops``.
+    ``data`` is the typed data section of the task named by ``task`` (the task class's
+    ``data_config``, e.g. :class:`nlnet.data.config.VideoDataConfig`), read when the config
+    loads; a task without a ``data_config`` keeps a plain dict.
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
-    data: dict = field(default_factory=dict)
+    data: Any = field(default_factory=dict)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -359,13 +359,10 @@ def _validate(cfg: Config) -> None:
         _check_number(f"train.{key}", getattr(t, key), 1)
     for key in ("workers", "ckpt_every", "eval_every", "stop_after"):
         _check_number(f"train.{key}", getattr(t, key), 0)
-    _check_number("train.dropout", t.dropout, 0, 1)
+    _check_number("model.dropout", cfg.model.dropout, 0, 1)
     for key in ("clips", "crops", "batch_size"):
         _check_number(f"eval.{key}", getattr(cfg.eval, key), 1)
     _check_number("eval.workers", cfg.eval.workers, 0)
-    for key, instead in (("test_clips", "eval.clips"), ("test_crops", "eval.crops")):
-        if key in cfg.data:
-            raise ConfigError(f"data.{key}: set {instead} instead (the engine passes it on)")
     n = cfg.model.num_classes
     if cfg.class_names is not None and n is not None and len(cfg.class_names) != n:
         raise ConfigError(
@@ -397,11 +394,78 @@ def _validate_model(m: ModelConfig) -> None:
 def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
     """Build and validate a :class:`Config` from a (possibly partial) nested mapping.
 
-    Missing keys take their defaults; unknown keys raise :class:`ConfigError`.
+    Missing keys take their defaults; unknown keys raise :class:`ConfigError`.  ``data`` is
+    read into the data-config class of the task (:func:`_build_data`).
     """
-    cfg = _build(Config, dict(data or {}), ())
+    data = _migrate(dict(data or {}))
+    raw_data = data.pop("data", None)
+    cfg = _build(Config, data, ())
+    cfg = dataclasses.replace(cfg, data=_build_data(cfg.task, raw_data))
     _validate(cfg)
     return cfg
+
+
+#: Keys that moved: old dotted path -> new dotted path (still read, with a DeprecationWarning).
+MOVED_KEYS: dict[str, str] = {"train.dropout": "model.dropout"}
+
+
+def _moved(key: str) -> str:
+    new = MOVED_KEYS.get(key)
+    if new is None:
+        return key
+    warnings.warn(f"config key {key!r} is deprecated; use {new!r}", DeprecationWarning,
+                  stacklevel=4)  # fmt: skip
+    return new
+
+
+def _migrate(data: dict) -> dict:
+    """Move deprecated keys (:data:`MOVED_KEYS`) of a nested config dict to their new place."""
+    for old, new in MOVED_KEYS.items():
+        (osec, okey), (nsec, nkey) = old.split("."), new.split(".")
+        section = data.get(osec)
+        if not isinstance(section, Mapping) or okey not in section:
+            continue
+        section = dict(section)
+        value = section.pop(okey)
+        data[osec] = section
+        target = dict(data.get(nsec) or {})
+        if nkey in target and target[nkey] != value:
+            raise ConfigError(f"{old} ({value!r}) and {new} ({target[nkey]!r}) disagree; set {new}")
+        target[nkey] = value
+        data[nsec] = target
+        _moved(old)
+    return data
+
+
+def data_config_class(task: str) -> type | None:
+    """The typed ``data`` class the task ``task`` declares (``None``: free-form dict)."""
+    from nlnet.engine.tasks import task_class
+
+    try:
+        cls = task_class(task)
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0])) from None
+    return getattr(cls, "data_config", None)
+
+
+def _build_data(task: str, raw: Any) -> Any:
+    """The ``data`` section as the task's data-config dataclass: unknown keys, wrong types and
+    bad values are config errors naming the key (before any run directory exists)."""
+    if dataclasses.is_dataclass(raw) and not isinstance(raw, type):
+        raw = _plain(raw)
+    raw = dict(raw or {})
+    for key, instead in (("test_clips", "eval.clips"), ("test_crops", "eval.crops")):
+        if key in raw:
+            raise ConfigError(f"data.{key}: set {instead} instead (the engine passes it on)")
+    cls = data_config_class(task)
+    if cls is None:
+        return copy.deepcopy(raw)
+    try:
+        return _build(cls, raw, ("data",))
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(str(exc).splitlines()[0]) from None
 
 
 def _plain(value: Any) -> Any:
@@ -440,15 +504,14 @@ def absolute_paths(cfg: Config) -> Config:
     """``cfg`` with its relative file paths made absolute (the saved config then works from any
     directory): ``output_dir``, ``data.root``, ``model.pretrained``, ``model.pretrained_2d`` and,
     when such files exist, ``data.annotations``/``data.classes``/``data.cache``."""
-    data = dict(cfg.data)
+    data = _plain(cfg.data) if dataclasses.is_dataclass(cfg.data) else dict(cfg.data)
     root = data.get("root")
     if isinstance(root, str) and root:
         data["root"] = str(Path(root).expanduser().resolve())
     base = Path(data["root"]) if data.get("root") else None
     for key in ("classes", "cache"):
-        data[key] = _abs_if_exists(data.get(key), base) if key in data else None
-        if data[key] is None and key not in cfg.data:
-            del data[key]
+        if key in data:
+            data[key] = _abs_if_exists(data[key], base)
     ann = data.get("annotations")
     if isinstance(ann, Mapping):
         data["annotations"] = {k: _abs_if_exists(v, base) for k, v in ann.items()}
@@ -590,7 +653,7 @@ def _schema_keys(path: tuple[str, ...]) -> list[str] | None:
 
 
 def _set_dotted(data: dict, key: str, value: Any) -> None:
-    parts = key.split(".")
+    parts = _moved(key).split(".")
     node = data
     for depth, part in enumerate(parts):
         valid = _schema_keys(tuple(parts[:depth]))

@@ -27,7 +27,7 @@ def make_cfg(out_dir: str, batch_size: int, **over):
         "train.ckpt_every": 2,
         "train.device": "cpu",
         "train.progress": False,
-        "train.dropout": 0.0,
+        "model.dropout": 0.0,
         "train.val_split": "val",
         "eval.batch_size": 3,
         "eval.workers": 0,

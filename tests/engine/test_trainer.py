@@ -34,7 +34,7 @@ def _cfg(tmp_path: Path, name: str = "run", **over):
         "train.ckpt_every": 0,
         "train.device": "cpu",
         "train.progress": False,
-        "train.dropout": 0.5,
+        "model.dropout": 0.5,
         "eval.batch_size": 4,
         "eval.workers": 0,
         "output_dir": str(tmp_path / name),
@@ -92,7 +92,7 @@ def test_runs_are_deterministic_and_workers_do_not_change_the_result(tmp_path):
 
 
 def test_gradient_accumulation_matches_the_large_batch(tmp_path):
-    common = {"optim.max_iters": 6, "train.dropout": 0.0}
+    common = {"optim.max_iters": 6, "model.dropout": 0.0}
     big, _ = _run(_cfg(tmp_path, "big", **common), model=_model(bn=False))
     acc, s = _run(
         _cfg(tmp_path, "acc", **common, **{"train.batch_size": 2, "train.accum_steps": 2}),
