@@ -26,6 +26,7 @@ from torch import nn
 from torchvision.models import resnet
 
 from nlnet.models.checks import check_input
+from nlnet.models.registry import _split_block_options, register_model
 from nlnet.models.surgery import insert_non_local, non_local_paths
 
 __all__ = [
@@ -172,3 +173,76 @@ class SegmentationNet(nn.Module):
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))  # (B, 2048, H/8, W/8)
         x = self.head(x)
         return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+
+
+# --------------------------------------------------------------------------- registered names
+_IMAGE_CFG = {
+    "num_classes": 1000,
+    "input_size": (3, 224, 224),
+    "task": "image_classification",
+    "family": "resnet2d",
+    "first_conv": "conv1",
+    "classifier": "fc",
+    "test_overrides": {"width_per_group": 4},
+}
+
+
+@register_model(
+    description="ResNet-50 (image), 1 non-local block right before the last block of res4 (COCO)",
+    default_cfg={**_IMAGE_CFG, "depth": 50, "blocks": "res4"},
+)
+def resnet50_nl_coco(**kwargs: Any) -> nn.Module:
+    """ResNet-50 with one 2D block after ``layer3.4`` (Section 6 of the paper)."""
+    opts = _split_block_options(kwargs)
+    return resnet_non_local(50, at=kwargs.pop("nl_at", "res4"), **kwargs, **opts)
+
+
+@register_model(
+    description="ResNet-101 (image), 1 non-local block right before the last block of res4 (COCO)",
+    default_cfg={**_IMAGE_CFG, "depth": 101, "blocks": "res4"},
+)
+def resnet101_nl_coco(**kwargs: Any) -> nn.Module:
+    """ResNet-101 with one 2D block after ``layer3.21`` (Section 6 of the paper)."""
+    opts = _split_block_options(kwargs)
+    return resnet_non_local(101, at=kwargs.pop("nl_at", "res4"), **kwargs, **opts)
+
+
+@register_model(
+    description="ResNet-50 (image), 1 non-local block after layer4 (the guide's ResNet50NonLocal)",
+    default_cfg={**_IMAGE_CFG, "depth": 50, "blocks": "after_layer4"},
+)
+def resnet50_nl_guide(**kwargs: Any) -> nn.Module:
+    """The guide's ``ResNet50NonLocal``: reduction 2, no subsampling, after stage 4."""
+    opts = {"reduction": 2, "sub_sample": False, **_split_block_options(kwargs)}
+    at = kwargs.pop("nl_at", "after_layer4")
+    return resnet_non_local(50, at=at, **kwargs, **opts)
+
+
+_SEG_CFG = {
+    "num_classes": 19,
+    "input_size": (3, 512, 1024),
+    "task": "segmentation",
+    "family": "segmentation",
+    "first_conv": "conv1",
+    "classifier": "head.classifier",
+    "new_keys": ("head.",),
+    "test_overrides": {"width_per_group": 4, "mid_channels": 16},
+}
+
+
+@register_model(
+    description="Dilated ResNet-50 + the guide's segmentation head, no attention",
+    default_cfg={**_SEG_CFG, "depth": 50},
+)
+def seg_r50(**kwargs: Any) -> nn.Module:
+    """Segmentation baseline of the guide (``use_attention=False``)."""
+    return SegmentationNet(50, use_attention=False, **kwargs)
+
+
+@register_model(
+    description="Dilated ResNet-50 + the guide's segmentation head with a non-local block",
+    default_cfg={**_SEG_CFG, "depth": 50},
+)
+def seg_r50_nl(**kwargs: Any) -> nn.Module:
+    """Segmentation head of the guide with attention (reduction 2, sub_sample 2)."""
+    return SegmentationNet(50, use_attention=True, **kwargs)

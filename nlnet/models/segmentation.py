@@ -165,6 +165,8 @@ _TINY_SEG_CFG = {
     "input_size": (3, 64, 64),
     "task": "segmentation",
     "family": "segmentation",
+    "first_conv": "backbone.conv1",
+    "classifier": "head.classifier",
     "new_keys": ("head.",),
 }
 

@@ -201,6 +201,8 @@ def _cfg(blocks: str | None) -> dict[str, Any]:
         "input_size": (3, 8, 32, 32),
         "task": "video_classification",
         "family": "tiny",
+        "first_conv": "conv1",
+        "classifier": "fc",
         "arch": "c2d",
         "blocks": blocks,
         "test_overrides": {"width": 4},

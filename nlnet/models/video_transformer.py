@@ -188,6 +188,8 @@ _TINY_CFG = {
     "input_size": (3, 4, 32, 32),
     "task": "video_classification",
     "family": "video_transformer",
+    "first_conv": "patch_embed",
+    "classifier": "head",
     "test_overrides": {"width": 2},
     "test_input_size": (3, 4, 32, 32),
 }

@@ -41,7 +41,12 @@ def test_registry_contents():
     }  # fmt: skip
     assert expected <= set(ALL)
     assert ALL == sorted(ALL)
-    assert list_models("r101") == [n for n in ALL if "r101" in n]
+    assert list_models("*r101*") == [n for n in ALL if "r101" in n]
+    assert list_models("c2d_r50_nl?") == ["c2d_r50_nl1", "c2d_r50_nl5"]  # fnmatch, not substring
+    assert list_models("r101") == []
+    assert list_models(["i3d_r50*", "c2d_r101"], exclude="*nl10") == [
+        "c2d_r101", "i3d_r50", "i3d_r50_nl5"
+    ]  # fmt: skip
     for name in ALL:
         assert get_model_entry(name).description
 
@@ -181,3 +186,34 @@ def test_cli_prints_the_table(capsys):
     assert out[1].split()[1] == "24.46M"  # 24.33M C2D R50 + one block with 256 channels
     assert command.main(parser.parse_args(["--filter", "nothing_like_this"])) == 1
     assert "nlnet models" in command.EXAMPLES
+
+
+# -- registry-wide contract (timm's test_models.py is the example) ------------------------------
+@pytest.mark.parametrize("name", ALL)
+def test_every_name_is_one_grepable_builder_with_a_valid_cfg(name):
+    import inspect
+
+    entry = get_model_entry(name)
+    assert entry.builder.__name__ == name, "one decorated function per name, named after it"
+    source = inspect.getsource(inspect.getmodule(entry.builder))
+    assert f"def {name}(" in source
+    cfg = entry.default_cfg
+    assert isinstance(cfg, ModelCfg) and cfg.family and cfg.first_conv and cfg.classifier
+    assert cfg.input_kind == ("video" if len(cfg.input_size) == 4 else "image")
+    assert len(cfg.mean) == len(cfg.std) == cfg.input_size[0]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_model_builds_full_size_on_meta_as_its_cfg_says(name):
+    cfg = get_model_entry(name).default_cfg
+    with torch.device("meta"):
+        model = create_model(name)
+    first = model.get_submodule(cfg.first_conv)
+    head = model.get_submodule(cfg.classifier)
+    first = next(m for m in first.modules() if isinstance(m, (nn.Conv2d, nn.Conv3d)))
+    assert first.in_channels == cfg.input_size[0]
+    assert first.weight.dim() == len(cfg.input_size) + 1 or cfg.input_kind == "video"
+    if cfg.task in ("video_classification", "image_classification", "segmentation"):
+        last = [m for m in head.modules() if isinstance(m, (nn.Linear, nn.Conv2d, nn.Conv3d))][-1]
+        out = last.out_features if isinstance(last, nn.Linear) else last.out_channels
+        assert out == cfg.num_classes
