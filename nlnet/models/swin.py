@@ -159,9 +159,24 @@ class SwinTransformer(nn.Module):
             x = stage(x)
         return self.norm(x)
 
+    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
+        """Each stage's output as a channels-first map ``(B, C_k, h_k, w_k)`` (``stage0`` ..)."""
+        check_input(x, 4, self.in_channels)
+        x = self.patch_norm(self.patch_embed(x).permute(0, 2, 3, 1))
+        out = {}
+        for k, stage in enumerate(self.stages):
+            if k > 0:
+                x = self.merges[k - 1](x)
+            x = stage(x)
+            out[f"stage{k}"] = x.permute(0, 3, 1, 2)
+        return out
+
+    def forward_head(self, x: Tensor) -> Tensor:
+        """Global average pool of the channels-last features ``(B, h, w, C)``, then ``head``."""
+        return self.head(x.mean(dim=(1, 2)))
+
     def forward(self, x: Tensor) -> Tensor:
-        x = self.forward_features(x).mean(dim=(1, 2))  # global average pool (B, C)
-        return self.head(x)
+        return self.forward_head(self.forward_features(x))
 
 
 # ------------------------------------------------------------------------ torchvision weights

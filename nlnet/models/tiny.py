@@ -176,9 +176,25 @@ class TinyC2D(nn.Module):
         x = self.pool2(self.layer1(x))
         return self.layer4(self.layer3(self.layer2(x)))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.forward_features(x).flatten(2).mean(dim=2)  # global average pool (B, 8w)
+    def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every stage output ``(B, C, T, H, W)``, named as ResNet3d's (``conv1`` .. ``res5``)."""
+        check_input(x, 5, self.conv1.in_channels)
+        out = {"conv1": self.relu(self.bn1(self.conv1(x)))}
+        out["pool1"] = self.maxpool(out["conv1"])
+        out["res2"] = self.layer1(out["pool1"])
+        out["pool2"] = self.pool2(out["res2"])
+        out["res3"] = self.layer2(out["pool2"])
+        out["res4"] = self.layer3(out["res3"])
+        out["res5"] = self.layer4(out["res4"])
+        return out
+
+    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
+        """Global average pool, dropout and ``fc`` on the res5 map ``(B, 8w, T', H', W')``."""
+        x = x.flatten(2).mean(dim=2)  # (B, 8w)
         return self.fc(self.dropout(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
 
 
 def build_tiny(blocks: str | None = None, **kwargs: Any) -> nn.Module:

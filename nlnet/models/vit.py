@@ -192,8 +192,26 @@ class VisionTransformer(nn.Module):
         x = self.blocks(self.pos_drop(x))
         return self.norm(x)
 
+    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
+        """The patch tokens after each encoder block as maps ``(B, D, H/P, W/P)``
+        (``block0`` .. ``block{L-1}``; the class token left out)."""
+        check_image(x, self.in_channels, (self.image_size, self.image_size))
+        grid = (self.image_size // self.patch_size,) * 2
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        x = self.pos_drop(x + self.pos_embed.pos_embed)
+        out = {}
+        for i, block in enumerate(self.blocks):
+            x = block(x)
+            out[f"block{i}"] = x[:, 1:].transpose(1, 2).unflatten(2, grid)
+        return out
+
+    def forward_head(self, x: Tensor) -> Tensor:
+        """The classifier on the class token of :meth:`forward_features` (Eq. 4)."""
+        return self.head(x[:, 0])
+
     def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.forward_features(x)[:, 0])  # Eq. 4: the class token
+        return self.forward_head(self.forward_features(x))
 
 
 # ------------------------------------------------------------------------ torchvision weights

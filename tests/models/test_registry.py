@@ -31,6 +31,21 @@ def _tiny_input(cfg: ModelCfg) -> torch.Tensor:
     return torch.randn(1, 3, 64, 64)
 
 
+def _check_contract(model: nn.Module, x: torch.Tensor, cfg: ModelCfg) -> None:
+    """One model contract: forward = head(features); features a tensor; stage maps a dict."""
+    with torch.no_grad():
+        feats = model.forward_features(x)
+        stages = model.forward_intermediates(x)
+        out = model(x)
+        head = model.forward_head(feats)
+    assert isinstance(feats, torch.Tensor) and feats.shape[0] == x.shape[0]
+    assert stages and all(isinstance(v, torch.Tensor) for v in stages.values())
+    assert all(v.dim() == x.dim() and v.shape[0] == x.shape[0] for v in stages.values())
+    if cfg.task == "segmentation":  # the head's logits, upsampled to the input by forward
+        head = torch.nn.functional.interpolate(head, size=x.shape[-2:], mode="bilinear")
+    torch.testing.assert_close(out, head)
+
+
 def test_registry_contents():
     expected = {
         "c2d_r50", "c2d_r50_nl1", "c2d_r50_nl5", "c2d_r50_nl10",
@@ -66,7 +81,8 @@ def test_tiny_forward_backward_every_parameter_gets_a_gradient(name):
     for _, block in non_local_blocks(model):  # gamma = 0 would zero the block's gradients
         nn.init.ones_(block.norm.weight)
     x = _tiny_input(cfg)
-    out = model(x)
+    _check_contract(model.eval(), x, cfg)
+    out = model.train()(x)
     if cfg.task == "segmentation":
         assert out.shape == (1, 5, *x.shape[-2:])
     else:
