@@ -19,7 +19,7 @@ feed it (format version 2)::
     }
 
 A checkpoint of another architecture or class count is refused with a
-:class:`CheckpointMismatchError` by :func:`load_training_state`; to use a trained network as the
+:class:`CheckpointMismatchError` by :func:`check_compatible`; to use a trained network as the
 initialisation of another task (Section 5.2 of "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) fine-tunes the
 Kinetics model on Charades), call :func:`load_backbone`, which skips the classifier::
 
@@ -64,7 +64,6 @@ __all__ = [
     "get_rng_state",
     "set_rng_state",
     "check_compatible",
-    "load_training_state",
     "load_model_weights",
     "load_backbone",
 ]
@@ -457,39 +456,6 @@ def load_model_weights(
             f"checkpoint weights do not fit the model ({str(exc).splitlines()[0]}); "
             "use load_backbone(model, ckpt, exclude=...) to load a backbone only"
         ) from exc
-
-
-def load_training_state(
-    ckpt: Mapping[str, Any],
-    *,
-    model: nn.Module,
-    model_name: str,
-    num_classes: int,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: Any = None,
-    scaler: Any = None,
-    restore_rng: bool = True,
-) -> dict[str, int]:
-    """Restore model, optimizer, scheduler, scaler and RNG from ``ckpt`` for ``--resume``.
-
-    Returns:
-        ``{"epoch", "iteration", "batch_in_epoch"}`` of the checkpoint.
-    """
-    check_compatible(ckpt, model_name, num_classes)
-    load_model_weights(model, ckpt)
-    if optimizer is not None and "optimizer" in ckpt:
-        optimizer.load_state_dict(ckpt["optimizer"])
-    if scheduler is not None and "scheduler" in ckpt:
-        scheduler.load_state_dict(ckpt["scheduler"])
-    if scaler is not None and "scaler" in ckpt and ckpt["scaler"]:
-        scaler.load_state_dict(ckpt["scaler"])
-    if restore_rng and "rng" in ckpt:
-        set_rng_state(ckpt["rng"])
-    return {
-        "epoch": int(ckpt.get("epoch", 0)),
-        "iteration": int(ckpt.get("iteration", 0)),
-        "batch_in_epoch": int(ckpt.get("batch_in_epoch", 0)),
-    }
 
 
 def load_backbone(

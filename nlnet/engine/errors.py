@@ -7,7 +7,14 @@ user errors too).
 
 from __future__ import annotations
 
-__all__ = ["UserError", "ConfigError", "DataError", "CheckpointError", "RunDirError", "DivergedError"]
+__all__ = [
+    "UserError",
+    "ConfigError",
+    "DataError",
+    "CheckpointError",
+    "RunDirError",
+    "DivergedError",
+]
 
 
 class UserError(Exception):

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin  # noqa: E402
+from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin
 
 from nlnet.engine.checkpoint import CheckpointMismatchError, load_checkpoint  # noqa: E402
 from nlnet.engine.config import load_config, replace  # noqa: E402
