@@ -1,7 +1,7 @@
 """Swin Transformer image classifiers assembled from nlnet's window-attention layers.
 
 Liu et al., "Swin Transformer: Hierarchical Vision Transformer using Shifted Windows" (ICCV 2021),
-Sec. 3.1-3.2, as explained in the self-attention article ("Windowed attention"): self-attention
+Sec. 3.1-3.2 ("Shifted Window based Self-Attention"): self-attention
 restricted to ``M x M`` windows (cost linear in the number of patches), windows shifted by
 ``floor(M/2)`` in every other block so information crosses window borders, a learned relative
 position bias ``B`` in ``softmax(Q K^T / sqrt(d) + B) V`` (Eq. 4), and patch merging layers that

@@ -1,7 +1,8 @@
 """Vision Transformer (ViT) image classifiers assembled from nlnet's own layers.
 
-Dosovitskiy et al., "An Image is Worth 16x16 Words" (ICLR 2021), Sec. 3.1, Eqs. 1-4, as explained
-in the self-attention article ("Patches as tokens", "Permutation equivariance and position"):
+Dosovitskiy et al., "An Image is Worth 16x16 Words" (ICLR 2021), Sec. 3.1, Eqs. 1-4 (patches as
+tokens; the position embedding because self-attention is permutation-equivariant, Vaswani et al.,
+"Attention Is All You Need", NeurIPS 2017, Sec. 3.5):
 
 * Eq. 1: the image is cut into ``P x P`` patches, each linearly projected to ``D`` channels (a
   strided convolution), a learned class token is prepended and a learned position embedding
