@@ -342,13 +342,22 @@ def build_tiny_mask_rcnn(
 
 
 # --------------------------------------------------------------------------- registry
+_HEADS = {  # the class-count-dependent layers of each task's detector
+    "instance_segmentation": (
+        "roi_heads.box_predictor",
+        "roi_heads.mask_predictor.mask_fcn_logits",
+    ),
+    "keypoints": ("roi_heads.box_predictor", "roi_heads.keypoint_predictor"),
+}
+
+
 def _cfg(task: str, depth: int, blocks: str | None, num_classes: int) -> ModelCfg:
     return ModelCfg(
         task=task,
         num_classes=num_classes,
         input_size=(3, 800, 1333),
         first_conv="backbone.body.conv1",
-        classifier="roi_heads.box_predictor",
+        classifier=_HEADS[task],
         family="detection",
         depth=depth,
         # create_model(pretrained_2d=...) / model.pretrained_2d -> the builder's backbone weights
@@ -365,7 +374,7 @@ def _tiny_cfg(blocks: str | None) -> ModelCfg:
         num_classes=4,
         input_size=(3, 64, 64),
         first_conv="backbone.body.stem.0",
-        classifier="roi_heads.box_predictor",
+        classifier=_HEADS["instance_segmentation"],
         family="detection",
         blocks=blocks,
     )

@@ -231,7 +231,7 @@ _IMAGE_CFG = {
     "task": "image_classification",
     "family": "resnet2d",
     "first_conv": "conv1",
-    "classifier": "fc",
+    "classifier": ("fc",),
     "test_overrides": {"width_per_group": 4},
 }
 
@@ -273,7 +273,7 @@ _SEG_CFG = {
     "task": "segmentation",
     "family": "segmentation",
     "first_conv": "conv1",
-    "classifier": "head.classifier",
+    "classifier": ("head.classifier",),
     "new_keys": ("head.",),
     "test_overrides": {"width_per_group": 4, "mid_channels": 16},
 }

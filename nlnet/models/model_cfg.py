@@ -22,7 +22,7 @@ IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 #: What one input sample is: ``(C, T, H, W)`` clips or ``(C, H, W)`` images.
-INPUT_KINDS: tuple[str, ...] = ("video", "image")
+INPUT_KINDS: tuple[str, ...] = ("clip", "image")
 
 
 def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -39,12 +39,13 @@ class ModelCfg:
             ``"keypoints"`` (other tasks may add their own word).
         num_classes: classifier outputs when ``create_model`` is not given ``num_classes``.
         input_size: one sample, ``(C, T, H, W)`` for video or ``(C, H, W)`` for images.
-        input_kind: ``"video"`` or ``"image"``; derived from ``len(input_size)`` when empty.
+        input_kind: ``"clip"`` or ``"image"``; derived from ``len(input_size)`` when empty.
         mean: per-channel mean on the [0, 1] scale the weights expect.
         std: per-channel standard deviation on the [0, 1] scale.
         first_conv: module path of the first convolution (``"conv1"``, ``"patch_embed.proj"``),
             ``""`` when the model has none worth naming.
-        classifier: module path of the classifier (``"fc"``, ``"head"``), ``""`` if none.
+        classifier: module paths of the class-count-dependent layers (``("fc",)``,
+            ``("head",)``; a detector's box and mask predictors), ``()`` if none.
         family: architecture family (``"resnet3d"``, ``"resnet2d"``, ``"vit"``, ``"swin"``,
             ``"segmentation"``, ``"detection"``, ``"tiny"``, ...).
         arch: variant inside the family (``"c2d"``, ``"i3d"``, ``"i3d311"``), ``None`` if none.
@@ -70,7 +71,7 @@ class ModelCfg:
     mean: tuple[float, ...] = IMAGENET_MEAN
     std: tuple[float, ...] = IMAGENET_STD
     first_conv: str = ""
-    classifier: str = ""
+    classifier: tuple[str, ...] = ()
     family: str = ""
     arch: str | None = None
     depth: int | None = None
@@ -95,7 +96,7 @@ class ModelCfg:
             raise ValueError(
                 f"ModelCfg.input_size: expected (C, H, W) or (C, T, H, W), got {self.input_size!r}"
             )
-        kind = self.input_kind or ("video" if len(size) == 4 else "image")
+        kind = self.input_kind or ("clip" if len(size) == 4 else "image")
         if kind not in INPUT_KINDS:
             raise ValueError(f"ModelCfg.input_kind: expected one of {INPUT_KINDS}, got {kind!r}")
         if len(self.mean) != size[0] or len(self.std) != size[0]:
@@ -110,6 +111,8 @@ class ModelCfg:
         set_(self, "mean", tuple(float(m) for m in self.mean))
         set_(self, "std", tuple(float(s) for s in self.std))
         set_(self, "new_keys", tuple(self.new_keys))
+        classifier = (self.classifier,) if isinstance(self.classifier, str) else self.classifier
+        set_(self, "classifier", tuple(classifier))
         set_(self, "weight_meta", _frozen_map(self.weight_meta))
         set_(self, "test_overrides", _frozen_map(self.test_overrides))
         set_(self, "test_input_size", test_size)
@@ -129,7 +132,26 @@ class ModelCfg:
         """A copy with ``changes`` applied (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
 
+    # read-only mapping access, for code written against the former ``default_cfg`` dicts
+    def __getitem__(self, key: str) -> Any:
+        if key not in _FIELDS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in _FIELDS
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``cfg.get("task")`` as on the former dicts (prefer ``cfg.task``)."""
+        return getattr(self, key) if key in _FIELDS else default
+
+    def keys(self) -> tuple[str, ...]:
+        return _FIELDS
+
     @property
     def sample_size(self) -> tuple[int, ...]:
         """``test_input_size`` if set, else ``input_size``: the sample the tests feed."""
         return self.test_input_size or self.input_size
+
+
+_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelCfg))

@@ -187,7 +187,7 @@ _TINY_SEG_CFG = {
     "task": "segmentation",
     "family": "segmentation",
     "first_conv": "backbone.conv1",
-    "classifier": "head.classifier",
+    "classifier": ("head.classifier",),
     "new_keys": ("head.",),
 }
 

@@ -218,7 +218,7 @@ def _cfg(blocks: str | None) -> dict[str, Any]:
         "task": "video_classification",
         "family": "tiny",
         "first_conv": "conv1",
-        "classifier": "fc",
+        "classifier": ("fc",),
         "arch": "c2d",
         "blocks": blocks,
         "test_overrides": {"width": 4},

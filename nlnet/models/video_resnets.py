@@ -31,7 +31,7 @@ def _cfg(arch: str, depth: int, blocks: str | None) -> ModelCfg:
         num_classes=400,  # Kinetics-400
         input_size=(3, 32, 224, 224),
         first_conv="conv1",
-        classifier="fc",
+        classifier=("fc",),
         family="resnet3d",
         arch=arch,
         depth=depth,

@@ -207,7 +207,7 @@ _TINY_CFG = {
     "task": "video_classification",
     "family": "video_transformer",
     "first_conv": "patch_embed",
-    "classifier": "head",
+    "classifier": ("head",),
     "test_overrides": {"width": 2},
     "test_input_size": (3, 4, 32, 32),
 }

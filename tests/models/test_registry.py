@@ -219,17 +219,20 @@ def test_every_name_is_one_grepable_builder_with_a_valid_cfg(name):
     assert f"def {name}(" in source
     cfg = entry.default_cfg
     assert isinstance(cfg, ModelCfg) and cfg.family and cfg.first_conv and cfg.classifier
-    assert cfg.input_kind == ("video" if len(cfg.input_size) == 4 else "image")
+    assert cfg.input_kind == ("clip" if len(cfg.input_size) == 4 else "image")
+    assert cfg["task"] == cfg.get("task") == cfg.task and "classifier" in cfg  # as a mapping
     assert len(cfg.mean) == len(cfg.std) == cfg.input_size[0]
 
 
 def _check_cfg_facts(model: nn.Module, cfg: ModelCfg) -> None:
     """The model's first convolution and classifier are where its ModelCfg says."""
     first = model.get_submodule(cfg.first_conv)
-    head = model.get_submodule(cfg.classifier)
+    head = model.get_submodule(cfg.classifier[0])
+    for path in cfg.classifier[1:]:
+        model.get_submodule(path)
     first = next(m for m in first.modules() if isinstance(m, (nn.Conv2d, nn.Conv3d)))
     assert first.in_channels == cfg.input_size[0]
-    assert first.weight.dim() == len(cfg.input_size) + 1 or cfg.input_kind == "video"
+    assert first.weight.dim() == len(cfg.input_size) + 1 or cfg.input_kind == "clip"
     if cfg.task in ("video_classification", "image_classification", "segmentation"):
         last = [m for m in head.modules() if isinstance(m, (nn.Linear, nn.Conv2d, nn.Conv3d))][-1]
         out = last.out_features if isinstance(last, nn.Linear) else last.out_channels
