@@ -30,10 +30,9 @@ import dataclasses
 import math
 import os
 import re
-import types
 import typing
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,9 @@ from typing import Any
 import yaml
 
 from nlnet.engine.errors import ConfigError
+from nlnet.engine.sections import build_data_section, build_section, plain
+
+_plain = plain  # (module-private name kept for the callers below)
 
 __all__ = [
     "ModelConfig",
@@ -231,90 +233,8 @@ _CHOICES = {
 # --------------------------------------------------------------------------------------------
 # dict <-> dataclass
 # --------------------------------------------------------------------------------------------
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check ``value`` against the annotation ``tp`` (a small subset of typing) and coerce."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
-    if origin is tuple:
-        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-            if isinstance(value, int) and not isinstance(value, bool):
-                value = [value]
-            else:
-                raise ConfigError(f"{where}: expected a list, got {value!r}")
-        (item_tp, *_rest) = typing.get_args(tp)
-        return tuple(_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value))
-    if tp is dict or origin is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-        return copy.deepcopy(dict(value))
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true/false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, str):  # YAML 1.1 reads "1e-4" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
-        return value
-    raise ConfigError(f"{where}: unsupported type {tp}")  # pragma: no cover
-
-
 def _build(cls: type, data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    where = ".".join(path) if path else "config"
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
-    unknown = [k for k in data if k not in fields]
-    if unknown:
-        key = ".".join((*path, str(unknown[0])))
-        raise ConfigError(
-            f"unknown config key {key!r}; valid keys in {where}: {', '.join(sorted(fields))}"
-        )
-    kwargs = {}
-    for name, value in data.items():
-        tp = hints[name]
-        sub_path = (*path, name)
-        if dataclasses.is_dataclass(tp):
-            kwargs[name] = _build(tp, value or {}, sub_path)
-        else:
-            kwargs[name] = _coerce(value, tp, ".".join(sub_path))
-        choices = _CHOICES.get(sub_path)
-        if choices is not None and kwargs[name] not in choices:
-            raise ConfigError(
-                f"{'.'.join(sub_path)}: expected one of {', '.join(choices)}, got {value!r}"
-            )
-    return cls(**kwargs)
+    return build_section(cls, data, path, _CHOICES)
 
 
 def _check_number(where: str, value: float | None, low: float, high: float = math.inf,
@@ -395,12 +315,12 @@ def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
     """Build and validate a :class:`Config` from a (possibly partial) nested mapping.
 
     Missing keys take their defaults; unknown keys raise :class:`ConfigError`.  ``data`` is
-    read into the data-config class of the task (:func:`_build_data`).
+    read into the data-config class of the task (:func:`~nlnet.engine.sections.build_data_section`).
     """
     data = _migrate(dict(data or {}))
     raw_data = data.pop("data", None)
     cfg = _build(Config, data, ())
-    cfg = dataclasses.replace(cfg, data=_build_data(cfg.task, raw_data))
+    cfg = dataclasses.replace(cfg, data=build_data_section(cfg.task, raw_data))
     _validate(cfg)
     return cfg
 
@@ -435,47 +355,6 @@ def _migrate(data: dict) -> dict:
         data[nsec] = target
         _moved(old)
     return data
-
-
-def data_config_class(task: str) -> type | None:
-    """The typed ``data`` class the task ``task`` declares (``None``: free-form dict)."""
-    from nlnet.engine.tasks import task_class
-
-    try:
-        cls = task_class(task)
-    except KeyError as exc:
-        raise ConfigError(str(exc.args[0])) from None
-    return getattr(cls, "data_config", None)
-
-
-def _build_data(task: str, raw: Any) -> Any:
-    """The ``data`` section as the task's data-config dataclass: unknown keys, wrong types and
-    bad values are config errors naming the key (before any run directory exists)."""
-    if dataclasses.is_dataclass(raw) and not isinstance(raw, type):
-        raw = _plain(raw)
-    raw = dict(raw or {})
-    for key, instead in (("test_clips", "eval.clips"), ("test_crops", "eval.crops")):
-        if key in raw:
-            raise ConfigError(f"data.{key}: set {instead} instead (the engine passes it on)")
-    cls = data_config_class(task)
-    if cls is None:
-        return copy.deepcopy(raw)
-    try:
-        return _build(cls, raw, ("data",))
-    except ValueError as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError(str(exc).splitlines()[0]) from None
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
