@@ -29,6 +29,7 @@ def build_dataset(cfg, split, mode=None, *, clips=3, crops=1):
     """The library's builder with this module's 3 test clips per video (eval.clips)."""
     return ds_mod.build_dataset(cfg, split, mode, clips=clips, crops=crops)
 
+
 N, H, W = 12, 32, 40
 TINY = {
     "num_frames": 4,
