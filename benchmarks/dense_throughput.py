@@ -27,7 +27,7 @@ from nlnet.models import create_model, get_model_entry
 def _batch(name: str, batch: int, size: int, classes: int):
     g = torch.Generator().manual_seed(0)
     images = torch.rand(batch, 3, size, size, generator=g)
-    if get_model_entry(name).default_cfg.get("task") == "segmentation":
+    if get_model_entry(name).default_cfg.task == "segmentation":
         return images, torch.randint(0, classes, (batch, size, size), generator=g)
     targets = []
     for _ in range(batch):
@@ -56,7 +56,7 @@ def _step(model, images, targets, opt, train: bool) -> None:
 def measure(name: str, args: argparse.Namespace) -> dict[str, float]:
     torch.manual_seed(0)
     kw = {"num_classes": args.classes}
-    if get_model_entry(name).default_cfg.get("task") != "segmentation":
+    if get_model_entry(name).default_cfg.task != "segmentation":
         kw.update(min_size=args.size, max_size=args.size)
     model = create_model(name, **kw)
     images, targets = _batch(name, args.batch, args.size, args.classes)

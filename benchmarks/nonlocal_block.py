@@ -215,7 +215,7 @@ def block_path(block: NonLocalNd, x: torch.Tensor, training: bool) -> str:
     """What ``impl="auto"`` runs for ``x``: "reassociated" (explicit matrix, projections moved
     to the pooled grid), "reference" (explicit matrix) or "fast" (no N x N' matrix)."""
     with torch.set_grad_enabled(training):
-        if block._reassociates(x.requires_grad_(training)):
+        if block.plan(x.requires_grad_(training)).path == "reassociated":
             return "reassociated"
     x.requires_grad_(False)
     n = math.prod(x.shape[2:])

@@ -180,14 +180,14 @@ def demo_config(
 
     task = settings.task
     return config_from_dict({
-        "model": {"name": name, "num_classes": num_classes,
+        "model": {"name": name, "num_classes": num_classes, "dropout": settings.dropout,
                   "overrides": {"width": settings.width}},
         "data": {"type": "folder", "num_frames": num_frames, "stride": 1,
                  "test_scale": task.size, "mean": list(MEAN), "std": list(STD)},
         "optim": {"optimizer": "adamw", "schedule": schedule, "lr": lr,
                   "weight_decay": settings.weight_decay, "epochs": epochs, "steps": [],
                   "pct_start": 0.15},
-        "train": {"batch_size": batch_size, "dropout": settings.dropout, "seed": seed,
+        "train": {"batch_size": batch_size, "seed": seed,
                   "workers": 0, "log_every": 10_000, "ckpt_every": 0, "sync_bn": False,
                   "device": str(device), "progress": None if progress else False},
         "eval": {"clips": 1, "batch_size": 100, "workers": 0},

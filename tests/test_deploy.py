@@ -35,7 +35,7 @@ ALL = list_models()
 #: symbolic tracing, ``fullgraph`` compilation or export of the whole detector. They are left out
 #: of the registry-wide sweeps on purpose and tested below ("detection") on the parts where nlnet
 #: puts its blocks: the backbone + FPN (Table 5's res4 block) and the keypoint head (Table 6).
-DETECTION = [n for n in ALL if get_model_entry(n).default_cfg.get("family") == "detection"]
+DETECTION = [n for n in ALL if get_model_entry(n).default_cfg.family == "detection"]
 TRACEABLE = [n for n in ALL if n not in DETECTION]
 FX_MODELS = TRACEABLE
 
@@ -58,9 +58,9 @@ SLOW_REST = [pytest.param(n, marks=pytest.mark.slow) for n in TRACEABLE if n not
 
 def _tiny_input(name: str, batch: int = 2) -> torch.Tensor:
     cfg = get_model_entry(name).default_cfg
-    if "test_input_size" in cfg:
-        return torch.randn(batch, *cfg["test_input_size"])
-    if cfg.get("task", "video_classification") == "video_classification":
+    if cfg.test_input_size:
+        return torch.randn(batch, *cfg.test_input_size)
+    if cfg.task == "video_classification":
         return torch.randn(batch, 3, 8, 64, 64)
     return torch.randn(batch, 3, 64, 64)
 
@@ -69,7 +69,7 @@ def _tiny_model(name: str) -> nn.Module:
     """Narrow copy in eval mode; block BN scales set to 1 so that a dropped block would show."""
     torch.manual_seed(0)
     cfg = get_model_entry(name).default_cfg
-    model = create_model(name, num_classes=5, **cfg.get("test_overrides", {}))
+    model = create_model(name, num_classes=5, **cfg.test_overrides)
     for _, block in non_local_blocks(model):
         if isinstance(block.norm, nn.modules.batchnorm._BatchNorm):
             nn.init.ones_(block.norm.weight)
@@ -184,7 +184,7 @@ def test_compile_inductor_video_model():
 # ------------------------------------------------------------------------------- detection
 def _tiny_detector(name: str) -> nn.Module:
     torch.manual_seed(0)
-    model = create_model(name, **get_model_entry(name).default_cfg["test_overrides"])
+    model = create_model(name, **get_model_entry(name).default_cfg.test_overrides)
     for _, block in non_local_blocks(model):
         nn.init.ones_(block.norm.weight)  # not the identity: a dropped block would show
     return model.eval()

@@ -108,8 +108,8 @@ def detector_cost_table(name: str, image_size: Sequence[int] = (800, 1333)) -> s
     from nlnet.models.registry import get_model_entry
 
     cfg = get_model_entry(name).default_cfg
-    plain = {"instance_segmentation": f"maskrcnn_r{cfg.get('depth')}_fpn"}.get(
-        cfg.get("task"), "keypointrcnn_r101_fpn"
+    plain = {"instance_segmentation": f"maskrcnn_r{cfg.depth}_fpn"}.get(
+        cfg.task, "keypointrcnn_r101_fpn"
     )
     cost, base = detector_cost(name, image_size), detector_cost(plain, image_size)
     h, w = image_size

@@ -53,7 +53,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def _default_input(name: str) -> tuple[int, ...]:
     from nlnet.models.registry import get_model_entry
 
-    size = tuple(get_model_entry(name).default_cfg.get("input_size", (3, 32, 224, 224)))
+    size = tuple(get_model_entry(name).default_cfg.input_size)
     return size[1:]
 
 
@@ -104,7 +104,7 @@ def main(args: argparse.Namespace) -> int:
     from nlnet.models.registry import get_model_entry
 
     size = size or _default_input(args.model)
-    if get_model_entry(args.model).default_cfg.get("family") == "detection":
+    if get_model_entry(args.model).default_cfg.family == "detection":
         from nlnet.analysis.detection_cost import detector_cost_table
 
         print(detector_cost_table(args.model, size))  # a detector cannot run whole on meta

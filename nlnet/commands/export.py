@@ -74,7 +74,7 @@ def _input_shape(args: argparse.Namespace, info: Any) -> tuple[int, ...]:
         if len(size) not in (3, 4) or min(size) < 1:
             raise ValueError(f"--input-size: expected CxTxHxW or CxHxW, got {args.input_size!r}")
         return (args.batch, *size)
-    size = list(get_model_entry(info.model_name).default_cfg.get("input_size", ()))
+    size = list(get_model_entry(info.model_name).default_cfg.input_size)
     if not size:
         raise ValueError("--input-size: the model has no registered input size; give one")
     frames = info.preprocessing.get("num_frames")

@@ -6,14 +6,19 @@ import argparse
 
 EXAMPLES = """examples:
   nlnet models                 # all registered models with parameter counts
-  nlnet models --filter r101   # only names containing "r101"
+  nlnet models --filter r101   # only names containing "r101" (same as --filter '*r101*')
+  nlnet models --filter 'c2d_r50_nl?'   # shell-style wildcards (fnmatch)
   nlnet models --no-params     # skip building the models (faster)
 """
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``nlnet models``."""
-    parser.add_argument("--filter", default=None, help="only names containing this string")
+    parser.add_argument(
+        "--filter",
+        default=None,
+        help="shell-style pattern (c2d_*_nl5); without a wildcard: names containing it",
+    )
     parser.add_argument(
         "--no-params", action="store_true", help="do not build the models to count parameters"
     )
@@ -26,7 +31,10 @@ def main(args: argparse.Namespace) -> int:
     from nlnet.analysis.cost import count_params
     from nlnet.models.registry import get_model_entry, list_models
 
-    names = list_models(args.filter)
+    pattern = args.filter
+    if pattern is not None and not any(c in pattern for c in "*?["):
+        pattern = f"*{pattern}*"
+    names = list_models(pattern)
     if not names:
         print(f"no model matches {args.filter!r}")
         return 1

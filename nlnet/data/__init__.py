@@ -1,7 +1,7 @@
 """Video decoding (PyAV, torchcodec), datasets, the paper's clip sampling, and transforms."""
 
+from nlnet.data.config import Preprocessing, VideoDataConfig
 from nlnet.data.datasets import (
-    DATASET_DEFAULTS,
     BadVideoWarning,
     ClipItem,
     MultiLabelVideoDataset,
@@ -28,7 +28,8 @@ from nlnet.data.video import (
 )
 
 __all__ = [
-    "DATASET_DEFAULTS",
+    "Preprocessing",
+    "VideoDataConfig",
     "DigitsTaskConfig",
     "generate_frames",
     "generate_split",

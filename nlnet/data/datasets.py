@@ -51,36 +51,9 @@ generator (per data-loader worker, as usual). With an integer ``seed`` the rando
 ``(seed, e, i)``: they do not depend on the number of workers or processes and replay exactly
 when a run is resumed.
 
-``build_dataset(cfg, split)`` keys (a plain dict; unknown keys are an error)::
-
-    type            "folder" | "list" | "multilabel"                           (required)
-    root            folder: dataset root holding <split>/<class>/ folders      (folder: required)
-                    list/multilabel: base of relative paths (default: the annotation file's folder)
-    annotations     list/multilabel: file per split, either a dict {split: file} or a string
-                    where "{split}" is replaced by the split name; relative to root
-    classes         null | list of class names | path of a class-index file (.txt or .json)
-    num_classes     null | int (when there is no class-index file; default: largest label + 1
-                    over all annotation files given)
-    num_frames      32        clip length T (Section 4.1)
-    stride          2         temporal stride s (64 consecutive frames, every other one dropped)
-    train_scale     [256, 320] range of the random shorter side in training
-    crop            224       training crop size
-    train_output_size null    resize the training crop to this size (Charades, Section 5.2: 288)
-    flip            true      random horizontal flip in training
-    test_scale      256       shorter side at test time (Charades: 320)
-    test_crop       null      null: full frame (fully-convolutional inference); int: crop size
-    test_clips      10        clips per video at test time
-    test_crops      1         1 (full frame or centre crop) or 3 (crops along the longer side)
-    mean            [0.485, 0.456, 0.406]   normalisation mean ([0, 1] scale)
-    std             [0.229, 0.224, 0.225]   normalisation std
-    backend         "pyav"    "pyav" | "torchcodec" | "auto" (torchcodec when it imports)
-    min_frames      null      videos with fewer frames are bad (null: num_frames)
-    cache           true      true: JSON index next to root/annotations; false: memory only;
-                              or a path of the JSON file
-    seed            null      null: global RNG; int: per-(seed, epoch, item) augmentation
-    extensions      [".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v"]   (folder layout)
-    decode_threads  1         FFmpeg threads per decoder
-    index_workers   0         threads used to probe frame counts (0: probe in this thread)
+``build_dataset(cfg, split)`` takes a :class:`~nlnet.data.config.VideoDataConfig` (the keys, their
+defaults and meaning are documented there, in one place); test-time clips and crops are its
+``clips``/``crops`` arguments (``eval.clips``/``eval.crops`` of the engine config).
 """
 
 from __future__ import annotations
@@ -100,6 +73,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from nlnet.data.config import DATA_TYPES, VIDEO_EXTENSIONS, VideoDataConfig
 from nlnet.data.sampling import clip_indices, is_too_short
 from nlnet.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform, TrainTransform
 from nlnet.data.video import BACKENDS, VideoDecodeError, open_video, probe_video, resolve_backend
@@ -107,7 +81,6 @@ from nlnet.data.video import BACKENDS, VideoDecodeError, open_video, probe_video
 __all__ = [
     "BadVideoWarning",
     "ClipItem",
-    "DATASET_DEFAULTS",
     "VideoClipDataset",
     "VideoFolderDataset",
     "VideoListDataset",
@@ -118,36 +91,8 @@ __all__ = [
     "clear_memory_index",
 ]
 
-VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v")
 INDEX_FILE_NAME = ".nlnet_index.json"
 _INDEX_VERSION = 1
-
-DATASET_DEFAULTS: dict[str, Any] = {
-    "type": None,
-    "root": None,
-    "annotations": None,
-    "classes": None,
-    "num_classes": None,
-    "num_frames": 32,
-    "stride": 2,
-    "train_scale": [256, 320],
-    "crop": 224,
-    "train_output_size": None,
-    "flip": True,
-    "test_scale": 256,
-    "test_crop": None,
-    "test_clips": 10,
-    "test_crops": 1,
-    "mean": list(IMAGENET_MEAN),
-    "std": list(IMAGENET_STD),
-    "backend": "pyav",
-    "min_frames": None,
-    "cache": True,
-    "seed": None,
-    "extensions": list(VIDEO_EXTENSIONS),
-    "decode_threads": 1,
-    "index_workers": 0,
-}
 
 
 class BadVideoWarning(UserWarning):
@@ -862,113 +807,104 @@ def collate_skip_bad(batch: Sequence[ClipItem | tuple | None]) -> dict[str, Any]
 # factory
 
 
-def _annotation_file(cfg: Mapping[str, Any], split: str) -> Path:
-    ann = cfg["annotations"]
+def _annotation_file(cfg: VideoDataConfig, split: str) -> Path:
+    ann = cfg.annotations
     if ann is None:
-        raise ValueError(f"data config: 'annotations' is required for type={cfg['type']!r}")
+        raise ValueError(f"data.annotations: required for type={cfg.type!r}")
     if isinstance(ann, Mapping):
         if split not in ann:
-            raise ValueError(f"data config: 'annotations' has no entry for split {split!r}")
+            raise ValueError(f"data.annotations: no entry for split {split!r}")
         ann = ann[split]
     elif isinstance(ann, str):
         ann = ann.replace("{split}", split)
     else:
-        raise ValueError(f"data config: 'annotations' must be a string or a dict, got {ann!r}")
+        raise ValueError(f"data.annotations: expected a string or a dict, got {ann!r}")
     path = Path(ann)
-    if not path.is_absolute() and cfg["root"] is not None:
-        path = Path(cfg["root"]) / path
+    if not path.is_absolute() and cfg.root is not None:
+        path = Path(cfg.root) / path
     return path
 
 
-def _infer_num_classes(cfg: Mapping[str, Any], multilabel: bool) -> int | None:
+def _infer_num_classes(cfg: VideoDataConfig, multilabel: bool) -> int | None:
     """Largest label + 1 over all annotation files named in the config (consistent splits)."""
-    ann = cfg["annotations"]
-    if not isinstance(ann, Mapping):
+    if not isinstance(cfg.annotations, Mapping):
         return None
     best = -1
-    for split in ann:
+    for split in cfg.annotations:
         path = _annotation_file(cfg, split)
         _, targets = _parse_list(path, path.parent, None, multilabel)
         best = max(best, _max_label(targets, multilabel))
     return best + 1 if best >= 0 else None
 
 
-def build_dataset(cfg: Mapping[str, Any], split: str, mode: str | None = None) -> VideoClipDataset:
-    """Builds a dataset from a plain config dict (keys in the module docstring).
+def _clip_options(c: VideoDataConfig, mode: str, clips: int, crops: int) -> dict[str, Any]:
+    """The :class:`VideoClipDataset` keyword arguments that come from the data config."""
+    return {
+        "mode": mode,
+        "num_frames": c.num_frames,
+        "stride": c.stride,
+        "train_scale": c.train_scale,
+        "crop": c.crop,
+        "train_output_size": c.train_output_size,
+        "flip": c.flip,
+        "test_scale": c.test_scale,
+        "test_crop": c.test_crop,
+        "test_clips": clips,
+        "test_crops": crops,
+        "mean": c.mean,
+        "std": c.std,
+        "backend": c.backend,
+        "min_frames": c.min_frames,
+        "seed": c.seed,
+        "decode_threads": c.decode_threads,
+        "index_workers": c.index_workers,
+    }
+
+
+def build_dataset(
+    cfg: VideoDataConfig | Mapping[str, Any],
+    split: str,
+    mode: str | None = None,
+    *,
+    clips: int = 10,
+    crops: int = 1,
+) -> VideoClipDataset:
+    """Builds the dataset of a split from a :class:`~nlnet.data.config.VideoDataConfig`.
 
     Args:
-        cfg: the data config; missing keys take :data:`DATASET_DEFAULTS`.
+        cfg: the data config (a plain dict is read into one: unknown keys are an error).
         split: split name, e.g. ``"train"``, ``"val"``, ``"test"``.
         mode: ``"train"`` or ``"test"``; default ``"train"`` when ``split`` starts with
             ``"train"`` (``train``, ``trainval``), else ``"test"``.
+        clips: clips per video in test mode (``eval.clips``; 10 in Section 4.1).
+        crops: crops per clip in test mode (``eval.crops``).
 
     Raises:
         ValueError: unknown keys, a missing required key or a bad value.
     """
-    if not isinstance(cfg, Mapping):
-        raise TypeError(f"cfg must be a dict, got {type(cfg).__name__}")
-    unknown = sorted(set(cfg) - set(DATASET_DEFAULTS))
-    if unknown:
-        raise ValueError(
-            f"data config: unknown key(s) {unknown}; allowed keys: {sorted(DATASET_DEFAULTS)}"
-        )
-    c = {**DATASET_DEFAULTS, **cfg}
-    kind = c["type"]
-    if kind not in ("folder", "list", "multilabel"):
-        raise ValueError(
-            f"data config: 'type' must be 'folder', 'list' or 'multilabel', got {kind!r}"
-        )
+    c = VideoDataConfig.from_mapping(cfg)
+    if c.type is None:
+        raise ValueError(f"data.type: required, one of {', '.join(DATA_TYPES)}")
     if mode is None:
         mode = "train" if split.startswith("train") else "test"
-    common = {
-        "mode": mode,
-        "num_frames": c["num_frames"],
-        "stride": c["stride"],
-        "train_scale": tuple(c["train_scale"]),
-        "crop": c["crop"],
-        "train_output_size": c["train_output_size"],
-        "flip": c["flip"],
-        "test_scale": c["test_scale"],
-        "test_crop": c["test_crop"],
-        "test_clips": c["test_clips"],
-        "test_crops": c["test_crops"],
-        "mean": tuple(c["mean"]),
-        "std": tuple(c["std"]),
-        "backend": c["backend"],
-        "min_frames": c["min_frames"],
-        "seed": c["seed"],
-        "decode_threads": c["decode_threads"],
-        "index_workers": c["index_workers"],
-    }
-    if kind == "folder":
-        if c["root"] is None:
-            raise ValueError("data config: 'root' is required for type='folder'")
+    common = _clip_options(c, mode, clips, crops)
+    if c.type == "folder":
+        if c.root is None:
+            raise ValueError("data.root: required for type='folder'")
         return VideoFolderDataset(
-            c["root"],
-            split,
-            classes=c["classes"],
-            extensions=c["extensions"],
-            cache=c["cache"],
-            **common,
+            c.root, split, classes=c.classes, extensions=c.extensions, cache=c.cache, **common
         )
-    multilabel = kind == "multilabel"
+    multilabel = c.type == "multilabel"
     cls = MultiLabelVideoDataset if multilabel else VideoListDataset
     ann = _annotation_file(c, split)
-    num_classes = c["num_classes"]
-    if num_classes is None and c["classes"] is None:
+    num_classes = c.num_classes
+    if num_classes is None and c.classes is None:
         num_classes = _infer_num_classes(c, multilabel)
-    classes = c["classes"]
-    if isinstance(classes, str) and c["root"] is not None and not Path(classes).is_absolute():
-        if not Path(classes).exists() and (Path(c["root"]) / classes).exists():
-            classes = str(Path(c["root"]) / classes)
-    cache = c["cache"]
-    if cache is True and c["root"] is not None:
-        cache = _default_cache(Path(c["root"]), True)
-    return cls(
-        ann,
-        c["root"],
-        classes=classes,
-        num_classes=num_classes,
-        cache=cache,
-        **common,
-    )
+    classes = list(c.classes) if isinstance(c.classes, tuple) else c.classes
+    if isinstance(classes, str) and c.root is not None and not Path(classes).is_absolute():
+        if not Path(classes).exists() and (Path(c.root) / classes).exists():
+            classes = str(Path(c.root) / classes)
+    cache = c.cache
+    if cache is True and c.root is not None:
+        cache = _default_cache(Path(c.root), True)
+    return cls(ann, c.root, classes=classes, num_classes=num_classes, cache=cache, **common)

@@ -19,7 +19,7 @@ feed it (format version 2)::
     }
 
 A checkpoint of another architecture or class count is refused with a
-:class:`CheckpointMismatchError` by :func:`load_training_state`; to use a trained network as the
+:class:`CheckpointMismatchError` by :func:`check_compatible`; to use a trained network as the
 initialisation of another task (Section 5.2 of "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) fine-tunes the
 Kinetics model on Charades), call :func:`load_backbone`, which skips the classifier::
 
@@ -64,7 +64,6 @@ __all__ = [
     "get_rng_state",
     "set_rng_state",
     "check_compatible",
-    "load_training_state",
     "load_model_weights",
     "load_backbone",
 ]
@@ -77,18 +76,18 @@ class CheckpointMismatchError(UserError, ValueError):
     """The checkpoint was written for another architecture or number of classes."""
 
 
-#: Registry ``task``\ s whose models have no dropout before a classifier (``train.dropout`` is
+#: Registry ``task``\ s whose models have no dropout before a classifier (``model.dropout`` is
 #: not passed to them): per-pixel and R-CNN heads.
 DENSE_TASKS = ("segmentation", "instance_segmentation", "keypoints")
 
 
 def takes_dropout(model_name: str) -> bool:
-    """Whether ``create_model(model_name)`` takes ``train.dropout`` (not the dense models of
+    """Whether ``create_model(model_name)`` takes ``model.dropout`` (not the dense models of
     :data:`DENSE_TASKS`; an unregistered name: yes, as before)."""
     from nlnet.models.registry import get_model_entry
 
     try:
-        task = get_model_entry(model_name).default_cfg.get("task")
+        task = get_model_entry(model_name).default_cfg.task
     except ValueError:  # not registered: the caller passes its own network
         return True
     return task not in DENSE_TASKS
@@ -382,17 +381,19 @@ def checkpoint_info(ckpt: str | os.PathLike | Mapping[str, Any]) -> CheckpointIn
     extra = ckpt.get("extra") or {}
     options = ckpt.get("model_options")
     if not options:  # version 1, or none stored (e.g. nlnet import-caffe2): from the config
-        options = dict((cfg.get("model") or {}).get("overrides") or {})
-        if "dropout" in (cfg.get("train") or {}) and takes_dropout(name):
-            options.setdefault("dropout", cfg["train"]["dropout"])
+        model_cfg = cfg.get("model") or {}
+        options = dict(model_cfg.get("overrides") or {})
+        # model.dropout; configs written before it moved kept it as train.dropout
+        dropout = model_cfg.get("dropout", (cfg.get("train") or {}).get("dropout"))
+        if dropout is not None and takes_dropout(name):
+            options.setdefault("dropout", dropout)
         options.update(extra.get("model_overrides") or {})
     prep = dict(ckpt.get("preprocessing") or {})
     if not prep and (cfg.get("data") is not None or extra):  # version 1
-        from nlnet.data.datasets import DATASET_DEFAULTS
+        from nlnet.data.config import Preprocessing, VideoDataConfig
 
-        data = {**DATASET_DEFAULTS, **(cfg.get("data") or {})}
-        prep = {k: data[k] for k in ("mean", "std", "num_frames", "stride")}
-        prep.update(size=data["test_scale"], crop=data["test_crop"])
+        data = {k: v for k, v in (cfg.get("data") or {}).items() if not k.startswith("test_c")}
+        prep = Preprocessing.from_data(VideoDataConfig.from_mapping(data)).to_dict()
         prep.update({k: extra[k] for k in ("mean", "std", "num_frames") if k in extra})
     n = int(ckpt.get("num_classes") or 0)
     names = list(ckpt.get("class_names") or [f"class_{i}" for i in range(n)])
@@ -456,39 +457,6 @@ def load_model_weights(
             f"checkpoint weights do not fit the model ({str(exc).splitlines()[0]}); "
             "use load_backbone(model, ckpt, exclude=...) to load a backbone only"
         ) from exc
-
-
-def load_training_state(
-    ckpt: Mapping[str, Any],
-    *,
-    model: nn.Module,
-    model_name: str,
-    num_classes: int,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: Any = None,
-    scaler: Any = None,
-    restore_rng: bool = True,
-) -> dict[str, int]:
-    """Restore model, optimizer, scheduler, scaler and RNG from ``ckpt`` for ``--resume``.
-
-    Returns:
-        ``{"epoch", "iteration", "batch_in_epoch"}`` of the checkpoint.
-    """
-    check_compatible(ckpt, model_name, num_classes)
-    load_model_weights(model, ckpt)
-    if optimizer is not None and "optimizer" in ckpt:
-        optimizer.load_state_dict(ckpt["optimizer"])
-    if scheduler is not None and "scheduler" in ckpt:
-        scheduler.load_state_dict(ckpt["scheduler"])
-    if scaler is not None and "scaler" in ckpt and ckpt["scaler"]:
-        scaler.load_state_dict(ckpt["scaler"])
-    if restore_rng and "rng" in ckpt:
-        set_rng_state(ckpt["rng"])
-    return {
-        "epoch": int(ckpt.get("epoch", 0)),
-        "iteration": int(ckpt.get("iteration", 0)),
-        "batch_in_epoch": int(ckpt.get("batch_in_epoch", 0)),
-    }
 
 
 def load_backbone(

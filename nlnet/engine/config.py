@@ -30,16 +30,19 @@ import dataclasses
 import math
 import os
 import re
-import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from nlnet.engine.errors import UserError
+from nlnet.engine.errors import ConfigError
+from nlnet.engine.sections import build_data_section, build_section, plain
+
+_plain = plain  # (module-private name kept for the callers below)
 
 __all__ = [
     "ModelConfig",
@@ -61,10 +64,6 @@ __all__ = [
 ]
 
 
-class ConfigError(UserError, ValueError):
-    """Raised for an invalid configuration (unknown key, wrong type, bad value)."""
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     """Which network to build (passed to ``nlnet.models.create_model``).
@@ -80,6 +79,9 @@ class ModelConfig:
         reset_head: with ``pretrained``, drop the classifier weights (``head_names``) and keep the
             fresh ones, so a model of another class count can be used as a backbone.
         head_names: parameter-name prefixes of the classifier.
+        dropout: dropout ratio before the classifier (0.5 after global pooling, Section 4.1);
+            passed to models that have one (not the dense models).  Formerly ``train.dropout``
+            (still read, with a ``DeprecationWarning``).
         overrides: extra keyword arguments for ``create_model`` (free-form).
     """
 
@@ -89,6 +91,7 @@ class ModelConfig:
     pretrained: str | None = None
     reset_head: bool = False
     head_names: tuple[str, ...] = ("fc",)
+    dropout: float = 0.5
     overrides: dict = field(default_factory=dict)
 
 
@@ -142,7 +145,6 @@ class TrainConfig:
         freeze_bn: BatchNorm in eval mode with frozen affine parameters (Section 5.1).
         sync_bn: convert BatchNorm to SyncBatchNorm under DDP on CUDA.
         loss: ``ce`` (softmax cross-entropy) or ``bce`` (per-category sigmoid, Section 5.2).
-        dropout: dropout ratio after global pooling (0.5 in Section 4.1).
         seed: seed of model init, data order and augmentation.
         workers: DataLoader worker processes.
         log_every: iterations between metric records.
@@ -165,7 +167,6 @@ class TrainConfig:
     freeze_bn: bool = False
     sync_bn: bool = True
     loss: str = "ce"
-    dropout: float = 0.5
     seed: int = 0
     workers: int = 4
     log_every: int = 20
@@ -203,12 +204,13 @@ class EvalConfig:
 class Config:
     """A full experiment: model, data, optimizer, training loop, evaluation, output directory.
 
-    ``data`` is free-form and handed to ``nlnet.data.build_dataset(cfg.data, split)``; for the
-    test splits its ``test_clips``/``test_crops`` are taken from ``eval.clips``/``eval.crops``.
+    ``data`` is the typed data section of the task named by ``task`` (the task class's
+    ``data_config``, e.g. :class:`nlnet.data.config.VideoDataConfig`), read when the config
+    loads; a task without a ``data_config`` keeps a plain dict.
 
     Attributes:
         model: the network (:class:`ModelConfig`).
-        data: the dataset keys, checked by the task's dataset builder.
+        data: the typed data section of the task.
         optim: optimizer and schedule (:class:`OptimConfig`).
         train: the training loop (:class:`TrainConfig`).
         eval: multi-clip testing (:class:`EvalConfig`).
@@ -219,7 +221,7 @@ class Config:
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
-    data: dict = field(default_factory=dict)
+    data: Any = field(default_factory=dict)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -242,90 +244,8 @@ _CHOICES = {
 # --------------------------------------------------------------------------------------------
 # dict <-> dataclass
 # --------------------------------------------------------------------------------------------
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check ``value`` against the annotation ``tp`` (a small subset of typing) and coerce."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, where)
-            except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
-    if origin is tuple:
-        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-            if isinstance(value, int) and not isinstance(value, bool):
-                value = [value]
-            else:
-                raise ConfigError(f"{where}: expected a list, got {value!r}")
-        (item_tp, *_rest) = typing.get_args(tp)
-        return tuple(_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value))
-    if tp is dict or origin is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
-        return copy.deepcopy(dict(value))
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true/false, got {value!r}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, str):  # YAML 1.1 reads "1e-4" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
-        return value
-    raise ConfigError(f"{where}: unsupported type {tp}")  # pragma: no cover
-
-
 def _build(cls: type, data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    where = ".".join(path) if path else "config"
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
-    unknown = [k for k in data if k not in fields]
-    if unknown:
-        key = ".".join((*path, str(unknown[0])))
-        raise ConfigError(
-            f"unknown config key {key!r}; valid keys in {where}: {', '.join(sorted(fields))}"
-        )
-    kwargs = {}
-    for name, value in data.items():
-        tp = hints[name]
-        sub_path = (*path, name)
-        if dataclasses.is_dataclass(tp):
-            kwargs[name] = _build(tp, value or {}, sub_path)
-        else:
-            kwargs[name] = _coerce(value, tp, ".".join(sub_path))
-        choices = _CHOICES.get(sub_path)
-        if choices is not None and kwargs[name] not in choices:
-            raise ConfigError(
-                f"{'.'.join(sub_path)}: expected one of {', '.join(choices)}, got {value!r}"
-            )
-    return cls(**kwargs)
+    return build_section(cls, data, path, _CHOICES)
 
 
 def _check_number(where: str, value: float | None, low: float, high: float = math.inf,
@@ -370,13 +290,10 @@ def _validate(cfg: Config) -> None:
         _check_number(f"train.{key}", getattr(t, key), 1)
     for key in ("workers", "ckpt_every", "eval_every", "stop_after"):
         _check_number(f"train.{key}", getattr(t, key), 0)
-    _check_number("train.dropout", t.dropout, 0, 1)
+    _check_number("model.dropout", cfg.model.dropout, 0, 1)
     for key in ("clips", "crops", "batch_size"):
         _check_number(f"eval.{key}", getattr(cfg.eval, key), 1)
     _check_number("eval.workers", cfg.eval.workers, 0)
-    for key, instead in (("test_clips", "eval.clips"), ("test_crops", "eval.crops")):
-        if key in cfg.data:
-            raise ConfigError(f"data.{key}: set {instead} instead (the engine passes it on)")
     n = cfg.model.num_classes
     if cfg.class_names is not None and n is not None and len(cfg.class_names) != n:
         raise ConfigError(
@@ -408,21 +325,47 @@ def _validate_model(m: ModelConfig) -> None:
 def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
     """Build and validate a :class:`Config` from a (possibly partial) nested mapping.
 
-    Missing keys take their defaults; unknown keys raise :class:`ConfigError`.
+    Missing keys take their defaults; unknown keys raise :class:`ConfigError`.  ``data`` is
+    read into the data-config class of the task (:func:`~nlnet.engine.sections.build_data_section`).
     """
-    cfg = _build(Config, dict(data or {}), ())
+    data = _migrate(dict(data or {}))
+    raw_data = data.pop("data", None)
+    cfg = _build(Config, data, ())
+    cfg = dataclasses.replace(cfg, data=build_data_section(cfg.task, raw_data))
     _validate(cfg)
     return cfg
 
 
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+#: Keys that moved: old dotted path -> new dotted path (still read, with a DeprecationWarning).
+MOVED_KEYS: dict[str, str] = {"train.dropout": "model.dropout"}
+
+
+def _moved(key: str) -> str:
+    new = MOVED_KEYS.get(key)
+    if new is None:
+        return key
+    warnings.warn(f"config key {key!r} is deprecated; use {new!r}", DeprecationWarning,
+                  stacklevel=4)  # fmt: skip
+    return new
+
+
+def _migrate(data: dict) -> dict:
+    """Move deprecated keys (:data:`MOVED_KEYS`) of a nested config dict to their new place."""
+    for old, new in MOVED_KEYS.items():
+        (osec, okey), (nsec, nkey) = old.split("."), new.split(".")
+        section = data.get(osec)
+        if not isinstance(section, Mapping) or okey not in section:
+            continue
+        section = dict(section)
+        value = section.pop(okey)
+        data[osec] = section
+        target = dict(data.get(nsec) or {})
+        if nkey in target and target[nkey] != value:
+            raise ConfigError(f"{old} ({value!r}) and {new} ({target[nkey]!r}) disagree; set {new}")
+        target[nkey] = value
+        data[nsec] = target
+        _moved(old)
+    return data
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
@@ -451,15 +394,14 @@ def absolute_paths(cfg: Config) -> Config:
     """``cfg`` with its relative file paths made absolute (the saved config then works from any
     directory): ``output_dir``, ``data.root``, ``model.pretrained``, ``model.pretrained_2d`` and,
     when such files exist, ``data.annotations``/``data.classes``/``data.cache``."""
-    data = dict(cfg.data)
+    data = _plain(cfg.data) if dataclasses.is_dataclass(cfg.data) else dict(cfg.data)
     root = data.get("root")
     if isinstance(root, str) and root:
         data["root"] = str(Path(root).expanduser().resolve())
     base = Path(data["root"]) if data.get("root") else None
     for key in ("classes", "cache"):
-        data[key] = _abs_if_exists(data.get(key), base) if key in data else None
-        if data[key] is None and key not in cfg.data:
-            del data[key]
+        if key in data:
+            data[key] = _abs_if_exists(data[key], base)
     ann = data.get("annotations")
     if isinstance(ann, Mapping):
         data["annotations"] = {k: _abs_if_exists(v, base) for k, v in ann.items()}
@@ -601,7 +543,7 @@ def _schema_keys(path: tuple[str, ...]) -> list[str] | None:
 
 
 def _set_dotted(data: dict, key: str, value: Any) -> None:
-    parts = key.split(".")
+    parts = _moved(key).split(".")
     node = data
     for depth, part in enumerate(parts):
         valid = _schema_keys(tuple(parts[:depth]))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,6 @@ __all__ = [
     "is_main_process",
     "resolve_device",
     "all_reduce_sum",
-    "reduce_dict",
     "all_gather_object",
     "convert_sync_batchnorm",
     "wrap_ddp",
@@ -170,18 +169,6 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     t = tensor.detach().to(_comm_device()).clone()
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t.to(tensor.device)
-
-
-def reduce_dict(values: Mapping[str, float], average: bool = True) -> dict[str, float]:
-    """Sum (or average) a dict of scalars over all processes."""
-    keys = sorted(values)
-    if not keys:
-        return {}
-    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64)
-    t = all_reduce_sum(t)
-    if average:
-        t /= get_world_size()
-    return {k: float(v) for k, v in zip(keys, t.tolist())}
 
 
 def all_gather_object(obj: Any) -> list[Any]:

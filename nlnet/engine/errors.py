@@ -7,11 +7,22 @@ user errors too).
 
 from __future__ import annotations
 
-__all__ = ["UserError", "DataError", "CheckpointError", "RunDirError", "DivergedError"]
+__all__ = [
+    "UserError",
+    "ConfigError",
+    "DataError",
+    "CheckpointError",
+    "RunDirError",
+    "DivergedError",
+]
 
 
 class UserError(Exception):
     """Base class of the errors a user can fix (message: one line naming the cause)."""
+
+
+class ConfigError(UserError, ValueError):
+    """Raised for an invalid configuration (unknown key, wrong type, bad value)."""
 
 
 class DataError(UserError, ValueError):

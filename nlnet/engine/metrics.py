@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -25,8 +25,6 @@ __all__ = [
     "mean_average_precision",
     "classification_metrics",
     "VideoScoreAggregator",
-    "AverageMeter",
-    "SmoothedValue",
     "ThroughputMeter",
 ]
 
@@ -193,50 +191,6 @@ class VideoScoreAggregator:
         self._scores.clear()
         self._targets.clear()
         self._indices.clear()
-
-
-class AverageMeter:
-    """Running sum / count / average of a scalar (e.g. the epoch loss)."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.sum = 0.0
-        self.count = 0
-        self.last = math.nan
-
-    def update(self, value: float, n: int = 1) -> None:
-        self.last = float(value)
-        self.sum += float(value) * n
-        self.count += n
-
-    @property
-    def avg(self) -> float:
-        return self.sum / self.count if self.count else math.nan
-
-    def reduced_avg(self) -> float:
-        """The average over all processes (weighted by counts)."""
-        t = du.all_reduce_sum(torch.tensor([self.sum, float(self.count)], dtype=torch.float64))
-        return float(t[0] / t[1]) if t[1] > 0 else math.nan
-
-
-class SmoothedValue:
-    """Average of the last ``window`` values (for the progress bar)."""
-
-    def __init__(self, window: int = 20) -> None:
-        self.values: deque[float] = deque(maxlen=window)
-
-    def update(self, value: float) -> None:
-        self.values.append(float(value))
-
-    def extend(self, values: Iterable[float]) -> None:
-        for v in values:
-            self.update(v)
-
-    @property
-    def avg(self) -> float:
-        return sum(self.values) / len(self.values) if self.values else math.nan
 
 
 class ThroughputMeter:

@@ -40,10 +40,10 @@ __all__ = [
 
 def model_options(cfg: Any) -> dict[str, Any]:
     """``create_model`` keyword arguments besides ``num_classes`` (stored in checkpoints);
-    ``train.dropout`` is one of them except for dense models (:func:`takes_dropout`)."""
+    ``model.dropout`` is one of them except for dense models (:func:`takes_dropout`)."""
     kwargs = dict(cfg.model.overrides)
     if takes_dropout(cfg.model.name):
-        kwargs.setdefault("dropout", cfg.train.dropout)
+        kwargs.setdefault("dropout", cfg.model.dropout)
     return kwargs
 
 

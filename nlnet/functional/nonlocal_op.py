@@ -53,12 +53,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from nlnet.functional.attention import attention_weights, check_mask
+from nlnet.functional.instantiations import FORMS, INSTANTIATIONS, form  # noqa: F401  (re-export)
 
 Instantiation = Literal["gaussian", "embedded_gaussian", "dot_product", "concatenation"]
 Impl = Literal["auto", "fast", "reference"]
 
-INSTANTIATIONS: tuple[str, ...] = ("gaussian", "embedded_gaussian", "dot_product", "concatenation")
-SOFTMAX_FORMS: tuple[str, ...] = ("gaussian", "embedded_gaussian")
+SOFTMAX_FORMS: tuple[str, ...] = tuple(n for n, f in FORMS.items() if f.softmax)
 
 #: Below this many pairwise entries (N * N' per batch element and head) the softmax forms train
 #: faster with the explicit matrix on the CPU: its backward needs 4 products of size N N' d against
@@ -84,8 +84,7 @@ CONCAT_FAST_MIN_ENTRIES: int = 64 * 64
 
 def check_instantiation(instantiation: str) -> None:
     """Raise a ``ValueError`` naming the valid instantiations if ``instantiation`` is unknown."""
-    if instantiation not in INSTANTIATIONS:
-        raise ValueError(f"instantiation must be one of {INSTANTIATIONS}, got {instantiation!r}")
+    form(instantiation)
 
 
 def check_scale(scale: bool | float) -> None:
@@ -139,7 +138,8 @@ def choose_impl(
         export, which has no ``searchsorted``; same values).
     """
     entries = n * n_keys
-    if instantiation in SOFTMAX_FORMS:
+    fast_path = form(instantiation).fast_path
+    if fast_path == "sdpa":
         if not training:
             limit = CPU_INFER_CHUNK_MIN_ENTRIES
         else:
@@ -149,7 +149,7 @@ def choose_impl(
         if device.type == "cpu" and entries < limit:
             return "reference"
         return "fast"
-    if instantiation == "dot_product":
+    if fast_path == "associativity":
         # theta (phi^T g): (N' + N) d d_v  vs  (theta phi^T) g: N N' (d + d_v) multiply-adds.
         return "fast" if (n_keys + n) * d * d_v < entries * (d + d_v) else "reference"
     if entries < CONCAT_FAST_MIN_ENTRIES or _onnx_exporting():  # ONNX: no searchsorted
@@ -197,7 +197,7 @@ def check_w_f(w_f: Tensor | None, inst: str, d: int, dtype: torch.dtype) -> None
 
     Other instantiations ignore ``w_f`` (so one call can loop over all four).
     """
-    if inst != "concatenation":
+    if form(inst).scores != "concat":
         return
     if w_f is None:
         raise ValueError("w_f (a weight vector of length 2*d) is required for concatenation")
@@ -260,7 +260,8 @@ def pairwise_weights(
     """
     check_instantiation(instantiation)
     check_mask(mask, theta.shape[-2], phi.shape[-2], batch_shape=theta.shape[:-2])
-    if instantiation in SOFTMAX_FORMS:
+    scores = form(instantiation).scores
+    if scores == "softmax":
         # Low-precision inputs: logits and softmax in fp32 so that large logits cannot overflow.
         dt = torch.promote_types(theta.dtype, torch.float32)
         s = logit_scale(scale, theta.shape[-1])
@@ -277,7 +278,7 @@ def pairwise_weights(
             f"mask must be boolean for {instantiation!r} (additive masks apply to the softmax "
             f"forms only), got {mask.dtype}"
         )
-    if instantiation == "dot_product":
+    if scores == "dot":
         f = torch.matmul(theta, phi.transpose(-2, -1))  # (..., N, N')
     else:  # concatenation: ReLU(w_theta^T theta_i + w_phi^T phi_j), Eq. 5
         d = theta.shape[-1]
@@ -451,7 +452,8 @@ def _chunked_softmax(q: Tensor, k: Tensor, v: Tensor, s: float) -> Tensor:
 
 def _fast(theta: Tensor, phi: Tensor, g: Tensor, inst: str, scale, w_f) -> Tensor:
     """The fast paths of :func:`non_local` (module docstring), never the N x N' matrix."""
-    if inst in SOFTMAX_FORMS:
+    fast_path = FORMS[inst].fast_path
+    if fast_path == "sdpa":
         s = logit_scale(scale, theta.shape[-1])
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (theta, phi, g))
         if theta.device.type == "cpu" and not grad and theta.shape[-2] > 0:
@@ -468,7 +470,7 @@ def _fast(theta: Tensor, phi: Tensor, g: Tensor, inst: str, scale, w_f) -> Tenso
             q, k = F.pad(q, (0, d_v - d)), F.pad(k, (0, d_v - d))
         y = F.scaled_dot_product_attention(q, k, v, scale=s)
         return y[..., :d_v] if d_v < d else y
-    if inst == "dot_product":
+    if fast_path == "associativity":
         # theta (phi^T g) / N': never forms the N x N' matrix (Eq. 4, C = N'; N' = 0 gives 0).
         context = torch.matmul(phi.transpose(-2, -1), g) / max(phi.shape[-2], 1)  # (..., d, d_v)
         return torch.matmul(theta, context)

@@ -31,12 +31,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from nlnet.functional.instantiations import FORMS, form
 from nlnet.functional.nonlocal_op import logit_scale
 
 #: Instantiations whose logits are ``theta_i^T phi_j`` (the query side applies).
-BILINEAR_FORMS: tuple[str, ...] = ("embedded_gaussian", "dot_product")
+BILINEAR_FORMS: tuple[str, ...] = tuple(n for n, f in FORMS.items() if f.query_side)
 #: Instantiations this module evaluates (``concatenation`` keeps its own paths).
-REASSOCIATED_FORMS: tuple[str, ...] = ("gaussian", "embedded_gaussian", "dot_product")
+REASSOCIATED_FORMS: tuple[str, ...] = tuple(n for n, f in FORMS.items() if f.value_side)
 
 
 def reassociation_plan(
@@ -57,7 +58,7 @@ def reassociation_plan(
     Returns:
         ``(query_side, value_side)``.
     """
-    query = instantiation in BILINEAR_FORMS and n_keys * d * c + n * n_keys * c < n * c * d + (
+    query = form(instantiation).query_side and n_keys * d * c + n * n_keys * c < n * c * d + (
         n * n_keys * d
     )
     value = n_keys * d_v * c + n * n_keys * c < n * n_keys * d_v + n * d_v * c
@@ -73,7 +74,7 @@ def block_macs(
     if query:
         macs = n_keys * d * c + n * n_keys * c
     else:
-        macs = (0 if instantiation == "gaussian" else n * c * d) + n * n_keys * d
+        macs = (n * c * d if form(instantiation).embedded else 0) + n * n_keys * d
     if value:
         return macs + n_keys * d_v * c + n * n_keys * c
     return macs + n * n_keys * d_v + n * d_v * c
@@ -120,7 +121,7 @@ def reassociated_non_local(
     Returns:
         ``W_z y + b_z`` of shape ``(B, C, N)``.
     """
-    if instantiation not in REASSOCIATED_FORMS:
+    if not form(instantiation).value_side:
         raise ValueError(
             f"instantiation must be one of {REASSOCIATED_FORMS}, got {instantiation!r}"
         )
@@ -139,7 +140,8 @@ def reassociated_non_local(
     else:
         queries = x if w_theta is None else pointwise(x, w_theta, b_theta)  # (B, d, N)
         keys, key_term = phi, None
-    s = logit_scale(scale, d) if instantiation != "dot_product" else 1.0 / max(n_keys, 1)
+    softmax = form(instantiation).softmax
+    s = logit_scale(scale, d) if softmax else 1.0 / max(n_keys, 1)
     q, k = queries.transpose(1, 2).to(dt), keys.to(dt)  # (B, N, C or d), (B, C or d, N')
     if key_term is not None:  # s (q k + c_j): one fused call, c broadcast over the queries
         logits = torch.baddbmm(key_term.to(dt), q, k, beta=s, alpha=s)
@@ -147,7 +149,7 @@ def reassociated_non_local(
         logits = torch.bmm(q * s, k)
     else:
         logits = torch.bmm(q, k) * s
-    weights = logits if instantiation == "dot_product" else logits.softmax(dim=-1)
+    weights = logits.softmax(dim=-1) if softmax else logits
     weights = weights.to(g.dtype)  # (B, N, N')
     if value_side:  # sum_j A_ij (W_z g_j): W_z on the pooled grid, then A (then b_z)
         g_z = pointwise(g, w_z)  # (B, C, N')

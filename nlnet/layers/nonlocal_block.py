@@ -53,25 +53,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nlnet.functional.instantiations import form
 from nlnet.functional.nonlocal_op import (
     INSTANTIATIONS,
     Impl,
     Instantiation,
     check_instantiation,
     check_scale,
-    choose_impl,
     concatenation_non_local,
     non_local,
 )
+from nlnet.functional.plan import NonLocalPlan, plan_non_local
 from nlnet.functional.pooling import max_pool
-from nlnet.functional.reassociated import (
-    REASSOCIATED_FORMS,
-    associativity_macs,
-    block_macs,
-    pointwise,
-    reassociated_non_local,
-    reassociation_plan,
-)
+from nlnet.functional.reassociated import pointwise, reassociated_non_local
 
 Mode = Literal["spacetime", "space", "time"]
 MODES: tuple[str, ...] = ("spacetime", "space", "time")
@@ -404,16 +398,17 @@ class NonLocalNd(nn.Module):
         self.temporal_groups = temporal_groups
         self.scale = scale
         self.impl = impl
+        self.form = form(instantiation)  # how the instantiation behaves (one table row)
 
         conv = _CONV[dim]
-        if instantiation == "gaussian":  # Eq. 2: no embedding, f on x itself (Fig. 2 caption)
+        if not self.form.embedded:  # Eq. 2: no embedding, f on x itself (Fig. 2 caption)
             self.theta = None
             self.phi = None
         else:
             self.theta = conv(in_channels, inter_channels, kernel_size=1, bias=bias)
             self.phi = conv(in_channels, inter_channels, kernel_size=1, bias=bias)
         self.g = conv(in_channels, inter_channels, kernel_size=1, bias=bias)
-        if instantiation == "concatenation":  # Eq. 5: w_f^T [theta_i, phi_j]
+        if self.form.scores == "concat":  # Eq. 5: w_f^T [theta_i, phi_j]
             self.w_f = nn.Parameter(torch.empty(2 * inter_channels))
         else:
             self.register_parameter("w_f", None)
@@ -502,11 +497,10 @@ class NonLocalNd(nn.Module):
         The 1x1 convolutions run on the channel-first map and the results are handed on as token
         views: nothing is copied, and autograd keeps the convolutions' own (cheap) backward.
         """
-        gaussian = self.instantiation == "gaussian"
         pool_before = self.subsampled and self.pool_position == "before"
         x_hat = self._pool(x) if pool_before else x  # (B, C, *key_grid) or x
         g = self.g(x_hat)  # (B, d, *grid of x_hat)
-        if gaussian:  # Eq. 2 on x itself (in the projections' dtype under autocast)
+        if not self.form.embedded:  # Eq. 2 on x itself (in the projections' dtype under autocast)
             theta, phi = x.to(g.dtype), x_hat.to(g.dtype)
         else:
             theta, phi = self.theta(x), self.phi(x_hat)
@@ -514,16 +508,16 @@ class NonLocalNd(nn.Module):
             phi, g = self._pool(phi), self._pool(g)
         return self._tokens(theta), self._tokens(phi), self._tokens(g)
 
-    def _grouped(self, theta: Tensor, phi: Tensor, g: Tensor, x: Tensor) -> Tensor:
+    def _grouped(self, theta: Tensor, phi: Tensor, g: Tensor, x: Tensor, impl: str) -> Tensor:
         """Fast ``space``/``time`` modes: attention inside groups, as batched token sets."""
         B, T, H, W = x.shape[0], x.shape[2], x.shape[3], x.shape[4]
         kt, kh, kw = self.kernel
         Tk, Hk, Wk = T // kt, H // kh, W // kw
-        dq = self.in_channels if self.instantiation == "gaussian" else self.inter_channels
+        dq = self.inter_channels if self.form.embedded else self.in_channels
         dv = self.inter_channels
         phi5 = phi.reshape(B, Tk, Hk, Wk, dq)
         g5 = g.reshape(B, Tk, Hk, Wk, dv)
-        kw_ = {"scale": self.scale, "w_f": self.w_f, "impl": self.impl, "nan_guard": False}
+        kw_ = {"scale": self.scale, "w_f": self.w_f, "impl": impl, "nan_guard": False}
         if self.mode == "space":
             if kt > 1:  # keys of the pooled frame containing each query frame
                 cell_t = _cell_index(x, 2, kt)
@@ -549,7 +543,7 @@ class NonLocalNd(nn.Module):
         y = non_local(q, k, v, self.instantiation, **kw_)  # (B*H*W, T, dv)
         return y.reshape(B, H, W, T, dv).permute(0, 3, 1, 2, 4).reshape(B, T * H * W, dv)
 
-    def _concatenation_scores(self, x: Tensor) -> Tensor:
+    def _concatenation_scores(self, x: Tensor, impl: str) -> Tensor:
         """Eq. 5 fast path: theta and phi are only ever seen through ``a = w_theta^T theta(x)``
         and ``b = w_phi^T phi(x_hat)``, so fold ``w_f`` into the embeddings:
         ``a = (W_theta^T w_theta)^T x + b_theta^T w_theta`` (one C-vector instead of a C x d
@@ -566,7 +560,7 @@ class NonLocalNd(nn.Module):
             a = a + self.theta.bias @ w_theta
             b = b + self.phi.bias @ w_phi
         g = self._tokens(self.g(x_hat))  # (B, N', d)
-        return concatenation_non_local(a, b, g, impl=self.impl)
+        return concatenation_non_local(a, b, g, impl=impl)
 
     def _reference(self, x: Tensor, return_attention: bool) -> tuple[Tensor, Tensor | None]:
         """The explicit path: embeddings, the N x N' matrix (masked for modes/groups), y."""
@@ -580,8 +574,26 @@ class NonLocalNd(nn.Module):
         )  # fmt: skip
         return out if return_attention else (out, None)
 
-    def _fast(self, x: Tensor) -> Tensor:
-        """y ``(B, N, d_v)`` on the fast/auto path (temporal groups folded into the batch)."""
+    def plan(self, x: Tensor) -> NonLocalPlan:
+        """How :meth:`forward` evaluates ``x`` without attention weights: the
+        :func:`~nlnet.functional.plan.plan_non_local` of its shape (cached per shape); a
+        ``torch.fx`` trace gets the size-free plan and the ops decide at run time."""
+        if isinstance(x, torch.fx.Proxy):
+            return plan_non_local(
+                self.instantiation, None, self.kernel, self.in_channels, self.inter_channels,
+                mode=self.mode, pool_position=self.pool_position, impl=self.impl,
+            )  # fmt: skip
+        training = torch.is_grad_enabled() and (x.requires_grad or self.g.weight.requires_grad)
+        return plan_non_local(
+            self.instantiation, tuple(x.shape[2:]), self.kernel,
+            self.in_channels, self.inter_channels, mode=self.mode,
+            temporal_groups=self.temporal_groups, pool_position=self.pool_position,
+            impl=self.impl, device=x.device, training=training,
+        )  # fmt: skip
+
+    def _fast(self, x: Tensor, plan: NonLocalPlan) -> Tensor:
+        """y ``(B, N, d_v)`` on the ``tokens``/``scores``/``grouped`` paths (temporal groups
+        folded into the batch)."""
         tg = self.temporal_groups
         if tg is not None:  # (B, C, T, H, W) -> (B * T/k, C, k, H, W): groups as samples
             B, C, T, H, W = x.shape[0], x.shape[1], x.shape[2], x.shape[3], x.shape[4]
@@ -590,54 +602,20 @@ class NonLocalNd(nn.Module):
                 .transpose(1, 2)
                 .reshape(B * (T // tg), C, tg, H, W)
             )
-        if (
-            self.instantiation == "concatenation"
-            and self.mode == "spacetime"
-            and not (self.subsampled and self.pool_position == "after")
-        ):
-            y = self._concatenation_scores(x)
+        if plan.path == "scores":
+            y = self._concatenation_scores(x, plan.op_impl)
         else:
             theta, phi, g = self._embed(x)
-            if self.mode == "spacetime":
+            if plan.path == "tokens":
                 y = non_local(
                     theta, phi, g, self.instantiation, scale=self.scale, w_f=self.w_f,
-                    impl=self.impl, nan_guard=False,
+                    impl=plan.op_impl, nan_guard=False,
                 )  # fmt: skip
             else:
-                y = self._grouped(theta, phi, g, x)
+                y = self._grouped(theta, phi, g, x, plan.op_impl)
         if tg is not None:  # groups are consecutive frames: the t-major token order is kept
             y = y.reshape(B, T * H * W, self.inter_channels)
         return y
-
-    def _reassociates(self, x: Tensor) -> bool:
-        """Whether ``impl="auto"`` takes :meth:`_reassociated` for this input: the explicit
-        matrix is the op's choice for the size, and moving ``W_theta`` to the keys or ``W_z`` to
-        the values saves multiply-adds (:func:`nlnet.functional.reassociated.reassociation_plan`).
-        Spacetime attention only (the masked modes and temporal groups keep their paths)."""
-        if (
-            self.impl != "auto"
-            or self.instantiation not in REASSOCIATED_FORMS
-            or self.mode != "spacetime"
-            or self.temporal_groups is not None
-        ):
-            return False
-        n = n_keys = 1
-        for s, k in zip(x.shape[2:], self.kernel):  # (plain loops: torch.compile traces them)
-            n, n_keys = n * s, n_keys * (s // k)
-        c, d_v = self.in_channels, self.inter_channels
-        d = c if self.instantiation == "gaussian" else d_v
-        training = torch.is_grad_enabled() and (x.requires_grad or self.g.weight.requires_grad)
-        path = choose_impl(
-            self.instantiation, n, n_keys, d, d_v, device=x.device, training=training
-        )
-        plan = reassociation_plan(self.instantiation, n, n_keys, c, d, d_v)
-        if path == "fast" and self.instantiation == "dot_product":
-            # the op's associativity path vs the explicit matrix in the cheaper association
-            # (28x28 at 512 channels: 260 M against 321 M multiply-adds per sample)
-            return block_macs("dot_product", n, n_keys, c, d, d_v, plan) < associativity_macs(
-                n, n_keys, c, d, d_v
-            )
-        return path == "reference" and any(plan)
 
     def _folded_output(self) -> tuple[Tensor, Tensor] | None:
         """``(weight, bias)`` of ``BN(W_z y)`` as one 1x1 projection, for an evaluating BatchNorm.
@@ -663,10 +641,12 @@ class NonLocalNd(nn.Module):
             shift = shift + s * self.W_z.bias
         return self.W_z.weight.flatten(1) * s.unsqueeze(1), shift
 
-    def _reassociated(self, x: Tensor, w_z: Tensor, b_z: Tensor | None) -> Tensor:
+    def _reassociated(
+        self, x: Tensor, w_z: Tensor, b_z: Tensor | None, order: tuple[bool, bool]
+    ) -> Tensor:
         """``W_z y`` ``(B, C, N)`` on the explicit matrix with the projections re-associated
-        (exact by linearity; see :mod:`nlnet.functional.reassociated`)."""
-        gaussian = self.instantiation == "gaussian"
+        as ``order`` says (exact by linearity; see :mod:`nlnet.functional.reassociated`)."""
+        gaussian = not self.form.embedded
         pool_before = self.subsampled and self.pool_position == "before"
         x_hat = self._pool(x) if pool_before else x
         g = self.g(x_hat)  # (B, d_v, *grid of x_hat)
@@ -676,7 +656,7 @@ class NonLocalNd(nn.Module):
         return reassociated_non_local(
             x.flatten(2).to(g.dtype), phi.flatten(2), g.flatten(2),
             None if gaussian else self.theta.weight, None if gaussian else self.theta.bias,
-            w_z, b_z, self.instantiation, scale=self.scale,
+            w_z, b_z, self.instantiation, scale=self.scale, plan=order,
         )  # fmt: skip
 
     def _empty_grid(self, x: Tensor, want_attention: bool) -> Tensor | tuple[Tensor, Tensor]:
@@ -694,7 +674,7 @@ class NonLocalNd(nn.Module):
         def project(conv: nn.Module, t: Tensor) -> Tensor:  # (B, C, *grid) -> (B, N, out)
             return F.linear(self._tokens(t), conv.weight.flatten(1), conv.bias)
 
-        if self.instantiation == "gaussian":
+        if not self.form.embedded:
             theta, phi = self._tokens(x), self._tokens(x_hat)
         else:
             theta, phi = project(self.theta, x), project(self.phi, x_hat)
@@ -738,17 +718,17 @@ class NonLocalNd(nn.Module):
             return self._empty_grid(x, want_attention)
         attn = None
         guard = _non_finite_guard(x)  # one rule on every path: a NaN/inf makes its sample NaN
-        textbook = want_attention or self.impl == "reference"  # the reference path's steps
-        fold = self._folded_output() if eager and not textbook else None  # eval BN into W_z
-        if textbook:
+        plan = self.plan(x) if not want_attention else NonLocalPlan("reference", "")
+        fold = self._folded_output() if eager and plan.path != "reference" else None  # eval BN
+        if plan.path == "reference":  # the textbook steps (the only path with the weights)
             y, attn = self._reference(x, want_attention)
-        elif eager and self._reassociates(x):  # (a torch.fx trace keeps the textbook order)
+        elif plan.path == "reassociated":  # (a torch.fx trace keeps the textbook order)
             w_z, b_z = fold if fold is not None else (self.W_z.weight, self.W_z.bias)
-            wz = self._reassociated(x, w_z, b_z)  # W_z y (B, C, N), a fresh tensor (not saved)
+            wz = self._reassociated(x, w_z, b_z, plan.reassociate)  # W_z y (B, C, N), fresh
             wz = wz.add_(guard.to(wz.dtype)).unflatten(2, x.shape[2:])  # in place: one C x N map
             return (wz if fold is not None else self.norm(wz)) + x
         else:
-            y = self._fast(x)
+            y = self._fast(x, plan)
         y = y + guard.to(y.dtype)  # (W_z spreads a NaN row of y over the sample)
         # W_z on the channel-first map (B, d_v, *grid): the 1x1 convolution, as theta/phi/g.
         # The fast paths return y token-major (B, N, d_v): its transpose would look channels-last

@@ -5,6 +5,7 @@ See ``docs/models.md`` for the model names and where the non-local blocks go.
 
 from nlnet.models import detection as _detection  # noqa: F401  (maskrcnn_*, keypointrcnn_*)
 from nlnet.models import segmentation as _segmentation  # noqa: F401  (seg_tiny*)
+from nlnet.models import video_resnets as _video_resnets  # noqa: F401  (c2d_r*, i3d*)
 from nlnet.models.image import SegmentationHead, SegmentationNet, resnet_non_local
 from nlnet.models.inflate import (
     InflationReport,
@@ -12,6 +13,7 @@ from nlnet.models.inflate import (
     inflate_state_dict,
     load_pretrained_2d,
 )
+from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.registry import (
     ModelEntry,
     create_model,
@@ -35,6 +37,7 @@ __all__ = [
     "BLOCK_CONFIG",
     "Bottleneck3d",
     "InflationReport",
+    "ModelCfg",
     "ModelEntry",
     "PLACEMENTS",
     "ResNet3d",

@@ -48,6 +48,7 @@ from torchvision.models.detection.rpn import RPNHead
 from torchvision.ops import FrozenBatchNorm2d
 
 from nlnet.layers.nonlocal_block import NonLocal2d
+from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.registry import _split_block_options, register_model
 from nlnet.models.surgery import VIDEO_DEFAULTS, insert_non_local, non_local_paths
 
@@ -341,73 +342,118 @@ def build_tiny_mask_rcnn(
 
 
 # --------------------------------------------------------------------------- registry
-def _cfg(task: str, depth: int, blocks: str | None, num_classes: int) -> dict[str, Any]:
-    return {
-        "num_classes": num_classes,
-        "input_size": (3, 800, 1333),
-        "task": task,
-        "family": "detection",
-        "depth": depth,
+_HEADS = {  # the class-count-dependent layers of each task's detector
+    "instance_segmentation": (
+        "roi_heads.box_predictor",
+        "roi_heads.mask_predictor.mask_fcn_logits",
+    ),
+    "keypoints": ("roi_heads.box_predictor", "roi_heads.keypoint_predictor"),
+}
+
+
+def _cfg(task: str, depth: int, blocks: str | None, num_classes: int) -> ModelCfg:
+    return ModelCfg(
+        task=task,
+        num_classes=num_classes,
+        input_size=(3, 800, 1333),
+        first_conv="backbone.body.conv1",
+        classifier=_HEADS[task],
+        family="detection",
+        depth=depth,
         # create_model(pretrained_2d=...) / model.pretrained_2d -> the builder's backbone weights
-        "pretrained_2d_arg": "weights_backbone",
-        "blocks": blocks,
+        pretrained_2d_arg="weights_backbone",
+        blocks=blocks,
         # narrow copy of the same topology for CPU tests
-        "test_overrides": {"width_per_group": 4, "min_size": 64, "max_size": 64},
-    }
-
-
-def _tiny_cfg(blocks: str | None) -> dict[str, Any]:
-    return {
-        "num_classes": 4,
-        "input_size": (3, 64, 64),
-        "task": "instance_segmentation",
-        "family": "detection",
-        "depth": None,
-        "blocks": blocks,
-        "test_overrides": {},
-    }
-
-
-def _register(name: str, desc: str, cfg: dict[str, Any], build: Callable[..., nn.Module]) -> None:
-    def builder(**kwargs: Any) -> nn.Module:
-        opts = _split_block_options(kwargs)
-        if opts and cfg["blocks"] is None:
-            raise ValueError(f"block options {sorted(opts)} given to {name}, which has no block")
-        return build(block_options=opts, **kwargs)
-
-    builder.__name__ = builder.__qualname__ = name
-    register_model(builder, name=name, description=desc, default_cfg=cfg)
-
-
-for _depth in (50, 101):
-    for _nl in (False, True):
-        _register(
-            f"maskrcnn_r{_depth}_fpn" + ("_nl" if _nl else ""),
-            f"torchvision Mask R-CNN ResNet-{_depth}-FPN"
-            + (", 1 non-local block in res4 (Table 5)" if _nl else " (Table 5 baseline)"),
-            _cfg("instance_segmentation", _depth, "res4" if _nl else None, 91),
-            lambda _d=_depth, _b=_nl, **kw: build_mask_rcnn(_d, backbone_block=_b, **kw),
-        )
-
-for _suffix, _head, _bb, _desc in (
-    ("", False, False, " (Table 6 baseline)"),
-    ("_nlhead", True, False, ", 4 non-local blocks in the keypoint head (Table 6)"),
-    ("_nlhead_nl1", True, True, ", 4 blocks in the keypoint head + 1 in res4 (Table 6)"),
-):
-    _register(
-        f"keypointrcnn_r101_fpn{_suffix}",
-        f"torchvision Keypoint R-CNN ResNet-101-FPN{_desc}",
-        _cfg("keypoints", 101, _suffix.lstrip("_") or None, 2),
-        lambda _h=_head, _b=_bb, **kw: build_keypoint_rcnn(
-            101, head_blocks=_h, backbone_block=_b, **kw
-        ),
+        test_overrides={"width_per_group": 4, "min_size": 64, "max_size": 64},
     )
 
-for _nl in (False, True):
-    _register(
-        "maskrcnn_tiny" + ("_nl" if _nl else ""),
-        "CPU-sized Mask R-CNN (BasicBlock ResNet + FPN) for 64x64 images"
-        + (", 1 non-local block in res4 (as Table 5)" if _nl else ", no block"),
-        _tiny_cfg("res4" if _nl else None),
-        lambda _b=_nl, **kw: build_tiny_mask_rcnn(backbone_block=_b, **kw),
+
+def _tiny_cfg(blocks: str | None) -> ModelCfg:
+    return ModelCfg(
+        task="instance_segmentation",
+        num_classes=4,
+        input_size=(3, 64, 64),
+        first_conv="backbone.body.stem.0",
+        classifier=_HEADS["instance_segmentation"],
+        family="detection",
+        blocks=blocks,
     )
+
+
+def _block_options(name: str, has_block: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+    opts = _split_block_options(kwargs)
+    if opts and not has_block:
+        raise ValueError(f"block options {sorted(opts)} given to {name}, which has no block")
+    return opts
+
+
+@register_model(default_cfg=_cfg("instance_segmentation", 50, None, 91))
+def maskrcnn_r50_fpn(**kwargs: Any) -> nn.Module:
+    """torchvision Mask R-CNN ResNet-50-FPN (Table 5 baseline)"""
+    opts = _block_options("maskrcnn_r50_fpn", False, kwargs)
+    return build_mask_rcnn(50, backbone_block=False, block_options=opts, **kwargs)
+
+
+@register_model(default_cfg=_cfg("instance_segmentation", 50, "res4", 91))
+def maskrcnn_r50_fpn_nl(**kwargs: Any) -> nn.Module:
+    """torchvision Mask R-CNN ResNet-50-FPN, 1 non-local block in res4 (Table 5)"""
+    opts = _block_options("maskrcnn_r50_fpn_nl", True, kwargs)
+    return build_mask_rcnn(50, backbone_block=True, block_options=opts, **kwargs)
+
+
+@register_model(default_cfg=_cfg("instance_segmentation", 101, None, 91))
+def maskrcnn_r101_fpn(**kwargs: Any) -> nn.Module:
+    """torchvision Mask R-CNN ResNet-101-FPN (Table 5 baseline)"""
+    opts = _block_options("maskrcnn_r101_fpn", False, kwargs)
+    return build_mask_rcnn(101, backbone_block=False, block_options=opts, **kwargs)
+
+
+@register_model(default_cfg=_cfg("instance_segmentation", 101, "res4", 91))
+def maskrcnn_r101_fpn_nl(**kwargs: Any) -> nn.Module:
+    """torchvision Mask R-CNN ResNet-101-FPN, 1 non-local block in res4 (Table 5)"""
+    opts = _block_options("maskrcnn_r101_fpn_nl", True, kwargs)
+    return build_mask_rcnn(101, backbone_block=True, block_options=opts, **kwargs)
+
+
+@register_model(default_cfg=_cfg("keypoints", 101, None, 2))
+def keypointrcnn_r101_fpn(**kwargs: Any) -> nn.Module:
+    """torchvision Keypoint R-CNN ResNet-101-FPN (Table 6 baseline)"""
+    opts = _block_options("keypointrcnn_r101_fpn", False, kwargs)
+    return build_keypoint_rcnn(
+        101, head_blocks=False, backbone_block=False, block_options=opts, **kwargs
+    )
+
+
+@register_model(default_cfg=_cfg("keypoints", 101, "nlhead", 2))
+def keypointrcnn_r101_fpn_nlhead(**kwargs: Any) -> nn.Module:
+    """torchvision Keypoint R-CNN ResNet-101-FPN, 4 non-local blocks in the keypoint head
+    (Table 6)"""
+    opts = _block_options("keypointrcnn_r101_fpn_nlhead", True, kwargs)
+    return build_keypoint_rcnn(
+        101, head_blocks=True, backbone_block=False, block_options=opts, **kwargs
+    )
+
+
+@register_model(default_cfg=_cfg("keypoints", 101, "nlhead_nl1", 2))
+def keypointrcnn_r101_fpn_nlhead_nl1(**kwargs: Any) -> nn.Module:
+    """torchvision Keypoint R-CNN ResNet-101-FPN, 4 blocks in the keypoint head + 1 in res4
+    (Table 6)"""
+    opts = _block_options("keypointrcnn_r101_fpn_nlhead_nl1", True, kwargs)
+    return build_keypoint_rcnn(
+        101, head_blocks=True, backbone_block=True, block_options=opts, **kwargs
+    )
+
+
+@register_model(default_cfg=_tiny_cfg(None))
+def maskrcnn_tiny(**kwargs: Any) -> nn.Module:
+    """CPU-sized Mask R-CNN (BasicBlock ResNet + FPN) for 64x64 images, no block"""
+    opts = _block_options("maskrcnn_tiny", False, kwargs)
+    return build_tiny_mask_rcnn(backbone_block=False, block_options=opts, **kwargs)
+
+
+@register_model(default_cfg=_tiny_cfg("res4"))
+def maskrcnn_tiny_nl(**kwargs: Any) -> nn.Module:
+    """CPU-sized Mask R-CNN (BasicBlock ResNet + FPN) for 64x64 images, 1 non-local block in
+    res4 (as Table 5)"""
+    opts = _block_options("maskrcnn_tiny_nl", True, kwargs)
+    return build_tiny_mask_rcnn(backbone_block=True, block_options=opts, **kwargs)

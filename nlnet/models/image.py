@@ -26,9 +26,11 @@ from torch import nn
 from torchvision.models import resnet
 
 from nlnet.models.checks import check_input
+from nlnet.models.registry import _split_block_options, register_model
 from nlnet.models.surgery import insert_non_local, non_local_paths
 
 __all__ = [
+    "ImageResNet",
     "resnet_non_local",
     "SegmentationHead",
     "SegmentationNet",
@@ -37,18 +39,48 @@ __all__ = [
 torch.fx.wrap("check_input")  # traceable input check (models/checks.py)
 
 _DEPTHS = {
-    18: resnet.resnet18,
-    34: resnet.resnet34,
-    50: resnet.resnet50,
-    101: resnet.resnet101,
-    152: resnet.resnet152,
+    18: (resnet.BasicBlock, (2, 2, 2, 2)),
+    34: (resnet.BasicBlock, (3, 4, 6, 3)),
+    50: (resnet.Bottleneck, (3, 4, 6, 3)),
+    101: (resnet.Bottleneck, (3, 4, 23, 3)),
+    152: (resnet.Bottleneck, (3, 8, 36, 3)),
 }
 
 
-def _torchvision_resnet(depth: int, **kwargs: Any) -> resnet.ResNet:
+class ImageResNet(resnet.ResNet):
+    """torchvision's ResNet (same modules and state-dict keys) with nlnet's model contract:
+    :meth:`forward_features`, :meth:`forward_head`, :meth:`forward_intermediates`."""
+
+    def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The stem and stage outputs ``(B, C, H, W)``: ``conv1``, ``pool1``, ``res2`` .. ``res5``."""
+        check_input(x, 4, self.conv1.in_channels)
+        out = {"conv1": self.relu(self.bn1(self.conv1(x)))}
+        out["pool1"] = self.maxpool(out["conv1"])
+        out["res2"] = self.layer1(out["pool1"])
+        out["res3"] = self.layer2(out["res2"])
+        out["res4"] = self.layer3(out["res3"])
+        out["res5"] = self.layer4(out["res4"])
+        return out
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The res5 map ``(B, C, H/32, W/32)``."""
+        check_input(x, 4, self.conv1.in_channels)
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        return self.layer4(self.layer3(self.layer2(self.layer1(x))))
+
+    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
+        """Global average pool and ``fc``."""
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+def _torchvision_resnet(depth: int, **kwargs: Any) -> ImageResNet:
     if depth not in _DEPTHS:
         raise ValueError(f"depth: expected one of {sorted(_DEPTHS)}, got {depth!r}")
-    return _DEPTHS[depth](weights=None, **kwargs)
+    block, layers = _DEPTHS[depth]
+    return ImageResNet(block, list(layers), **kwargs)
 
 
 def resnet_non_local(
@@ -58,7 +90,7 @@ def resnet_non_local(
     *,
     width_per_group: int = 64,
     **block_options: Any,
-) -> resnet.ResNet:
+) -> ImageResNet:
     """A torchvision image ResNet with non-local blocks (2D blocks).
 
     Args:
@@ -165,10 +197,101 @@ class SegmentationNet(nn.Module):
             2048, num_classes, use_attention, mid_channels=mid_channels, **block_options
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The stem and stage outputs ``(B, C, H', W')`` (``conv1``, ``pool1``, ``res2`` ..)."""
         check_input(x, 4)
-        size = x.shape[-2:]
+        out = {"conv1": self.relu(self.bn1(self.conv1(x)))}
+        out["pool1"] = self.maxpool(out["conv1"])
+        out["res2"] = self.layer1(out["pool1"])
+        out["res3"] = self.layer2(out["res2"])
+        out["res4"] = self.layer3(out["res3"])
+        out["res5"] = self.layer4(out["res4"])  # dilated: (B, 2048, H/8, W/8)
+        return out
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The dilated backbone's output ``(B, 2048, H/8, W/8)``."""
+        check_input(x, 4)
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))  # (B, 2048, H/8, W/8)
-        x = self.head(x)
-        return F.interpolate(x, size=size, mode="bilinear", align_corners=False)
+        return self.layer4(self.layer3(self.layer2(self.layer1(x))))
+
+    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
+        """The segmentation head: per-pixel logits at the feature resolution ``(B, K, h, w)``."""
+        return self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, K, H, W)``: the head's output upsampled (bilinear) to the input size."""
+        y = self.forward_head(self.forward_features(x))
+        return F.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
+# --------------------------------------------------------------------------- registered names
+_IMAGE_CFG = {
+    "num_classes": 1000,
+    "input_size": (3, 224, 224),
+    "task": "image_classification",
+    "family": "resnet2d",
+    "first_conv": "conv1",
+    "classifier": ("fc",),
+    "test_overrides": {"width_per_group": 4},
+}
+
+
+@register_model(
+    description="ResNet-50 (image), 1 non-local block right before the last block of res4 (COCO)",
+    default_cfg={**_IMAGE_CFG, "depth": 50, "blocks": "res4"},
+)
+def resnet50_nl_coco(**kwargs: Any) -> nn.Module:
+    """ResNet-50 with one 2D block after ``layer3.4`` (Section 6 of the paper)."""
+    opts = _split_block_options(kwargs)
+    return resnet_non_local(50, at=kwargs.pop("nl_at", "res4"), **kwargs, **opts)
+
+
+@register_model(
+    description="ResNet-101 (image), 1 non-local block right before the last block of res4 (COCO)",
+    default_cfg={**_IMAGE_CFG, "depth": 101, "blocks": "res4"},
+)
+def resnet101_nl_coco(**kwargs: Any) -> nn.Module:
+    """ResNet-101 with one 2D block after ``layer3.21`` (Section 6 of the paper)."""
+    opts = _split_block_options(kwargs)
+    return resnet_non_local(101, at=kwargs.pop("nl_at", "res4"), **kwargs, **opts)
+
+
+@register_model(
+    description="ResNet-50 (image), 1 non-local block after layer4 (the guide's ResNet50NonLocal)",
+    default_cfg={**_IMAGE_CFG, "depth": 50, "blocks": "after_layer4"},
+)
+def resnet50_nl_guide(**kwargs: Any) -> nn.Module:
+    """The guide's ``ResNet50NonLocal``: reduction 2, no subsampling, after stage 4."""
+    opts = {"reduction": 2, "sub_sample": False, **_split_block_options(kwargs)}
+    at = kwargs.pop("nl_at", "after_layer4")
+    return resnet_non_local(50, at=at, **kwargs, **opts)
+
+
+_SEG_CFG = {
+    "num_classes": 19,
+    "input_size": (3, 512, 1024),
+    "task": "segmentation",
+    "family": "segmentation",
+    "first_conv": "conv1",
+    "classifier": ("head.classifier",),
+    "new_keys": ("head.",),
+    "test_overrides": {"width_per_group": 4, "mid_channels": 16},
+}
+
+
+@register_model(
+    description="Dilated ResNet-50 + the guide's segmentation head, no attention",
+    default_cfg={**_SEG_CFG, "depth": 50},
+)
+def seg_r50(**kwargs: Any) -> nn.Module:
+    """Segmentation baseline of the guide (``use_attention=False``)."""
+    return SegmentationNet(50, use_attention=False, **kwargs)
+
+
+@register_model(
+    description="Dilated ResNet-50 + the guide's segmentation head with a non-local block",
+    default_cfg={**_SEG_CFG, "depth": 50},
+)
+def seg_r50_nl(**kwargs: Any) -> nn.Module:
+    """Segmentation head of the guide with attention (reduction 2, sub_sample 2)."""
+    return SegmentationNet(50, use_attention=True, **kwargs)

@@ -418,7 +418,7 @@ class ResNet3d(nn.Module):
     def _check_input(self, x: torch.Tensor) -> None:
         check_input(x, 5, self.conv1.in_channels)
 
-    def forward_features(self, x: torch.Tensor) -> OrderedDict[str, torch.Tensor]:
+    def forward_intermediates(self, x: torch.Tensor) -> OrderedDict[str, torch.Tensor]:
         """Run the backbone and return every stage output, named as in Table 1.
 
         Returns:
@@ -443,6 +443,13 @@ class ResNet3d(nn.Module):
         out["res5"] = x  # (B, 2048, T/8, H/32, W/32)
         return out
 
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The res5 feature map ``(B, 2048, T/8, H/32, W/32)`` (Table 1), no intermediate kept."""
+        check_input(x, 5, self.conv1.in_channels)
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.pool2(self.layer1(x))
+        return self.layer4(self.layer3(self.layer2(x)))
+
     def forward_head(self, x: torch.Tensor) -> torch.Tensor:
         """Global average pool, dropout and ``fc`` on the res5 features ``(B, C, T, H, W)``;
         with ``head="fully_conv"`` in eval mode the released test head instead."""
@@ -452,8 +459,4 @@ class ResNet3d(nn.Module):
         return self.fc(self.dropout(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_input(x, 5, self.conv1.in_channels)
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.pool2(self.layer1(x))
-        x = self.layer4(self.layer3(self.layer2(x)))
-        return self.forward_head(x)
+        return self.forward_head(self.forward_features(x))

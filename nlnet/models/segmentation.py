@@ -135,9 +135,30 @@ class TinySegmentationNet(nn.Module):
             **block_options,
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The backbone's stem and stage outputs ``(B, C, H', W')`` (``conv1`` .. ``res5``)."""
         check_input(x, 4)
-        y = self.head(self.backbone(x))  # (B, K, H/4, W/4)
+        b = self.backbone
+        out = {"conv1": b.relu(b.bn1(b.conv1(x)))}
+        out["pool1"] = b.maxpool(out["conv1"])
+        out["res2"] = b.layer1(out["pool1"])
+        out["res3"] = b.layer2(out["res2"])
+        out["res4"] = b.layer3(out["res3"])
+        out["res5"] = b.layer4(out["res4"])
+        return out
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The backbone's output ``(B, C, H/4, W/4)``."""
+        check_input(x, 4)
+        return self.backbone(x)
+
+    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-pixel logits at the feature resolution ``(B, K, H/4, W/4)``."""
+        return self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits ``(B, K, H, W)``: the head's output upsampled (bilinear) to the input size."""
+        y = self.forward_head(self.forward_features(x))
         return F.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False)
 
 
@@ -165,6 +186,8 @@ _TINY_SEG_CFG = {
     "input_size": (3, 64, 64),
     "task": "segmentation",
     "family": "segmentation",
+    "first_conv": "backbone.conv1",
+    "classifier": ("head.classifier",),
     "new_keys": ("head.",),
 }
 

@@ -1,7 +1,7 @@
 """Swin Transformer image classifiers assembled from nlnet's window-attention layers.
 
 Liu et al., "Swin Transformer: Hierarchical Vision Transformer using Shifted Windows" (ICCV 2021),
-Sec. 3.1-3.2, as explained in the self-attention article ("Windowed attention"): self-attention
+Sec. 3.1-3.2 ("Shifted Window based Self-Attention"): self-attention
 restricted to ``M x M`` windows (cost linear in the number of patches), windows shifted by
 ``floor(M/2)`` in every other block so information crosses window borders, a learned relative
 position bias ``B`` in ``softmax(Q K^T / sqrt(d) + B) V`` (Eq. 4), and patch merging layers that
@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from nlnet.layers.window_attention import SwinBlock
 from nlnet.models.checks import check_input
+from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.registry import register_model
 from nlnet.models.vit import attend, torchvision_state_dict
 
@@ -158,9 +159,24 @@ class SwinTransformer(nn.Module):
             x = stage(x)
         return self.norm(x)
 
+    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
+        """Each stage's output as a channels-first map ``(B, C_k, h_k, w_k)`` (``stage0`` ..)."""
+        check_input(x, 4, self.in_channels)
+        x = self.patch_norm(self.patch_embed(x).permute(0, 2, 3, 1))
+        out = {}
+        for k, stage in enumerate(self.stages):
+            if k > 0:
+                x = self.merges[k - 1](x)
+            x = stage(x)
+            out[f"stage{k}"] = x.permute(0, 3, 1, 2)
+        return out
+
+    def forward_head(self, x: Tensor) -> Tensor:
+        """Global average pool of the channels-last features ``(B, h, w, C)``, then ``head``."""
+        return self.head(x.mean(dim=(1, 2)))
+
     def forward(self, x: Tensor) -> Tensor:
-        x = self.forward_features(x).mean(dim=(1, 2))  # global average pool (B, C)
-        return self.head(x)
+        return self.forward_head(self.forward_features(x))
 
 
 # ------------------------------------------------------------------------ torchvision weights
@@ -215,49 +231,50 @@ _SWIN_ARCHS = {
 _TINY_SWIN = {"embed_dim": 8, "num_heads": (1, 1, 2, 2), "depths": (2, 2, 2, 2)}
 
 
-def _register_swin(name: str) -> None:
+def _swin(name: str, weights: Any, **kwargs: Any) -> nn.Module:
+    """Build ``name`` of :data:`_SWIN_ARCHS`, then load torchvision ``weights`` if given."""
     embed, depths, heads, sd = _SWIN_ARCHS[name]
-
-    def builder(weights: Any = None, **kwargs: Any) -> nn.Module:
-        cfg = {
-            "embed_dim": embed,
-            "depths": depths,
-            "num_heads": heads,
-            "stochastic_depth_prob": sd,
-        }
-        model = SwinTransformer(**{**cfg, **kwargs})
-        if weights is not None:
-            load_torchvision_swin(model, weights, name)
-        return model
-
-    builder.__name__ = builder.__qualname__ = name
-    register_model(
-        builder,
-        name=name,
-        description=f"Swin-{name[-1].upper()} from nlnet window attention (torchvision weights load)",
-        default_cfg={
-            "num_classes": 1000,
-            "input_size": (3, 224, 224),
-            "task": "image_classification",
-            "family": "swin",
-            "test_overrides": _TINY_SWIN,
-            "test_input_size": (3, 64, 64),
-        },
-    )
+    cfg = {"embed_dim": embed, "depths": depths, "num_heads": heads, "stochastic_depth_prob": sd}
+    model = SwinTransformer(**{**cfg, **kwargs})
+    if weights is not None:
+        load_torchvision_swin(model, weights, name)
+    return model
 
 
-for _name in _SWIN_ARCHS:
-    _register_swin(_name)
+_SWIN_CFG = ModelCfg(
+    task="image_classification",
+    num_classes=1000,
+    input_size=(3, 224, 224),
+    first_conv="patch_embed",
+    classifier=("head",),
+    family="swin",
+    test_overrides=_TINY_SWIN,
+    test_input_size=(3, 64, 64),
+)
+
+
+@register_model(default_cfg=_SWIN_CFG)
+def swin_t(weights: Any = None, **kwargs: Any) -> nn.Module:
+    """Swin-T from nlnet window attention (torchvision weights load)"""
+    return _swin("swin_t", weights, **kwargs)
+
+
+@register_model(default_cfg=_SWIN_CFG)
+def swin_s(weights: Any = None, **kwargs: Any) -> nn.Module:
+    """Swin-S from nlnet window attention (torchvision weights load)"""
+    return _swin("swin_s", weights, **kwargs)
+
+
+@register_model(default_cfg=_SWIN_CFG)
+def swin_b(weights: Any = None, **kwargs: Any) -> nn.Module:
+    """Swin-B from nlnet window attention (torchvision weights load)"""
+    return _swin("swin_b", weights, **kwargs)
 
 
 @register_model(
-    default_cfg={
-        "num_classes": 10,
-        "input_size": (3, 32, 32),
-        "task": "image_classification",
-        "family": "swin",
-        "test_input_size": (3, 32, 32),
-    }
+    default_cfg=_SWIN_CFG.replace(
+        num_classes=10, input_size=(3, 32, 32), test_overrides={}, test_input_size=(3, 32, 32)
+    )
 )
 def swin_tiny(**kwargs: Any) -> nn.Module:
     """Tiny Swin for CPUs (32x32 images, 2x2 patches, 4x4 windows, two stages)."""

@@ -176,9 +176,25 @@ class TinyC2D(nn.Module):
         x = self.pool2(self.layer1(x))
         return self.layer4(self.layer3(self.layer2(x)))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.forward_features(x).flatten(2).mean(dim=2)  # global average pool (B, 8w)
+    def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every stage output ``(B, C, T, H, W)``, named as ResNet3d's (``conv1`` .. ``res5``)."""
+        check_input(x, 5, self.conv1.in_channels)
+        out = {"conv1": self.relu(self.bn1(self.conv1(x)))}
+        out["pool1"] = self.maxpool(out["conv1"])
+        out["res2"] = self.layer1(out["pool1"])
+        out["pool2"] = self.pool2(out["res2"])
+        out["res3"] = self.layer2(out["pool2"])
+        out["res4"] = self.layer3(out["res3"])
+        out["res5"] = self.layer4(out["res4"])
+        return out
+
+    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
+        """Global average pool, dropout and ``fc`` on the res5 map ``(B, 8w, T', H', W')``."""
+        x = x.flatten(2).mean(dim=2)  # (B, 8w)
         return self.fc(self.dropout(x))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
 
 
 def build_tiny(blocks: str | None = None, **kwargs: Any) -> nn.Module:
@@ -195,15 +211,16 @@ def build_tiny(blocks: str | None = None, **kwargs: Any) -> nn.Module:
     return place_non_local(TinyC2D(**kwargs), at, opts)
 
 
-def _cfg(blocks: str | None, mode: str = "spacetime") -> dict[str, Any]:
+def _cfg(blocks: str | None) -> dict[str, Any]:
     return {
         "num_classes": 10,
         "input_size": (3, 8, 32, 32),
         "task": "video_classification",
         "family": "tiny",
+        "first_conv": "conv1",
+        "classifier": ("fc",),
         "arch": "c2d",
         "blocks": blocks,
-        "mode": mode,
         "test_overrides": {"width": 4},
         "test_input_size": (3, 4, 32, 32),
     }
@@ -221,14 +238,14 @@ def c2d_tiny_nl1(**kwargs: Any) -> nn.Module:
     return build_tiny("nl1", **kwargs)
 
 
-@register_model(name="c2d_tiny_nl1_space", default_cfg=_cfg("nl1", "space"))
+@register_model(name="c2d_tiny_nl1_space", default_cfg=_cfg("nl1"))
 def c2d_tiny_nl1_space(**kwargs: Any) -> nn.Module:
     """Tiny C2D + 1 space-only non-local block in res4 (Table 2d space-only)."""
     kwargs.setdefault("mode", "space")
     return build_tiny("nl1", **kwargs)
 
 
-@register_model(name="c2d_tiny_nl1_time", default_cfg=_cfg("nl1", "time"))
+@register_model(name="c2d_tiny_nl1_time", default_cfg=_cfg("nl1"))
 def c2d_tiny_nl1_time(**kwargs: Any) -> nn.Module:
     """Tiny C2D + 1 time-only non-local block in res4 (Table 2d time-only)."""
     kwargs.setdefault("mode", "time")

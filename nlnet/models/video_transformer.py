@@ -174,13 +174,31 @@ class VideoTransformer(nn.Module):
                     nn.init.trunc_normal_(m.weight, std=0.02)
                     nn.init.zeros_(m.bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _tokens(self, x: Tensor) -> Tensor:
         check_input(x, 5, self.in_channels)
         x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, T'H'W', D), row-major (t, y, x)
         cls = self.cls_token.expand(x.shape[0], -1, -1)
-        x = torch.cat([cls, x], dim=1) + self.pos_embed.pos_embed  # (B, 1 + N, D)
-        x = self.norm(self.blocks(self.pos_drop(x)))
+        return self.pos_drop(torch.cat([cls, x], dim=1) + self.pos_embed.pos_embed)
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """All tokens after the final LayerNorm ``(B, 1 + T'H'W', D)`` (class token first)."""
+        return self.norm(self.blocks(self._tokens(x)))
+
+    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
+        """The patch tokens after each block as maps ``(B, D, T', H', W')`` (``block0`` ..)."""
+        x = self._tokens(x)
+        out = {}
+        for i, block in enumerate(self.blocks):
+            x = block(x)
+            out[f"block{i}"] = x[:, 1:].transpose(1, 2).unflatten(2, self.grid)
+        return out
+
+    def forward_head(self, x: Tensor) -> Tensor:
+        """The classifier on the class token."""
         return self.head(x[:, 0])
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_head(self.forward_features(x))
 
 
 _TINY_CFG = {
@@ -188,6 +206,8 @@ _TINY_CFG = {
     "input_size": (3, 4, 32, 32),
     "task": "video_classification",
     "family": "video_transformer",
+    "first_conv": "patch_embed",
+    "classifier": ("head",),
     "test_overrides": {"width": 2},
     "test_input_size": (3, 4, 32, 32),
 }

@@ -1,7 +1,8 @@
 """Vision Transformer (ViT) image classifiers assembled from nlnet's own layers.
 
-Dosovitskiy et al., "An Image is Worth 16x16 Words" (ICLR 2021), Sec. 3.1, Eqs. 1-4, as explained
-in the self-attention article ("Patches as tokens", "Permutation equivariance and position"):
+Dosovitskiy et al., "An Image is Worth 16x16 Words" (ICLR 2021), Sec. 3.1, Eqs. 1-4 (patches as
+tokens; the position embedding because self-attention is permutation-equivariant, Vaswani et al.,
+"Attention Is All You Need", NeurIPS 2017, Sec. 3.5):
 
 * Eq. 1: the image is cut into ``P x P`` patches, each linearly projected to ``D`` channels (a
   strided convolution), a learned class token is prepended and a learned position embedding
@@ -29,6 +30,7 @@ from torch import Tensor, nn
 
 from nlnet.layers.attention import MultiheadSelfAttention
 from nlnet.layers.pos_embed import LearnedPositionEmbedding
+from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.registry import register_model
 
 __all__ = [
@@ -191,8 +193,26 @@ class VisionTransformer(nn.Module):
         x = self.blocks(self.pos_drop(x))
         return self.norm(x)
 
+    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
+        """The patch tokens after each encoder block as maps ``(B, D, H/P, W/P)``
+        (``block0`` .. ``block{L-1}``; the class token left out)."""
+        check_image(x, self.in_channels, (self.image_size, self.image_size))
+        grid = (self.image_size // self.patch_size,) * 2
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        x = self.pos_drop(x + self.pos_embed.pos_embed)
+        out = {}
+        for i, block in enumerate(self.blocks):
+            x = block(x)
+            out[f"block{i}"] = x[:, 1:].transpose(1, 2).unflatten(2, grid)
+        return out
+
+    def forward_head(self, x: Tensor) -> Tensor:
+        """The classifier on the class token of :meth:`forward_features` (Eq. 4)."""
+        return self.head(x[:, 0])
+
     def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.forward_features(x)[:, 0])  # Eq. 4: the class token
+        return self.forward_head(self.forward_features(x))
 
 
 # ------------------------------------------------------------------------ torchvision weights
@@ -258,45 +278,61 @@ _VIT_ARCHS = {
 _TINY_VIT = {"hidden_dim": 16, "mlp_dim": 32, "num_layers": 2, "num_heads": 2}
 
 
-def _register_vit(name: str) -> None:
+def _vit(name: str, weights: Any, **kwargs: Any) -> nn.Module:
+    """Build ``name`` of :data:`_VIT_ARCHS`, then load torchvision ``weights`` if given."""
     patch, layers, heads, hidden, mlp = _VIT_ARCHS[name]
     tiny = name == "vit_tiny"
+    cfg = {
+        "image_size": 32 if tiny else 224,
+        "patch_size": patch,
+        "num_layers": layers,
+        "num_heads": heads,
+        "hidden_dim": hidden,
+        "mlp_dim": mlp,
+        "num_classes": 10 if tiny else 1000,
+        **kwargs,
+    }
+    model = VisionTransformer(**cfg)
+    if weights is not None:
+        load_torchvision_vit(model, weights, name)
+    return model
 
-    def builder(weights: Any = None, **kwargs: Any) -> nn.Module:
-        cfg = {
-            "image_size": 32 if tiny else 224,
-            "patch_size": patch,
-            "num_layers": layers,
-            "num_heads": heads,
-            "hidden_dim": hidden,
-            "mlp_dim": mlp,
-            "num_classes": 10 if tiny else 1000,
-            **kwargs,
-        }
-        model = VisionTransformer(**cfg)
-        if weights is not None:
-            load_torchvision_vit(model, weights, name)
-        return model
 
-    builder.__name__ = builder.__qualname__ = name
-    register_model(
-        builder,
-        name=name,
-        description=(
-            "tiny ViT for CPUs (32x32 images, 8x8 patches)"
-            if tiny
-            else f"ViT-{name[4].upper()}/{patch} from nlnet layers (torchvision weights load)"
-        ),
-        default_cfg={
-            "num_classes": 10 if tiny else 1000,
-            "input_size": (3, 32, 32) if tiny else (3, 224, 224),
-            "task": "image_classification",
-            "family": "vit",
-            "test_overrides": {} if tiny else _TINY_VIT,
-            "test_input_size": (3, 32, 32) if tiny else (3, 224, 224),
-        },
+_VIT_CFG = ModelCfg(
+    task="image_classification",
+    num_classes=1000,
+    input_size=(3, 224, 224),
+    first_conv="patch_embed",
+    classifier=("head",),
+    family="vit",
+    test_overrides=_TINY_VIT,
+    test_input_size=(3, 224, 224),
+)
+
+
+@register_model(default_cfg=_VIT_CFG)
+def vit_b_16(weights: Any = None, **kwargs: Any) -> nn.Module:
+    """ViT-B/16 from nlnet layers (torchvision weights load)"""
+    return _vit("vit_b_16", weights, **kwargs)
+
+
+@register_model(default_cfg=_VIT_CFG)
+def vit_b_32(weights: Any = None, **kwargs: Any) -> nn.Module:
+    """ViT-B/32 from nlnet layers (torchvision weights load)"""
+    return _vit("vit_b_32", weights, **kwargs)
+
+
+@register_model(default_cfg=_VIT_CFG)
+def vit_l_16(weights: Any = None, **kwargs: Any) -> nn.Module:
+    """ViT-L/16 from nlnet layers (torchvision weights load)"""
+    return _vit("vit_l_16", weights, **kwargs)
+
+
+@register_model(
+    default_cfg=_VIT_CFG.replace(
+        num_classes=10, input_size=(3, 32, 32), test_overrides={}, test_input_size=(3, 32, 32)
     )
-
-
-for _name in _VIT_ARCHS:
-    _register_vit(_name)
+)
+def vit_tiny(weights: Any = None, **kwargs: Any) -> nn.Module:
+    """tiny ViT for CPUs (32x32 images, 8x8 patches)"""
+    return _vit("vit_tiny", weights, **kwargs)

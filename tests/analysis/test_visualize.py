@@ -103,7 +103,7 @@ def test_cli_works_for_an_image_model(tmp_path):
     from nlnet.models.registry import get_model_entry
 
     entry = get_model_entry("resnet50_nl_coco")
-    overrides = dict(entry.default_cfg.get("test_overrides", {}))
+    overrides = dict(entry.default_cfg.test_overrides)
     model = _write_checkpoint(tmp_path / "img.pt", "resnet50_nl_coco", **overrides)
     assert any(isinstance(m, NonLocal2d) for m in model.modules())
     Image.fromarray(np.full((64, 64, 3), 128, np.uint8)).save(tmp_path / "x.png")

@@ -89,7 +89,7 @@ def test_kinetics_list_loads_in_the_list_dataset_with_shared_class_ids(tmp_path)
     train = build_dataset(cfg, "train")
     assert train.classes == ["abseiling", "air drumming"] and len(train) == 3
     assert [train.video_target(i) for i in range(3)] == [1, 0, 1]
-    val = build_dataset({**cfg, "test_clips": 1}, "val")
+    val = build_dataset(cfg, "val", clips=1)
     assert val.video_target(0) == 0 and val[0] is not None
     with pytest.raises(ValueError, match="not in classes"):
         write_kinetics_list(tmp_path / "train.csv", tmp_path / "x.txt", classes=["abseiling"])

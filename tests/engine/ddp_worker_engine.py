@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin  # noqa: E402
+from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin
 
 
 def make_cfg(out_dir: str, batch_size: int, **over):
@@ -27,7 +24,7 @@ def make_cfg(out_dir: str, batch_size: int, **over):
         "train.ckpt_every": 2,
         "train.device": "cpu",
         "train.progress": False,
-        "train.dropout": 0.0,
+        "model.dropout": 0.0,
         "train.val_split": "val",
         "eval.batch_size": 3,
         "eval.workers": 0,

@@ -23,7 +23,7 @@ def test_defaults_follow_the_paper():
     cfg = Config()
     assert (cfg.optim.lr, cfg.optim.momentum, cfg.optim.weight_decay) == (0.01, 0.9, 1e-4)
     assert cfg.optim.max_iters == 400_000 and cfg.optim.steps == (150_000, 300_000)
-    assert cfg.optim.gamma == 0.1 and cfg.train.dropout == 0.5 and not cfg.train.freeze_bn
+    assert cfg.optim.gamma == 0.1 and cfg.model.dropout == 0.5 and not cfg.train.freeze_bn
     assert cfg.eval.clips == 10 and cfg.train.loss == "ce"
 
 
@@ -38,11 +38,11 @@ def test_base_inheritance_and_overrides(tmp_path):
         tmp_path / "child.yaml", ["optim.lr=0.005", "train.amp=bf16", "optim.steps=[5, 7]"]
     )
     assert cfg.optim.lr == 0.005 and cfg.optim.max_iters == 30 and cfg.optim.steps == (5, 7)
-    assert cfg.data == {"type": "folder", "root": "/videos"}  # dicts merged recursively
+    assert (cfg.data.type, cfg.data.root) == ("folder", "/videos")  # dicts merged recursively
     assert cfg.train.amp == "bf16" and cfg.name == "child" and cfg.output_dir == "runs/child"
-    # free-form sections accept new keys
+    # model.overrides is free-form; data is the task's typed section
     cfg2 = load_config(tmp_path / "child.yaml", ["data.num_frames=8", "model.overrides.width=4"])
-    assert cfg2.data["num_frames"] == 8 and cfg2.model.overrides == {"width": 4}
+    assert cfg2.data.num_frames == 8 and cfg2.model.overrides == {"width": 4}
 
 
 def test_unknown_keys_name_the_key_and_the_valid_ones(tmp_path):
@@ -89,10 +89,10 @@ def test_named_configs_resolve_and_validate():
         assert expected in names
     assert resolve_config_path("kinetics/c2d_r50_nl5").name == "c2d_r50_nl5.yaml"
     k = load_config("kinetics/c2d_r50_nl5")
-    assert k.model.name == "c2d_r50_nl5" and k.data["num_frames"] == 32 and k.data["stride"] == 2
+    assert k.model.name == "c2d_r50_nl5" and k.data.num_frames == 32 and k.data.stride == 2
     long = load_config("kinetics/i3d311_r50_nl5_128f")  # Section 5.1
-    assert long.train.freeze_bn and long.optim.lr == 0.0025 and long.data["num_frames"] == 128
-    assert long.train.batch_size == 2 and long.data["stride"] == 1
+    assert long.train.freeze_bn and long.optim.lr == 0.0025 and long.data.num_frames == 128
+    assert long.train.batch_size == 2 and long.data.stride == 1
     ch = load_config("charades/i3d311_r101_nl5")  # Section 5.2
     assert ch.train.loss == "bce" and ch.model.num_classes == 157 and ch.optim.lr == 0.00125
     assert ch.optim.steps == (75_000, 150_000) and ch.optim.max_iters == 200_000
@@ -109,3 +109,69 @@ def test_save_roundtrip_and_replace(tmp_path):
     assert other.train.batch_size == 3 and cfg.train.batch_size == 8  # frozen copy
     with pytest.raises(AttributeError):
         cfg.optim.lr = 1.0  # type: ignore[misc]
+
+
+# -- the typed data section of each task: a typo is an error when the config loads -------------
+@pytest.mark.parametrize(
+    ("task", "typo", "valid"),
+    [
+        ("video_classification", "data.flp=false", "flip"),
+        ("segmentation", "data.ignore_idx=0", "ignore_index"),
+        ("detection", "data.hflp=0.5", "hflip"),
+    ],
+)
+def test_a_data_key_typo_is_a_config_error_listing_the_valid_keys(task, typo, valid, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(
+        ConfigError, match=rf"unknown config key '{typo.split('=')[0]}'.*\b{valid}\b"
+    ):
+        load_config(None, [f"task={task}", typo, f"output_dir={out}"])
+    (tmp_path / "c.yaml").write_text(f"task: {task}\ndata:\n  {typo[5:].replace('=', ': ')}\n")
+    with pytest.raises(ConfigError, match=valid):
+        load_config(tmp_path / "c.yaml")
+    assert not out.exists()  # checked before anything is written
+
+
+@pytest.mark.parametrize(
+    ("task", "bad", "match"),
+    [
+        ("video_classification", "data.num_frames=0", "data.num_frames: expected a positive"),
+        ("video_classification", "data.type=folders", "data.type: expected one of folder"),
+        ("segmentation", "data.mean=[0.5]", "data.mean/data.std"),
+        ("detection", "data.iou_types=[box]", "data.iou_types: expected some of bbox"),
+        ("detection", "data.hflip=2", r"data.hflip: expected a probability"),
+    ],
+)
+def test_bad_data_values_are_config_errors(task, bad, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [f"task={task}", bad])
+
+
+def test_each_task_gets_its_typed_data_section():
+    from nlnet.data.config import VideoDataConfig
+    from nlnet.engine.tasks.detection import DetectionDataConfig
+    from nlnet.engine.tasks.segmentation import SegmentationDataConfig
+
+    for task, cls in (
+        ("video_classification", VideoDataConfig),
+        ("segmentation", SegmentationDataConfig),
+        ("detection", DetectionDataConfig),
+    ):
+        cfg = load_config(None, [f"task={task}", "data.root=/x"])
+        assert type(cfg.data) is cls and cfg.data.root == "/x"
+        assert config_from_dict(config_to_dict(cfg)).data == cfg.data  # saved and read back
+    with pytest.raises(ConfigError, match="task: expected one of"):
+        load_config(None, ["task=videoclassification"])
+
+
+def test_train_dropout_is_read_as_model_dropout_with_a_deprecation(tmp_path):
+    with pytest.warns(
+        DeprecationWarning, match="'train.dropout' is deprecated; use 'model.dropout'"
+    ):
+        cfg = load_config(None, ["train.dropout=0.2"])
+    assert cfg.model.dropout == 0.2
+    (tmp_path / "old.yaml").write_text("train:\n  dropout: 0.3\n")
+    with pytest.warns(DeprecationWarning):
+        assert load_config(tmp_path / "old.yaml").model.dropout == 0.3
+    with pytest.raises(ConfigError, match="disagree"):
+        config_from_dict({"train": {"dropout": 0.1}, "model": {"dropout": 0.4}})

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-sys.path.insert(0, str(Path(__file__).parent))
-from dense_engine_helpers import dense_cfg, records, run, tiny_data  # noqa: E402
+from dense_engine_helpers import dense_cfg, records, run, tiny_data
 
 from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model  # noqa: E402
 from nlnet.engine.config import replace  # noqa: E402

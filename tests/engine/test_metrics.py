@@ -8,8 +8,6 @@ import pytest
 import torch
 
 from nlnet.engine.metrics import (
-    AverageMeter,
-    SmoothedValue,
     VideoScoreAggregator,
     average_precision,
     mean_average_precision,
@@ -69,13 +67,3 @@ def test_multilabel_aggregation_gives_map():
     agg.update(torch.tensor([[0.9, 0.2], [0.3, 0.7]]), t, torch.tensor([0, 1]))
     m = agg.compute()
     assert m["video_mAP"] == 100.0 and m["clip_mAP"] == 100.0
-
-
-def test_meters():
-    m = AverageMeter()
-    m.update(2.0, n=2)
-    m.update(5.0)
-    assert m.avg == 3.0 and m.reduced_avg() == 3.0
-    s = SmoothedValue(window=2)
-    s.extend([1.0, 3.0, 5.0])
-    assert s.avg == 4.0

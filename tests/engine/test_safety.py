@@ -12,9 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin  # noqa: E402
+from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin
 
 from nlnet.engine.checkpoint import (  # noqa: E402
     CheckpointError,

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).parent))
-from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin  # noqa: E402
+from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin
 
 from nlnet.engine.checkpoint import CheckpointMismatchError, load_checkpoint  # noqa: E402
 from nlnet.engine.config import load_config, replace  # noqa: E402
@@ -34,7 +31,7 @@ def _cfg(tmp_path: Path, name: str = "run", **over):
         "train.ckpt_every": 0,
         "train.device": "cpu",
         "train.progress": False,
-        "train.dropout": 0.5,
+        "model.dropout": 0.5,
         "eval.batch_size": 4,
         "eval.workers": 0,
         "output_dir": str(tmp_path / name),
@@ -92,7 +89,7 @@ def test_runs_are_deterministic_and_workers_do_not_change_the_result(tmp_path):
 
 
 def test_gradient_accumulation_matches_the_large_batch(tmp_path):
-    common = {"optim.max_iters": 6, "train.dropout": 0.0}
+    common = {"optim.max_iters": 6, "model.dropout": 0.0}
     big, _ = _run(_cfg(tmp_path, "big", **common), model=_model(bn=False))
     acc, s = _run(
         _cfg(tmp_path, "acc", **common, **{"train.batch_size": 2, "train.accum_steps": 2}),

@@ -6,7 +6,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from nlnet.functional.nonlocal_op import INSTANTIATIONS, choose_impl, non_local, pairwise_weights
 
-torch.manual_seed(0)
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Each test starts from the same random state (whatever ran before it)."""
+    torch.manual_seed(0)
 
 
 def _tokens(n=37, n_keys=23, d=6, dv=5, lead=(2,), dtype=torch.float64, requires_grad=False):

@@ -8,7 +8,13 @@ import torch
 from nlnet.functional.nonlocal_op import INSTANTIATIONS
 from nlnet.layers.nonlocal_block import NonLocal1d, NonLocal2d, NonLocal3d, NonLocalNd
 
-torch.manual_seed(0)
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Each test starts from the same random state (whatever ran before it)."""
+    torch.manual_seed(0)
+
+
 BLOCKS = {1: NonLocal1d, 2: NonLocal2d, 3: NonLocal3d}
 SIZES = {1: (11,), 2: (7, 9), 3: (3, 5, 7)}  # odd sizes on purpose
 

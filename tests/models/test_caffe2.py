@@ -187,7 +187,7 @@ def test_import_caffe2_command_writes_an_evaluable_checkpoint(tmp_path, capsys):
     ckpt = load_checkpoint(ckpt_path)
     assert ckpt["model_name"] == NAME and ckpt["num_classes"] == 5  # from pred_w
     cfg = config_from_dict(ckpt["config"])  # what `nlnet eval --checkpoint` rebuilds
-    assert cfg.model.name == NAME and cfg.data["num_frames"] == 32 and cfg.eval.clips == 10
+    assert cfg.model.name == NAME and cfg.data.num_frames == 32 and cfg.eval.clips == 10
     model = load_model(ckpt_path).eval()  # the one checkpoint -> model path of eval/predict
     with torch.no_grad():
         assert torch.equal(model(_clip()), src(_clip()))

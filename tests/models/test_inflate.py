@@ -58,7 +58,7 @@ def test_c2d_on_repeated_frame_equals_torchvision_resnet50_exactly():
     with torch.no_grad():
         ref = net2d(frame)
         out = video_net(video)
-        feats = video_net.forward_features(video)
+        feats = video_net.forward_intermediates(video)
         ref_feat = net2d.layer4(
             net2d.layer3(
                 net2d.layer2(net2d.layer1(net2d.maxpool(net2d.relu(net2d.bn1(net2d.conv1(frame))))))
@@ -93,8 +93,8 @@ def test_i3d_interior_frames_match_2d_and_borders_do_not(inflate):
         torch.testing.assert_close(sd3d[k].sum(2), sd2d[k], rtol=1e-13, atol=1e-15)
     frame = torch.randn(1, 3, 1, 32, 32, dtype=torch.float64, generator=gen)
     with torch.no_grad():
-        ref = c2d.forward_features(frame)["res5"][:, :, 0]  # the 2D network on the frame
-        out = i3d.forward_features(frame.expand(-1, -1, 24, -1, -1).contiguous())["res5"]
+        ref = c2d.forward_features(frame)[:, :, 0]  # the 2D network on the frame
+        out = i3d.forward_features(frame.expand(-1, -1, 24, -1, -1).contiguous())
     for t in (11, 12):
         torch.testing.assert_close(out[:, :, t], ref, rtol=1e-10, atol=1e-10)
     for t in (0, 23):  # border frames see zero padding

@@ -253,11 +253,11 @@ def _check_recipe(name: str, cfg, r: dict) -> None:
     got = {
         "num_classes": cfg.model.num_classes,
         "loss": cfg.train.loss,
-        "num_frames": d["num_frames"],
-        "stride": d["stride"],
-        "train_scale": list(d["train_scale"]),
-        "crop": d["crop"],
-        "train_output_size": d.get("train_output_size"),
+        "num_frames": d.num_frames,
+        "stride": d.stride,
+        "train_scale": list(d.train_scale),
+        "crop": d.crop,
+        "train_output_size": d.train_output_size,
         "clips_per_gpu": cfg.train.batch_size * cfg.train.accum_steps,
         "global_batch": cfg.train.batch_size * cfg.train.accum_steps * GPUS,
         "lr": cfg.optim.lr,
@@ -266,10 +266,10 @@ def _check_recipe(name: str, cfg, r: dict) -> None:
         "gamma": cfg.optim.gamma,
         "momentum": cfg.optim.momentum,
         "weight_decay": cfg.optim.weight_decay,
-        "dropout": cfg.train.dropout,
+        "dropout": cfg.model.dropout,
         "freeze_bn": cfg.train.freeze_bn,
-        "test_scale": d["test_scale"],
-        "test_crop": d.get("test_crop"),
+        "test_scale": d.test_scale,
+        "test_crop": d.test_crop,
         "test_clips": cfg.eval.clips,
     }
     want = {k: v for k, v in r.items() if k != "init"}
@@ -277,7 +277,7 @@ def _check_recipe(name: str, cfg, r: dict) -> None:
         f"{k}={got[k]!r} (paper {want[k]!r})" for k in want if got[k] != want[k]
     )
     assert cfg.optim.warmup_iters == 0 and cfg.optim.epochs == 0 and cfg.eval.crops == 1, name
-    assert d.get("flip", True) is True, name
+    assert d.flip is True, name
 
 
 def _check_init(name: str, cfg, r: dict) -> None:
@@ -394,7 +394,7 @@ def test_coco_config_reproduces_its_paper_row(name):
         "max_iters": cfg.optim.max_iters,
         "steps": tuple(cfg.optim.steps),
         "warmup_iters": cfg.optim.warmup_iters,
-        "hflip": cfg.data["hflip"],
+        "hflip": cfg.data.hflip,
     }
     assert got == COCO_1X, name
     assert cfg.optim.warmup_factor == pytest.approx(1 / 3) and cfg.eval.split == "val2017"

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import nlnet.models.registry as registry
+from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.registry import create_model, get_model_entry, list_models, register_model
 from nlnet.models.surgery import non_local_blocks, non_local_paths
 
@@ -16,18 +17,33 @@ FAMILIES = ("resnet3d", "resnet2d", "segmentation")
 
 
 ALL = list_models()
-OURS = [n for n in ALL if get_model_entry(n).default_cfg.get("family") in FAMILIES]
+OURS = [n for n in ALL if get_model_entry(n).default_cfg.family in FAMILIES]
 
 
-def _tiny_input(cfg: dict) -> torch.Tensor:
-    task = cfg.get("task", "video_classification")
-    if "test_input_size" in cfg:
-        return torch.randn(1, *cfg["test_input_size"])
+def _tiny_input(cfg: ModelCfg) -> torch.Tensor:
+    task = cfg.task
+    if cfg.test_input_size:
+        return torch.randn(1, *cfg.test_input_size)
     # 128x128 keeps res5 at 4x4: a res5 block pools its keys to 2x2, more than one key (with a
     # single key the softmax is constant and theta/phi get exactly zero gradient)
     if task == "video_classification":
         return torch.randn(1, 3, 8, 128, 128)
     return torch.randn(1, 3, 64, 64)
+
+
+def _check_contract(model: nn.Module, x: torch.Tensor, cfg: ModelCfg) -> None:
+    """One model contract: forward = head(features); features a tensor; stage maps a dict."""
+    with torch.no_grad():
+        feats = model.forward_features(x)
+        stages = model.forward_intermediates(x)
+        out = model(x)
+        head = model.forward_head(feats)
+    assert isinstance(feats, torch.Tensor) and feats.shape[0] == x.shape[0]
+    assert stages and all(isinstance(v, torch.Tensor) for v in stages.values())
+    assert all(v.dim() == x.dim() and v.shape[0] == x.shape[0] for v in stages.values())
+    if cfg.task == "segmentation":  # the head's logits, upsampled to the input by forward
+        head = torch.nn.functional.interpolate(head, size=x.shape[-2:], mode="bilinear")
+    torch.testing.assert_close(out, head)
 
 
 def test_registry_contents():
@@ -40,7 +56,12 @@ def test_registry_contents():
     }  # fmt: skip
     assert expected <= set(ALL)
     assert ALL == sorted(ALL)
-    assert list_models("r101") == [n for n in ALL if "r101" in n]
+    assert list_models("*r101*") == [n for n in ALL if "r101" in n]
+    assert list_models("c2d_r50_nl?") == ["c2d_r50_nl1", "c2d_r50_nl5"]  # fnmatch, not substring
+    assert list_models("r101") == []
+    assert list_models(["i3d_r50*", "c2d_r101"], exclude="*nl10") == [
+        "c2d_r101", "i3d_r50", "i3d_r50_nl5"
+    ]  # fmt: skip
     for name in ALL:
         assert get_model_entry(name).description
 
@@ -50,18 +71,19 @@ DETECTION_TASKS = ("instance_segmentation", "keypoints")
 
 
 @pytest.mark.parametrize(
-    "name", [n for n in ALL if get_model_entry(n).default_cfg.get("task") not in DETECTION_TASKS]
+    "name", [n for n in ALL if get_model_entry(n).default_cfg.task not in DETECTION_TASKS]
 )
 def test_tiny_forward_backward_every_parameter_gets_a_gradient(name):
     """Same topology at a narrow width (``test_overrides``), 5 classes, one backward pass."""
     torch.manual_seed(0)
     cfg = get_model_entry(name).default_cfg
-    model = create_model(name, num_classes=5, **cfg.get("test_overrides", {}))
+    model = create_model(name, num_classes=5, **cfg.test_overrides)
     for _, block in non_local_blocks(model):  # gamma = 0 would zero the block's gradients
         nn.init.ones_(block.norm.weight)
     x = _tiny_input(cfg)
-    out = model(x)
-    if cfg.get("task") == "segmentation":
+    _check_contract(model.eval(), x, cfg)
+    out = model.train()(x)
+    if cfg.task == "segmentation":
         assert out.shape == (1, 5, *x.shape[-2:])
     else:
         assert out.shape == (1, 5)
@@ -74,15 +96,19 @@ def test_tiny_forward_backward_every_parameter_gets_a_gradient(name):
             assert p.grad.abs().sum() > 0, f"{bname}.{pname}"
 
 
-@pytest.mark.parametrize("name", [n for n in OURS if "_nl" in n])
+BLOCK_NAMES = [n for n in OURS if "_nl" in n]
+
+
+@pytest.mark.parametrize("name", BLOCK_NAMES)
 def test_names_say_where_the_blocks_are(name):
     with torch.device("meta"):
         model = create_model(name)
     blocks = [n.removesuffix(".non_local") for n, _ in non_local_blocks(model)]
     cfg = get_model_entry(name).default_cfg
-    if cfg["task"] == "video_classification":
+    _check_cfg_facts(model, cfg)
+    if cfg.task == "video_classification":
         layers = (3, 4, 6, 3) if "_r50" in name else (3, 4, 23, 3)
-        assert blocks == non_local_paths(cfg["blocks"], layers)
+        assert blocks == non_local_paths(cfg.blocks, layers)
         count = name.rsplit("_nl", 1)[1]
         if count.isdigit():
             assert len(blocks) == int(count)
@@ -127,20 +153,39 @@ def test_unknown_name_and_duplicate_registration():
         register_model(lambda **kw: nn.Identity(), name="c2d_r50")
 
 
-def test_register_model_decorator_forms():
-    try:
+def test_register_model_needs_a_typed_default_cfg():
+    with pytest.raises(TypeError, match="needs a default_cfg"):
 
         @register_model
         def _tmp_bare(**kwargs):
-            """A bare registration."""
+            return nn.Linear(2, 3)
+
+    with pytest.raises(TypeError, match=r"unknown key\(s\) \['hflp'\]"):
+        register_model(lambda: None, name="_tmp_typo", default_cfg={**_CFG, "hflp": 1})
+    with pytest.raises(ValueError, match="input_size"):
+        register_model(lambda: None, name="_tmp_size", default_cfg={**_CFG, "input_size": (3,)})
+    assert "_tmp_bare" not in registry._REGISTRY and "_tmp_typo" not in registry._REGISTRY
+
+
+_CFG = {"task": "x", "num_classes": 4, "input_size": (3, 1, 2)}
+
+
+def test_register_model_decorator_forms():
+    try:
+
+        @register_model(default_cfg=_CFG)
+        def _tmp_bare(**kwargs):
+            """A registration with the description from the docstring."""
             return nn.Linear(2, kwargs.get("num_classes", 3))
 
-        @register_model(description="with args", default_cfg={"task": "x", "num_classes": 4})
+        @register_model(description="with args", default_cfg=ModelCfg(**_CFG))
         def _tmp_args(**kwargs):
             return nn.Linear(2, kwargs.get("num_classes", 4))
 
-        assert get_model_entry("_tmp_bare").description == "A bare registration."
-        assert get_model_entry("_tmp_args").default_cfg["num_classes"] == 4
+        desc = get_model_entry("_tmp_bare").description
+        assert desc == "A registration with the description from the docstring."
+        cfg = get_model_entry("_tmp_args").default_cfg
+        assert (cfg.num_classes, cfg.input_kind, cfg.mean) == (4, "image", (0.485, 0.456, 0.406))
         assert create_model("_tmp_bare", num_classes=6).out_features == 6
         assert create_model("_tmp_args").out_features == 4
         assert "_tmp_args" in list_models()
@@ -161,3 +206,43 @@ def test_cli_prints_the_table(capsys):
     assert out[1].split()[1] == "24.46M"  # 24.33M C2D R50 + one block with 256 channels
     assert command.main(parser.parse_args(["--filter", "nothing_like_this"])) == 1
     assert "nlnet models" in command.EXAMPLES
+
+
+# -- registry-wide contract (timm's test_models.py is the example) ------------------------------
+@pytest.mark.parametrize("name", ALL)
+def test_every_name_is_one_grepable_builder_with_a_valid_cfg(name):
+    import inspect
+
+    entry = get_model_entry(name)
+    assert entry.builder.__name__ == name, "one decorated function per name, named after it"
+    source = inspect.getsource(inspect.getmodule(entry.builder))
+    assert f"def {name}(" in source
+    cfg = entry.default_cfg
+    assert isinstance(cfg, ModelCfg) and cfg.family and cfg.first_conv and cfg.classifier
+    assert cfg.input_kind == ("clip" if len(cfg.input_size) == 4 else "image")
+    assert cfg["task"] == cfg.get("task") == cfg.task and "classifier" in cfg  # as a mapping
+    assert len(cfg.mean) == len(cfg.std) == cfg.input_size[0]
+
+
+def _check_cfg_facts(model: nn.Module, cfg: ModelCfg) -> None:
+    """The model's first convolution and classifier are where its ModelCfg says."""
+    first = model.get_submodule(cfg.first_conv)
+    head = model.get_submodule(cfg.classifier[0])
+    for path in cfg.classifier[1:]:
+        model.get_submodule(path)
+    first = next(m for m in first.modules() if isinstance(m, (nn.Conv2d, nn.Conv3d)))
+    assert first.in_channels == cfg.input_size[0]
+    assert first.weight.dim() == len(cfg.input_size) + 1 or cfg.input_kind == "clip"
+    if cfg.task in ("video_classification", "image_classification", "segmentation"):
+        last = [m for m in head.modules() if isinstance(m, (nn.Linear, nn.Conv2d, nn.Conv3d))][-1]
+        out = last.out_features if isinstance(last, nn.Linear) else last.out_channels
+        assert out == cfg.num_classes
+
+
+# the named block placements are built full size on meta (and checked) above
+@pytest.mark.parametrize("name", [n for n in ALL if n not in BLOCK_NAMES])
+def test_every_model_builds_full_size_on_meta_as_its_cfg_says(name):
+    cfg = get_model_entry(name).default_cfg
+    with torch.device("meta"):
+        model = create_model(name)
+    _check_cfg_facts(model, cfg)

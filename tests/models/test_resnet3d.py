@@ -14,8 +14,8 @@ from nlnet.models.resnet3d import Bottleneck3d, ResNet3d, inflation_pattern
 VIDEO_MODELS = [
     n
     for n in list_models()
-    if get_model_entry(n).default_cfg["task"].startswith("video")
-    and get_model_entry(n).default_cfg.get("family") == "resnet3d"
+    if get_model_entry(n).default_cfg.task.startswith("video")
+    and get_model_entry(n).default_cfg.family == "resnet3d"
 ]
 
 # Table 1, 32x224x224 input: (channels, T, H, W) of every stage output.
@@ -34,8 +34,8 @@ TABLE1 = {
 def test_table1_stage_shapes_full_size_on_meta(name):
     with torch.device("meta"):
         model = create_model(name)
-        feats = model.forward_features(torch.empty(1, 3, 32, 224, 224))
-        logits = model.forward_head(feats["res5"])
+        feats = model.forward_intermediates(torch.empty(1, 3, 32, 224, 224))
+        logits = model.forward_head(model.forward_features(torch.empty(1, 3, 32, 224, 224)))
     assert {k: tuple(v.shape[1:]) for k, v in feats.items()} == TABLE1
     assert tuple(logits.shape) == (1, 400)
 
@@ -108,8 +108,9 @@ def test_forward_equals_head_of_features_and_num_classes():
     torch.manual_seed(0)
     m = ResNet3d((1, 1, 1, 1), num_classes=7, width=4).eval()
     x = torch.randn(2, 3, 8, 32, 32)
-    feats = m.forward_features(x)
-    torch.testing.assert_close(m(x), m.forward_head(feats["res5"]))
+    feats = m.forward_intermediates(x)
+    torch.testing.assert_close(m.forward_features(x), feats["res5"])
+    torch.testing.assert_close(m(x), m.forward_head(m.forward_features(x)))
     assert m(x).shape == (2, 7)
     assert list(feats) == ["conv1", "pool1", "res2", "pool2", "res3", "res4", "res5"]
 
@@ -117,7 +118,7 @@ def test_forward_equals_head_of_features_and_num_classes():
 def test_temporal_strides_one_keeps_frames():
     m = ResNet3d((1, 1, 1, 1), 3, width=4, temporal_strides=(1, 1, 1))
     feats = m.eval().forward_features(torch.randn(1, 3, 3, 32, 32))
-    assert feats["res5"].shape[2] == 3
+    assert feats.shape[2] == 3
     assert isinstance(m.pool2, nn.Identity)
 
 

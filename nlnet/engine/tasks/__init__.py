@@ -26,6 +26,7 @@ __all__ = [
     "compute_loss",
     "get_task",
     "register_task",
+    "task_class",
 ]
 
 
@@ -42,9 +43,11 @@ class Task(Protocol):
     ``evaluate(model, dataset, cfg, device, amp, progress, desc)``: a metrics dict.
     ``metadata(cfg, dataset)``: ``class_names`` and ``preprocessing`` stored in checkpoints.
     ``summary(metrics)``: one line for the console.
+    ``data_config`` (class attribute): the frozen dataclass of the config's ``data`` section.
     """
 
     name: str
+    data_config: type
 
     def build_dataset(self, cfg: Any, split: str, mode: str) -> Dataset: ...
     def num_classes(self, dataset: Any) -> int | None: ...
@@ -72,18 +75,37 @@ def register_task(name: str, factory: str | Callable[..., Task]) -> None:
     _TASKS[name] = factory
 
 
-def get_task(cfg: Any, collate_fn: Callable | None = None) -> Task:
-    """The task named by ``cfg.task`` (``collate_fn`` replaces its batch collation)."""
-    if cfg.task not in _TASKS:
-        from nlnet.engine.config import ConfigError
-
-        raise ConfigError(f"task: expected one of {', '.join(sorted(_TASKS))}, got {cfg.task!r}")
-    factory = _TASKS[cfg.task]
+def _factory(name: str) -> Callable[..., Task]:
+    if name not in _TASKS:
+        raise KeyError(f"task: expected one of {', '.join(sorted(_TASKS))}, got {name!r}")
+    factory = _TASKS[name]
     if isinstance(factory, str):
         module, attr = factory.split(":")
         factory = importlib.import_module(module)
         for part in attr.split("."):  # "module:Class.from_config"
             factory = getattr(factory, part)
+    return factory
+
+
+def task_class(name: str) -> type:
+    """The class of the task registered as ``name`` (``KeyError`` naming the known tasks).
+
+    Its ``data_config`` attribute, when present, is the frozen dataclass of the config's
+    ``data`` section (read and checked when the config loads).
+    """
+    factory = _factory(name)
+    owner = getattr(factory, "__self__", factory)  # "Class.from_config": the class
+    return owner if isinstance(owner, type) else type(owner)
+
+
+def get_task(cfg: Any, collate_fn: Callable | None = None) -> Task:
+    """The task named by ``cfg.task`` (``collate_fn`` replaces its batch collation)."""
+    try:
+        factory = _factory(cfg.task)
+    except KeyError as exc:
+        from nlnet.engine.errors import ConfigError
+
+        raise ConfigError(str(exc.args[0])) from None
     task = factory(cfg)
     if collate_fn is not None:
         task.collate = collate_fn

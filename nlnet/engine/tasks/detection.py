@@ -14,6 +14,7 @@ import contextlib
 import io
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from nlnet.engine.checkpoint import unwrap_model
 from nlnet.engine.errors import DataError
 
 __all__ = [
+    "DetectionDataConfig",
     "DetectionTask",
     "coco_evaluate",
     "default_iou_types",
@@ -128,9 +130,60 @@ def coco_evaluate(
     return out
 
 
-def _data(cfg: Any) -> Mapping[str, Any]:
+_IOU_TYPES = ("bbox", "segm", "keypoints")
+
+
+@dataclass(frozen=True)
+class DetectionDataConfig:
+    """The ``data`` section of ``task: detection`` (COCO-format files, Section 6).
+
+    Attributes:
+        root: dataset folder (``annotations/instances_<split>.json`` and the images).
+        images: image folder of a split under ``root`` (``{split}`` is replaced).
+        iou_types: what to load and evaluate (``bbox``, ``segm``, ``keypoints``); ``None``:
+            from the model (``bbox`` + ``segm`` for Mask R-CNN, ``bbox`` + ``keypoints`` for
+            Keypoint R-CNN).
+        hflip: probability of a horizontal flip of a training image (0.5 in Detectron's recipe).
+        keep_empty: keep training images without objects.
+        train_split: split trained on by :meth:`DetectionTask.build_datasets`.
+        val_split: split validated on by :meth:`DetectionTask.build_datasets`.
+    """
+
+    root: str | None = None
+    images: str = "{split}/images"
+    iou_types: tuple[str, ...] | None = None
+    hflip: float = 0.0
+    keep_empty: bool = True
+    train_split: str = "train"
+    val_split: str = "val"
+
+    def __post_init__(self) -> None:
+        if self.iou_types is not None:
+            bad = [t for t in self.iou_types if t not in _IOU_TYPES]
+            if bad or not self.iou_types:
+                raise ValueError(
+                    f"data.iou_types: expected some of {', '.join(_IOU_TYPES)}, got "
+                    f"{list(self.iou_types)!r}"
+                )
+            object.__setattr__(self, "iou_types", tuple(self.iou_types))
+        if not 0.0 <= float(self.hflip) <= 1.0:
+            raise ValueError(f"data.hflip: expected a probability in [0, 1], got {self.hflip!r}")
+        if "{split}" not in self.images:
+            raise ValueError(
+                f"data.images: expected a template with {{split}}, got {self.images!r}"
+            )
+
+
+def _data(cfg: Any) -> DetectionDataConfig:
+    """The typed data section of an engine config (or of ``{"data": {...}}``)."""
     data = cfg.get("data", cfg) if isinstance(cfg, Mapping) else getattr(cfg, "data", cfg)
-    return data if isinstance(data, Mapping) else vars(data)
+    if isinstance(data, DetectionDataConfig):
+        return data
+    known = {f.name for f in fields(DetectionDataConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"data: unknown key(s) {unknown}; valid keys: {', '.join(sorted(known))}")
+    return DetectionDataConfig(**data)
 
 
 def default_iou_types(model_name: str | None) -> tuple[str, ...]:
@@ -139,7 +192,7 @@ def default_iou_types(model_name: str | None) -> tuple[str, ...]:
     from nlnet.models.registry import get_model_entry
 
     try:
-        task = get_model_entry(model_name).default_cfg.get("task") if model_name else None
+        task = get_model_entry(model_name).default_cfg.task if model_name else None
     except ValueError:
         task = None
     return ("bbox", "keypoints") if task == "keypoints" else ("bbox", "segm")
@@ -170,6 +223,7 @@ class DetectionTask:
     """
 
     name = "detection"
+    data_config = DetectionDataConfig
 
     def __init__(
         self, iou_types: Sequence[str] = ("bbox", "segm"), *, hflip: float = 0.0,
@@ -195,18 +249,19 @@ class DetectionTask:
     @classmethod
     def from_config(cls, cfg: Any) -> DetectionTask:
         """The task of an engine config (``data.iou_types``, ``data.hflip``, ``data.keep_empty``)."""
-        data = _data(cfg)
         try:
+            data = _data(cfg)
             return cls(
-                tuple(data.get("iou_types") or default_iou_types(cfg.model.name)),
-                hflip=float(data.get("hflip", 0.0)),
-                keep_empty=bool(data.get("keep_empty", True)),
-                images=str(data.get("images", "{split}/images")),
+                data.iou_types or default_iou_types(cfg.model.name),
+                hflip=data.hflip,
+                keep_empty=data.keep_empty,
+                images=data.images,
             )
         except ValueError as exc:
-            from nlnet.engine.config import ConfigError
+            from nlnet.engine.errors import ConfigError
 
-            raise ConfigError(f"data.{exc}") from None
+            msg = str(exc)
+            raise ConfigError(msg if msg.startswith("data") else f"data.{msg}") from None
 
     # -- data -----------------------------------------------------------------------------------
     def dataset(self, root: str | os.PathLike, split: str, mode: str = "test") -> CocoDataset:
@@ -226,7 +281,7 @@ class DetectionTask:
     def build_dataset(self, cfg: Any, split: str, mode: str = "train") -> CocoDataset:
         """The :class:`CocoDataset` of ``split``; a missing folder/file or an empty split is a
         :class:`~nlnet.engine.errors.DataError`."""
-        root = _data(cfg).get("root")
+        root = _data(cfg).root
         if root is None:
             raise DataError("data.root: expected the dataset folder (COCO json + images)")
         try:
@@ -243,8 +298,8 @@ class DetectionTask:
         """Train and validation sets from ``cfg.data`` (``root``, ``train_split``, ``val_split``)."""
         data = _data(cfg)
         return (
-            self.build_dataset(cfg, data.get("train_split", "train"), "train"),
-            self.build_dataset(cfg, data.get("val_split", "val"), "test"),
+            self.build_dataset(cfg, data.train_split, "train"),
+            self.build_dataset(cfg, data.val_split, "test"),
         )
 
     def num_classes(self, dataset: Any) -> int | None:

@@ -10,7 +10,8 @@ pixels of true class ``t`` predicted as ``p`` (pixels labelled ``ignore_index`` 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from nlnet.data.segmentation import SegmentationFolder, collate_segmentation
 from nlnet.engine.errors import DataError
 
 __all__ = [
+    "SegmentationDataConfig",
     "SegmentationTask",
     "confusion_matrix",
     "iou_from_confusion",
@@ -83,6 +85,48 @@ def segmentation_metrics(
     return out
 
 
+@dataclass(frozen=True)
+class SegmentationDataConfig:
+    """The ``data`` section of ``task: segmentation``.
+
+    Attributes:
+        root: dataset folder holding ``<split>/images`` and ``<split>/masks``.
+        train_split: split trained on by :meth:`SegmentationTask.build_datasets`.
+        val_split: split validated on by :meth:`SegmentationTask.build_datasets`.
+        ignore_index: mask value excluded from the loss and the metrics.
+        mean: per-channel normalisation mean on the [0, 1] scale.
+        std: per-channel normalisation standard deviation on the [0, 1] scale.
+    """
+
+    root: str | None = None
+    train_split: str = "train"
+    val_split: str = "val"
+    ignore_index: int = 255
+    mean: tuple[float, ...] = (0.5, 0.5, 0.5)
+    std: tuple[float, ...] = (0.25, 0.25, 0.25)
+
+    def __post_init__(self) -> None:
+        if len(self.mean) != len(self.std) or any(v <= 0 for v in self.std):
+            raise ValueError(
+                f"data.mean/data.std: expected one value per channel, std > 0, got "
+                f"{self.mean!r}, {self.std!r}"
+            )
+        object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
+        object.__setattr__(self, "std", tuple(float(v) for v in self.std))
+
+
+def _data(cfg: Any) -> SegmentationDataConfig:
+    """The typed data section of an engine config (or of ``{"data": {...}}``)."""
+    data = cfg.get("data", cfg) if isinstance(cfg, Mapping) else getattr(cfg, "data", cfg)
+    if isinstance(data, SegmentationDataConfig):
+        return data
+    known = {f.name for f in fields(SegmentationDataConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"data: unknown key(s) {unknown}; valid keys: {', '.join(sorted(known))}")
+    return SegmentationDataConfig(**data)
+
+
 class SegmentationTask:
     """Semantic segmentation for the engine: image + mask folders, cross-entropy, mIoU.
 
@@ -99,6 +143,7 @@ class SegmentationTask:
     """
 
     name = "segmentation"
+    data_config = SegmentationDataConfig
 
     def __init__(
         self,
@@ -124,22 +169,21 @@ class SegmentationTask:
     def from_config(cls, cfg: Any) -> SegmentationTask:
         """The task of an engine config (``model.num_classes``, ``class_names``, ``data``)."""
         if cfg.model.num_classes is None:
-            from nlnet.engine.config import ConfigError
+            from nlnet.engine.errors import ConfigError
 
             raise ConfigError("model.num_classes: segmentation needs the number of pixel classes")
-        data = cfg.data
+        data = _data(cfg)
         return cls(
             cfg.model.num_classes,
             cfg.class_names,
-            ignore_index=int(data.get("ignore_index", 255)),
-            mean=data.get("mean", (0.5, 0.5, 0.5)),
-            std=data.get("std", (0.25, 0.25, 0.25)),
+            ignore_index=data.ignore_index,
+            mean=data.mean,
+            std=data.std,
         )
 
     def build_dataset(self, cfg: Any, split: str, mode: str = "train") -> Dataset:
         """The :class:`SegmentationFolder` of ``split`` (bad files skipped and counted)."""
-        data = cfg.data if hasattr(cfg, "data") else cfg.get("data", cfg)
-        root = data.get("root")
+        root = _data(cfg).root
         if root is None:
             raise DataError("data.root: expected the dataset folder (root/<split>/{images,masks})")
         try:
@@ -152,10 +196,10 @@ class SegmentationTask:
 
     def build_datasets(self, cfg: Any) -> tuple[Dataset, Dataset]:
         """Train and validation folders (``data.train_split``/``val_split``, default train/val)."""
-        data = cfg.data if hasattr(cfg, "data") else cfg.get("data", cfg)
+        data = _data(cfg)
         return (
-            self.build_dataset(cfg, data.get("train_split", "train")),
-            self.build_dataset(cfg, data.get("val_split", "val"), "test"),
+            self.build_dataset(cfg, data.train_split),
+            self.build_dataset(cfg, data.val_split, "test"),
         )
 
     def num_classes(self, dataset: Any) -> int | None:

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from nlnet.data.config import Preprocessing, VideoDataConfig
 from nlnet.engine.errors import DataError
 from nlnet.engine.tasks import compute_loss
 
@@ -22,6 +23,7 @@ class VideoClassificationTask:
     """
 
     name = "video_classification"
+    data_config = VideoDataConfig
 
     def __init__(self, cfg: Any) -> None:
         from nlnet.data.datasets import collate_skip_bad
@@ -34,9 +36,10 @@ class VideoClassificationTask:
         without one usable video is a :class:`DataError` naming the cause."""
         from nlnet.data.datasets import build_dataset
 
-        data = {**cfg.data, "test_clips": cfg.eval.clips, "test_crops": cfg.eval.crops}
         try:
-            dataset = build_dataset(data, split, mode=mode)
+            dataset = build_dataset(
+                cfg.data, split, mode=mode, clips=cfg.eval.clips, crops=cfg.eval.crops
+            )
         except (ValueError, FileNotFoundError) as exc:
             raise DataError(f"data (split {split!r}): {exc}") from None
         reason = dataset.unusable_reason()
@@ -91,21 +94,12 @@ class VideoClassificationTask:
         )
 
     def metadata(self, cfg: Any, dataset: Any) -> dict[str, Any]:
-        """Class names (config, else the dataset's) and the test-time preprocessing."""
-        from nlnet.data.datasets import DATASET_DEFAULTS
-
+        """Class names (config, else the dataset's) and the test-time preprocessing
+        (:class:`~nlnet.data.config.Preprocessing` of the data config)."""
         names = cfg.class_names or getattr(dataset, "classes", None)
         if names is not None and len(names) != cfg.model.num_classes:
             names = None
-        d = {**DATASET_DEFAULTS, **cfg.data}
-        prep = {
-            "mean": [float(v) for v in d["mean"]],
-            "std": [float(v) for v in d["std"]],
-            "num_frames": int(d["num_frames"]),
-            "stride": int(d["stride"]),
-            "size": d["test_scale"],
-            "crop": d["test_crop"],
-        }
+        prep = Preprocessing.from_data(VideoDataConfig.from_mapping(cfg.data)).to_dict()
         return {"class_names": [str(n) for n in names] if names else None, "preprocessing": prep}
 
     def summary(self, metrics: dict[str, Any]) -> str:

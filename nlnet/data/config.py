@@ -1,0 +1,207 @@
+"""The typed ``data`` section of a video-classification config, and the preprocessing it implies.
+
+:class:`VideoDataConfig` is the one home of the video data keys: the YAML ``data:`` section of
+``task: video_classification`` is read into it when the config loads (an unknown key is a config
+error listing the valid ones), :func:`nlnet.data.build_dataset` takes it, and
+:class:`Preprocessing` -- what a checkpoint stores so that a clip can be prepared again at test
+time -- is derived from it.  The defaults follow "Non-local Neural Networks" (Wang et al.,
+CVPR 2018, arXiv:1711.07971), Section 4.1: 32-frame clips with a temporal stride of 2, a random
+shorter side in [256, 320] and a 224 crop for training, fully-convolutional testing on a 256
+shorter side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["VideoDataConfig", "Preprocessing", "VIDEO_EXTENSIONS", "DATA_TYPES"]
+
+VIDEO_EXTENSIONS: tuple[str, ...] = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v")
+#: Dataset layouts: class folders, a list file of ``path label``, a multi-label list (Charades).
+DATA_TYPES: tuple[str, ...] = ("folder", "list", "multilabel")
+_BACKENDS = ("pyav", "torchcodec", "auto")
+_IMAGENET_MEAN = (0.485, 0.456, 0.406)
+_IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def _positive(name: str, value: Any, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"data.{name}: expected a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class VideoDataConfig:
+    """The ``data`` section of ``task: video_classification`` (Sections 4.1, 5.1, 5.2).
+
+    Attributes:
+        type: ``"folder"`` (``root/<split>/<class>/video``), ``"list"`` (annotation file of
+            ``path label`` lines) or ``"multilabel"`` (``path l1,l2,...``, Charades); required
+            to build a dataset.
+        root: dataset root (folder: required; lists: base of relative paths).
+        annotations: lists: a file per split (``{split: file}``) or a template with
+            ``{split}``; relative to ``root``.
+        classes: class names, or the path of a class-index file (.txt or .json).
+        num_classes: class count when no class-index file names them (default: largest
+            label + 1 over the annotation files).
+        num_frames: clip length T (32; 128 in Section 5.1).
+        stride: temporal stride between sampled frames (2).
+        train_scale: range of the random shorter side in training ((256, 320)).
+        crop: training crop size (224).
+        train_output_size: resize the training crop to this size (Charades: 288).
+        flip: random horizontal flip in training.
+        test_scale: shorter side at test time (256; Charades: 320).
+        test_crop: ``None``: the full frame (fully-convolutional testing); else a crop size.
+        mean: per-channel normalisation mean on the [0, 1] scale (ImageNet's).
+        std: per-channel normalisation standard deviation on the [0, 1] scale.
+        backend: decoder, ``"pyav"``, ``"torchcodec"`` or ``"auto"``.
+        min_frames: videos with fewer frames are bad (``None``: ``num_frames``).
+        cache: ``True``: a JSON frame-count index next to the data; ``False``: memory only;
+            or the path of the JSON file.
+        seed: ``None``: augmentation from the global generator; an int: per (seed, epoch, item).
+        extensions: video file extensions of the folder layout.
+        decode_threads: FFmpeg threads per decoder.
+        index_workers: threads probing frame counts (0: in the calling thread).
+
+    Test-time clip and crop counts are not data keys: they are ``eval.clips``/``eval.crops``.
+    """
+
+    type: str | None = None
+    root: str | None = None
+    annotations: str | dict | None = None
+    classes: str | tuple[str, ...] | None = None
+    num_classes: int | None = None
+    num_frames: int = 32
+    stride: int = 2
+    train_scale: tuple[int, ...] = (256, 320)
+    crop: int | tuple[int, ...] = 224
+    train_output_size: int | tuple[int, ...] | None = None
+    flip: bool = True
+    test_scale: int = 256
+    test_crop: int | tuple[int, ...] | None = None
+    mean: tuple[float, ...] = _IMAGENET_MEAN
+    std: tuple[float, ...] = _IMAGENET_STD
+    backend: str = "pyav"
+    min_frames: int | None = None
+    cache: bool | str = True
+    seed: int | None = None
+    extensions: tuple[str, ...] = VIDEO_EXTENSIONS
+    decode_threads: int = 1
+    index_workers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.type is not None and self.type not in DATA_TYPES:
+            raise ValueError(
+                f"data.type: expected one of {', '.join(DATA_TYPES)}, got {self.type!r}"
+            )
+        if self.backend not in _BACKENDS:
+            raise ValueError(
+                f"data.backend: expected one of {', '.join(_BACKENDS)}, got {self.backend!r}"
+            )
+        for name in ("num_frames", "stride", "test_scale", "decode_threads"):
+            _positive(name, getattr(self, name))
+        for name in ("num_classes", "min_frames"):
+            _positive(name, getattr(self, name), allow_none=True)
+        if isinstance(self.index_workers, bool) or self.index_workers < 0:
+            raise ValueError(f"data.index_workers: expected >= 0, got {self.index_workers!r}")
+        scale = tuple(self.train_scale)
+        if len(scale) != 2 or not 0 < scale[0] <= scale[1]:
+            raise ValueError(f"data.train_scale: expected [low, high], got {self.train_scale!r}")
+        if len(self.mean) != len(self.std) or not self.mean:
+            raise ValueError(
+                f"data.mean/data.std: expected one value per channel each, got {self.mean!r}, "
+                f"{self.std!r}"
+            )
+        if any(s <= 0 for s in self.std):
+            raise ValueError(f"data.std: expected positive values, got {self.std!r}")
+        set_ = object.__setattr__  # frozen: normalise sequences to tuples once
+        for name in ("train_scale", "mean", "std", "extensions"):
+            set_(self, name, tuple(getattr(self, name)))
+        if isinstance(self.classes, list):
+            set_(self, "classes", tuple(self.classes))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | VideoDataConfig | None) -> VideoDataConfig:
+        """From a plain dict (``ValueError`` naming unknown keys and listing the valid ones)."""
+        if isinstance(values, VideoDataConfig):
+            return values
+        if values is not None and not isinstance(values, Mapping):
+            raise TypeError(f"data: expected a mapping, got {type(values).__name__}")
+        values = dict(values or {})
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(
+                f"data: unknown key(s) {unknown}; valid keys: {', '.join(sorted(known))}"
+            )
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> VideoDataConfig:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """How a clip is prepared at test time, stored in checkpoints (``preprocessing``).
+
+    Attributes:
+        mean: per-channel mean on the [0, 1] scale.
+        std: per-channel standard deviation on the [0, 1] scale.
+        num_frames: clip length (``None`` for image tasks).
+        stride: temporal stride (``None`` for image tasks).
+        size: shorter side the frames are resized to (``None``: kept).
+        crop: centre-crop size (``None``: the whole resized frame).
+    """
+
+    mean: tuple[float, ...] = _IMAGENET_MEAN
+    std: tuple[float, ...] = _IMAGENET_STD
+    num_frames: int | None = None
+    stride: int | None = None
+    size: int | None = None
+    crop: int | tuple[int, ...] | None = None
+
+    @classmethod
+    def from_data(cls, data: VideoDataConfig) -> Preprocessing:
+        """The test-time preprocessing of a video data config (Section 4.1, "Inference")."""
+        return cls(data.mean, data.std, data.num_frames, data.stride, data.test_scale,
+                   data.test_crop)  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> Preprocessing:
+        """From a checkpoint's ``preprocessing`` dict (keys it does not know are ignored)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in values.items() if k in known}
+        for key in ("mean", "std"):
+            if key in kw:
+                kw[key] = tuple(float(v) for v in kw[key])
+        return cls(**kw)
+
+    def clip_options(self) -> dict[str, Any]:
+        """The test-mode :class:`~nlnet.data.datasets.VideoClipDataset` keyword arguments."""
+        if self.num_frames is None:
+            raise ValueError("preprocessing: no num_frames stored (not a video model)")
+        return {
+            "num_frames": self.num_frames,
+            "stride": self.stride or 1,
+            "test_scale": self.size or 256,
+            "test_crop": self.crop,
+            "mean": self.mean,
+            "std": self.std,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists and numbers (``torch.load(weights_only=True)``-safe); the video keys
+        (``num_frames``, ``stride``, ``size``, ``crop``) only when ``num_frames`` is set."""
+        out: dict[str, Any] = {
+            "mean": [float(v) for v in self.mean],
+            "std": [float(v) for v in self.std],
+        }
+        if self.num_frames is not None:
+            crop = list(self.crop) if isinstance(self.crop, Sequence) else self.crop
+            out.update(num_frames=self.num_frames, stride=self.stride, size=self.size, crop=crop)
+        return out

@@ -1,0 +1,155 @@
+"""Config sections as frozen dataclasses: dict <-> dataclass with strict keys and types, and
+the typed ``data`` section each task declares (``Task.data_config``).
+
+Used by :mod:`nlnet.engine.config`; a typo in any key of any section, the task's data section
+included, is a :class:`~nlnet.engine.errors.ConfigError` that names the key and lists the valid
+ones, raised when the config loads (before any run directory exists).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nlnet.engine.errors import ConfigError
+
+__all__ = ["build_section", "build_data_section", "coerce", "data_config_class", "plain"]
+
+
+def type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` (a small subset of typing) and coerce."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(value, arg, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(f"{where}: expected {type_name(tp)}, got {value!r}")
+    if origin is tuple:
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = [value]
+            else:
+                raise ConfigError(f"{where}: expected a list, got {value!r}")
+        (item_tp, *_rest) = typing.get_args(tp)
+        return tuple(coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value))
+    if tp is dict or origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return copy.deepcopy(dict(value))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads "1e-4" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported type {tp}")  # pragma: no cover
+
+
+def build_section(
+    cls: type,
+    data: Mapping[str, Any],
+    path: tuple[str, ...] = (),
+    choices: Mapping[tuple[str, ...], tuple[str, ...]] | None = None,
+) -> Any:
+    """A frozen dataclass ``cls`` from a mapping: unknown keys (listing the valid ones), wrong
+    types and values outside ``choices`` (by dotted path) are :class:`ConfigError`\\ s."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    where = ".".join(path) if path else "config"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = ".".join((*path, str(unknown[0])))
+        raise ConfigError(
+            f"unknown config key {key!r}; valid keys in {where}: {', '.join(sorted(fields))}"
+        )
+    kwargs = {}
+    for name, value in data.items():
+        tp = hints[name]
+        sub_path = (*path, name)
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = build_section(tp, value or {}, sub_path, choices)
+        else:
+            kwargs[name] = coerce(value, tp, ".".join(sub_path))
+        allowed = (choices or {}).get(sub_path)
+        if allowed is not None and kwargs[name] not in allowed:
+            raise ConfigError(
+                f"{'.'.join(sub_path)}: expected one of {', '.join(allowed)}, got {value!r}"
+            )
+    return cls(**kwargs)
+
+
+def plain(value: Any) -> Any:
+    """Plain dicts/lists/scalars of (nested) dataclasses, mappings and sequences."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def data_config_class(task: str) -> type | None:
+    """The typed ``data`` class the task ``task`` declares (``None``: free-form dict)."""
+    from nlnet.engine.tasks import task_class
+
+    try:
+        cls = task_class(task)
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0])) from None
+    return getattr(cls, "data_config", None)
+
+
+def build_data_section(task: str, raw: Any) -> Any:
+    """The ``data`` section as the task's data-config dataclass: unknown keys, wrong types and
+    bad values are config errors naming the key (before any run directory exists)."""
+    if dataclasses.is_dataclass(raw) and not isinstance(raw, type):
+        raw = plain(raw)
+    raw = dict(raw or {})
+    for key, instead in (("test_clips", "eval.clips"), ("test_crops", "eval.crops")):
+        if key in raw:
+            raise ConfigError(f"data.{key}: set {instead} instead (the engine passes it on)")
+    cls = data_config_class(task)
+    if cls is None:
+        return copy.deepcopy(raw)
+    try:
+        return build_section(cls, raw, ("data",))
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(str(exc).splitlines()[0]) from None

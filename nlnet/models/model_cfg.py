@@ -1,0 +1,157 @@
+"""The typed per-model default config of the registry (timm's ``PretrainedCfg`` is the example).
+
+Every registered name carries one :class:`ModelCfg`: the facts about the model that the rest
+of nlnet reads instead of guessing -- which task it serves, the size and normalisation of one
+input sample, where its first convolution and its classifier are, and how the registry-wide
+tests build a narrow copy of it.  A plain ``dict`` given to ``register_model(default_cfg=...)``
+is turned into a :class:`ModelCfg`; an unknown key is a ``TypeError`` at registration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["ModelCfg", "IMAGENET_MEAN", "IMAGENET_STD", "INPUT_KINDS"]
+
+#: ImageNet statistics on the [0, 1] scale (the 2D initialisation of Section 4.1 expects them).
+IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
+IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
+
+#: What one input sample is: ``(C, T, H, W)`` clips or ``(C, H, W)`` images.
+INPUT_KINDS: tuple[str, ...] = ("clip", "image")
+
+
+def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(value or {}))
+
+
+@dataclass(frozen=True)
+class ModelCfg:
+    """Default config of one registered model.
+
+    Attributes:
+        task: what the model's output means: ``"video_classification"``,
+            ``"image_classification"``, ``"segmentation"``, ``"instance_segmentation"``,
+            ``"keypoints"`` (other tasks may add their own word).
+        num_classes: classifier outputs when ``create_model`` is not given ``num_classes``.
+        input_size: one sample, ``(C, T, H, W)`` for video or ``(C, H, W)`` for images.
+        input_kind: ``"clip"`` or ``"image"``; derived from ``len(input_size)`` when empty.
+        mean: per-channel mean on the [0, 1] scale the weights expect.
+        std: per-channel standard deviation on the [0, 1] scale.
+        first_conv: module path of the first convolution (``"conv1"``, ``"patch_embed.proj"``),
+            ``""`` when the model has none worth naming.
+        classifier: module paths of the class-count-dependent layers (``("fc",)``,
+            ``("head",)``; a detector's box and mask predictors), ``()`` if none.
+        family: architecture family (``"resnet3d"``, ``"resnet2d"``, ``"vit"``, ``"swin"``,
+            ``"segmentation"``, ``"detection"``, ``"tiny"``, ...).
+        arch: variant inside the family (``"c2d"``, ``"i3d"``, ``"i3d311"``), ``None`` if none.
+        depth: ResNet depth (50, 101, ...), ``None`` for other families.
+        blocks: non-local placement preset (``"nl5"``, ``"res4"``...), ``None``: no block.
+        new_keys: state-dict key fragments with no 2D counterpart (kept at their
+            initialisation when 2D weights are loaded).
+        torchvision_arch: the torchvision model whose weights ``pretrained_2d`` names refer to;
+            ``None``: ``resnet{depth}`` for ResNet depths, else no torchvision weights.
+        pretrained_2d_arg: builder keyword that takes the 2D weights itself (a detector's
+            backbone), ``None``: ``create_model`` inflates them after building.
+        supports_pretrained: the builder accepts ``pretrained=`` (whole-model weights).
+        weight_meta: facts about loadable weights (tags, source, license); free-form.
+        test_overrides: builder options that make a narrow copy of the same topology for
+            CPU tests (e.g. ``{"width": 4}``).
+        test_input_size: one sample's size for those tests; ``None``: ``input_size``.
+    """
+
+    task: str
+    num_classes: int
+    input_size: tuple[int, ...]
+    input_kind: str = ""
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+    first_conv: str = ""
+    classifier: tuple[str, ...] = ()
+    family: str = ""
+    arch: str | None = None
+    depth: int | None = None
+    blocks: str | None = None
+    new_keys: tuple[str, ...] = ()
+    torchvision_arch: str | None = None
+    pretrained_2d_arg: str | None = None
+    supports_pretrained: bool = False
+    weight_meta: Mapping[str, Any] = field(default_factory=dict)
+    test_overrides: Mapping[str, Any] = field(default_factory=dict)
+    test_input_size: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.task, str) or not self.task:
+            raise ValueError(f"ModelCfg.task: expected a non-empty string, got {self.task!r}")
+        if not isinstance(self.num_classes, int) or self.num_classes < 1:
+            raise ValueError(
+                f"ModelCfg.num_classes: expected a positive int, got {self.num_classes!r}"
+            )
+        size = tuple(int(s) for s in self.input_size)
+        if len(size) not in (3, 4) or min(size) < 1:
+            raise ValueError(
+                f"ModelCfg.input_size: expected (C, H, W) or (C, T, H, W), got {self.input_size!r}"
+            )
+        kind = self.input_kind or ("clip" if len(size) == 4 else "image")
+        if kind not in INPUT_KINDS:
+            raise ValueError(f"ModelCfg.input_kind: expected one of {INPUT_KINDS}, got {kind!r}")
+        if len(self.mean) != size[0] or len(self.std) != size[0]:
+            raise ValueError(
+                f"ModelCfg.mean/std: expected {size[0]} values (one per input channel), "
+                f"got {self.mean!r}, {self.std!r}"
+            )
+        test_size = None if self.test_input_size is None else tuple(self.test_input_size)
+        set_ = object.__setattr__  # frozen: normalise once, here
+        set_(self, "input_size", size)
+        set_(self, "input_kind", kind)
+        set_(self, "mean", tuple(float(m) for m in self.mean))
+        set_(self, "std", tuple(float(s) for s in self.std))
+        set_(self, "new_keys", tuple(self.new_keys))
+        classifier = (self.classifier,) if isinstance(self.classifier, str) else self.classifier
+        set_(self, "classifier", tuple(classifier))
+        set_(self, "weight_meta", _frozen_map(self.weight_meta))
+        set_(self, "test_overrides", _frozen_map(self.test_overrides))
+        set_(self, "test_input_size", test_size)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | ModelCfg) -> ModelCfg:
+        """A :class:`ModelCfg` from a dict (``TypeError`` naming unknown keys) or itself."""
+        if isinstance(values, ModelCfg):
+            return values
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise TypeError(f"default_cfg: unknown key(s) {unknown}; valid keys: {sorted(known)}")
+        return cls(**dict(values))
+
+    def replace(self, **changes: Any) -> ModelCfg:
+        """A copy with ``changes`` applied (``dataclasses.replace``)."""
+        return dataclasses.replace(self, **changes)
+
+    # read-only mapping access, for code written against the former ``default_cfg`` dicts
+    def __getitem__(self, key: str) -> Any:
+        if key not in _FIELDS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in _FIELDS
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``cfg.get("task")`` as on the former dicts (prefer ``cfg.task``)."""
+        return getattr(self, key) if key in _FIELDS else default
+
+    def keys(self) -> tuple[str, ...]:
+        return _FIELDS
+
+    @property
+    def sample_size(self) -> tuple[int, ...]:
+        """``test_input_size`` if set, else ``input_size``: the sample the tests feed."""
+        return self.test_input_size or self.input_size
+
+
+_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelCfg))

@@ -1,0 +1,184 @@
+"""The C2D and I3D video ResNets of Table 1 and Section 4, one registered builder per name.
+
+"Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971). Name scheme
+(``docs/models.md``): ``{arch}_{depth}[_{blocks}]`` with ``arch`` ``c2d`` (Table 1, 2D kernels
+only), ``i3d`` (3x3x3 inflation of one 3x3 kernel in two, conv1 5x7x7) or ``i3d311`` (the first
+1x1 kernel inflated to 3x1x1); ``depth`` ``r50`` / ``r101``; ``blocks`` none (baseline),
+``nl1`` (1 block in res4, Table 2a), ``nl5`` / ``nl10`` (Table 2c) or ``nl_res2`` .. ``nl_res5``
+(1 block right before the last residual block of that stage, Table 2b). Exact block indices:
+:mod:`nlnet.models.surgery`.
+
+Every builder takes :class:`~nlnet.models.resnet3d.ResNet3d` options, ``nl_at`` (a preset or
+module paths, replacing the default placement), ``nl_options`` (a dict of block options) and any
+block option directly, e.g. ``create_model("c2d_r50_nl5", mode="space")`` for Table 2d.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from nlnet.models.model_cfg import ModelCfg
+from nlnet.models.registry import build_video_resnet, register_model
+
+__all__: list[str] = []  # the models are reached through nlnet.models.create_model
+
+
+def _cfg(arch: str, depth: int, blocks: str | None) -> ModelCfg:
+    return ModelCfg(
+        task="video_classification",
+        num_classes=400,  # Kinetics-400
+        input_size=(3, 32, 224, 224),
+        first_conv="conv1",
+        classifier=("fc",),
+        family="resnet3d",
+        arch=arch,
+        depth=depth,
+        blocks=blocks,
+        test_overrides={"width": 4},
+    )
+
+
+@register_model(default_cfg=_cfg("c2d", 50, None))
+def c2d_r50(**kwargs: Any) -> nn.Module:
+    """C2D ResNet-50."""
+    return build_video_resnet(50, "c2d", None, **kwargs)
+
+
+@register_model(default_cfg=_cfg("c2d", 50, "nl1"))
+def c2d_r50_nl1(**kwargs: Any) -> nn.Module:
+    """C2D ResNet-50, 1 non-local block (res4)."""
+    return build_video_resnet(50, "c2d", "nl1", **kwargs)
+
+
+@register_model(default_cfg=_cfg("c2d", 50, "nl5"))
+def c2d_r50_nl5(**kwargs: Any) -> nn.Module:
+    """C2D ResNet-50, 5 non-local blocks (2 res3 + 3 res4)."""
+    return build_video_resnet(50, "c2d", "nl5", **kwargs)
+
+
+@register_model(default_cfg=_cfg("c2d", 50, "nl10"))
+def c2d_r50_nl10(**kwargs: Any) -> nn.Module:
+    """C2D ResNet-50, 10 non-local blocks (4 res3 + 6 res4)."""
+    return build_video_resnet(50, "c2d", "nl10", **kwargs)
+
+
+@register_model(default_cfg=_cfg("c2d", 50, "res2"))
+def c2d_r50_nl_res2(**kwargs: Any) -> nn.Module:
+    """C2D ResNet-50, 1 non-local block in res2."""
+    return build_video_resnet(50, "c2d", "res2", **kwargs)
+
+
+@register_model(default_cfg=_cfg("c2d", 50, "res3"))
+def c2d_r50_nl_res3(**kwargs: Any) -> nn.Module:
+    """C2D ResNet-50, 1 non-local block in res3."""
+    return build_video_resnet(50, "c2d", "res3", **kwargs)
+
+
+@register_model(default_cfg=_cfg("c2d", 50, "res4"))
+def c2d_r50_nl_res4(**kwargs: Any) -> nn.Module:
+    """C2D ResNet-50, 1 non-local block in res4."""
+    return build_video_resnet(50, "c2d", "res4", **kwargs)
+
+
+@register_model(default_cfg=_cfg("c2d", 50, "res5"))
+def c2d_r50_nl_res5(**kwargs: Any) -> nn.Module:
+    """C2D ResNet-50, 1 non-local block in res5."""
+    return build_video_resnet(50, "c2d", "res5", **kwargs)
+
+
+@register_model(default_cfg=_cfg("c2d", 101, None))
+def c2d_r101(**kwargs: Any) -> nn.Module:
+    """C2D ResNet-101."""
+    return build_video_resnet(101, "c2d", None, **kwargs)
+
+
+@register_model(default_cfg=_cfg("c2d", 101, "nl1"))
+def c2d_r101_nl1(**kwargs: Any) -> nn.Module:
+    """C2D ResNet-101, 1 non-local block (res4)."""
+    return build_video_resnet(101, "c2d", "nl1", **kwargs)
+
+
+@register_model(default_cfg=_cfg("c2d", 101, "nl5"))
+def c2d_r101_nl5(**kwargs: Any) -> nn.Module:
+    """C2D ResNet-101, 5 non-local blocks (2 res3 + 3 res4)."""
+    return build_video_resnet(101, "c2d", "nl5", **kwargs)
+
+
+@register_model(default_cfg=_cfg("c2d", 101, "nl10"))
+def c2d_r101_nl10(**kwargs: Any) -> nn.Module:
+    """C2D ResNet-101, 10 non-local blocks (4 res3 + 6 res4)."""
+    return build_video_resnet(101, "c2d", "nl10", **kwargs)
+
+
+@register_model(default_cfg=_cfg("i3d", 50, None))
+def i3d_r50(**kwargs: Any) -> nn.Module:
+    """I3D 3x3x3 ResNet-50."""
+    return build_video_resnet(50, "i3d", None, **kwargs)
+
+
+@register_model(default_cfg=_cfg("i3d", 50, "nl5"))
+def i3d_r50_nl5(**kwargs: Any) -> nn.Module:
+    """I3D 3x3x3 ResNet-50, 5 non-local blocks (2 res3 + 3 res4)."""
+    return build_video_resnet(50, "i3d", "nl5", **kwargs)
+
+
+@register_model(default_cfg=_cfg("i3d", 50, "nl10"))
+def i3d_r50_nl10(**kwargs: Any) -> nn.Module:
+    """I3D 3x3x3 ResNet-50, 10 non-local blocks (4 res3 + 6 res4)."""
+    return build_video_resnet(50, "i3d", "nl10", **kwargs)
+
+
+@register_model(default_cfg=_cfg("i3d", 101, None))
+def i3d_r101(**kwargs: Any) -> nn.Module:
+    """I3D 3x3x3 ResNet-101."""
+    return build_video_resnet(101, "i3d", None, **kwargs)
+
+
+@register_model(default_cfg=_cfg("i3d", 101, "nl5"))
+def i3d_r101_nl5(**kwargs: Any) -> nn.Module:
+    """I3D 3x3x3 ResNet-101, 5 non-local blocks (2 res3 + 3 res4)."""
+    return build_video_resnet(101, "i3d", "nl5", **kwargs)
+
+
+@register_model(default_cfg=_cfg("i3d", 101, "nl10"))
+def i3d_r101_nl10(**kwargs: Any) -> nn.Module:
+    """I3D 3x3x3 ResNet-101, 10 non-local blocks (4 res3 + 6 res4)."""
+    return build_video_resnet(101, "i3d", "nl10", **kwargs)
+
+
+@register_model(default_cfg=_cfg("i3d311", 50, None))
+def i3d311_r50(**kwargs: Any) -> nn.Module:
+    """I3D 3x1x1 ResNet-50."""
+    return build_video_resnet(50, "i3d311", None, **kwargs)
+
+
+@register_model(default_cfg=_cfg("i3d311", 50, "nl5"))
+def i3d311_r50_nl5(**kwargs: Any) -> nn.Module:
+    """I3D 3x1x1 ResNet-50, 5 non-local blocks (2 res3 + 3 res4)."""
+    return build_video_resnet(50, "i3d311", "nl5", **kwargs)
+
+
+@register_model(default_cfg=_cfg("i3d311", 50, "nl10"))
+def i3d311_r50_nl10(**kwargs: Any) -> nn.Module:
+    """I3D 3x1x1 ResNet-50, 10 non-local blocks (4 res3 + 6 res4)."""
+    return build_video_resnet(50, "i3d311", "nl10", **kwargs)
+
+
+@register_model(default_cfg=_cfg("i3d311", 101, None))
+def i3d311_r101(**kwargs: Any) -> nn.Module:
+    """I3D 3x1x1 ResNet-101."""
+    return build_video_resnet(101, "i3d311", None, **kwargs)
+
+
+@register_model(default_cfg=_cfg("i3d311", 101, "nl5"))
+def i3d311_r101_nl5(**kwargs: Any) -> nn.Module:
+    """I3D 3x1x1 ResNet-101, 5 non-local blocks (2 res3 + 3 res4)."""
+    return build_video_resnet(101, "i3d311", "nl5", **kwargs)
+
+
+@register_model(default_cfg=_cfg("i3d311", 101, "nl10"))
+def i3d311_r101_nl10(**kwargs: Any) -> nn.Module:
+    """I3D 3x1x1 ResNet-101, 10 non-local blocks (4 res3 + 6 res4)."""
+    return build_video_resnet(101, "i3d311", "nl10", **kwargs)
