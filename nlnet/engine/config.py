@@ -46,6 +46,11 @@ __all__ = [
     "OptimConfig",
     "TrainConfig",
     "EvalConfig",
+    "EMAConfig",
+    "PreciseBNConfig",
+    "AugmentConfig",
+    "LoggingConfig",
+    "MultigridConfig",
     "Config",
     "ConfigError",
     "load_config",
@@ -110,8 +115,14 @@ class OptimConfig:
         warmup_factor: learning-rate multiplier at iteration 0 of the warm-up.
         clip_grad_norm: clip the global gradient norm to this value (0: off).
         optimizer: ``sgd`` (the paper) or ``adamw`` (``nlnet demo``).
-        schedule: ``multistep`` (warm-up + steps, the paper) or ``onecycle`` (``nlnet demo``).
+        schedule: ``multistep`` (warm-up + steps, the paper), ``onecycle`` (``nlnet demo``),
+            ``cosine`` or ``poly`` (after the warm-up, down to ``min_lr`` at ``max_iters``).
         pct_start: fraction of the one-cycle schedule spent increasing the rate.
+        min_lr: final rate of the ``cosine``/``poly`` schedules.
+        power: exponent of the ``poly`` schedule (``(1 - t/T) ** power``).
+        layer_decay: layer-wise lr decay for transformers (ViT/Swin/video transformers): the
+            block ``i`` of ``L`` gets ``lr * layer_decay ** (L - i)``, the embeddings
+            ``layer_decay ** (L + 1)``, the head 1 (1.0: off).
     """
 
     lr: float = 0.01
@@ -129,6 +140,9 @@ class OptimConfig:
     optimizer: str = "sgd"
     schedule: str = "multistep"
     pct_start: float = 0.15
+    min_lr: float = 0.0
+    power: float = 0.9
+    layer_decay: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -200,6 +214,94 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class EMAConfig:
+    """Exponential moving average of the weights (``torch.optim.swa_utils.AveragedModel``).
+
+    Attributes:
+        decay: ``ema = decay * ema + (1 - decay) * weights`` after every optimizer step (0: off;
+            0.999-0.9999 are usual).
+        evaluate: also validate the EMA weights (``ema_*`` metrics beside the raw ones).
+    """
+
+    decay: float = 0.0
+    evaluate: bool = True
+
+
+@dataclass(frozen=True)
+class PreciseBNConfig:
+    """Precise BatchNorm statistics before each validation (as in PySlowFast and detectron2).
+
+    Attributes:
+        batches: training batches whose exact (full-pass) mean/variance replace the running
+            BN statistics before each validation (0: off).
+    """
+
+    batches: int = 0
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """Batch augmentation of the training clips (video classification).
+
+    Attributes:
+        mixup_alpha: MixUp's Beta(alpha, alpha) (torchvision ``transforms.v2.MixUp``; 0: off).
+        cutmix_alpha: CutMix's Beta(alpha, alpha) (``transforms.v2.CutMix``; 0: off), one box
+            for all frames of a clip.  With both set, one of the two per batch at random.
+        mix_prob: probability that a batch is mixed at all.
+        label_smoothing: cross-entropy label smoothing (0: off).
+        randaugment: RandAugment (``transforms.v2.RandAugment``) with one draw of operations
+            per clip, applied identically to every frame.
+        randaugment_ops: operations per clip.
+        randaugment_magnitude: magnitude (0-30).
+    """
+
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    mix_prob: float = 1.0
+    label_smoothing: float = 0.0
+    randaugment: bool = False
+    randaugment_ops: int = 2
+    randaugment_magnitude: int = 9
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """Optional loggers beside ``metrics.jsonl`` (extras ``tensorboard``, ``wandb``).
+
+    Attributes:
+        tensorboard: write TensorBoard event files to ``<output_dir>/tensorboard``.
+        wandb: log to Weights & Biases (offline unless ``WANDB_MODE`` says otherwise).
+        wandb_project: the W&B project name.
+    """
+
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_project: str = "nlnet"
+
+
+@dataclass(frozen=True)
+class MultigridConfig:
+    """Multigrid training (Wu et al., "A Multigrid Method for Efficiently Training Video
+    Models", CVPR 2020): clip shape and batch size vary so that ``B * T * S**2`` stays constant.
+
+    Attributes:
+        long_cycle: vary ``(T, S)`` over the epochs by ``long_cycle_factors`` (Section 3.2).
+        short_cycle: vary ``S`` every iteration by ``short_cycle_factors`` (Section 3.3).
+        epoch_factor: epochs relative to the baseline schedule (1.5 in the paper).
+        long_cycle_factors: ``(t, s)`` factors of the default frames and crop size.
+        short_cycle_factors: the two smaller spatial factors of the short cycle.
+    """
+
+    long_cycle: bool = False
+    short_cycle: bool = False
+    epoch_factor: float = 1.5
+    long_cycle_factors: tuple[tuple[float, ...], ...] = (
+        (0.25, 0.5**0.5), (0.5, 0.5**0.5), (0.5, 1.0), (1.0, 1.0),
+    )  # fmt: skip
+    short_cycle_factors: tuple[float, ...] = (0.5, 0.5**0.5)
+
+
+@dataclass(frozen=True)
 class Config:
     """A full experiment: model, data, optimizer, training loop, evaluation, output directory.
 
@@ -212,6 +314,11 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    ema: EMAConfig = field(default_factory=EMAConfig)
+    precise_bn: PreciseBNConfig = field(default_factory=PreciseBNConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    multigrid: MultigridConfig = field(default_factory=MultigridConfig)
     output_dir: str = "runs/default"
     name: str = ""
     class_names: tuple[str, ...] | None = None
@@ -224,7 +331,7 @@ _CHOICES = {
     ("train", "amp"): ("none", "bf16", "fp16"),
     ("train", "loss"): ("ce", "bce"),
     ("optim", "optimizer"): ("sgd", "adamw"),
-    ("optim", "schedule"): ("multistep", "onecycle"),
+    ("optim", "schedule"): ("multistep", "onecycle", "cosine", "poly"),
 }
 
 
@@ -342,6 +449,9 @@ def _validate_optim(o: OptimConfig) -> None:
     _check_number("optim.max_iters", o.max_iters, 1)
     _check_number("optim.epochs", o.epochs, 0)
     _check_number("optim.warmup_iters", o.warmup_iters, 0)
+    _check_number("optim.min_lr", o.min_lr, 0)
+    _check_number("optim.power", o.power, 0, low_open=True)
+    _check_number("optim.layer_decay", o.layer_decay, 0, 1, low_open=True, high_open=False)
     if list(o.steps) != sorted(o.steps):
         raise ConfigError(f"optim.steps: expected increasing iterations, got {list(o.steps)}")
     if o.schedule == "multistep" and o.steps and o.steps[0] < o.warmup_iters:
@@ -351,9 +461,40 @@ def _validate_optim(o: OptimConfig) -> None:
         )
 
 
+def _validate_tools(cfg: Config) -> None:
+    """EMA, precise BN, augmentation and multigrid settings."""
+    _check_number("ema.decay", cfg.ema.decay, 0, 1)
+    _check_number("precise_bn.batches", cfg.precise_bn.batches, 0)
+    a = cfg.augment
+    for key in ("mixup_alpha", "cutmix_alpha"):
+        _check_number(f"augment.{key}", getattr(a, key), 0)
+    _check_number("augment.mix_prob", a.mix_prob, 0, 1, high_open=False)
+    _check_number("augment.label_smoothing", a.label_smoothing, 0, 1)
+    _check_number("augment.randaugment_ops", a.randaugment_ops, 1)
+    _check_number("augment.randaugment_magnitude", a.randaugment_magnitude, 0, 30,
+                  high_open=False)  # fmt: skip
+    if (a.mixup_alpha or a.cutmix_alpha or a.label_smoothing) and cfg.train.loss != "ce":
+        raise ConfigError(
+            "augment.mixup_alpha/cutmix_alpha/label_smoothing: need train.loss=ce (single-label)"
+        )
+    m = cfg.multigrid
+    _check_number("multigrid.epoch_factor", m.epoch_factor, 0, low_open=True)
+    if any(len(f) != 2 or min(f) <= 0 for f in m.long_cycle_factors) or not m.long_cycle_factors:
+        raise ConfigError(
+            "multigrid.long_cycle_factors: expected a list of [t, s] pairs of positive factors, "
+            f"got {[list(f) for f in m.long_cycle_factors]}"
+        )
+    if len(m.short_cycle_factors) != 2 or not all(0 < f <= 1 for f in m.short_cycle_factors):
+        raise ConfigError(
+            "multigrid.short_cycle_factors: expected two spatial factors in (0, 1], got "
+            f"{list(m.short_cycle_factors)}"
+        )
+
+
 def _validate(cfg: Config) -> None:
     _check_number("model.num_classes", cfg.model.num_classes, 1)
     _validate_optim(cfg.optim)
+    _validate_tools(cfg)
     t = cfg.train
     for key in ("batch_size", "accum_steps", "log_every"):
         _check_number(f"train.{key}", getattr(t, key), 1)
