@@ -410,7 +410,7 @@ class Run:
             if st.iteration >= self.max_iters:
                 break
             t_step = time.perf_counter()
-            self.lr = st.optimizer.param_groups[0]["lr"]  # the rate of this iteration
+            self.lr = max(g["lr"] for g in st.optimizer.param_groups)  # this iteration's rate
             for hook in self.hooks:
                 hook.before_step(self)
             n_clips = self.step(batches)
@@ -440,7 +440,7 @@ class Run:
         self.start_iteration, self.last_batch = st.iteration, self.probe
         self.val_metrics, self.last_ckpt = None, None
         self.train_time, self.clips_seen = 0.0, 0
-        self.step_epoch, self.lr = st.epoch, st.optimizer.param_groups[0]["lr"]
+        self.step_epoch, self.lr = st.epoch, max(g["lr"] for g in st.optimizer.param_groups)
         self.at_end = self.stopping = self.stopped = False
         for hook in self.hooks:
             hook.before_train(self)
