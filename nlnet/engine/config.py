@@ -285,8 +285,12 @@ class MultigridConfig:
     Models", CVPR 2020): clip shape and batch size vary so that ``B * T * S**2`` stays constant.
 
     Attributes:
-        long_cycle: vary ``(T, S)`` over the epochs by ``long_cycle_factors`` (Section 3.2).
+        long_cycle: vary ``(T, S)`` over the epochs by ``long_cycle_factors`` (Section 3.2);
+            needs ``optim.epochs`` (the baseline's epochs) and ``stages``.
         short_cycle: vary ``S`` every iteration by ``short_cycle_factors`` (Section 3.3).
+        stages: start epochs of the baseline's learning-rate stages, from 0 (e.g. ``[0, 94,
+            154, 196]``); the rate is ``optim.lr * optim.gamma ** stage`` times the long cycle's
+            batch factor, the last stage is the fine-tuning one.
         epoch_factor: epochs relative to the baseline schedule (1.5 in the paper).
         long_cycle_factors: ``(t, s)`` factors of the default frames and crop size.
         short_cycle_factors: the two smaller spatial factors of the short cycle.
@@ -294,6 +298,7 @@ class MultigridConfig:
 
     long_cycle: bool = False
     short_cycle: bool = False
+    stages: tuple[int, ...] = ()
     epoch_factor: float = 1.5
     long_cycle_factors: tuple[tuple[float, ...], ...] = (
         (0.25, 0.5**0.5), (0.5, 0.5**0.5), (0.5, 1.0), (1.0, 1.0),
@@ -479,6 +484,22 @@ def _validate_tools(cfg: Config) -> None:
         )
     m = cfg.multigrid
     _check_number("multigrid.epoch_factor", m.epoch_factor, 0, low_open=True)
+    if (m.long_cycle or m.short_cycle) and cfg.task != "video_classification":
+        raise ConfigError(f"multigrid: for task video_classification only, not {cfg.task!r}")
+    if m.long_cycle:
+        stages = list(m.stages)
+        if cfg.optim.epochs <= 0:
+            raise ConfigError("multigrid.long_cycle: set optim.epochs (the baseline's epochs)")
+        if (
+            len(stages) < 2
+            or stages[0] != 0
+            or stages != sorted(set(stages))
+            or (stages[-1] >= cfg.optim.epochs)
+        ):
+            raise ConfigError(
+                "multigrid.stages: expected the start epochs of the learning-rate stages, "
+                f"from 0, increasing, below optim.epochs={cfg.optim.epochs}, got {stages}"
+            )
     if any(len(f) != 2 or min(f) <= 0 for f in m.long_cycle_factors) or not m.long_cycle_factors:
         raise ConfigError(
             "multigrid.long_cycle_factors: expected a list of [t, s] pairs of positive factors, "

@@ -142,6 +142,9 @@ class Run:
         if setup is not None:
             setup(cfg)
         self.meta = self.task.metadata(cfg, train_dataset)
+        self.hooks = build_hooks(cfg, self.user_hooks)
+        # a hook may set the size of each step (multigrid): batch_factor(epoch, iteration)
+        self.plan = next((h for h in self.hooks if hasattr(h, "batch_factor")), None)
         self._build_sampler()
         self.probe = self._probe_batch() if self.info.world_size > 1 else None
 
@@ -170,6 +173,14 @@ class Run:
         self.usable_batches = steps_per_epoch * tc.accum_steps
         o = self.cfg.optim
         self.max_iters = o.epochs * steps_per_epoch if o.epochs > 0 else o.max_iters
+        if self.plan is not None:
+            self.max_iters = self.plan.total_iterations(self.usable_batches, tc.accum_steps)
+
+    def micro_batches(self, epoch: int, iteration: int) -> int:
+        """Loader batches of the optimizer step at ``iteration``: ``train.accum_steps`` times
+        the plan's batch factor (1 without a plan)."""
+        factor = self.plan.batch_factor(epoch, iteration) if self.plan is not None else 1
+        return self.cfg.train.accum_steps * factor
 
     def build_state(self, model: nn.Module | None) -> None:
         """Model (same initial weights on every rank), optimizer, schedule, scaler, DDP."""
@@ -192,12 +203,15 @@ class Run:
         self.state = TrainState(
             model=model,
             optimizer=optimizer,
-            scheduler=build_scheduler(optimizer, cfg.optim, self.max_iters),
+            scheduler=(
+                self.plan.build_scheduler(optimizer, cfg.optim, self.max_iters)
+                if self.plan is not None
+                else build_scheduler(optimizer, cfg.optim, self.max_iters)
+            ),
             scaler=torch.amp.GradScaler("cuda", enabled=(self.amp == "fp16")),
             counters=Counters(self.device),
         )
         self.ddp_model = du.wrap_ddp(model, self.device)
-        self.hooks = build_hooks(cfg, self.user_hooks)
 
     def restore(self, resume: Any) -> None:
         """Continue from a checkpoint (``--resume``), or seed this rank for a fresh run."""
@@ -347,21 +361,21 @@ class Run:
         c.add_skipped(n_bad, empty=n == 0)
         if loss is None:
             return 0
-        st.scaler.scale(loss * weight / self.cfg.train.accum_steps).backward()
+        st.scaler.scale(loss * weight / self.step_batches).backward()
         if n:
             self.last_batch = batch
             c.add_loss(loss, n)
         return n
 
     def step(self, batches: Iterator[Any]) -> int:
-        """One optimizer step over ``accum_steps`` micro-batches; returns the clips used."""
-        st, tc, oc = self.state, self.cfg.train, self.cfg.optim
+        """One optimizer step over ``micro_batches`` micro-batches; returns the clips used."""
+        st, oc = self.state, self.cfg.optim
         st.optimizer.zero_grad(set_to_none=True)
         n_clips = sum(
-            self.micro_step(next(batches), micro == tc.accum_steps - 1)
-            for micro in range(tc.accum_steps)
+            self.micro_step(next(batches), micro == self.step_batches - 1)
+            for micro in range(self.step_batches)
         )
-        st.batch_in_epoch += tc.accum_steps
+        st.batch_in_epoch += self.step_batches
         if oc.clip_grad_norm > 0:
             st.scaler.unscale_(st.optimizer)
             params = [p for p in st.model.parameters() if p.requires_grad]
@@ -385,7 +399,9 @@ class Run:
         st, tc = self.state, self.cfg.train
         self.at_end = st.iteration == self.max_iters
         self.step_epoch = st.epoch
-        epoch_done = st.batch_in_epoch + tc.accum_steps > self.usable_batches
+        epoch_done = (
+            st.batch_in_epoch + self.micro_batches(st.epoch, st.iteration) > self.usable_batches
+        )
         if epoch_done:  # a checkpoint must point at the next epoch's start
             self.epoch_summary(st.epoch, t_epoch)
             st.epoch, st.batch_in_epoch = st.epoch + 1, 0
@@ -402,15 +418,16 @@ class Run:
 
     def run_epoch(self) -> bool:
         """Train until the epoch ends, the run ends or ``stop_after``; True when stopped."""
-        st, tc = self.state, self.cfg.train
+        st = self.state
         loader = self.loader()
         batches = iter(loader)
         t_epoch = time.perf_counter()
-        while st.batch_in_epoch + tc.accum_steps <= self.usable_batches:
+        while st.batch_in_epoch + self.micro_batches(st.epoch, st.iteration) <= self.usable_batches:
             if st.iteration >= self.max_iters:
                 break
             t_step = time.perf_counter()
             self.lr = max(g["lr"] for g in st.optimizer.param_groups)  # this iteration's rate
+            self.step_batches = self.micro_batches(st.epoch, st.iteration)
             for hook in self.hooks:
                 hook.before_step(self)
             n_clips = self.step(batches)

@@ -154,3 +154,66 @@ def test_tensorboard_records_mirror_metrics_jsonl(tmp_path):
         json.loads(x) for x in (Path(cfg.output_dir) / "metrics.jsonl").read_text().splitlines()
     ]
     assert steps == [r["iter"] for r in jsonl if r["kind"] == "train"] == [1, 2, 3]
+
+
+class _StepShapes(HookBase):
+    """(epoch, iteration, loader batches, (T, S), lr) of every step, and the clip shapes the
+    model saw."""
+
+    name = "step_shapes"
+
+    def __init__(self) -> None:
+        self.steps: list[tuple] = []
+        self.inputs: list[tuple[int, ...]] = []
+
+    def before_train(self, run) -> None:
+        run.state.model.register_forward_pre_hook(
+            lambda m, args: self.inputs.append(tuple(args[0].shape)) if m.training else None
+        )
+
+    def before_step(self, run) -> None:
+        st = run.state
+        self.steps.append((st.epoch, st.iteration, run.step_batches, run.task.clip_shape, run.lr))
+
+
+def test_multigrid_steps_follow_the_schedule_and_resume_exactly(tmp_path):
+    from nlnet.engine.tools.multigrid import MultigridSchedule, long_cycle_schedule
+
+    over = {"multigrid.long_cycle": True, "multigrid.short_cycle": True,
+            "multigrid.stages": [0, 2], "optim.epochs": 3, "optim.warmup_iters": 0,
+            "optim.lr": 0.01, "optim.gamma": 0.5, "train.batch_size": 2, "train.dropout": 0.0,
+            "data.num_frames": 4, "data.crop": 8}  # fmt: skip
+
+    def run(name, resume=False, stop=0, seed=0):
+        rec = _StepShapes()
+        cfg = _cfg(tmp_path, name, **over, **{"train.stop_after": stop})
+        torch.manual_seed(seed)
+        model = TinyVideoNet()
+        s = train(cfg, model=model, train_dataset=TinyClipDataset(n=32, size=(4, 8, 8)),
+                  collate_fn=collate_standin, hooks=(rec,), resume=resume)  # fmt: skip
+        return model, s, rec
+
+    ref, summary, rec = run("ref")
+    phases = long_cycle_schedule(4, 8, [0, 2], 3, short_cycle=True)
+    mg = MultigridSchedule(4, 8, 1, phases, short_cycle=True)
+    assert summary["epochs"] == phases[-1].end_epoch
+    assert summary["iterations"] == len(rec.steps)
+    seen = iter(rec.inputs)
+    for epoch, it, k, (frames, size), lr in rec.steps:
+        factor, t, s = mg.shape(epoch, it)
+        assert (k, frames, size) == (factor, t, s)
+        assert [next(seen) for _ in range(k)] == [(2, 3, t, s, s)] * k
+        long_factor = mg.long_cycle(epoch)[0]
+        phase = next(p for p in phases if epoch < p.end_epoch)
+        stage = phase.stage
+        if phase is phases[-1] and epoch < (phases[-2].end_epoch + phase.end_epoch) // 2:
+            stage -= 1
+        assert lr == pytest.approx(0.01 * 0.5**stage * long_factor)
+    assert len({k for _, _, k, _, _ in rec.steps}) >= 3  # long and short cycles both vary
+    # stopped in the middle and resumed: the same weights
+    _, s1, _ = run("cut", stop=7)
+    assert s1["stopped"]
+    resumed, _, rec2 = run("cut", resume=True, seed=5)
+    assert rec2.steps == rec.steps[7:]
+    for (name, a), b in zip(ref.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name

@@ -11,7 +11,21 @@ from torch.utils.data import Dataset
 
 from nlnet.engine.errors import DataError
 
-__all__ = ["VideoClassificationTask", "compute_loss"]
+__all__ = ["VideoClassificationTask", "compute_loss", "resample_clip"]
+
+
+def resample_clip(clip: torch.Tensor, frames: int, size: int) -> torch.Tensor:
+    """``(B, C, T, H, W)`` -> ``(B, C, frames, size, size * W / H)``: frames spread over the same
+    span (a longer stride, as multigrid's long cycle), each resized with antialiasing."""
+    b, c, t, h, w = clip.shape
+    if frames != t:
+        clip = clip[:, :, torch.linspace(0, t - 1, frames).round().long().to(clip.device)]
+    out_w = max(1, round(size * w / h))
+    if (size, out_w) != (h, w):
+        flat = clip.transpose(1, 2).reshape(b * frames, c, h, w)
+        flat = F.interpolate(flat, size=(size, out_w), mode="bilinear", antialias=True)
+        clip = flat.reshape(b, frames, c, size, out_w).transpose(1, 2)
+    return clip
 
 
 def _is_distribution(target: torch.Tensor, logits: torch.Tensor) -> bool:
@@ -65,6 +79,7 @@ class VideoClassificationTask:
         self.collate = collate_skip_bad
         self.label_smoothing = float(cfg.augment.label_smoothing)
         self.augment = None
+        self.clip_shape: tuple[int, int] | None = None  # (T, S) of a multigrid step
 
     def setup(self, cfg: Any) -> None:
         """The training augmentation, once ``model.num_classes`` is known."""
@@ -109,6 +124,8 @@ class VideoClassificationTask:
         target = torch.as_tensor(target).to(device, non_blocking=True)
         if self.augment is not None and model.training:
             clip, target = self.augment(clip, target)
+        if self.clip_shape is not None and model.training:
+            clip = resample_clip(clip, *self.clip_shape)
         logits = model(clip)  # (B, num_classes)
         loss = compute_loss(logits, target, self.loss_name, self.label_smoothing)
         return loss, int(clip.shape[0])

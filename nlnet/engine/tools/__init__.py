@@ -19,6 +19,7 @@ def build_hooks(cfg: Any, extra: tuple[HookBase, ...] = ()) -> list[HookBase]:
     ``extra`` hooks, validation, checkpointing."""
     from nlnet.engine.tools.ema import EMAHook
     from nlnet.engine.tools.external_loggers import ExternalLoggersHook
+    from nlnet.engine.tools.multigrid import MultigridHook
     from nlnet.engine.tools.precise_bn import PreciseBNHook
 
     hooks: list[HookBase] = []
@@ -26,6 +27,8 @@ def build_hooks(cfg: Any, extra: tuple[HookBase, ...] = ()) -> list[HookBase]:
         hooks.append(EMAHook(cfg.ema))
     if cfg.precise_bn.batches > 0:
         hooks.append(PreciseBNHook(cfg.precise_bn.batches))
+    if cfg.multigrid.long_cycle or cfg.multigrid.short_cycle:
+        hooks.append(MultigridHook(cfg))
     hooks.append(LoggingHook())
     if cfg.logging.tensorboard or cfg.logging.wandb:
         hooks.append(ExternalLoggersHook(cfg.logging))

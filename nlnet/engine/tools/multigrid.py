@@ -14,15 +14,31 @@ while ``B * T * S**2`` stays about constant, so the cost of an iteration does to
   paper): multigrid trains more epochs in fewer iterations.
 
 This module computes the schedules (the numbers PySlowFast's ``MULTIGRID`` options give);
-:class:`MultigridSchedule` answers "which shape at this epoch / iteration".
+:class:`MultigridSchedule` answers "which shape at this epoch / iteration", and
+:class:`MultigridHook` trains the video task with it.  The clips are still decoded at the full
+shape and resampled on the batch, so multigrid saves model compute, not decoding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["LongCyclePhase", "MultigridSchedule", "long_cycle_schedule", "short_cycle_shapes"]
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+from nlnet.engine.errors import DataError
+from nlnet.engine.hooks import HookBase
+from nlnet.engine.optim import build_scheduler
+
+__all__ = [
+    "LongCyclePhase",
+    "MultigridHook",
+    "MultigridSchedule",
+    "long_cycle_schedule",
+    "short_cycle_shapes",
+]
 
 
 @dataclass(frozen=True)
@@ -159,3 +175,96 @@ class MultigridSchedule:
             iteration % 3
         ]
         return batch * factor, t, s
+
+
+def _crop_size(crop: Any) -> int:
+    if isinstance(crop, (list, tuple)):
+        return int(crop[0])
+    return int(crop)
+
+
+class MultigridHook(HookBase):
+    """Multigrid training of the video task (``multigrid`` config section).
+
+    A step of batch factor ``k`` runs ``k`` loader batches (times ``train.accum_steps``) before
+    the optimizer step, each micro-batch's clips resampled to the schedule's ``(T, S)`` by the
+    task (frames spread over the same span, frames resized), so BN sees a fixed number of clips
+    as in the paper's sub-batch BN.  With the long cycle the run lasts the schedule's epochs and
+    the rate of each phase is ``optim.lr * gamma ** stage * batch factor``, the fine-tuning stage
+    split in two halves (``gamma ** (S - 1)``, then ``gamma ** S``), after the linear warm-up.
+    """
+
+    name = "multigrid"
+
+    def __init__(self, cfg: Any) -> None:
+        from nlnet.data.datasets import DATASET_DEFAULTS
+
+        m, d = cfg.multigrid, {**DATASET_DEFAULTS, **cfg.data}
+        self.frames, self.size = int(d["num_frames"]), _crop_size(d["crop"])
+        self.phases = (
+            long_cycle_schedule(
+                self.frames, self.size, m.stages, cfg.optim.epochs,
+                factors=m.long_cycle_factors, short_cycle=m.short_cycle,
+                short_factors=m.short_cycle_factors, epoch_factor=m.epoch_factor,
+            )
+            if m.long_cycle
+            else []
+        )  # fmt: skip
+        self.schedule = MultigridSchedule(
+            self.frames, self.size, 1, self.phases,
+            short_cycle=m.short_cycle, short_factors=m.short_cycle_factors,
+        )  # fmt: skip
+        self.epochs = self.phases[-1].end_epoch if self.phases else cfg.optim.epochs
+        self.fixed_iters = cfg.optim.max_iters
+        self.iteration_epochs: list[int] = []
+
+    def batch_factor(self, epoch: int, iteration: int) -> int:
+        """Loader batches per optimizer step at ``(epoch, iteration)``."""
+        return self.schedule.shape(epoch, iteration)[0]
+
+    def total_iterations(self, batches_per_epoch: int, accum: int) -> int:
+        """The run's iterations: the schedule's epochs of variable-size steps (or
+        ``optim.max_iters`` for an iteration-based run)."""
+        if self.epochs <= 0:
+            return self.fixed_iters
+        it, self.iteration_epochs = 0, []
+        for epoch in range(self.epochs):
+            used, start = 0, it
+            while used + accum * self.batch_factor(epoch, it) <= batches_per_epoch:
+                used += accum * self.batch_factor(epoch, it)
+                self.iteration_epochs.append(epoch)
+                it += 1
+            if it == start:
+                raise DataError(
+                    f"multigrid: epoch {epoch} has {batches_per_epoch} batch(es), fewer than one "
+                    f"step of {accum * self.batch_factor(epoch, it)}; use more data or a smaller "
+                    "train.batch_size"
+                )
+        return it
+
+    def build_scheduler(self, optimizer: torch.optim.Optimizer, optim: Any, max_iters: int):
+        """The phase-wise rate of the long cycle (a ``LambdaLR``), else the usual schedule."""
+        if not self.phases:
+            return build_scheduler(optimizer, optim, max_iters)
+        last = self.phases[-1]
+        ft_start = self.phases[-2].end_epoch
+        middle = (ft_start + last.end_epoch) // 2
+        epochs, warm = self.iteration_epochs, int(optim.warmup_iters)
+
+        def factor(it: int) -> float:
+            epoch = epochs[min(it, len(epochs) - 1)]
+            phase = next((p for p in self.phases if epoch < p.end_epoch), last)
+            stage = phase.stage - 1 if phase is last and epoch < middle else phase.stage
+            value = optim.gamma**stage * phase.batch_factor
+            if it < warm:
+                value *= optim.warmup_factor + (1 - optim.warmup_factor) * it / warm
+            return value
+
+        return LambdaLR(optimizer, factor)
+
+    def before_step(self, run: Any) -> None:
+        _k, frames, size = self.schedule.shape(run.state.epoch, run.state.iteration)
+        run.task.clip_shape = (frames, size)
+
+    def after_train(self, run: Any) -> None:
+        run.task.clip_shape = None
