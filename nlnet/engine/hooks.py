@@ -43,11 +43,11 @@ import numpy as np
 import torch
 
 from nlnet.engine import distributed as du
-from nlnet.engine.errors import DivergedError
+from nlnet.engine.errors import DataError, DivergedError
 from nlnet.engine.runlog import say
 from nlnet.engine.seeding import CHECKPOINT_DIR, FINAL, LAST
 
-__all__ = ["HookBase", "LoggingHook", "EvalHook", "CheckpointHook"]
+__all__ = ["HookBase", "LoggingHook", "EvalHook", "CheckpointHook", "epoch_summary"]
 
 
 class HookBase:
@@ -128,6 +128,40 @@ def _loss_terms(run: Any) -> dict[str, float]:
     per_rank = du.all_gather_object(pop())
     keys = sorted({k for terms in per_rank for k in terms})
     return {k: float(np.mean([t[k] for t in per_rank if k in t])) for k in keys}
+
+
+def epoch_summary(run: Any, epoch: int, t_epoch: float, complete: bool = True) -> None:
+    """The ``epoch`` record; a whole epoch in which no clip decoded stops the run."""
+    c = run.state.counters
+    stats = torch.tensor(
+        [float(c.loss_sum), c.loss_count, c.epoch_skipped, c.empty_batches],
+        dtype=torch.float64,
+    )
+    loss_sum, count, skipped, empty = du.all_reduce_sum(stats).tolist()
+    if count == 0 and complete:
+        raise DataError(
+            f"no clip of split {run.cfg.train.split!r} could be decoded in epoch {epoch} "
+            f"({int(skipped)} bad item(s) skipped); check the videos (nothing was learned)"
+        )
+    run.logger.log(
+        {
+            "kind": "epoch",
+            "iter": run.state.iteration,
+            "epoch": epoch,
+            "loss": loss_sum / count if count else None,
+            "skipped": int(skipped),
+            "empty_batches": int(empty),
+            "time_s": time.perf_counter() - t_epoch,
+        }  # fmt: skip
+    )
+    loss = f"{loss_sum / count:.4f}" if count else "none (no decodable clip)"
+    say(
+        f"epoch {epoch}: iteration {run.state.iteration}/{run.max_iters}, loss "
+        f"{loss}, skipped {int(skipped)} bad video(s)"
+        + (f", {int(empty)} empty batch(es)" if empty else ""),
+        run.main,
+    )
+    run.logger.write_csv()
 
 
 class EvalHook(HookBase):

@@ -14,8 +14,9 @@ restores it and skips exactly the consumed part of the epoch, so the final weigh
 an uninterrupted run.
 
     config -> Run.prepare_dir (lock, refuse a used directory) -> Run.build_data (task datasets,
-    classes inferred) -> Run.build_state (model, optimizer, schedule) -> Run.restore (--resume)
-    -> Run.fit (epochs of steps; log, validate, checkpoint) -> Run.finish (final.pt, summary)
+    classes inferred, hooks) -> Run.build_state (model, optimizer, schedule) -> Run.restore
+    (--resume; each hook's state) -> Run.fit (epochs of steps; the hooks log, validate and
+    checkpoint, see :mod:`nlnet.engine.hooks`) -> Run.finish (hooks' after_train, summary)
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from nlnet.engine.config import Config, absolute_paths, config_to_dict, save_con
 from nlnet.engine.config import replace as replace_config
 from nlnet.engine.errors import DataError
 from nlnet.engine.evaluation import autocast_context, evaluate
-from nlnet.engine.hooks import HookBase
+from nlnet.engine.hooks import HookBase, epoch_summary
 from nlnet.engine.metrics import ThroughputMeter
 from nlnet.engine.modeling import (
     build_model,
@@ -292,39 +293,6 @@ class Run:
         say(f"val @ {st.iteration}: {self.task.summary(metrics)}", self.main)
         return metrics
 
-    def epoch_summary(self, epoch: int, t_epoch: float, complete: bool = True) -> None:
-        """The ``epoch`` record; a whole epoch in which no clip decoded stops the run."""
-        c = self.state.counters
-        stats = torch.tensor(
-            [float(c.loss_sum), c.loss_count, c.epoch_skipped, c.empty_batches],
-            dtype=torch.float64,
-        )
-        loss_sum, count, skipped, empty = du.all_reduce_sum(stats).tolist()
-        if count == 0 and complete:
-            raise DataError(
-                f"no clip of split {self.cfg.train.split!r} could be decoded in epoch {epoch} "
-                f"({int(skipped)} bad item(s) skipped); check the videos (nothing was learned)"
-            )
-        self.logger.log(
-            {
-                "kind": "epoch",
-                "iter": self.state.iteration,
-                "epoch": epoch,
-                "loss": loss_sum / count if count else None,
-                "skipped": int(skipped),
-                "empty_batches": int(empty),
-                "time_s": time.perf_counter() - t_epoch,
-            }  # fmt: skip
-        )
-        loss = f"{loss_sum / count:.4f}" if count else "none (no decodable clip)"
-        say(
-            f"epoch {epoch}: iteration {self.state.iteration}/{self.max_iters}, loss "
-            f"{loss}, skipped {int(skipped)} bad video(s)"
-            + (f", {int(empty)} empty batch(es)" if empty else ""),
-            self.main,
-        )
-        self.logger.write_csv()
-
     # -- the loop -------------------------------------------------------------------------------
     def loader(self) -> DataLoader:
         st, tc = self.state, self.cfg.train
@@ -403,7 +371,7 @@ class Run:
             st.batch_in_epoch + self.micro_batches(st.epoch, st.iteration) > self.usable_batches
         )
         if epoch_done:  # a checkpoint must point at the next epoch's start
-            self.epoch_summary(st.epoch, t_epoch)
+            epoch_summary(self, st.epoch, t_epoch)
             st.epoch, st.batch_in_epoch = st.epoch + 1, 0
             st.counters.new_epoch()
         stop = bool(tc.stop_after) and st.iteration - self.start_iteration >= tc.stop_after
@@ -469,7 +437,7 @@ class Run:
             if self.bar is not None:
                 self.bar.close()
         if not stopped and st.batch_in_epoch > 0:
-            self.epoch_summary(st.epoch, t_loop, complete=False)  # the last, partial epoch
+            epoch_summary(self, st.epoch, t_loop, complete=False)  # the last, partial epoch
         return self.finish(stopped, time.perf_counter() - t_loop)
 
     def finish(self, stopped: bool, loop_time: float) -> dict[str, Any]:
