@@ -162,3 +162,35 @@ def test_multigrid_schedule_follows_the_papers_cycle():
     assert mg.long_cycle(0) == (128, 2, 158) and mg.long_cycle(358) == (16, 8, 224)
     assert [mg.shape(325, it) for it in range(3)] == [(64, 8, 112), (32, 8, 158), (16, 8, 224)]
     assert mg.shape(0, 0) == (256, 2, 112)  # (158 / 112)^2 = 2 more clips of a smaller size
+
+
+def test_evaluators_have_the_dataset_evaluator_shape():
+    from nlnet.engine.evaluation import DatasetEvaluator, inference_on_dataset
+    from nlnet.engine.tasks.detection import CocoEvaluator
+    from nlnet.engine.tasks.segmentation import ConfusionEvaluator
+    from nlnet.engine.tasks.video_eval import ClipScoreEvaluator, forward_clips
+
+    assert isinstance(ConfusionEvaluator(3), DatasetEvaluator)
+    assert isinstance(CocoEvaluator(None, ("bbox",)), DatasetEvaluator)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 2 * 2 * 2, 4)).train()
+    # two views (clips) per video; video 1's second view is a bad item
+    batches = [
+        {"clip": torch.randn(2, 3, 2, 2, 2), "target": torch.tensor([1, 1]),
+         "index": torch.tensor([0, 0]), "skipped": 0},
+        {"clip": torch.randn(1, 3, 2, 2, 2), "target": torch.tensor([2]),
+         "index": torch.tensor([1]), "skipped": 1},
+    ]  # fmt: skip
+    evaluator = ClipScoreEvaluator()
+    assert isinstance(evaluator, DatasetEvaluator)
+    first = inference_on_dataset(model, batches, evaluator, forward_clips)
+    again = inference_on_dataset(model, batches, evaluator, forward_clips)  # reset in between
+    assert model.training  # mode restored
+    assert first["clip_count"] == again["clip_count"] == 3 and first["video_count"] == 2
+    assert first["skipped"] == again["skipped"] == 1
+    with torch.no_grad():
+        logits = model(torch.cat([b["clip"] for b in batches]))
+    pred = torch.stack([logits[:2].softmax(1).mean(0), logits[2].softmax(0)]).argmax(1)
+    assert first["video_top1"] == pytest.approx(
+        100.0 * float((pred == torch.tensor([1, 2])).float().mean())
+    )
