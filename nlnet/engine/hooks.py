@@ -15,14 +15,16 @@ The loop (:mod:`nlnet.engine.loop`) calls, for every hook of ``Run.hooks`` in or
                             the hook's own part of a checkpoint (``extra["hooks"][name]``), so a
                             resumed run continues exactly
 
-What a hook may read on ``run`` (the :class:`~nlnet.engine.loop.Run`; nothing else): ``cfg``, ``task``, ``device``, ``main``
-(rank 0), ``info`` (rank, world size), ``amp``, ``logger`` (:class:`MetricsLogger`), ``run_dir``,
-``state`` (:class:`~nlnet.engine.state.TrainState`: ``model``, ``optimizer``, ``scheduler``,
-``scaler``, ``counters``, ``epoch``, ``iteration``, ``batch_in_epoch``), ``ddp_model``,
-``train_dataset``, ``val_dataset``, ``max_iters``, ``start_iteration``, ``lr`` (the rate of the
-step just done), ``step_epoch``, ``at_end`` (the step was the last of the run), ``stopping`` (the
-step ends this invocation: ``train.stop_after``), ``speed`` (clips/s meter), ``bar`` (tqdm or
-``None``), ``val_metrics`` and ``last_ckpt`` (written by the validation and checkpoint hooks).
+What a hook may read on ``run`` (the :class:`~nlnet.engine.loop.Run`; nothing else): ``cfg``,
+``task``, ``device``, ``main`` (rank 0), ``info`` (rank, world size), ``amp``, ``progress``,
+``logger`` (:class:`MetricsLogger`), ``run_dir``, ``state``
+(:class:`~nlnet.engine.state.TrainState`: ``model``, ``optimizer``, ``scheduler``, ``scaler``,
+``counters``, ``epoch``, ``iteration``, ``batch_in_epoch``), ``ddp_model``, ``train_dataset``,
+``val_dataset``, ``max_iters``, ``start_iteration``, ``lr`` (the rate of the step just done),
+``step_epoch``, ``at_end`` (the step was the last of the run), ``stopping`` (the step ends this
+invocation: ``train.stop_after``), ``speed`` (clips/s meter), ``bar`` (tqdm or ``None``),
+``step_batches`` (loader batches of the current step), ``val_metrics`` and ``last_ckpt``
+(written by the validation and checkpoint hooks).
 It may call ``run.validate()`` and ``run.checkpoint(path)``.  Modelled on detectron2's
 ``HookBase`` (``before_train``/``before_step``/``after_step``/``after_train``).
 
