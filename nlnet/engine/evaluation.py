@@ -111,13 +111,14 @@ def evaluate(
     split: str | None = None,
     collate_fn: Callable | None = None,
 ) -> dict[str, Any]:
-    """Multi-clip testing of a checkpoint (Section 4.1): clip- and video-level metrics.
+    """The task's evaluation of a checkpoint (``nlnet eval``), e.g. the video task's multi-clip
+    testing (Section 4.1).
 
     Args:
-        cfg: configuration; ``cfg.eval`` gives clips, crops, batch size and the split, and
-            ``cfg.data`` the dataset.  The checkpoint's model name and class count must match
+        cfg: configuration; ``cfg.eval`` gives the batch size and the split (and, for videos,
+            clips and crops), ``cfg.data`` the dataset.  The checkpoint's model name and class count must match
             ``cfg.model`` (a clear error otherwise).
-        checkpoint: a ``.pt`` written by :func:`train` (or a loaded one).
+        checkpoint: a ``.pt`` written by :func:`nlnet.engine.loop.train` (or a loaded one).
         model: load the weights into this network instead of :func:`load_model`.
         dataset: use this dataset instead of the task's ``split``.
         split: dataset split (default ``cfg.eval.split``).
