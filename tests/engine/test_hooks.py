@@ -81,6 +81,24 @@ def test_ema_equals_the_hand_computed_average_over_3_steps(tmp_path):
     assert {"ema_clip_top1", "clip_top1"} <= set(summary["val"])
 
 
+def test_ema_weights_load_as_a_model(tmp_path):
+    import nlnet.models.tiny  # noqa: F401  (registers c2d_tiny)
+    from nlnet.engine.errors import CheckpointError
+    from nlnet.engine.tools.ema import load_ema_model
+
+    over = {"model.name": "c2d_tiny", "model.overrides": {"width": 2}, "optim.max_iters": 2,
+            "train.dropout": 0.0, "ema.decay": 0.5}  # fmt: skip
+    s = train(_cfg(tmp_path, "ema_model", **over), train_dataset=TinyClipDataset(n=8, size=(2, 16, 16)),
+              collate_fn=collate_standin)  # fmt: skip
+    ckpt = load_checkpoint(s["checkpoint"])
+    model = load_ema_model(s["checkpoint"])
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, ckpt["extra"]["hooks"]["ema"]["model"][name]), name
+    del ckpt["extra"]["hooks"]["ema"]
+    with pytest.raises(CheckpointError, match="no EMA weights"):
+        load_ema_model(ckpt)
+
+
 def test_resume_is_bit_exact_with_every_hook_on(tmp_path, capsys):
     over = {
         "ema.decay": 0.9, "precise_bn.batches": 2, "train.eval_every": 3,

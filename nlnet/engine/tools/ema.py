@@ -12,10 +12,11 @@ from typing import Any
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from nlnet.engine.checkpoint import unwrap_model
+from nlnet.engine.checkpoint import load_checkpoint, load_model, unwrap_model
+from nlnet.engine.errors import CheckpointError
 from nlnet.engine.hooks import HookBase
 
-__all__ = ["EMAHook", "build_ema"]
+__all__ = ["EMAHook", "build_ema", "load_ema_model"]
 
 
 def build_ema(model: nn.Module, decay: float) -> AveragedModel:
@@ -65,3 +66,19 @@ class EMAHook(HookBase):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._pending = state
+
+
+def load_ema_model(checkpoint: Any, device: str = "cpu") -> nn.Module:
+    """The network of a checkpoint with its EMA weights (eval mode), like
+    :func:`~nlnet.engine.checkpoint.load_model` for the raw ones.
+
+    Raises:
+        CheckpointError: the run was trained without ``ema.decay``.
+    """
+    ckpt = load_checkpoint(checkpoint, map_location="cpu")
+    state = (ckpt.get("extra") or {}).get("hooks", {}).get("ema")
+    if not state:
+        raise CheckpointError("checkpoint: no EMA weights (the run was trained without ema.decay)")
+    model = load_model(ckpt)
+    model.load_state_dict(state["model"], strict=True)
+    return model.to(device).eval()
