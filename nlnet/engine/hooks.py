@@ -84,9 +84,16 @@ class HookBase:
         """Restore :meth:`state_dict`'s output."""
 
 
+def task_words(task: Any) -> tuple[str, str]:
+    """The task's names for a training item and for its source file, used in the loop's messages
+    (``task.words``, e.g. ``("clip", "video")``; default ``("item", "item")``)."""
+    return tuple(getattr(task, "words", ("item", "item")))  # type: ignore[return-value]
+
+
 class LoggingHook(HookBase):
     """One ``train`` record per ``train.log_every`` iterations (and at the last one): the mean
-    loss of the window over all processes (``null`` when every clip failed), the lr, clips/s."""
+    loss of the window over all processes (``null`` when every item failed), the lr, items/s
+    (the record's ``clips_per_s``)."""
 
     name = "logging"
 
@@ -97,13 +104,14 @@ class LoggingHook(HookBase):
 
     def log_window(self, run: Any) -> None:
         st, c, lr = run.state, run.state.counters, run.lr
+        item, _source = task_words(run.task)
         count = torch.tensor(float(c.window_count), device=run.device, dtype=torch.float64)
         total, n = du.all_reduce_sum(torch.stack([c.window_sum, count])).tolist()
         c.new_window()
         loss = total / n if n else None
         if loss is not None and not math.isfinite(loss):
             raise DivergedError(
-                f"training loss is {loss} at iteration {st.iteration} (lr {lr:.3g}) on clips "
+                f"training loss is {loss} at iteration {st.iteration} (lr {lr:.3g}) on {item}s "
                 "that decoded: the run diverged; lower optim.lr or check the inputs"
             )
         record = {"kind": "train", "iter": st.iteration, "epoch": run.step_epoch, "loss": loss,
@@ -113,12 +121,12 @@ class LoggingHook(HookBase):
             record["max_mem_mb"] = torch.cuda.max_memory_allocated(run.device) / 2**20
         record.update(_loss_terms(run))
         run.logger.log(record)
-        text = "no decodable clip" if loss is None else f"loss {loss:.4f}"
+        text = f"no decodable {item}" if loss is None else f"loss {loss:.4f}"
+        speed = f"{run.speed.rate:.1f} {item}s/s"
         if run.bar is not None:
-            run.bar.set_postfix_str(f"{text}, lr {lr:.2e}, {run.speed.rate:.1f} clips/s")
+            run.bar.set_postfix_str(f"{text}, lr {lr:.2e}, {speed}")
         else:
-            say(f"iter {st.iteration}/{run.max_iters}: {text}, lr {lr:.2e}, "
-                f"{run.speed.rate:.1f} clips/s", run.main)  # fmt: skip
+            say(f"iter {st.iteration}/{run.max_iters}: {text}, lr {lr:.2e}, {speed}", run.main)
 
 
 def _loss_terms(run: Any) -> dict[str, float]:
@@ -133,7 +141,8 @@ def _loss_terms(run: Any) -> dict[str, float]:
 
 
 def epoch_summary(run: Any, epoch: int, t_epoch: float, complete: bool = True) -> None:
-    """The ``epoch`` record; a whole epoch in which no clip decoded stops the run."""
+    """The ``epoch`` record; a whole epoch in which no item decoded stops the run."""
+    item, source = task_words(run.task)
     c = run.state.counters
     stats = torch.tensor(
         [float(c.loss_sum), c.loss_count, c.epoch_skipped, c.empty_batches],
@@ -142,8 +151,8 @@ def epoch_summary(run: Any, epoch: int, t_epoch: float, complete: bool = True) -
     loss_sum, count, skipped, empty = du.all_reduce_sum(stats).tolist()
     if count == 0 and complete:
         raise DataError(
-            f"no clip of split {run.cfg.train.split!r} could be decoded in epoch {epoch} "
-            f"({int(skipped)} bad item(s) skipped); check the videos (nothing was learned)"
+            f"no {item} of split {run.cfg.train.split!r} could be decoded in epoch {epoch} "
+            f"({int(skipped)} bad item(s) skipped); check the {source}s (nothing was learned)"
         )
     run.logger.log(
         {
@@ -156,10 +165,10 @@ def epoch_summary(run: Any, epoch: int, t_epoch: float, complete: bool = True) -
             "time_s": time.perf_counter() - t_epoch,
         }  # fmt: skip
     )
-    loss = f"{loss_sum / count:.4f}" if count else "none (no decodable clip)"
+    loss = f"{loss_sum / count:.4f}" if count else f"none (no decodable {item})"
     say(
         f"epoch {epoch}: iteration {run.state.iteration}/{run.max_iters}, loss "
-        f"{loss}, skipped {int(skipped)} bad video(s)"
+        f"{loss}, skipped {int(skipped)} bad {source}(s)"
         + (f", {int(empty)} empty batch(es)" if empty else ""),
         run.main,
     )

@@ -39,7 +39,8 @@ class Task(Protocol):
     ``metadata(cfg, dataset)``: ``class_names`` and ``preprocessing`` stored in checkpoints.
     ``summary(metrics)``: one line for the console.
     Optional: ``setup(cfg)`` (called once the config is final, ``model.num_classes`` known),
-    ``pop_terms()`` (loss terms logged beside the loss).
+    ``pop_terms()`` (loss terms logged beside the loss), ``words`` (names of a training item and
+    its source file in the loop's messages, e.g. ``("clip", "video")``).
     """
 
     name: str

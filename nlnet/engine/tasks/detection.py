@@ -198,6 +198,7 @@ class DetectionTask:
     """
 
     name = "detection"
+    words = ("image", "image")  # a training item, its source (the loop's messages)
 
     def __init__(
         self, iou_types: Sequence[str] = ("bbox", "segm"), *, hflip: float = 0.0,

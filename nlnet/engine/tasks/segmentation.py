@@ -132,6 +132,7 @@ class SegmentationTask:
     """
 
     name = "segmentation"
+    words = ("image", "image")  # a training item, its source (the loop's messages)
 
     def __init__(
         self,

@@ -71,6 +71,7 @@ class VideoClassificationTask:
     """
 
     name = "video_classification"
+    words = ("clip", "video")  # a training item, its source (the loop's messages)
 
     def __init__(self, cfg: Any) -> None:
         from nlnet.data.datasets import collate_skip_bad
