@@ -160,10 +160,9 @@ def save_segmentation_figure(
         pixel: the query ``(row, column)``, marked with a cross.
         class_names: legend names of classes ``0..K-1``.
     """
-    import matplotlib
+    from nlnet.analysis.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.patches import Patch
 
     panels = [("image", image), ("ground truth", overlay_segmentation(image, truth))]

@@ -279,10 +279,9 @@ def rollout_figure(image, heat: Tensor, title: str = "attention rollout"):
         heat: ``(h, w)`` map (upsampled to the image by nearest patches).
         title: title of the overlay panel.
     """
-    import matplotlib
+    from nlnet.analysis.plotting import pyplot
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     img = image.detach().cpu().permute(1, 2, 0).numpy() if isinstance(image, Tensor) else image
@@ -344,10 +343,9 @@ def transformer_attention_figure(model: nn.Module, x: Tensor, frames, title: str
 
 
 def _video_rollout_figure(frames, heat: Tensor, title: str):
-    import matplotlib
+    from nlnet.analysis.plotting import pyplot
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     t_tokens = heat.shape[0]
     step = max(len(frames) // t_tokens, 1)

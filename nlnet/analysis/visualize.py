@@ -36,10 +36,9 @@ __all__ = [
 
 
 def _plt():
-    import matplotlib
+    from nlnet.analysis.plotting import pyplot
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     return plt
 

@@ -63,6 +63,9 @@ _EXPORTS = {
     "register_task": "tasks",
     "evaluate": "loop",
     "train": "loop",
+    "HookBase": "hooks",
+    "DatasetEvaluator": "evaluation",
+    "inference_on_dataset": "evaluation",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -39,6 +39,13 @@ from typing import Any
 
 import yaml
 
+from nlnet.engine.config_tools import (
+    AugmentConfig,
+    EMAConfig,
+    LoggingConfig,
+    MultigridConfig,
+    PreciseBNConfig,
+)
 from nlnet.engine.errors import ConfigError
 from nlnet.engine.sections import build_data_section, build_section, plain
 
@@ -49,6 +56,11 @@ __all__ = [
     "OptimConfig",
     "TrainConfig",
     "EvalConfig",
+    "EMAConfig",
+    "PreciseBNConfig",
+    "AugmentConfig",
+    "LoggingConfig",
+    "MultigridConfig",
     "Config",
     "ConfigError",
     "load_config",
@@ -113,8 +125,14 @@ class OptimConfig:
         warmup_factor: learning-rate multiplier at iteration 0 of the warm-up.
         clip_grad_norm: clip the global gradient norm to this value (0: off).
         optimizer: ``sgd`` (the paper) or ``adamw`` (``nlnet demo``).
-        schedule: ``multistep`` (warm-up + steps, the paper) or ``onecycle`` (``nlnet demo``).
+        schedule: ``multistep`` (warm-up + steps, the paper), ``onecycle`` (``nlnet demo``),
+            ``cosine`` or ``poly`` (after the warm-up, down to ``min_lr`` at ``max_iters``).
         pct_start: fraction of the one-cycle schedule spent increasing the rate.
+        min_lr: final rate of the ``cosine``/``poly`` schedules.
+        power: exponent of the ``poly`` schedule (``(1 - t/T) ** power``).
+        layer_decay: layer-wise lr decay for transformers (ViT/Swin/video transformers): the
+            block ``i`` of ``L`` gets ``lr * layer_decay ** (L - i)``, the embeddings
+            ``layer_decay ** (L + 1)``, the head 1 (1.0: off).
     """
 
     lr: float = 0.01
@@ -132,6 +150,9 @@ class OptimConfig:
     optimizer: str = "sgd"
     schedule: str = "multistep"
     pct_start: float = 0.15
+    min_lr: float = 0.0
+    power: float = 0.9
+    layer_decay: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -225,6 +246,11 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    ema: EMAConfig = field(default_factory=EMAConfig)
+    precise_bn: PreciseBNConfig = field(default_factory=PreciseBNConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    multigrid: MultigridConfig = field(default_factory=MultigridConfig)
     output_dir: str = "runs/default"
     name: str = ""
     class_names: tuple[str, ...] | None = None
@@ -237,7 +263,7 @@ _CHOICES = {
     ("train", "amp"): ("none", "bf16", "fp16"),
     ("train", "loss"): ("ce", "bce"),
     ("optim", "optimizer"): ("sgd", "adamw"),
-    ("optim", "schedule"): ("multistep", "onecycle"),
+    ("optim", "schedule"): ("multistep", "onecycle", "cosine", "poly"),
 }
 
 
@@ -273,6 +299,9 @@ def _validate_optim(o: OptimConfig) -> None:
     _check_number("optim.max_iters", o.max_iters, 1)
     _check_number("optim.epochs", o.epochs, 0)
     _check_number("optim.warmup_iters", o.warmup_iters, 0)
+    _check_number("optim.min_lr", o.min_lr, 0)
+    _check_number("optim.power", o.power, 0, low_open=True)
+    _check_number("optim.layer_decay", o.layer_decay, 0, 1, low_open=True, high_open=False)
     if list(o.steps) != sorted(o.steps):
         raise ConfigError(f"optim.steps: expected increasing iterations, got {list(o.steps)}")
     if o.schedule == "multistep" and o.steps and o.steps[0] < o.warmup_iters:
@@ -282,9 +311,56 @@ def _validate_optim(o: OptimConfig) -> None:
         )
 
 
+def _validate_tools(cfg: Config) -> None:
+    """EMA, precise BN, augmentation and multigrid settings."""
+    _check_number("ema.decay", cfg.ema.decay, 0, 1)
+    _check_number("precise_bn.batches", cfg.precise_bn.batches, 0)
+    a = cfg.augment
+    for key in ("mixup_alpha", "cutmix_alpha"):
+        _check_number(f"augment.{key}", getattr(a, key), 0)
+    _check_number("augment.mix_prob", a.mix_prob, 0, 1, high_open=False)
+    _check_number("augment.label_smoothing", a.label_smoothing, 0, 1)
+    _check_number("augment.randaugment_ops", a.randaugment_ops, 1)
+    _check_number("augment.randaugment_magnitude", a.randaugment_magnitude, 0, 30,
+                  high_open=False)  # fmt: skip
+    if (a.mixup_alpha or a.cutmix_alpha or a.label_smoothing) and cfg.train.loss != "ce":
+        raise ConfigError(
+            "augment.mixup_alpha/cutmix_alpha/label_smoothing: need train.loss=ce (single-label)"
+        )
+    m = cfg.multigrid
+    _check_number("multigrid.epoch_factor", m.epoch_factor, 0, low_open=True)
+    if (m.long_cycle or m.short_cycle) and cfg.task != "video_classification":
+        raise ConfigError(f"multigrid: for task video_classification only, not {cfg.task!r}")
+    if m.long_cycle:
+        stages = list(m.stages)
+        if cfg.optim.epochs <= 0:
+            raise ConfigError("multigrid.long_cycle: set optim.epochs (the baseline's epochs)")
+        if (
+            len(stages) < 2
+            or stages[0] != 0
+            or stages != sorted(set(stages))
+            or (stages[-1] >= cfg.optim.epochs)
+        ):
+            raise ConfigError(
+                "multigrid.stages: expected the start epochs of the learning-rate stages, "
+                f"from 0, increasing, below optim.epochs={cfg.optim.epochs}, got {stages}"
+            )
+    if any(len(f) != 2 or min(f) <= 0 for f in m.long_cycle_factors) or not m.long_cycle_factors:
+        raise ConfigError(
+            "multigrid.long_cycle_factors: expected a list of [t, s] pairs of positive factors, "
+            f"got {[list(f) for f in m.long_cycle_factors]}"
+        )
+    if len(m.short_cycle_factors) != 2 or not all(0 < f <= 1 for f in m.short_cycle_factors):
+        raise ConfigError(
+            "multigrid.short_cycle_factors: expected two spatial factors in (0, 1], got "
+            f"{list(m.short_cycle_factors)}"
+        )
+
+
 def _validate(cfg: Config) -> None:
     _check_number("model.num_classes", cfg.model.num_classes, 1)
     _validate_optim(cfg.optim)
+    _validate_tools(cfg)
     t = cfg.train
     for key in ("batch_size", "accum_steps", "log_every"):
         _check_number(f"train.{key}", getattr(t, key), 1)

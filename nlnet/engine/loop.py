@@ -14,25 +14,22 @@ restores it and skips exactly the consumed part of the epoch, so the final weigh
 an uninterrupted run.
 
     config -> Run.prepare_dir (lock, refuse a used directory) -> Run.build_data (task datasets,
-    classes inferred) -> Run.build_state (model, optimizer, schedule) -> Run.restore (--resume)
-    -> Run.fit (epochs of steps; log, validate, checkpoint) -> Run.finish (final.pt, summary)
+    classes inferred, hooks) -> Run.build_state (model, optimizer, schedule) -> Run.restore
+    (--resume; each hook's state) -> Run.fit (epochs of steps; the hooks log, validate and
+    checkpoint, see :mod:`nlnet.engine.hooks`) -> Run.finish (hooks' after_train, summary)
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
-import random
-import shutil
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
@@ -41,14 +38,14 @@ from nlnet.engine import distributed as du
 from nlnet.engine.checkpoint import (
     check_compatible,
     load_checkpoint,
-    load_model,
     load_model_weights,
     save_checkpoint,
 )
 from nlnet.engine.config import Config, absolute_paths, config_to_dict, save_config
 from nlnet.engine.config import replace as replace_config
-from nlnet.engine.errors import CheckpointError, DataError, DivergedError
-from nlnet.engine.evaluator import autocast_context
+from nlnet.engine.errors import DataError
+from nlnet.engine.evaluation import autocast_context, evaluate
+from nlnet.engine.hooks import HookBase, epoch_summary
 from nlnet.engine.metrics import ThroughputMeter
 from nlnet.engine.modeling import (
     build_model,
@@ -62,83 +59,30 @@ from nlnet.engine.modeling import (
 from nlnet.engine.optim import build_optimizer, build_scheduler
 from nlnet.engine.rundir import RunLock, check_run_dir, clear_previous_run
 from nlnet.engine.runlog import MetricsLogger, jsonable, say, use_progress_bar
+from nlnet.engine.seeding import (
+    CHECKPOINT_DIR,
+    FINAL,
+    LAST,
+    SeededDataset,
+    resolve_resume,
+    seed_all,
+    seed_worker,
+)
 from nlnet.engine.state import Counters, TrainState
 from nlnet.engine.tasks import Task, get_task
+from nlnet.engine.tools import build_hooks
 
 __all__ = ["SeededDataset", "train", "evaluate", "CHECKPOINT_DIR", "LAST", "FINAL"]
-
-CHECKPOINT_DIR = "checkpoints"
-LAST = "last.pt"
-FINAL = "final.pt"
-
-
-class SeededDataset(Dataset):
-    """Wrap a dataset so item ``i`` of epoch ``e`` sees generators seeded by ``(seed, e, i)``.
-
-    The sampler yields ``(index, item_seed)`` pairs; before fetching, the python, numpy and torch
-    generators are seeded with ``item_seed`` (and restored afterwards in the main process), so
-    random augmentation is reproducible regardless of workers, ranks or resumption.
-    """
-
-    def __init__(self, dataset: Dataset) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
-
-    def __getitem__(self, key: Any) -> Any:
-        if not isinstance(key, tuple):
-            return self.dataset[key]
-        index, seed = key
-        in_main = torch.utils.data.get_worker_info() is None
-        if in_main:
-            saved = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-        _seed_all(seed)
-        try:
-            return self.dataset[index]
-        finally:
-            if in_main:
-                random.setstate(saved[0])
-                np.random.set_state(saved[1])
-                torch.set_rng_state(saved[2])
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "dataset":
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
-
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
-
-
-def _seed_worker(worker_id: int) -> None:
-    seed = torch.initial_seed() % (2**32)
-    np.random.seed(seed)
-    random.seed(seed)
-
-
-def _resolve_resume(resume: bool | str | os.PathLike | None, run_dir: Path) -> Path | None:
-    if not resume:
-        return None
-    path = run_dir / CHECKPOINT_DIR / LAST if resume is True else Path(resume)
-    if path.is_dir():
-        path = path / CHECKPOINT_DIR / LAST if (path / CHECKPOINT_DIR).is_dir() else path / LAST
-    if not path.is_file():
-        if resume is True:
-            say(f"resume: no checkpoint at {path} yet; starting the run from the beginning")
-            return None
-        raise CheckpointError(f"--resume: no checkpoint at {str(path)!r}")
-    return path
 
 
 class Run:
     """One training run of one process (see the module docstring for the order of the parts)."""
 
-    def __init__(self, cfg: Config, info: du.DistInfo, task: Task) -> None:
+    def __init__(
+        self, cfg: Config, info: du.DistInfo, task: Task, hooks: tuple[HookBase, ...] = ()
+    ) -> None:
         self.cfg, self.info, self.task = cfg, info, task
+        self.user_hooks = tuple(hooks)
         self.device, self.main = info.device, info.is_main
         self.run_dir = Path(cfg.output_dir)
         self.logger = MetricsLogger(self.run_dir, enabled=self.main)
@@ -197,7 +141,13 @@ class Run:
                     f"classes; remove model.num_classes (inferred) or set it to {k}"
                 )
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
+        setup = getattr(self.task, "setup", None)  # optional: the final config (classes known)
+        if setup is not None:
+            setup(cfg)
         self.meta = self.task.metadata(cfg, train_dataset)
+        self.hooks = build_hooks(cfg, self.user_hooks)
+        # a hook may set the size of each step (multigrid): batch_factor(epoch, iteration)
+        self.plan = next((h for h in self.hooks if hasattr(h, "batch_factor")), None)
         self._build_sampler()
         self.probe = self._probe_batch() if self.info.world_size > 1 else None
 
@@ -226,6 +176,14 @@ class Run:
         self.usable_batches = steps_per_epoch * tc.accum_steps
         o = self.cfg.optim
         self.max_iters = o.epochs * steps_per_epoch if o.epochs > 0 else o.max_iters
+        if self.plan is not None:
+            self.max_iters = self.plan.total_iterations(self.usable_batches, tc.accum_steps)
+
+    def micro_batches(self, epoch: int, iteration: int) -> int:
+        """Loader batches of the optimizer step at ``iteration``: ``train.accum_steps`` times
+        the plan's batch factor (1 without a plan)."""
+        factor = self.plan.batch_factor(epoch, iteration) if self.plan is not None else 1
+        return self.cfg.train.accum_steps * factor
 
     def build_state(self, model: nn.Module | None) -> None:
         """Model (same initial weights on every rank), optimizer, schedule, scaler, DDP."""
@@ -234,7 +192,7 @@ class Run:
             torch.use_deterministic_algorithms(True, warn_only=True)
         elif self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # fixed clip sizes: let cuDNN pick kernels
-        _seed_all(tc.seed)
+        seed_all(tc.seed)
         if model is None:
             model = build_model(cfg)
         else:
@@ -248,7 +206,11 @@ class Run:
         self.state = TrainState(
             model=model,
             optimizer=optimizer,
-            scheduler=build_scheduler(optimizer, cfg.optim, self.max_iters),
+            scheduler=(
+                self.plan.build_scheduler(optimizer, cfg.optim, self.max_iters)
+                if self.plan is not None
+                else build_scheduler(optimizer, cfg.optim, self.max_iters)
+            ),
             scaler=torch.amp.GradScaler("cuda", enabled=(self.amp == "fp16")),
             counters=Counters(self.device),
         )
@@ -257,10 +219,10 @@ class Run:
     def restore(self, resume: Any) -> None:
         """Continue from a checkpoint (``--resume``), or seed this rank for a fresh run."""
         st, info = self.state, self.info
-        path = _resolve_resume(resume, self.run_dir)
+        path = resolve_resume(resume, self.run_dir)
         if path is None:
             self.logger.truncate_after(0)  # rows of a run killed before its first checkpoint
-            _seed_all(self.cfg.train.seed + info.rank)
+            seed_all(self.cfg.train.seed + info.rank)
             return
         ckpt = load_checkpoint(path, map_location="cpu")
         check_compatible(ckpt, self.cfg.model.name, self.cfg.model.num_classes)
@@ -276,6 +238,10 @@ class Run:
             )
         if len(ranks) == info.world_size:
             st.restore_rank(ranks[info.rank])
+        hook_states = ckpt.get("extra", {}).get("hooks") or {}
+        for hook in self.hooks:
+            if hook.name in hook_states:
+                hook.load_state_dict(hook_states[hook.name])
         self.logger.truncate_after(st.iteration)
         say(f"resumed from {path} at iteration {st.iteration} (epoch {st.epoch})", self.main)
 
@@ -289,6 +255,8 @@ class Run:
         ranks = du.all_gather_object(st.rank_state())
         if not self.main:
             return None
+        hooks = {h.name: h.state_dict() for h in self.hooks}
+        hooks = {name: state for name, state in hooks.items() if state}
         return save_checkpoint(
             path,
             model=st.model,
@@ -305,92 +273,27 @@ class Run:
             model_options=model_options(self.cfg),
             preprocessing=self.meta.get("preprocessing"),
             rng_state=ranks[0]["rng"],
-            extra={"ranks": ranks, "world_size": self.info.world_size},
+            extra={"ranks": ranks, "world_size": self.info.world_size, "hooks": hooks},
         )
 
     def validate(self) -> dict[str, Any] | None:
+        """The task's evaluation of the validation split (after the hooks' ``before_eval``),
+        plus the hooks' ``eval_extra`` metrics, as one ``val`` record."""
         if self.val_dataset is None:
             return None
         st = self.state
+        for hook in self.hooks:
+            hook.before_eval(self)
         metrics = self.task.evaluate(
             st.model, self.val_dataset, self.cfg, self.device, amp=self.amp,
             progress=self.progress, desc="val",
         )  # fmt: skip
+        for hook in self.hooks:
+            metrics.update(hook.eval_extra(self))
         set_train_mode(st.model, self.cfg.train.freeze_bn)
-        self.logger.log({"kind": "val", "iter": st.iteration, "epoch": st.epoch, **metrics})
+        self.logger.log({"kind": "val", "iter": st.iteration, "epoch": self.step_epoch, **metrics})
         say(f"val @ {st.iteration}: {self.task.summary(metrics)}", self.main)
         return metrics
-
-    def log_window(self, lr: float) -> None:
-        """One ``train`` record per ``log_every`` iterations; an all-bad window logs ``null``."""
-        st, c = self.state, self.state.counters
-        count = torch.tensor(float(c.window_count), device=self.device, dtype=torch.float64)
-        total, n = du.all_reduce_sum(torch.stack([c.window_sum, count])).tolist()
-        c.new_window()
-        loss = total / n if n else None
-        if loss is not None and not math.isfinite(loss):
-            raise DivergedError(
-                f"training loss is {loss} at iteration {st.iteration} (lr {lr:.3g}) on clips "
-                "that decoded: the run diverged; lower optim.lr or check the inputs"
-            )
-        record = {"kind": "train", "iter": st.iteration, "epoch": st.epoch, "loss": loss,
-                  "lr": lr, "clips_per_s": self.speed.rate,
-                  "time_s": time.perf_counter() - self.t_start}  # fmt: skip
-        if self.device.type == "cuda":
-            record["max_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
-        record.update(self._loss_terms())
-        self.logger.log(record)
-        text = "no decodable clip" if loss is None else f"loss {loss:.4f}"
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"{text}, lr {lr:.2e}, {self.speed.rate:.1f} clips/s")
-        else:
-            say(f"iter {st.iteration}/{self.max_iters}: {text}, lr {lr:.2e}, "
-                f"{self.speed.rate:.1f} clips/s", self.main)  # fmt: skip
-
-    def _loss_terms(self) -> dict[str, float]:
-        """Window means of a task's loss terms (``task.pop_terms()``, e.g. a detector's
-        ``loss_classifier``, ``loss_mask``...), averaged over the processes."""
-        pop = getattr(self.task, "pop_terms", None)
-        if pop is None:
-            return {}
-        per_rank = du.all_gather_object(pop())
-        keys = sorted({k for terms in per_rank for k in terms})
-        return {
-            k: float(np.mean([t[k] for t in per_rank if k in t])) for k in keys
-        }  # fmt: skip
-
-    def epoch_summary(self, epoch: int, t_epoch: float, complete: bool = True) -> None:
-        """The ``epoch`` record; a whole epoch in which no clip decoded stops the run."""
-        c = self.state.counters
-        stats = torch.tensor(
-            [float(c.loss_sum), c.loss_count, c.epoch_skipped, c.empty_batches],
-            dtype=torch.float64,
-        )
-        loss_sum, count, skipped, empty = du.all_reduce_sum(stats).tolist()
-        if count == 0 and complete:
-            raise DataError(
-                f"no clip of split {self.cfg.train.split!r} could be decoded in epoch {epoch} "
-                f"({int(skipped)} bad item(s) skipped); check the videos (nothing was learned)"
-            )
-        self.logger.log(
-            {
-                "kind": "epoch",
-                "iter": self.state.iteration,
-                "epoch": epoch,
-                "loss": loss_sum / count if count else None,
-                "skipped": int(skipped),
-                "empty_batches": int(empty),
-                "time_s": time.perf_counter() - t_epoch,
-            }  # fmt: skip
-        )
-        loss = f"{loss_sum / count:.4f}" if count else "none (no decodable clip)"
-        say(
-            f"epoch {epoch}: iteration {self.state.iteration}/{self.max_iters}, loss "
-            f"{loss}, skipped {int(skipped)} bad video(s)"
-            + (f", {int(empty)} empty batch(es)" if empty else ""),
-            self.main,
-        )
-        self.logger.write_csv()
 
     # -- the loop -------------------------------------------------------------------------------
     def loader(self) -> DataLoader:
@@ -404,7 +307,7 @@ class Run:
         return DataLoader(
             SeededDataset(self.train_dataset), batch_size=tc.batch_size, sampler=self.sampler,
             num_workers=tc.workers, collate_fn=self.task.collate,
-            pin_memory=self.device.type == "cuda", drop_last=True, worker_init_fn=_seed_worker,
+            pin_memory=self.device.type == "cuda", drop_last=True, worker_init_fn=seed_worker,
             generator=gen, persistent_workers=False,
         )  # fmt: skip
 
@@ -428,21 +331,21 @@ class Run:
         c.add_skipped(n_bad, empty=n == 0)
         if loss is None:
             return 0
-        st.scaler.scale(loss * weight / self.cfg.train.accum_steps).backward()
+        st.scaler.scale(loss * weight / self.step_batches).backward()
         if n:
             self.last_batch = batch
             c.add_loss(loss, n)
         return n
 
     def step(self, batches: Iterator[Any]) -> int:
-        """One optimizer step over ``accum_steps`` micro-batches; returns the clips used."""
-        st, tc, oc = self.state, self.cfg.train, self.cfg.optim
+        """One optimizer step over ``micro_batches`` micro-batches; returns the clips used."""
+        st, oc = self.state, self.cfg.optim
         st.optimizer.zero_grad(set_to_none=True)
         n_clips = sum(
-            self.micro_step(next(batches), micro == tc.accum_steps - 1)
-            for micro in range(tc.accum_steps)
+            self.micro_step(next(batches), micro == self.step_batches - 1)
+            for micro in range(self.step_batches)
         )
-        st.batch_in_epoch += tc.accum_steps
+        st.batch_in_epoch += self.step_batches
         if oc.clip_grad_norm > 0:
             st.scaler.unscale_(st.optimizer)
             params = [p for p in st.model.parameters() if p.requires_grad]
@@ -460,24 +363,24 @@ class Run:
         st.iteration += 1
         return n_clips
 
-    def after_step(self, lr: float, t_epoch: float) -> str | None:
-        """Log, validate, close the epoch, checkpoint; ``"stop"``/``"epoch"`` end the epoch."""
+    def after_step(self, t_epoch: float) -> str | None:
+        """Close the epoch when it is done, then the hooks (EMA, log, validate, checkpoint...);
+        ``"stop"``/``"epoch"`` end the epoch."""
         st, tc = self.state, self.cfg.train
-        at_end = st.iteration == self.max_iters
-        if st.iteration % tc.log_every == 0 or at_end:
-            self.log_window(lr)
-        if tc.eval_every and st.iteration % tc.eval_every == 0 and not at_end:
-            self.val_metrics = self.validate()
-        epoch_done = st.batch_in_epoch + tc.accum_steps > self.usable_batches
-        if epoch_done:  # the checkpoint must point at the next epoch's start
-            self.epoch_summary(st.epoch, t_epoch)
+        self.at_end = st.iteration == self.max_iters
+        self.step_epoch = st.epoch
+        epoch_done = (
+            st.batch_in_epoch + self.micro_batches(st.epoch, st.iteration) > self.usable_batches
+        )
+        if epoch_done:  # a checkpoint must point at the next epoch's start
+            epoch_summary(self, st.epoch, t_epoch)
             st.epoch, st.batch_in_epoch = st.epoch + 1, 0
             st.counters.new_epoch()
         stop = bool(tc.stop_after) and st.iteration - self.start_iteration >= tc.stop_after
-        due = bool(tc.ckpt_every) and st.iteration % tc.ckpt_every == 0
-        if (due or stop) and not at_end:
-            self.last_ckpt = self.checkpoint(self.run_dir / CHECKPOINT_DIR / LAST)
-        if stop and not at_end:
+        self.stopping = stop and not self.at_end
+        for hook in self.hooks:
+            hook.after_step(self)
+        if self.stopping:
             say(f"stopping after {tc.stop_after} iteration(s) (train.stop_after); continue "
                 "with --resume", self.main)  # fmt: skip
             return "stop"
@@ -485,22 +388,25 @@ class Run:
 
     def run_epoch(self) -> bool:
         """Train until the epoch ends, the run ends or ``stop_after``; True when stopped."""
-        st, tc = self.state, self.cfg.train
+        st = self.state
         loader = self.loader()
         batches = iter(loader)
         t_epoch = time.perf_counter()
-        while st.batch_in_epoch + tc.accum_steps <= self.usable_batches:
+        while st.batch_in_epoch + self.micro_batches(st.epoch, st.iteration) <= self.usable_batches:
             if st.iteration >= self.max_iters:
                 break
             t_step = time.perf_counter()
-            lr = st.optimizer.param_groups[0]["lr"]  # the rate of this iteration
+            self.lr = max(g["lr"] for g in st.optimizer.param_groups)  # this iteration's rate
+            self.step_batches = self.micro_batches(st.epoch, st.iteration)
+            for hook in self.hooks:
+                hook.before_step(self)
             n_clips = self.step(batches)
             self.clips_seen += n_clips
             self.train_time += time.perf_counter() - t_step
             self.speed.update(n_clips * self.info.world_size)
             if self.bar is not None:
                 self.bar.update(1)
-            outcome = self.after_step(lr, t_epoch)
+            outcome = self.after_step(t_epoch)
             if outcome is not None:
                 return outcome == "stop"
         return False
@@ -521,6 +427,10 @@ class Run:
         self.start_iteration, self.last_batch = st.iteration, self.probe
         self.val_metrics, self.last_ckpt = None, None
         self.train_time, self.clips_seen = 0.0, 0
+        self.step_epoch, self.lr = st.epoch, max(g["lr"] for g in st.optimizer.param_groups)
+        self.at_end = self.stopping = self.stopped = False
+        for hook in self.hooks:
+            hook.before_train(self)
         t_loop, stopped = time.perf_counter(), False
         try:
             while st.iteration < self.max_iters and not stopped:
@@ -529,23 +439,17 @@ class Run:
             if self.bar is not None:
                 self.bar.close()
         if not stopped and st.batch_in_epoch > 0:
-            self.epoch_summary(st.epoch, t_loop, complete=False)  # the last, partial epoch
+            epoch_summary(self, st.epoch, t_loop, complete=False)  # the last, partial epoch
         return self.finish(stopped, time.perf_counter() - t_loop)
 
     def finish(self, stopped: bool, loop_time: float) -> dict[str, Any]:
-        """Final validation and ``final.pt`` (``last.pt`` = the same), CSV, curves, summary."""
+        """The hooks' ``after_train`` (final validation, ``final.pt``...), CSV, curves, summary."""
         st = self.state
-        if not stopped:
-            if self.val_dataset is not None:
-                self.val_metrics = self.validate()
-            self.last_ckpt = self.checkpoint(self.run_dir / CHECKPOINT_DIR / FINAL)
-            last = self.run_dir / CHECKPOINT_DIR / LAST
-            if self.main and (last.exists() or self.cfg.train.ckpt_every):
-                tmp = last.with_name(f".{LAST}.final.tmp")  # a repeated --resume is a no-op
-                shutil.copyfile(self.last_ckpt, tmp)
-                os.replace(tmp, last)
+        self.stopped, self.step_epoch = stopped, st.epoch
+        for hook in self.hooks:
+            hook.after_train(self)
         self.logger.write_csv()
-        png = self.logger.plot() if not stopped else None
+        png = self.logger.plot(self.cfg.model.num_classes) if not stopped else None
         du.barrier()
         c = st.counters
         skipped = du.all_reduce_sum(
@@ -580,6 +484,7 @@ def train(
     train_dataset: Dataset | None = None,
     val_dataset: Dataset | None = None,
     collate_fn: Callable | None = None,
+    hooks: tuple[HookBase, ...] = (),
 ) -> dict[str, Any]:
     """Train ``cfg.model`` on ``cfg.data`` with the task of ``cfg.task``; return a summary.
 
@@ -593,6 +498,8 @@ def train(
         train_dataset: use this dataset instead of the task's ``train.split``.
         val_dataset: use this dataset instead of the task's ``train.val_split``.
         collate_fn: batch collation (default: the task's).
+        hooks: more :class:`~nlnet.engine.hooks.HookBase` hooks, called after the config's
+            tools and logging, before validation and checkpointing.
 
     Returns:
         ``{"run_dir", "iterations", "epochs", "train_loss", "val" (metrics or None),
@@ -601,7 +508,7 @@ def train(
     cfg = absolute_paths(cfg)
     info = du.init_distributed(cfg.train.device)
     try:
-        run = Run(cfg, info, get_task(cfg, collate_fn))
+        run = Run(cfg, info, get_task(cfg, collate_fn), hooks)
         lock = run.prepare_dir(resume, force)
         try:
             run.build_data(train_dataset, val_dataset)
@@ -611,60 +518,5 @@ def train(
         finally:
             if lock is not None:
                 lock.release()
-    finally:
-        du.cleanup(info)
-
-
-def evaluate(
-    cfg: Config,
-    checkpoint: str | os.PathLike | Mapping[str, Any],
-    *,
-    model: nn.Module | None = None,
-    dataset: Dataset | None = None,
-    split: str | None = None,
-    collate_fn: Callable | None = None,
-) -> dict[str, Any]:
-    """Multi-clip testing of a checkpoint (Section 4.1): clip- and video-level metrics.
-
-    Args:
-        cfg: configuration; ``cfg.eval`` gives clips, crops, batch size and the split, and
-            ``cfg.data`` the dataset.  The checkpoint's model name and class count must match
-            ``cfg.model`` (a clear error otherwise).
-        checkpoint: a ``.pt`` written by :func:`train` (or a loaded one).
-        model: load the weights into this network instead of :func:`load_model`.
-        dataset: use this dataset instead of the task's ``split``.
-        split: dataset split (default ``cfg.eval.split``).
-        collate_fn: batch collation (default: the task's).
-
-    Returns:
-        The task's metrics plus ``checkpoint`` and ``split``.
-    """
-    info = du.init_distributed(cfg.train.device)
-    try:
-        ckpt = load_checkpoint(checkpoint, map_location="cpu")
-        if cfg.model.num_classes is not None:
-            check_compatible(ckpt, cfg.model.name, cfg.model.num_classes)
-        if model is None:
-            model = load_model(ckpt)
-        else:
-            load_model_weights(model, ckpt)
-        model.to(info.device)
-        task = get_task(cfg, collate_fn)
-        split = split or cfg.eval.split
-        if dataset is None:
-            dataset = task.build_dataset(cfg, split, "test")
-        n = task.num_classes(dataset)
-        if n is not None and n != int(ckpt.get("num_classes") or n):
-            raise DataError(
-                f"the {split} data has {n} classes but the checkpoint's model has "
-                f"{ckpt['num_classes']}"
-            )
-        amp = cfg.train.amp if info.device.type == "cuda" else "none"
-        metrics = task.evaluate(model, dataset, cfg, info.device, amp=amp,
-                                progress=use_progress_bar(cfg.train.progress) and info.is_main,
-                                desc=f"eval {split}")  # fmt: skip
-        metrics["split"] = split
-        metrics["checkpoint"] = str(checkpoint) if not isinstance(checkpoint, Mapping) else None
-        return metrics
     finally:
         du.cleanup(info)

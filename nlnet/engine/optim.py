@@ -5,39 +5,102 @@ The paper's recipe (Section 4.1): SGD, momentum 0.9, weight decay 1e-4, the rate
 ``SequentialLR(LinearLR, MultiStepLR)`` stepped once per iteration, so the rate at iteration
 ``it`` is ``lr * gamma ** #{s in steps : s <= it}``, times ``warmup_factor + (1 -
 warmup_factor) * it / warmup_iters`` during the warm-up.  ``optim.optimizer=adamw`` with
-``optim.schedule=onecycle`` is the compact recipe of ``nlnet demo``.
+``optim.schedule=onecycle`` is the compact recipe of ``nlnet demo``; ``cosine``
+(``CosineAnnealingLR`` to ``min_lr``) and ``poly`` (``PolynomialLR``, ``(1 - t/T) ** power``)
+follow the same linear warm-up.  ``optim.layer_decay < 1`` gives the parameters of transformer
+block ``i`` of ``L`` the rate ``lr * layer_decay ** (L - i)`` (layer-wise lr decay, as in BEiT
+and timm), the embeddings ``layer_decay ** (L + 1)``, the final norm and head ``lr``.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import LinearLR, LRScheduler, MultiStepLR, OneCycleLR, SequentialLR
+from torch.optim.lr_scheduler import (
+    CosineAnnealingLR,
+    LinearLR,
+    LRScheduler,
+    MultiStepLR,
+    OneCycleLR,
+    PolynomialLR,
+    SequentialLR,
+)
 
-__all__ = ["NORM_TYPES", "build_optimizer", "build_scheduler"]
+__all__ = ["NORM_TYPES", "build_optimizer", "build_scheduler", "layer_ids"]
 
 NORM_TYPES = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)
+_EMBED = ("cls_token", "pos_embed", "patch_embed", "patch_norm", "dist_token")
 
 
-def _param_groups(model: nn.Module, weight_decay: float, weight_decay_bn: float | None) -> list:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
+def layer_ids(model: nn.Module) -> tuple[dict[str, int], int]:
+    """The layer of every parameter of a transformer for layer-wise lr decay, and ``L``.
+
+    Embeddings are layer 0, the ``i``-th block (``blocks.i``, or Swin's ``stages.s.b`` counted
+    over the stages; a patch merging goes with the last block of its stage) layer ``i + 1``,
+    everything else (final norm, head) layer ``L + 1``.
+
+    Raises:
+        ValueError: the model has no ``blocks.<i>`` or ``stages.<s>.<b>`` parameters.
+    """
+    names = [n for n, _ in model.named_parameters()]
+    flat = {int(m.group(1)) for n in names if (m := re.search(r"(?:^|\.)blocks\.(\d+)\.", n))}
+    staged: dict[int, set[int]] = {}
+    for n in names:
+        if m := re.search(r"(?:^|\.)stages\.(\d+)\.(\d+)\.", n):
+            staged.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    offsets, total = {}, 0
+    for s in sorted(staged):
+        offsets[s], total = total, total + len(staged[s])
+    num = len(flat) if flat else total
+    if num == 0:
+        raise ValueError(
+            "optim.layer_decay: the model has no transformer blocks (blocks.<i> or "
+            "stages.<s>.<b>); use optim.layer_decay=1.0"
+        )
+    ids = {}
+    for n in names:
+        if flat and (m := re.search(r"(?:^|\.)blocks\.(\d+)\.", n)):
+            ids[n] = int(m.group(1)) + 1
+        elif not flat and (m := re.search(r"(?:^|\.)stages\.(\d+)\.(\d+)\.", n)):
+            ids[n] = offsets[int(m.group(1))] + int(m.group(2)) + 1
+        elif not flat and (m := re.search(r"(?:^|\.)merges\.(\d+)\.", n)):
+            s = int(m.group(1))
+            ids[n] = offsets.get(s, 0) + len(staged.get(s, ())) if s in staged else num
+        elif n.startswith(_EMBED):
+            ids[n] = 0
+        else:
+            ids[n] = num + 1
+    return ids, num
+
+
+def _param_groups(model: nn.Module, optim: Any) -> list:
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named:
         raise ValueError("model: no trainable parameter (all frozen?)")
-    if weight_decay_bn is None or weight_decay_bn == weight_decay:
-        return [{"params": params, "weight_decay": weight_decay}]
-    norm_ids = {
-        id(p)
-        for m in model.modules()
-        if isinstance(m, NORM_TYPES)
-        for p in m.parameters(recurse=False)
-    }
-    groups = [
-        {"params": [p for p in params if id(p) not in norm_ids], "weight_decay": weight_decay},
-        {"params": [p for p in params if id(p) in norm_ids], "weight_decay": weight_decay_bn},
-    ]
-    return [g for g in groups if g["params"]]
+    wd, wd_bn = optim.weight_decay, optim.weight_decay_bn
+    norm_ids = set()
+    if wd_bn is not None and wd_bn != wd:
+        norm_ids = {
+            id(p)
+            for m in model.modules()
+            if isinstance(m, NORM_TYPES)
+            for p in m.parameters(recurse=False)
+        }
+    decay = float(getattr(optim, "layer_decay", 1.0))
+    ids, num = layer_ids(model) if decay < 1.0 else ({}, 0)
+    groups: dict[tuple[int, bool], dict[str, Any]] = {}
+    for name, p in named:
+        layer, is_norm = ids.get(name, num + 1), id(p) in norm_ids
+        scale = decay ** (num + 1 - layer) if decay < 1.0 else 1.0
+        group = groups.setdefault(
+            (layer, is_norm),
+            {"params": [], "weight_decay": wd_bn if is_norm else wd, "lr_scale": scale},
+        )
+        group["params"].append(p)
+    return [groups[k] for k in sorted(groups)]
 
 
 def build_optimizer(model: nn.Module, optim: Any) -> torch.optim.Optimizer:
@@ -46,22 +109,32 @@ def build_optimizer(model: nn.Module, optim: Any) -> torch.optim.Optimizer:
     Args:
         model: the network (only parameters with ``requires_grad`` are optimised).
         optim: ``cfg.optim``; with ``weight_decay_bn`` set, normalisation scales/shifts get that
-            decay instead of ``weight_decay``.
+            decay instead of ``weight_decay``; ``layer_decay < 1`` scales each transformer
+            layer's rate (its group's ``lr_scale``).
     """
-    groups = _param_groups(model, optim.weight_decay, optim.weight_decay_bn)
+    groups = _param_groups(model, optim)
+    for g in groups:
+        g["lr"] = optim.lr * g["lr_scale"]
     if optim.optimizer == "adamw":
         return torch.optim.AdamW(groups, lr=optim.lr)
     return torch.optim.SGD(groups, lr=optim.lr, momentum=optim.momentum, nesterov=optim.nesterov)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, optim: Any, max_iters: int) -> LRScheduler:
-    """The per-iteration schedule: warm-up + multi-step decay, or one-cycle over ``max_iters``."""
+    """The per-iteration schedule: warm-up + multi-step decay, cosine or poly; or one-cycle."""
     if optim.schedule == "onecycle":
+        max_lr = [g["lr"] for g in optimizer.param_groups]
         return OneCycleLR(
-            optimizer, max_lr=optim.lr, total_steps=max(max_iters, 1), pct_start=optim.pct_start
+            optimizer, max_lr=max_lr, total_steps=max(max_iters, 1), pct_start=optim.pct_start
         )
     warmup = int(optim.warmup_iters)
-    decay = MultiStepLR(optimizer, [s - warmup for s in optim.steps], gamma=optim.gamma)
+    rest = max(max_iters - warmup, 1)
+    if optim.schedule == "cosine":
+        decay: LRScheduler = CosineAnnealingLR(optimizer, T_max=rest, eta_min=optim.min_lr)
+    elif optim.schedule == "poly":
+        decay = PolynomialLR(optimizer, total_iters=rest, power=optim.power)
+    else:
+        decay = MultiStepLR(optimizer, [s - warmup for s in optim.steps], gamma=optim.gamma)
     if warmup == 0:
         return decay
     ramp = LinearLR(optimizer, optim.warmup_factor, 1.0, total_iters=warmup)

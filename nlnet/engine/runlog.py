@@ -15,11 +15,17 @@ import json
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLogger", "jsonable", "say", "use_progress_bar"]
+__all__ = ["MetricsLogger", "PLOTTED_METRICS", "jsonable", "plotted_metrics", "say",
+           "use_progress_bar"]  # fmt: skip
+
+#: validation metrics drawn in ``curves.png`` (each when present; ``ema_<key>`` too): video
+#: top-k and mAP, segmentation mIoU, detection box/mask/keypoint AP.
+PLOTTED_METRICS = ("video_top1", "video_top5", "clip_top1", "clip_top5", "video_mAP",
+                   "clip_mAP", "mIoU", "box_AP", "mask_AP", "kp_AP")  # fmt: skip
 
 
 def say(msg: str, main: bool = True) -> None:
@@ -56,6 +62,11 @@ class MetricsLogger:
         self.jsonl = self.run_dir / "metrics.jsonl"
         self.csv = self.run_dir / "metrics.csv"
         self.png = self.run_dir / "curves.png"
+        self.sinks: list[Callable[[dict[str, Any]], None]] = []
+
+    def add_sink(self, sink: Callable[[dict[str, Any]], None]) -> None:
+        """Also send every record to ``sink`` (e.g. TensorBoard, W&B)."""
+        self.sinks.append(sink)
 
     def truncate_after(self, iteration: int) -> None:
         """Drop records past ``iteration`` (written by a run that was killed before its next
@@ -72,8 +83,11 @@ class MetricsLogger:
         if not self.enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        record = jsonable(record)
         with open(self.jsonl, "a") as f:
-            f.write(json.dumps(jsonable(record)) + "\n")
+            f.write(json.dumps(record) + "\n")
+        for sink in self.sinks:
+            sink(record)
 
     def records(self) -> list[dict[str, Any]]:
         if not self.jsonl.exists():
@@ -98,8 +112,12 @@ class MetricsLogger:
             writer.writeheader()
             writer.writerows(records)
 
-    def plot(self) -> Path | None:
-        """Training loss, learning rate and validation metrics against the iteration."""
+    def plot(self, num_classes: int | None = None) -> Path | None:
+        """Training loss, learning rate and validation metrics against the iteration.
+
+        Args:
+            num_classes: the model's classes; top-5 is left out when there are <= 5.
+        """
         if not self.enabled:
             return None
         records = self.records()
@@ -107,11 +125,9 @@ class MetricsLogger:
         val = [r for r in records if r.get("kind") == "val"]
         if not train and not val:
             return None
-        import matplotlib
+        from nlnet.analysis.plotting import pyplot
 
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         fig, axes = plt.subplots(1, 3 if val else 2, figsize=(13 if val else 9, 3.6))
         for ax, key, color in ((axes[0], "loss", "tab:blue"), (axes[1], "lr", "tab:orange")):
             pts = _points(train, key)
@@ -122,11 +138,7 @@ class MetricsLogger:
         if any(v > 0 for _, v in _points(train, "lr")):
             axes[1].set_yscale("log")
         if val:
-            keys = [
-                k
-                for k in ("video_top1", "video_top5", "clip_top1", "video_mAP", "clip_mAP")
-                if _points(val, k)
-            ]
+            keys = plotted_metrics(val, num_classes)
             for k in keys:
                 axes[2].plot(*zip(*_points(val, k)), marker="o", label=k)
             axes[2].set(xlabel="iteration", ylabel="%", title="validation")
@@ -136,6 +148,15 @@ class MetricsLogger:
         fig.savefig(self.png, dpi=100)
         plt.close(fig)
         return self.png
+
+
+def plotted_metrics(val: list[dict[str, Any]], num_classes: int | None = None) -> list[str]:
+    """The keys of :data:`PLOTTED_METRICS` (and their ``ema_`` twins) present in the ``val``
+    records; top-5 left out when there are <= 5 classes (it is then 100% by construction)."""
+    keys = [k for base in PLOTTED_METRICS for k in (base, f"ema_{base}")]
+    if num_classes is not None and num_classes <= 5:
+        keys = [k for k in keys if "top5" not in k]
+    return [k for k in keys if _points(val, k)]
 
 
 def jsonable(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from nlnet.engine.config import load_config, replace  # noqa: E402
 from nlnet.engine.loop import evaluate, train  # noqa: E402
 from nlnet.engine.modeling import freeze_batchnorm  # noqa: E402
 from nlnet.engine.optim import build_scheduler  # noqa: E402
-from nlnet.engine.tasks import compute_loss  # noqa: E402
+from nlnet.engine.tasks.video import compute_loss  # noqa: E402
 
 
 def _cfg(tmp_path: Path, name: str = "run", **over):

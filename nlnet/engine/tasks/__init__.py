@@ -15,15 +15,11 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from nlnet.engine.errors import DataError
-
 __all__ = [
     "Task",
-    "compute_loss",
     "get_task",
     "register_task",
     "task_class",
@@ -44,6 +40,9 @@ class Task(Protocol):
     ``metadata(cfg, dataset)``: ``class_names`` and ``preprocessing`` stored in checkpoints.
     ``summary(metrics)``: one line for the console.
     ``data_config`` (class attribute): the frozen dataclass of the config's ``data`` section.
+    Optional: ``setup(cfg)`` (called once the config is final, ``model.num_classes`` known),
+    ``pop_terms()`` (loss terms logged beside the loss), ``words`` (names of a training item and
+    its source file in the loop's messages, e.g. ``("clip", "video")``).
     """
 
     name: str
@@ -110,23 +109,3 @@ def get_task(cfg: Any, collate_fn: Callable | None = None) -> Task:
     if collate_fn is not None:
         task.collate = collate_fn
     return task
-
-
-def compute_loss(logits: torch.Tensor, target: torch.Tensor, loss: str) -> torch.Tensor:
-    """Cross-entropy over classes (``ce``), or per-category sigmoid + BCE (``bce``, Section 5.2)."""
-    logits = logits.float()
-    if loss == "ce":
-        if target.dim() != 1:
-            raise DataError(
-                "train.loss=ce expects integer class targets (B,), got a target of shape "
-                f"{tuple(target.shape)}; use train.loss=bce for multi-label data"
-            )
-        return F.cross_entropy(logits, target.long())
-    if loss == "bce":
-        if target.shape != logits.shape:
-            raise DataError(
-                f"train.loss=bce expects multi-hot targets of shape {tuple(logits.shape)}, got "
-                f"{tuple(target.shape)}"
-            )
-        return F.binary_cross_entropy_with_logits(logits, target.float())
-    raise ValueError(f"loss: expected 'ce' or 'bce', got {loss!r}")

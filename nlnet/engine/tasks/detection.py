@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset
 from nlnet.data.coco import CocoDataset, collate_detection, quiet_pycocotools
 from nlnet.engine.checkpoint import unwrap_model
 from nlnet.engine.errors import DataError
+from nlnet.engine.evaluation import inference_on_dataset
 
 __all__ = [
     "DetectionDataConfig",
@@ -198,6 +199,33 @@ def default_iou_types(model_name: str | None) -> tuple[str, ...]:
     return ("bbox", "keypoints") if task == "keypoints" else ("bbox", "segm")
 
 
+class CocoEvaluator:
+    """COCO AP of the detections of every image: ``reset`` / ``process(batch, outputs)`` /
+    ``evaluate`` (detectron2's ``DatasetEvaluator`` shape; pycocotools does the scoring)."""
+
+    def __init__(self, dataset: Any, iou_types: Sequence[str]) -> None:
+        self.dataset, self.iou_types = dataset, tuple(iou_types)
+        self.reset()
+
+    def reset(self) -> None:
+        self.results: list[dict[str, Any]] = []
+
+    def process(self, batch: Sequence[Any], outputs: list[dict[str, Any]] | None) -> None:
+        if outputs is not None:
+            ids = [int(t["image_id"]) for t in batch[1]]
+            self.results += outputs_to_coco(outputs, ids, self.dataset.label_to_category)
+
+    def evaluate(self) -> dict[str, float]:
+        return coco_evaluate(self.dataset.coco, self.results, self.iou_types)
+
+
+def _forward_images(model: nn.Module, batch: Sequence[Any]) -> list[dict[str, Any]] | None:
+    if not batch[0]:
+        return None
+    device = next(model.parameters()).device
+    return model([im.to(device) for im in batch[0]])
+
+
 class DetectionTask:
     """COCO-format detection / instance segmentation / keypoints for the engine (``task:
     detection``).
@@ -224,6 +252,7 @@ class DetectionTask:
 
     name = "detection"
     data_config = DetectionDataConfig
+    words = ("image", "image")  # a training item, its source (the loop's messages)
 
     def __init__(
         self, iou_types: Sequence[str] = ("bbox", "segm"), *, hflip: float = 0.0,
@@ -342,27 +371,13 @@ class DetectionTask:
         return {k: v / n for k, v in sorted(terms.items())} if n else {}
 
     # -- evaluation -----------------------------------------------------------------------------
-    @torch.no_grad()
     def predict(
         self, model: nn.Module, loader: DataLoader, device: Any = None
     ) -> list[dict[str, Any]]:
         """COCO results of ``model`` on every image of ``loader`` (its mode restored after)."""
-        dataset = loader.dataset
-        was_training = model.training
-        model.eval()
-        device = device or next(model.parameters()).device
-        results: list[dict[str, Any]] = []
-        try:
-            for batch in loader:
-                images, targets = batch[0], batch[1]
-                if not images:
-                    continue
-                outputs = model([im.to(device) for im in images])
-                ids = [int(t["image_id"]) for t in targets]
-                results += outputs_to_coco(outputs, ids, dataset.label_to_category)
-        finally:
-            model.train(was_training)
-        return results
+        evaluator = CocoEvaluator(loader.dataset, self.iou_types)
+        inference_on_dataset(model, loader, evaluator, _forward_images)
+        return evaluator.results
 
     def evaluate(
         self, model: nn.Module, data: Any, cfg: Any = None, device: Any = None, **_: Any
@@ -374,8 +389,11 @@ class DetectionTask:
             batch_size = cfg.eval.batch_size if cfg is not None else 4
             loader = DataLoader(data, batch_size=batch_size, collate_fn=self.collate)
         model = unwrap_model(model)  # a DDP wrapper: evaluate the bare network
-        results = self.predict(model, loader, device)
-        return coco_evaluate(loader.dataset.coco, results, self.iou_types)
+        metrics = inference_on_dataset(
+            model, loader, CocoEvaluator(loader.dataset, self.iou_types), _forward_images
+        )
+        metrics.pop("time_s")
+        return metrics
 
     def metadata(self, cfg: Any, dataset: Any) -> dict[str, Any]:
         """Class names (background first) and the input convention stored in checkpoints."""

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from nlnet.data.segmentation import SegmentationFolder, collate_segmentation
 from nlnet.engine.errors import DataError
+from nlnet.engine.evaluation import inference_on_dataset
 
 __all__ = [
     "SegmentationDataConfig",
@@ -127,6 +128,38 @@ def _data(cfg: Any) -> SegmentationDataConfig:
     return SegmentationDataConfig(**data)
 
 
+class ConfusionEvaluator:
+    """mIoU / pixel accuracy over batches ``(images, masks, ...)`` and the logits ``(B, K, H,
+    W)``: ``reset`` / ``process`` / ``evaluate`` (detectron2's ``DatasetEvaluator`` shape)."""
+
+    def __init__(
+        self, num_classes: int, ignore_index: int = 255, class_names: Sequence[str] | None = None
+    ) -> None:
+        self.num_classes, self.ignore_index, self.class_names = (
+            num_classes,
+            ignore_index,
+            class_names,
+        )
+        self.reset()
+
+    def reset(self) -> None:
+        self.conf = torch.zeros(self.num_classes, self.num_classes, dtype=torch.int64)
+
+    def process(self, batch: Sequence[Any], outputs: torch.Tensor | None) -> None:
+        if outputs is not None:
+            pred = outputs.argmax(1).cpu()
+            self.conf += confusion_matrix(pred, batch[1], self.num_classes, self.ignore_index)
+
+    def evaluate(self) -> dict[str, float]:
+        return segmentation_metrics(self.conf, self.class_names)
+
+
+def _forward_images(model: nn.Module, batch: Sequence[Any]) -> torch.Tensor | None:
+    if batch[0].shape[0] == 0:
+        return None
+    return model(batch[0].to(next(model.parameters()).device))
+
+
 class SegmentationTask:
     """Semantic segmentation for the engine: image + mask folders, cross-entropy, mIoU.
 
@@ -144,6 +177,7 @@ class SegmentationTask:
 
     name = "segmentation"
     data_config = SegmentationDataConfig
+    words = ("image", "image")  # a training item, its source (the loop's messages)
 
     def __init__(
         self,
@@ -229,22 +263,11 @@ class SegmentationTask:
         )
         return loss, int(images.shape[0])
 
-    @torch.no_grad()
     def confusion(self, model: nn.Module, loader: Any, device: Any = None) -> torch.Tensor:
         """The confusion matrix of ``model`` over ``loader`` (its mode restored afterwards)."""
-        was_training = model.training
-        model.eval()
-        device = device or next(model.parameters()).device
-        conf = torch.zeros(self.classes, self.classes, dtype=torch.int64)
-        try:
-            for batch in loader:
-                if batch[0].shape[0] == 0:
-                    continue
-                pred = model(batch[0].to(device)).argmax(1).cpu()
-                conf += confusion_matrix(pred, batch[1], self.classes, self.ignore_index)
-        finally:
-            model.train(was_training)
-        return conf
+        evaluator = ConfusionEvaluator(self.classes, self.ignore_index, self.class_names)
+        inference_on_dataset(model, loader, evaluator, _forward_images)
+        return evaluator.conf
 
     def evaluate(
         self, model: nn.Module, data: Any, cfg: Any = None, device: Any = None, **_: Any
@@ -255,7 +278,10 @@ class SegmentationTask:
         if isinstance(data, Dataset):
             batch_size = cfg.eval.batch_size if cfg is not None else 16
             loader = DataLoader(data, batch_size=batch_size, collate_fn=self.collate)
-        return segmentation_metrics(self.confusion(model, loader, device), self.class_names)
+        evaluator = ConfusionEvaluator(self.classes, self.ignore_index, self.class_names)
+        metrics = inference_on_dataset(model, loader, evaluator, _forward_images)
+        metrics.pop("time_s")
+        return metrics
 
     def metadata(self, cfg: Any, dataset: Any) -> dict[str, Any]:
         return {

@@ -5,31 +5,93 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
 from nlnet.data.config import Preprocessing, VideoDataConfig
 from nlnet.engine.errors import DataError
-from nlnet.engine.tasks import compute_loss
 
-__all__ = ["VideoClassificationTask"]
+__all__ = ["VideoClassificationTask", "compute_loss", "resample_clip"]
+
+
+def resample_clip(clip: torch.Tensor, frames: int, size: int) -> torch.Tensor:
+    """``(B, C, T, H, W)`` -> ``(B, C, frames, size, size * W / H)``: frames spread over the same
+    span (a longer stride, as multigrid's long cycle), each resized with antialiasing."""
+    b, c, t, h, w = clip.shape
+    if frames != t:
+        clip = clip[:, :, torch.linspace(0, t - 1, frames).round().long().to(clip.device)]
+    out_w = max(1, round(size * w / h))
+    if (size, out_w) != (h, w):
+        flat = clip.transpose(1, 2).reshape(b * frames, c, h, w)
+        flat = F.interpolate(flat, size=(size, out_w), mode="bilinear", antialias=True)
+        clip = flat.reshape(b, frames, c, size, out_w).transpose(1, 2)
+    return clip
+
+
+def _is_distribution(target: torch.Tensor, logits: torch.Tensor) -> bool:
+    """Class probabilities ``(B, K)`` (rows summing to 1), not multi-hot labels."""
+    if target.shape != logits.shape or not target.is_floating_point():
+        return False
+    return bool(torch.allclose(target.sum(1), torch.ones_like(target[:, 0]), atol=1e-4))
+
+
+def compute_loss(
+    logits: torch.Tensor, target: torch.Tensor, loss: str, label_smoothing: float = 0.0
+) -> torch.Tensor:
+    """Cross-entropy over classes (``ce``; class indices, or class probabilities after MixUp /
+    CutMix; optional label smoothing), or per-category sigmoid + BCE (``bce``, Section 5.2)."""
+    logits = logits.float()
+    if loss == "ce":
+        if _is_distribution(target, logits):  # MixUp / CutMix targets
+            return F.cross_entropy(logits, target.float(), label_smoothing=label_smoothing)
+        if target.dim() != 1:
+            raise DataError(
+                "train.loss=ce expects integer class targets (B,), got a target of shape "
+                f"{tuple(target.shape)}; use train.loss=bce for multi-label data"
+            )
+        return F.cross_entropy(logits, target.long(), label_smoothing=label_smoothing)
+    if loss == "bce":
+        if target.shape != logits.shape:
+            raise DataError(
+                f"train.loss=bce expects multi-hot targets of shape {tuple(logits.shape)}, got "
+                f"{tuple(target.shape)}"
+            )
+        return F.binary_cross_entropy_with_logits(logits, target.float())
+    raise ValueError(f"loss: expected 'ce' or 'bce', got {loss!r}")
 
 
 class VideoClassificationTask:
     """Clips -> class scores (Section 4: Kinetics; Section 5.2: multi-label Charades).
 
     Batches are the dicts of :func:`nlnet.data.collate_skip_bad` (``clip`` (B, C, T, H, W),
-    ``target``, ``index``, ``skipped``); evaluation is multi-clip testing (Section 4.1).
+    ``target``, ``index``, ``skipped``); evaluation is multi-clip testing (Section 4.1,
+    :mod:`nlnet.engine.tasks.video_eval`).  Training batches go through the ``augment``
+    section's MixUp / CutMix / RandAugment (:class:`~nlnet.engine.tools.augment.ClipAugment`)
+    and the loss takes ``augment.label_smoothing``.
     """
 
     name = "video_classification"
     data_config = VideoDataConfig
+    words = ("clip", "video")  # a training item, its source (the loop's messages)
 
     def __init__(self, cfg: Any) -> None:
         from nlnet.data.datasets import collate_skip_bad
 
         self.loss_name = cfg.train.loss
         self.collate = collate_skip_bad
+        self.label_smoothing = float(cfg.augment.label_smoothing)
+        self.augment = None
+        self.clip_shape: tuple[int, int] | None = None  # (T, S) of a multigrid step
+
+    def setup(self, cfg: Any) -> None:
+        """The training augmentation, once ``model.num_classes`` is known."""
+        from nlnet.data.datasets import DATASET_DEFAULTS
+        from nlnet.engine.tools.augment import ClipAugment
+
+        d = {**DATASET_DEFAULTS, **cfg.data}
+        augment = ClipAugment(cfg.augment, cfg.model.num_classes, d["mean"], d["std"])
+        self.augment = augment if augment.active else None
 
     def build_dataset(self, cfg: Any, split: str, mode: str) -> Dataset:
         """``build_dataset(cfg.data, split, mode)`` with ``eval.clips``/``eval.crops``; a split
@@ -57,14 +119,20 @@ class VideoClassificationTask:
     def loss(
         self, model: nn.Module, batch: Any, device: torch.device
     ) -> tuple[torch.Tensor | None, int]:
-        from nlnet.engine.evaluator import unpack_batch
+        from nlnet.engine.tasks.video_eval import unpack_batch
 
         clip, target, _index, _bad = unpack_batch(batch)
         if clip is None or clip.shape[0] == 0:
             return None, 0
-        logits = model(clip.to(device, non_blocking=True))  # (B, num_classes)
-        target = target.to(device, non_blocking=True)
-        return compute_loss(logits, target, self.loss_name), int(clip.shape[0])
+        clip = clip.to(device, non_blocking=True)
+        target = torch.as_tensor(target).to(device, non_blocking=True)
+        if self.augment is not None and model.training:
+            clip, target = self.augment(clip, target)
+        if self.clip_shape is not None and model.training:
+            clip = resample_clip(clip, *self.clip_shape)
+        logits = model(clip)  # (B, num_classes)
+        loss = compute_loss(logits, target, self.loss_name, self.label_smoothing)
+        return loss, int(clip.shape[0])
 
     def evaluate(
         self,
@@ -78,7 +146,7 @@ class VideoClassificationTask:
         desc: str = "eval",
     ) -> dict[str, Any]:
         """Multi-clip testing: clip- and video-level top-k (or mAP for ``train.loss=bce``)."""
-        from nlnet.engine.evaluator import build_eval_loader, run_evaluation
+        from nlnet.engine.tasks.video_eval import build_eval_loader, run_evaluation
 
         loader = build_eval_loader(
             dataset, cfg.eval.batch_size, cfg.eval.workers, self.collate, device.type == "cuda"
