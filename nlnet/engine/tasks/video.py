@@ -86,11 +86,10 @@ class VideoClassificationTask:
 
     def setup(self, cfg: Any) -> None:
         """The training augmentation, once ``model.num_classes`` is known."""
-        from nlnet.data.datasets import DATASET_DEFAULTS
         from nlnet.engine.tools.augment import ClipAugment
 
-        d = {**DATASET_DEFAULTS, **cfg.data}
-        augment = ClipAugment(cfg.augment, cfg.model.num_classes, d["mean"], d["std"])
+        data = cfg.data if isinstance(cfg.data, VideoDataConfig) else VideoDataConfig(**cfg.data)
+        augment = ClipAugment(cfg.augment, cfg.model.num_classes, data.mean, data.std)
         self.augment = augment if augment.active else None
 
     def build_dataset(self, cfg: Any, split: str, mode: str) -> Dataset:

@@ -197,10 +197,11 @@ class MultigridHook(HookBase):
     name = "multigrid"
 
     def __init__(self, cfg: Any) -> None:
-        from nlnet.data.datasets import DATASET_DEFAULTS
+        from nlnet.data.config import VideoDataConfig
 
-        m, d = cfg.multigrid, {**DATASET_DEFAULTS, **cfg.data}
-        self.frames, self.size = int(d["num_frames"]), _crop_size(d["crop"])
+        m, d = cfg.multigrid, cfg.data
+        d = d if isinstance(d, VideoDataConfig) else VideoDataConfig(**d)
+        self.frames, self.size = int(d.num_frames), _crop_size(d.crop)
         self.phases = (
             long_cycle_schedule(
                 self.frames, self.size, m.stages, cfg.optim.epochs,
