@@ -61,6 +61,7 @@ BLOCK_OPTIONS: tuple[str, ...] = (
     "norm_eps",
     "norm_momentum",
     "norm_groups",
+    "gate",
     "temporal_groups",
 )
 
