@@ -5,6 +5,7 @@ See ``docs/models.md`` for the model names and where the non-local blocks go.
 
 from nlnet.models import detection as _detection  # noqa: F401  (maskrcnn_*, keypointrcnn_*)
 from nlnet.models import segmentation as _segmentation  # noqa: F401  (seg_tiny*)
+from nlnet.models.edsr import EDSR  # noqa: F401  (registers edsr_baseline*)
 from nlnet.models.image import SegmentationHead, SegmentationNet, resnet_non_local
 from nlnet.models.inflate import (
     InflationReport,
@@ -12,6 +13,7 @@ from nlnet.models.inflate import (
     inflate_state_dict,
     load_pretrained_2d,
 )
+from nlnet.models.rcan import RCAN  # noqa: F401  (registers rcan*)
 from nlnet.models.registry import (
     ModelEntry,
     create_model,

@@ -62,7 +62,9 @@ def test_tiny_forward_backward_every_parameter_gets_a_gradient(name):
     x = _tiny_input(cfg)
     out = model(x)
     if cfg.get("task") == "segmentation":
-        assert out.shape == (1, 5, *x.shape[-2:])
+        assert out.shape == (1, 5, *x.shape[2:])
+    elif cfg.get("task") == "super_resolution":  # num_classes = output channels
+        assert out.shape == (1, 5, *(s * cfg["upscale"] for s in x.shape[2:]))
     else:
         assert out.shape == (1, 5)
     out.square().mean().backward()
