@@ -27,6 +27,7 @@ from nlnet.models.resnet3d import (
     ResNet3d,
     inflation_pattern,
 )
+from nlnet.models.slowfast import SlowFast  # noqa: F401  (registers slowfast_r50*)
 from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_blocks, non_local_paths
 from nlnet.models.swin import SwinTransformer  # noqa: F401  (registers swin_*)
 from nlnet.models.tiny import TinyC2D  # noqa: F401  (registers the tiny CPU family, c2d_tiny*)
