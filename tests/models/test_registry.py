@@ -46,7 +46,7 @@ def test_registry_contents():
 
 
 # detectors take lists of images and return losses/detections: tests/models/test_dense_models.py
-DETECTION_TASKS = ("instance_segmentation", "keypoints")
+DETECTION_TASKS = ("instance_segmentation", "keypoints", "object_detection")
 
 
 @pytest.mark.parametrize(
