@@ -33,6 +33,10 @@ def test_miou_hand_computed():
     assert m["mIoU"] == pytest.approx(100 * (1 / 3 + 1 / 2 + 1 / 3) / 3)
     assert m["pixel_acc"] == pytest.approx(100 * 4 / 7)
     assert m["iou_a"] == pytest.approx(50.0)
+    # Dice = 2 tp / (|true| + |pred|): class 0 2/4, class 1 4/6, class 2 2/4 (= 2 IoU / (1 + IoU))
+    assert m["dice_a"] == pytest.approx(100 * 2 / 3)
+    assert m["mDice"] == pytest.approx(100 * (1 / 2 + 2 / 3 + 1 / 2) / 3)
+    assert math.isnan(m["dice_c"])
 
 
 def test_confusion_rejects_bad_labels():
