@@ -4,7 +4,7 @@ Sources:
 
 * ``"builtin"``: real photographs shipped inside pip packages (no download): scikit-image's
   ``skimage.data`` (astronaut, coffee, chelsea, rocket, immunohistochemistry, hubble_deep_field,
-  camera, brick, grass, gravel, coins, ...) and scikit-learn's ``load_sample_images`` (china,
+  camera, brick, grass, gravel, coins) and scikit-learn's ``load_sample_images`` (china,
   flower). :data:`BUILTIN_SPLITS` trains on some photographs and tests on *other* ones.
 * ``"folder"``: ``root/<split>/*.png|jpg|bmp`` (e.g. DIV2K's ``DIV2K_train_HR``), any size.
 
@@ -40,9 +40,9 @@ __all__ = [
 
 #: Which built-in photographs train and which test (no photograph in both).
 BUILTIN_SPLITS: dict[str, tuple[str, ...]] = {
-    "train": ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "camera",
-              "brick", "grass", "coins"),
-    "test": ("sklearn:china.jpg", "sklearn:flower.jpg", "hubble_deep_field", "gravel"),
+    "train": ("astronaut", "coffee", "rocket", "immunohistochemistry", "hubble_deep_field",
+              "camera", "brick", "grass", "coins"),
+    "test": ("sklearn:china.jpg", "sklearn:flower.jpg", "chelsea", "gravel"),
 }  # fmt: skip
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 
