@@ -43,8 +43,9 @@ class SRDemoSettings:
     n_feats: int = 32
     patch: int = 24  # low-resolution training patch
     batch_size: int = 16
-    steps: int = 400
+    steps: int = 300
     lr: float = 1e-3
+    bicubic_residual: bool = True  # learn the residual over bicubic (see EDSR's option)
     eval_tile: int = 192  # high-resolution test tiles
     eval_max_tiles: int = 4
 
@@ -62,7 +63,8 @@ def sr_demo_config(name: str, s: SRDemoSettings, run_dir: Path, seed: int, devic
     return config_from_dict({
         "task": "super_resolution",
         "model": {"name": name, "num_classes": 3, "overrides": {
-            "upscale": s.upscale, "n_resblocks": s.n_resblocks, "n_feats": s.n_feats}},
+            "upscale": s.upscale, "n_resblocks": s.n_resblocks, "n_feats": s.n_feats,
+            "bicubic_residual": s.bicubic_residual}},
         "data": {"source": "builtin", "patch": s.patch, "num_patches": s.steps * s.batch_size,
                  "eval_tile": s.eval_tile, "eval_max_tiles": s.eval_max_tiles},
         "optim": {"optimizer": "adamw", "schedule": "onecycle", "lr": s.lr, "weight_decay": 0.0,

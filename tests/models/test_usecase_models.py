@@ -220,3 +220,16 @@ def test_fpn_levels_option_of_the_detectors():
     with torch.no_grad():
         (out,) = faster([torch.rand(3, 64, 64)])
     assert set(out) == {"boxes", "labels", "scores"} and len(non_local_blocks(faster)) == 3
+
+
+def test_edsr_bicubic_residual_option():
+    import torch.nn.functional as F
+
+    model = _tiny("edsr_baseline", bicubic_residual=True)
+    last = model.tail[-1]
+    nn.init.zeros_(last.weight), nn.init.zeros_(last.bias)
+    x = torch.rand(1, 3, 8, 8)
+    expected = F.interpolate(x, scale_factor=2, mode="bicubic")
+    torch.testing.assert_close(model(x), expected)
+    with pytest.raises(ValueError, match="bicubic_residual"):
+        create_model("edsr_baseline", num_classes=1, bicubic_residual=True)
