@@ -83,7 +83,12 @@ def _crops_figure(path: Path, models: dict[str, nn.Module], test: Any, upscale: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    picks = [i for i in range(len(test))][:: max(1, len(test) // 3)][:3]
+    def bicubic_error(i: int) -> float:  # crops where up-sampling matters: textured ones
+        lr, hr, _ = test[i]
+        bic = F.interpolate(lr[None], scale_factor=upscale, mode="bicubic")[0]
+        return float((bic - hr).abs().mean())
+
+    picks = sorted(range(len(test)), key=bicubic_error, reverse=True)[:3]
     cols = ["low-res", "bicubic", *models, "original"]
     fig, axes = plt.subplots(len(picks), len(cols), figsize=(2.2 * len(cols), 2.3 * len(picks)))
     axes = axes if len(picks) > 1 else [axes]
@@ -99,7 +104,7 @@ def _crops_figure(path: Path, models: dict[str, nn.Module], test: Any, upscale: 
         for ax, (title, img) in zip(row, [("low-res", near), ("bicubic", bic), *outs.items(),
                                           ("original", hr)]):  # fmt: skip
             ax.imshow(img[:, y0 : y0 + c, x0 : x0 + c].permute(1, 2, 0).numpy())
-            ax.set_title(title if title != MODELS[1] else "EDSR + NL", fontsize=9)
+            ax.set_title({MODELS[0]: "EDSR", MODELS[1]: "EDSR + NL"}.get(title, title), fontsize=9)
             ax.axis("off")
         row[0].set_ylabel(test.names[i], fontsize=7)
     fig.tight_layout()
