@@ -45,7 +45,7 @@ class UNetDemoSettings:
 
     base_channels: int = 8
     depth: int = 2
-    epochs: int = 6
+    epochs: int = 12
     batch_size: int = 32
     lr: float = 3e-3
     num_train: int = 1000
