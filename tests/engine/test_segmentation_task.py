@@ -70,13 +70,9 @@ def test_training_steps_decrease_the_loss(tiny_root, name):
         losses.append(loss.item())
     assert losses[-1] < 0.7 * losses[0]
     metrics = task.evaluate(model, DataLoader(val, batch_size=2, collate_fn=task.collate))
-    assert set(metrics) == {
-        "mIoU",
-        "pixel_acc",
-        "iou_background",
-        "iou_cue",
-        "iou_match",
-        "iou_other",
+    names = ("background", "cue", "match", "other")
+    assert set(metrics) == {"mIoU", "mDice", "pixel_acc"} | {
+        f"{m}_{n}" for m in ("iou", "dice") for n in names
     }
     assert model.training  # evaluate restores the mode
     assert 0 <= metrics["pixel_acc"] <= 100
