@@ -36,7 +36,7 @@ MODELS: tuple[str, str] = ("edsr_baseline", "edsr_baseline_nl")
 
 @dataclass(frozen=True)
 class SRDemoSettings:
-    """The demo's sizes and recipe (defaults: about 1-1.5 min a model on a 2-core CPU)."""
+    """The demo's sizes and recipe (measured times: docs/usecases.md)."""
 
     upscale: int = 2
     n_resblocks: int = 4

@@ -41,7 +41,7 @@ CLASS_NAMES: list[str] = ["background", "cue", "match", "other"]
 
 @dataclass(frozen=True)
 class UNetDemoSettings:
-    """Sizes and recipe (defaults: about a minute and a half a model on a 2-core CPU)."""
+    """Sizes and recipe (measured times: docs/usecases.md)."""
 
     base_channels: int = 8
     depth: int = 2
