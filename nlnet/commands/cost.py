@@ -57,6 +57,14 @@ def _default_input(name: str) -> tuple[int, ...]:
     return size[1:]
 
 
+def _channels(name: str) -> int:
+    """Input channels of a model: the first entry of its registered ``input_size`` (3 if none;
+    e.g. 4 MRI modalities for ``unet3d``)."""
+    from nlnet.models.registry import get_model_entry
+
+    return int(get_model_entry(name).default_cfg.get("input_size", (3,))[0])
+
+
 def _print_table2e(size: tuple[int, ...]) -> None:
     ratios = table2e(size)
     print(f"Table 2e, relative to c2d_r101, input {'x'.join(map(str, size))}")
@@ -109,10 +117,10 @@ def main(args: argparse.Namespace) -> int:
 
         print(detector_cost_table(args.model, size))  # a detector cannot run whole on meta
         return 0
-    rep = model_cost(args.model, size, **kw)
+    rep = model_cost(args.model, size, in_channels=_channels(args.model), **kw)
     print(rep.table())
     if args.compare:
-        other = model_cost(args.compare, size, **kw)
+        other = model_cost(args.compare, size, in_channels=_channels(args.compare), **kw)
         print(
             f"relative to {args.compare}: params {rep.params / other.params:.2f}x, "
             f"MACs {rep.macs / other.macs:.2f}x"

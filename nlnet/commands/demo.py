@@ -13,6 +13,8 @@ EXAMPLES = """examples:
   nlnet demo --variants            # also the space-only and time-only blocks (Table 2d)
   nlnet demo --quick               # a tiny smoke-test setting (seconds; numbers are meaningless)
   nlnet demo --task segmentation   # dense demo: seg_tiny vs. seg_tiny_nl on digit images (Sec. 5)
+  nlnet demo --task super-resolution  # EDSR vs. EDSR + NL on scikit-image/-learn photographs
+  nlnet demo --task unet           # U-Net vs. U-Net + bottleneck block on digit images
   nlnet demo --device cuda --output-dir runs
 """
 
@@ -30,7 +32,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=None, help="override the number of epochs")
     parser.add_argument(
         "--task",
-        choices=("same", "pointer", "match", "segmentation"),
+        choices=("same", "pointer", "match", "segmentation", "super-resolution", "unet"),
         default="same",
         help="which digits task (default: same; see nlnet.data.digits); segmentation: the dense "
         "demo (nlnet.dense_demo)",
@@ -43,6 +45,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.task in ("super-resolution", "unet"):  # the practitioner's use cases
+        from nlnet.sr_demo import cli_main
+
+        return cli_main(args)
     if args.task == "segmentation":
         return _dense(args)
     from nlnet.demo import run_demo

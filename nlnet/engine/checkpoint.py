@@ -78,7 +78,13 @@ class CheckpointMismatchError(UserError, ValueError):
 
 #: Registry ``task``\ s whose models have no dropout before a classifier (``model.dropout`` is
 #: not passed to them): per-pixel and R-CNN heads.
-DENSE_TASKS = ("segmentation", "instance_segmentation", "keypoints")
+DENSE_TASKS = (
+    "segmentation",
+    "instance_segmentation",
+    "keypoints",
+    "object_detection",
+    "super_resolution",
+)
 
 
 def takes_dropout(model_name: str) -> bool:

@@ -66,6 +66,7 @@ from nlnet.functional.nonlocal_op import (
 from nlnet.functional.plan import NonLocalPlan, plan_non_local
 from nlnet.functional.pooling import max_pool
 from nlnet.functional.reassociated import pointwise, reassociated_non_local
+from nlnet.layers.gate import GATES, GatedNorm
 
 Mode = Literal["spacetime", "space", "time"]
 MODES: tuple[str, ...] = ("spacetime", "space", "time")
@@ -310,6 +311,9 @@ class NonLocalNd(nn.Module):
             ``"ln"`` (LayerNorm over the channels at each position), ``"affine"`` (per-channel
             scale and shift only, the released code's ``USE_AFFINE``); ``None``: no norm,
             ``W_z`` itself zero-initialised.
+        gate: ``None`` (default) or ``"scalar"``: SAGAN's learnable scalar ``gamma`` initialised
+            at 0, ``z = gamma * norm(W_z y) + x`` (:mod:`nlnet.layers.gate`); the norm then
+            keeps its ordinary initialisation (scale 1) and ``W_z`` its He initialisation.
         norm_eps: ``eps`` of the norm (BN, GN, LN).
         norm_momentum: BatchNorm ``momentum`` (PyTorch convention: 0.1 = Caffe2's 0.9).
         norm_groups: GroupNorm groups; default ``gcd(32, C)``.
@@ -343,6 +347,7 @@ class NonLocalNd(nn.Module):
         norm_eps: float = 1e-5,
         norm_momentum: float | None = 0.1,
         norm_groups: int | None = None,
+        gate: str | None = None,
         mode: Mode = "spacetime",
         temporal_groups: int | None = None,
         scale: bool | float = True,
@@ -369,6 +374,8 @@ class NonLocalNd(nn.Module):
         if not isinstance(bias, bool):
             raise TypeError(f"bias must be True or False, got {bias!r}")
         self._check_norm_args(norm, in_channels, norm_eps, norm_momentum, norm_groups)
+        if gate not in GATES:
+            raise ValueError(f"gate must be one of {GATES}, got {gate!r}")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if mode != "spacetime" and dim != 3:
@@ -416,6 +423,8 @@ class NonLocalNd(nn.Module):
         self.norm = make_norm(
             norm, dim, in_channels, eps=norm_eps, momentum=norm_momentum, groups=norm_groups
         )
+        if gate == "scalar":
+            self.norm = GatedNorm(self.norm)
         self.reset_parameters()
 
     @staticmethod
@@ -447,7 +456,9 @@ class NonLocalNd(nn.Module):
                     nn.init.zeros_(m.bias)
         if self.w_f is not None:
             nn.init.normal_(self.w_f, std=math.sqrt(1.0 / self.w_f.numel()))
-        if isinstance(self.norm, nn.Identity):
+        if isinstance(self.norm, GatedNorm):
+            nn.init.zeros_(self.norm.gamma)  # SAGAN's gamma = 0: the identity (layers/gate.py)
+        elif isinstance(self.norm, nn.Identity):
             nn.init.zeros_(self.W_z.weight)
             if self.W_z.bias is not None:
                 nn.init.zeros_(self.W_z.bias)

@@ -6,6 +6,7 @@ See ``docs/models.md`` for the model names and where the non-local blocks go.
 from nlnet.models import detection as _detection  # noqa: F401  (maskrcnn_*, keypointrcnn_*)
 from nlnet.models import segmentation as _segmentation  # noqa: F401  (seg_tiny*)
 from nlnet.models import video_resnets as _video_resnets  # noqa: F401  (c2d_r*, i3d*)
+from nlnet.models.edsr import EDSR  # noqa: F401  (registers edsr_baseline*)
 from nlnet.models.image import SegmentationHead, SegmentationNet, resnet_non_local
 from nlnet.models.inflate import (
     InflationReport,
@@ -14,6 +15,7 @@ from nlnet.models.inflate import (
     load_pretrained_2d,
 )
 from nlnet.models.model_cfg import ModelCfg
+from nlnet.models.rcan import RCAN  # noqa: F401  (registers rcan*)
 from nlnet.models.registry import (
     ModelEntry,
     create_model,
@@ -27,9 +29,11 @@ from nlnet.models.resnet3d import (
     ResNet3d,
     inflation_pattern,
 )
+from nlnet.models.slowfast import SlowFast  # noqa: F401  (registers slowfast_r50*)
 from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_blocks, non_local_paths
 from nlnet.models.swin import SwinTransformer  # noqa: F401  (registers swin_*)
 from nlnet.models.tiny import TinyC2D  # noqa: F401  (registers the tiny CPU family, c2d_tiny*)
+from nlnet.models.unet import UNet  # noqa: F401  (registers unet2d*, unet3d*)
 from nlnet.models.video_transformer import VideoTransformer  # noqa: F401  (registers vivit_tiny)
 from nlnet.models.vit import VisionTransformer  # noqa: F401  (registers vit_*)
 

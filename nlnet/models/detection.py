@@ -13,6 +13,13 @@ with :func:`nlnet.models.surgery.insert_non_local`:
   ``.7``, ``.11``, ``.15``), on 512 channels at the 14x14 RoI resolution. The third row of
   Table 6 adds the backbone block as well.
 
+* The practitioner's "detection in large images" use case: several blocks (``sub_sample=2``) in
+  the FPN, one per chosen level (``fpn_levels``, a list of indices 0..3 = P2..P5): each goes
+  after the 3x3 output convolution of its level (``backbone.fpn.layer_blocks.<i>``), so the
+  top-down pathway and the RPN/RoI heads see attended features at several scales. The
+  ``*_nlfpn`` models put them at P3, P4 and P5 (P2's 200x336 grid at 800x1333 would make a
+  67k x 17k attention matrix per image).
+
 Every block starts as the identity (BN after ``W_z`` with gamma = 0, Sec. 4.1), so a model with
 blocks computes exactly what the plain torchvision detector with the same weights computes, and
 a torchvision checkpoint loads with ``strict=False`` (only ``.non_local.`` keys missing).
@@ -33,13 +40,13 @@ last residual block of res4) for 64x64 images with small objects: tests, smoke c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 from torchvision.models import resnet
-from torchvision.models.detection import KeypointRCNN, MaskRCNN
+from torchvision.models.detection import FasterRCNN, KeypointRCNN, MaskRCNN
 from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.models.detection.backbone_utils import BackboneWithFPN, _resnet_fpn_extractor
 from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
@@ -57,6 +64,9 @@ __all__ = [
     "build_keypoint_rcnn",
     "build_mask_rcnn",
     "build_tiny_mask_rcnn",
+    "build_faster_rcnn",
+    "FPN_LEVELS",
+    "insert_fpn_blocks",
     "backbone_non_local_path",
     "TinyResNetBody",
 ]
@@ -74,6 +84,25 @@ def backbone_non_local_path(depth: int) -> str:
     if depth not in _LAYERS:
         raise ValueError(f"depth: expected one of {sorted(_LAYERS)}, got {depth!r}")
     return "backbone.body." + non_local_paths("res4", _LAYERS[depth])[0]
+
+
+#: Default FPN levels of the ``*_nlfpn`` models: P3, P4, P5 (indices into the FPN's levels).
+FPN_LEVELS: tuple[int, ...] = (1, 2, 3)
+
+
+def insert_fpn_blocks(
+    model: nn.Module, levels: Sequence[int], block_options: dict[str, Any] | None = None
+) -> nn.Module:
+    """One 2D block after the output convolution of each FPN level in ``levels`` (0 = P2 ..
+    3 = P5), with ``sub_sample=2`` (the guide's setting) unless ``block_options`` say otherwise."""
+    n = len(model.backbone.fpn.layer_blocks)
+    levels = list(levels)
+    if not levels or any(not isinstance(i, int) or not 0 <= i < n for i in levels):
+        raise ValueError(
+            f"fpn_levels: expected a non-empty list of levels in 0..{n - 1}, got {levels}"
+        )
+    paths = [f"backbone.fpn.layer_blocks.{i}" for i in levels]
+    return insert_non_local(model, paths, dim=2, **{"sub_sample": 2, **(block_options or {})})
 
 
 def _fpn_backbone(
@@ -138,6 +167,7 @@ def build_mask_rcnn(
     trainable_backbone_layers: int | None = None,
     frozen_bn: bool | None = None,
     block_options: dict[str, Any] | None = None,
+    fpn_levels: Sequence[int] | None = None,
     **detector_kwargs: Any,
 ) -> MaskRCNN:
     """torchvision Mask R-CNN ResNet-FPN with one non-local block in res4 (Table 5).
@@ -158,6 +188,8 @@ def build_mask_rcnn(
             again (the COCO configs set it, so that ``load_model`` rebuilds the frozen BN).
         block_options: options of :class:`~nlnet.layers.nonlocal_block.NonLocal2d` (default:
             embedded Gaussian, C/2 channels, 2x2 max-pool subsampling, BN with gamma = 0).
+        fpn_levels: also one block after each of these FPN levels (0..3 = P2..P5), see
+            :func:`insert_fpn_blocks`; ``None``: none.
         **detector_kwargs: passed to torchvision's ``MaskRCNN`` (``min_size``, ``max_size``,
             ``box_detections_per_img``, ...).
     """
@@ -175,6 +207,35 @@ def build_mask_rcnn(
     )
     if backbone_block:
         insert_non_local(model, backbone_non_local_path(depth), dim=2, **(block_options or {}))
+    if fpn_levels is not None:
+        insert_fpn_blocks(model, fpn_levels, block_options)
+    return model
+
+
+def build_faster_rcnn(
+    depth: int = 50,
+    num_classes: int = 91,
+    *,
+    backbone_block: bool = False,
+    fpn_levels: Sequence[int] | None = None,
+    width_per_group: int = 64,
+    weights_backbone: Any = None,
+    trainable_backbone_layers: int | None = None,
+    frozen_bn: bool | None = None,
+    block_options: dict[str, Any] | None = None,
+    **detector_kwargs: Any,
+) -> FasterRCNN:
+    """torchvision Faster R-CNN ResNet-FPN (boxes only) with optional blocks: one in res4
+    (``backbone_block``, Table 5's placement) and/or one per FPN level in ``fpn_levels``.
+    Arguments as :func:`build_mask_rcnn`."""
+    backbone = _fpn_backbone(
+        depth, width_per_group, None, weights_backbone, trainable_backbone_layers, frozen_bn
+    )
+    model = FasterRCNN(backbone, num_classes=num_classes, **detector_kwargs)
+    if backbone_block:
+        insert_non_local(model, backbone_non_local_path(depth), dim=2, **(block_options or {}))
+    if fpn_levels is not None:
+        insert_fpn_blocks(model, fpn_levels, block_options)
     return model
 
 
@@ -286,6 +347,7 @@ def build_tiny_mask_rcnn(
     representation_size: int = 128,
     image_size: int = 64,
     block_options: dict[str, Any] | None = None,
+    fpn_levels: Sequence[int] | None = None,
     **detector_kwargs: Any,
 ) -> MaskRCNN:
     """A CPU-sized torchvision Mask R-CNN for small images (tests, smoke runs, the demo).
@@ -306,6 +368,7 @@ def build_tiny_mask_rcnn(
         representation_size: box head width (1024 in the full model).
         image_size: ``min_size`` and ``max_size`` of torchvision's transform.
         block_options: options of the :class:`~nlnet.layers.nonlocal_block.NonLocal2d`.
+        fpn_levels: also one block after each of these FPN levels (:func:`insert_fpn_blocks`).
         **detector_kwargs: more ``MaskRCNN`` options (they override the small defaults).
     """
     if layers[2] < 2 and backbone_block:
@@ -338,6 +401,8 @@ def build_tiny_mask_rcnn(
     if backbone_block:
         path = f"backbone.body.layer3.{layers[2] - 2}"
         insert_non_local(model, path, dim=2, **(block_options or {}))
+    if fpn_levels is not None:
+        insert_fpn_blocks(model, fpn_levels, block_options)
     return model
 
 
@@ -348,6 +413,7 @@ _HEADS = {  # the class-count-dependent layers of each task's detector
         "roi_heads.mask_predictor.mask_fcn_logits",
     ),
     "keypoints": ("roi_heads.box_predictor", "roi_heads.keypoint_predictor"),
+    "object_detection": ("roi_heads.box_predictor",),
 }
 
 
@@ -382,7 +448,7 @@ def _tiny_cfg(blocks: str | None) -> ModelCfg:
 
 def _block_options(name: str, has_block: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
     opts = _split_block_options(kwargs)
-    if opts and not has_block:
+    if opts and not has_block and kwargs.get("fpn_levels") is None:
         raise ValueError(f"block options {sorted(opts)} given to {name}, which has no block")
     return opts
 
@@ -457,3 +523,37 @@ def maskrcnn_tiny_nl(**kwargs: Any) -> nn.Module:
     res4 (as Table 5)"""
     opts = _block_options("maskrcnn_tiny_nl", True, kwargs)
     return build_tiny_mask_rcnn(backbone_block=True, block_options=opts, **kwargs)
+
+
+# the practitioner's multi-scale use case: blocks at several FPN levels (P3..P5 by default)
+@register_model(default_cfg=_cfg("instance_segmentation", 50, "fpn", 91))
+def maskrcnn_r50_fpn_nlfpn(**kwargs: Any) -> nn.Module:
+    """torchvision Mask R-CNN ResNet-50-FPN, 1 non-local block at each of P3, P4, P5
+    (fpn_levels=)"""
+    opts = _block_options("maskrcnn_r50_fpn_nlfpn", True, kwargs)
+    kwargs = {"fpn_levels": FPN_LEVELS, **kwargs}
+    return build_mask_rcnn(50, backbone_block=False, block_options=opts, **kwargs)
+
+
+@register_model(default_cfg=_cfg("object_detection", 50, None, 91))
+def fasterrcnn_r50_fpn(**kwargs: Any) -> nn.Module:
+    """torchvision Faster R-CNN ResNet-50-FPN, no block"""
+    opts = _block_options("fasterrcnn_r50_fpn", False, kwargs)
+    return build_faster_rcnn(50, block_options=opts, **kwargs)
+
+
+@register_model(default_cfg=_cfg("object_detection", 50, "fpn", 91))
+def fasterrcnn_r50_fpn_nlfpn(**kwargs: Any) -> nn.Module:
+    """torchvision Faster R-CNN ResNet-50-FPN, 1 non-local block at each of P3, P4, P5
+    (fpn_levels=)"""
+    opts = _block_options("fasterrcnn_r50_fpn_nlfpn", True, kwargs)
+    kwargs = {"fpn_levels": FPN_LEVELS, **kwargs}
+    return build_faster_rcnn(50, block_options=opts, **kwargs)
+
+
+@register_model(default_cfg=_tiny_cfg("fpn"))
+def maskrcnn_tiny_nlfpn(**kwargs: Any) -> nn.Module:
+    """CPU-sized Mask R-CNN for 64x64 images, 1 non-local block at each of P3, P4, P5"""
+    opts = _block_options("maskrcnn_tiny_nlfpn", True, kwargs)
+    kwargs = {"fpn_levels": FPN_LEVELS, **kwargs}
+    return build_tiny_mask_rcnn(backbone_block=False, block_options=opts, **kwargs)

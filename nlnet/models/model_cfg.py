@@ -22,7 +22,7 @@ IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 #: What one input sample is: ``(C, T, H, W)`` clips or ``(C, H, W)`` images.
-INPUT_KINDS: tuple[str, ...] = ("clip", "image")
+INPUT_KINDS: tuple[str, ...] = ("clip", "image", "volume")
 
 
 def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -39,7 +39,7 @@ class ModelCfg:
             ``"keypoints"`` (other tasks may add their own word).
         num_classes: classifier outputs when ``create_model`` is not given ``num_classes``.
         input_size: one sample, ``(C, T, H, W)`` for video or ``(C, H, W)`` for images.
-        input_kind: ``"clip"`` or ``"image"``; derived from ``len(input_size)`` when empty.
+        input_kind: ``"clip"``, ``"image"`` or ``"volume"`` (a 3D scan, e.g. MRI); derived from ``len(input_size)`` when empty.
         mean: per-channel mean on the [0, 1] scale the weights expect.
         std: per-channel standard deviation on the [0, 1] scale.
         first_conv: module path of the first convolution (``"conv1"``, ``"patch_embed.proj"``),
@@ -62,6 +62,7 @@ class ModelCfg:
         test_overrides: builder options that make a narrow copy of the same topology for
             CPU tests (e.g. ``{"width": 4}``).
         test_input_size: one sample's size for those tests; ``None``: ``input_size``.
+        upscale: output/input size ratio of a super-resolution model, ``None`` for others.
     """
 
     task: str
@@ -83,6 +84,7 @@ class ModelCfg:
     weight_meta: Mapping[str, Any] = field(default_factory=dict)
     test_overrides: Mapping[str, Any] = field(default_factory=dict)
     test_input_size: tuple[int, ...] | None = None
+    upscale: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.task, str) or not self.task:

@@ -53,6 +53,7 @@ BLOCK_OPTIONS: tuple[str, ...] = (
     "norm_eps",
     "norm_momentum",
     "norm_groups",
+    "gate",
     "temporal_groups",
 )
 

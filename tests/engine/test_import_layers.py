@@ -31,6 +31,8 @@ LAYERS = {
     "inference": 6,
     "demo": 6,
     "dense_demo": 6,
+    "sr_demo": 6,
+    "unet_demo": 6,
     "commands": 7,
     "cli": 8,
     "__main__": 9,

@@ -33,6 +33,10 @@ def test_miou_hand_computed():
     assert m["mIoU"] == pytest.approx(100 * (1 / 3 + 1 / 2 + 1 / 3) / 3)
     assert m["pixel_acc"] == pytest.approx(100 * 4 / 7)
     assert m["iou_a"] == pytest.approx(50.0)
+    # Dice = 2 tp / (|true| + |pred|): class 0 2/4, class 1 4/6, class 2 2/4 (= 2 IoU / (1 + IoU))
+    assert m["dice_a"] == pytest.approx(100 * 2 / 3)
+    assert m["mDice"] == pytest.approx(100 * (1 / 2 + 2 / 3 + 1 / 2) / 3)
+    assert math.isnan(m["dice_c"])
 
 
 def test_confusion_rejects_bad_labels():
@@ -66,13 +70,9 @@ def test_training_steps_decrease_the_loss(tiny_root, name):
         losses.append(loss.item())
     assert losses[-1] < 0.7 * losses[0]
     metrics = task.evaluate(model, DataLoader(val, batch_size=2, collate_fn=task.collate))
-    assert set(metrics) == {
-        "mIoU",
-        "pixel_acc",
-        "iou_background",
-        "iou_cue",
-        "iou_match",
-        "iou_other",
+    names = ("background", "cue", "match", "other")
+    assert set(metrics) == {"mIoU", "mDice", "pixel_acc"} | {
+        f"{m}_{n}" for m in ("iou", "dice") for n in names
     }
     assert model.training  # evaluate restores the mode
     assert 0 <= metrics["pixel_acc"] <= 100

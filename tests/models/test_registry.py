@@ -67,7 +67,7 @@ def test_registry_contents():
 
 
 # detectors take lists of images and return losses/detections: tests/models/test_dense_models.py
-DETECTION_TASKS = ("instance_segmentation", "keypoints")
+DETECTION_TASKS = ("instance_segmentation", "keypoints", "object_detection")
 
 
 @pytest.mark.parametrize(
@@ -85,6 +85,8 @@ def test_tiny_forward_backward_every_parameter_gets_a_gradient(name):
     out = model.train()(x)
     if cfg.task == "segmentation":
         assert out.shape == (1, 5, *x.shape[-2:])
+    elif cfg.task == "super_resolution":  # num_classes = output channels
+        assert out.shape == (1, 5, *(s * cfg.upscale for s in x.shape[2:]))
     else:
         assert out.shape == (1, 5)
     out.square().mean().backward()

@@ -196,6 +196,8 @@ def default_iou_types(model_name: str | None) -> tuple[str, ...]:
         task = get_model_entry(model_name).default_cfg.task if model_name else None
     except ValueError:
         task = None
+    if task == "object_detection":  # Faster R-CNN: boxes only
+        return ("bbox",)
     return ("bbox", "keypoints") if task == "keypoints" else ("bbox", "segm")
 
 

@@ -5,7 +5,10 @@ pixels of true class ``t`` predicted as ``p`` (pixels labelled ``ignore_index`` 
 
 * ``IoU_c = M[c, c] / (sum_p M[c, p] + sum_t M[t, c] - M[c, c])`` (intersection over union);
 * ``mIoU`` = mean of ``IoU_c`` over the classes whose union is not empty;
-* ``pixel_acc = trace(M) / sum(M)``.
+* ``pixel_acc = trace(M) / sum(M)``;
+* ``Dice_c = 2 M[c, c] / (sum_p M[c, p] + sum_t M[t, c])`` (the F1 score of class ``c``, the
+  usual medical segmentation measure, ``2 IoU / (1 + IoU)``); ``mDice`` = mean over the classes
+  present or predicted.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ __all__ = [
     "SegmentationDataConfig",
     "SegmentationTask",
     "confusion_matrix",
+    "dice_from_confusion",
     "iou_from_confusion",
     "segmentation_metrics",
 ]
@@ -69,10 +73,20 @@ def iou_from_confusion(conf: torch.Tensor) -> torch.Tensor:
     return torch.where(union > 0, inter / union.clamp_min(1), torch.full_like(inter, float("nan")))
 
 
+def dice_from_confusion(conf: torch.Tensor) -> torch.Tensor:
+    """Per-class Dice ``(K,)`` float64; NaN for a class that is neither present nor predicted."""
+    conf = conf.double()
+    total = conf.sum(0) + conf.sum(1)
+    return torch.where(
+        total > 0, 2 * conf.diag() / total.clamp_min(1), torch.full_like(total, float("nan"))
+    )
+
+
 def segmentation_metrics(
     conf: torch.Tensor, class_names: Sequence[str] | None = None
 ) -> dict[str, float]:
-    """``mIoU``, ``pixel_acc`` and ``iou_<name>`` per class (percentages) from a confusion matrix."""
+    """``mIoU``, ``mDice``, ``pixel_acc``, ``iou_<name>`` and ``dice_<name>`` per class
+    (percentages) from a confusion matrix."""
     iou = iou_from_confusion(conf)
     names = list(class_names) if class_names is not None else [str(i) for i in range(len(iou))]
     if len(names) != len(iou):
@@ -82,7 +96,10 @@ def segmentation_metrics(
         "mIoU": 100.0 * float(iou[valid].mean()) if valid.any() else float("nan"),
         "pixel_acc": 100.0 * float(conf.diag().sum()) / max(int(conf.sum()), 1),
     }
+    dice = dice_from_confusion(conf)
+    out["mDice"] = 100.0 * float(dice[valid].mean()) if valid.any() else float("nan")
     out.update({f"iou_{n}": 100.0 * float(v) for n, v in zip(names, iou)})
+    out.update({f"dice_{n}": 100.0 * float(v) for n, v in zip(names, dice)})
     return out
 
 
@@ -291,4 +308,5 @@ class SegmentationTask:
 
     @staticmethod
     def summary(metrics: dict[str, Any]) -> str:
-        return f"mIoU {metrics['mIoU']:.2f}, pixel_acc {metrics['pixel_acc']:.2f}"
+        dice = f", mDice {metrics['mDice']:.2f}" if "mDice" in metrics else ""
+        return f"mIoU {metrics['mIoU']:.2f}{dice}, pixel_acc {metrics['pixel_acc']:.2f}"

@@ -1,0 +1,193 @@
+"""EDSR (Lim et al., "Enhanced Deep Residual Networks for Single Image Super-Resolution", CVPRW 2017) +/- a non-local block.
+
+The baseline model of the paper (Sec. 3.2, Fig. 3): a 3x3 head convolution to 64 channels, 16
+residual blocks ``conv-ReLU-conv`` without BatchNorm (Sec. 3.1: BN removed, it normalises away
+the range of the features) plus a 3x3 convolution, a global skip from the head, and a
+pixel-shuffle up-sampler (Shi et al. 2016): ``log2(s)`` steps of a 3x3 convolution to 4x the
+channels and ``PixelShuffle(2)`` for x2/x4, one step to 9x and ``PixelShuffle(3)`` for x3; a
+last 3x3 convolution gives the RGB output. Inputs are RGB in ``[0, 1]``; the DIV2K mean colour is
+subtracted at the input and added back at the output (the paper's ``MeanShift``).
+
+The practitioner's super-resolution use case adds a non-local block with ``reduction=4``
+(C/4 channels in theta/phi/g) inside the network; here one block in the middle of the body
+(after residual block ``n_resblocks // 2 - 1``), with 2x2 max-pooled keys (``sub_sample=2``) so
+that a whole low-resolution image fits in memory at test time. Without BatchNorm anywhere in the
+network, the block's norm is the affine-only one (``norm="affine"``: per-channel scale and
+shift, scale 0 at the start, no batch statistics), so a new block is the identity
+("Non-local Neural Networks", arXiv:1711.07971, Sec. 4.1).
+
+``num_classes`` is the number of output channels (3: RGB), as the engine's one name for the size
+of a model's output; ``upscale`` is the up-sampling factor (2, 3 or 4).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from nlnet.models.checks import check_input
+from nlnet.models.registry import _split_block_options, place_non_local, register_model
+
+__all__ = ["EDSR", "ResBlock", "Upsampler", "SR_BLOCK", "DIV2K_RGB_MEAN", "sr_block_path"]
+
+torch.fx.wrap("check_input")
+
+#: Mean colour of DIV2K's training images (RGB in [0, 1]), EDSR's ``MeanShift``.
+DIV2K_RGB_MEAN: tuple[float, float, float] = (0.4488, 0.4371, 0.4040)
+
+#: The guide's block for super-resolution (reduction 4) with nlnet's SR choices (see above).
+SR_BLOCK: dict[str, Any] = {"reduction": 4, "sub_sample": 2, "norm": "affine"}
+
+
+def conv3x3(cin: int, cout: int) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 3, padding=1)
+
+
+class ResBlock(nn.Module):
+    """EDSR residual block: ``x + res_scale * conv(ReLU(conv(x)))`` (no BatchNorm)."""
+
+    def __init__(self, channels: int, res_scale: float = 1.0) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            conv3x3(channels, channels), nn.ReLU(True), conv3x3(channels, channels)
+        )
+        self.res_scale = res_scale
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.body(x) * self.res_scale
+
+
+class Upsampler(nn.Sequential):
+    """Sub-pixel convolution up-sampling by ``scale`` (2, 3, 4 or 8): conv + ``PixelShuffle``."""
+
+    def __init__(self, scale: int, channels: int) -> None:
+        if scale not in (2, 3, 4, 8):
+            raise ValueError(f"scale: expected 2, 3, 4 or 8, got {scale!r}")
+        mods: list[nn.Module] = []
+        if scale == 3:
+            mods += [conv3x3(channels, 9 * channels), nn.PixelShuffle(3)]
+        else:
+            for _ in range(int(math.log2(scale))):
+                mods += [conv3x3(channels, 4 * channels), nn.PixelShuffle(2)]
+        super().__init__(*mods)
+
+
+class MeanShift(nn.Module):
+    """Subtract (``sign=-1``) or add (``+1``) a fixed per-channel mean (a buffer, not trained)."""
+
+    def __init__(self, mean: tuple[float, ...], sign: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", sign * torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.mean.to(x.dtype)
+
+
+class EDSR(nn.Module):
+    """EDSR: head, residual body with a global skip, pixel-shuffle tail.
+
+    Args:
+        upscale: up-sampling factor (2, 3, 4) (``scale`` is the block's softmax option).
+        num_classes: output channels (3: RGB).
+        in_channels: input channels (3: RGB).
+        n_resblocks: residual blocks (16 baseline, 32 full EDSR).
+        n_feats: channels (64 baseline, 256 full).
+        res_scale: residual scaling (1 baseline, 0.1 full).
+        bicubic_residual: add the bicubic up-sampling of the input to the output, so the network
+            learns only the residual (VDSR's global residual; not in EDSR, which learns the
+            whole image -- off by default). Short CPU trainings beat bicubic far sooner with it.
+
+    Modules: ``sub_mean``, ``head``, ``body.{0..n-1}`` (ResBlocks) + ``body.{n}`` (conv),
+    ``tail`` (Upsampler + conv), ``add_mean``. Input ``(B, C, h, w)`` in [0, 1]; output
+    ``(B, num_classes, upscale h, upscale w)``.
+    """
+
+    def __init__(
+        self,
+        upscale: int = 2,
+        num_classes: int = 3,
+        *,
+        in_channels: int = 3,
+        n_resblocks: int = 16,
+        n_feats: int = 64,
+        res_scale: float = 1.0,
+        bicubic_residual: bool = False,
+    ) -> None:
+        super().__init__()
+        for key, val in (("num_classes", num_classes), ("in_channels", in_channels),
+                         ("n_resblocks", n_resblocks), ("n_feats", n_feats)):  # fmt: skip
+            if not isinstance(val, int) or val < 1:
+                raise ValueError(f"{key}: expected a positive int, got {val!r}")
+        self.upscale, self.in_channels = upscale, in_channels
+        rgb = in_channels == 3 and num_classes == 3
+        self.sub_mean = MeanShift(DIV2K_RGB_MEAN, -1) if rgb else nn.Identity()
+        self.add_mean = MeanShift(DIV2K_RGB_MEAN, +1) if rgb else nn.Identity()
+        self.head = conv3x3(in_channels, n_feats)
+        self.body = nn.Sequential(
+            *[ResBlock(n_feats, res_scale) for _ in range(n_resblocks)], conv3x3(n_feats, n_feats)
+        )
+        self.tail = nn.Sequential(Upsampler(upscale, n_feats), conv3x3(n_feats, num_classes))
+        if bicubic_residual and in_channels != num_classes:
+            raise ValueError("bicubic_residual: needs num_classes == in_channels")
+        self.bicubic_residual = bool(bicubic_residual)
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_input(x, 4, self.in_channels)
+        inp = x
+        x = self.head(self.sub_mean(x))
+        x = x + self.body(x)  # global residual (Fig. 3)
+        if self.bicubic_residual:  # the residual over bicubic (its own mean: no mean shift)
+            return self.tail(x) + F.interpolate(inp, scale_factor=self.upscale, mode="bicubic")
+        return self.add_mean(self.tail(x))
+
+
+def sr_block_path(n: int, prefix: str = "body") -> str:
+    """Where the SR models put their block: after the middle unit ``n // 2 - 1`` of the body."""
+    return f"{prefix}.{max(n // 2 - 1, 0)}"
+
+
+def build_edsr(with_block: bool, **kwargs: Any) -> EDSR:
+    """:class:`EDSR` with one block (``SR_BLOCK`` unless overridden) in the middle of the body."""
+    opts = _split_block_options(kwargs)
+    default_at = sr_block_path(kwargs.get("n_resblocks", 16)) if with_block else None
+    at = kwargs.pop("nl_at", default_at)
+    model = EDSR(**kwargs)
+    if at:
+        opts = {**SR_BLOCK, "dim": 2, "in_channels": model.head.out_channels, **opts}
+    return place_non_local(model, at, opts)
+
+
+def sr_cfg(blocks: str | None, family: str) -> dict[str, Any]:
+    """Registry defaults of a super-resolution model (x2, RGB, 48x48 training patches)."""
+    return {
+        "num_classes": 3,
+        "input_size": (3, 48, 48),
+        "task": "super_resolution",
+        "family": family,
+        "upscale": 2,
+        "blocks": blocks,
+        "test_input_size": (3, 16, 16),
+    }
+
+
+@register_model(
+    description="EDSR baseline (16 res blocks, 64 ch), x2/x3/x4 pixel-shuffle (upscale=)",
+    default_cfg={**sr_cfg(None, "edsr"), "test_overrides": {"n_resblocks": 2, "n_feats": 8}},
+)
+def edsr_baseline(**kwargs: Any) -> nn.Module:
+    """EDSR baseline without a non-local block (``upscale=2`` by default)."""
+    return build_edsr(False, **kwargs)
+
+
+@register_model(
+    description="EDSR baseline + 1 non-local block mid-body (reduction 4, sub-sample 2)",
+    default_cfg={**sr_cfg("mid", "edsr"), "test_overrides": {"n_resblocks": 2, "n_feats": 8}},
+)
+def edsr_baseline_nl(**kwargs: Any) -> nn.Module:
+    """EDSR baseline with the guide's block (reduction 4) after residual block 7 of 16."""
+    return build_edsr(True, **kwargs)

@@ -1,0 +1,366 @@
+"""SlowFast R50 (Feichtenhofer et al., "SlowFast Networks for Video Recognition", ICCV 2019) +/- non-local blocks.
+
+Two ResNet-50 pathways over the same clip (Sec. 3, Table 1):
+
+* the **Slow** pathway sees ``T / alpha`` frames (``alpha = 8``) at full width (64..2048
+  channels), with temporal kernels only in res4 and res5 ("non-degenerate" temporal
+  convolutions, Sec. 3.1);
+* the **Fast** pathway sees all ``T`` frames at ``beta = 1/8`` of the width (8..256 channels),
+  with temporal kernels in every stage (5 in conv1, 3 in res2..res5), no temporal down-sampling;
+* **lateral connections** after conv1/pool1 and res2..res4 (Sec. 3.4, "time-strided
+  convolution"): a 5x1x1 convolution with temporal stride ``alpha`` and ``2 beta C`` output
+  channels maps the Fast features onto the Slow frames; the result is concatenated to the Slow
+  features;
+* the head average-pools each pathway, concatenates them (2048 + 256) and classifies.
+
+The model takes one clip ``(B, 3, T, H, W)`` (the Fast pathway's frames) and picks the Slow
+frames itself, as PySlowFast's ``PackPathway`` does (``T / alpha`` frames evenly spaced over the
+clip, first and last included).
+
+Non-local blocks go into the **Slow** pathway. The default ``slowfast_r50_nl5`` follows the
+released SlowFast non-local model's layout (PySlowFast's ``SLOWFAST_NLN`` configs): after
+residual blocks 1 and 3 of res3 and 1, 3 and 5 of res4, dot-product instantiation, keys
+max-pooled 1x2x2; the practitioner's guide's "sub-sampling on the temporal dimension as well" is
+``sub_sample=(2, 2, 2)`` (an override, for clips with >= 2 Slow frames in res4).
+
+Module and parameter names follow PySlowFast's ``SlowFast`` (``s1.pathway0_stem.conv``,
+``s1_fuse.conv_f2s``, ``s2.pathway0_res0.branch2.a_bn``, ``head.projection``, ...), so its
+checkpoints load through :func:`convert_pyslowfast_state_dict`, which renames the non-local
+blocks' parameters (``conv_theta`` -> ``theta``, ``conv_out`` -> ``W_z``, ``bn`` -> ``norm``)
+and folds ``conv_out``'s bias into the BatchNorm's running mean (nlnet's ``W_z`` before a BN has
+no bias: ``BN(W y + b)`` with mean ``mu`` is ``BN(W y)`` with mean ``mu - b``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch import Tensor, nn
+
+from nlnet.layers.nonlocal_block import NonLocal3d
+from nlnet.models.checks import check_input
+from nlnet.models.registry import _split_block_options, register_model
+
+__all__ = [
+    "SlowFast",
+    "SLOWFAST_NL5",
+    "pack_pathway",
+    "convert_pyslowfast_state_dict",
+]
+
+torch.fx.wrap("check_input")
+
+#: Non-local placement of PySlowFast's SLOWFAST_NLN configs: ``{stage: block indices}`` (Slow).
+SLOWFAST_NL5: dict[int, tuple[int, ...]] = {3: (1, 3), 4: (1, 3, 5)}
+#: Block options of those configs (nlnet's other defaults: C/2 channels, BN with gamma = 0).
+SLOWFAST_NL_OPTIONS: dict[str, Any] = {"instantiation": "dot_product", "sub_sample": (1, 2, 2)}
+
+
+def pack_pathway(x: Tensor, alpha: int) -> Tensor:
+    """The Slow pathway's frames: ``T // alpha`` frames evenly spaced over ``x``'s ``T``."""
+    t = x.shape[2]
+    if t < alpha:
+        raise ValueError(f"x: expected at least alpha={alpha} frames, got shape {tuple(x.shape)}")
+    idx = torch.linspace(0, t - 1, t // alpha, device=x.device).long()
+    return x.index_select(2, idx)
+
+
+torch.fx.wrap("pack_pathway")
+
+
+class Stem(nn.Module):
+    """conv (``t``x7x7, stride 1x2x2) - BN - ReLU - max-pool 1x3x3 stride 1x2x2."""
+
+    def __init__(self, cin: int, cout: int, t: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv3d(cin, cout, (t, 7, 7), (1, 2, 2), (t // 2, 3, 3), bias=False)
+        self.bn = nn.BatchNorm3d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.pool_layer = nn.MaxPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.pool_layer(self.relu(self.bn(self.conv(x))))
+
+
+class Bottleneck(nn.Module):
+    """``a`` (``t``x1x1) - ``b`` (1x3x3, spatial stride) - ``c`` (1x1x1), each with BN."""
+
+    def __init__(self, cin: int, cout: int, inner: int, t: int, stride: int) -> None:
+        super().__init__()
+        self.a = nn.Conv3d(cin, inner, (t, 1, 1), padding=(t // 2, 0, 0), bias=False)
+        self.a_bn = nn.BatchNorm3d(inner)
+        self.a_relu = nn.ReLU(inplace=True)
+        self.b = nn.Conv3d(inner, inner, (1, 3, 3), (1, stride, stride), (0, 1, 1), bias=False)
+        self.b_bn = nn.BatchNorm3d(inner)
+        self.b_relu = nn.ReLU(inplace=True)
+        self.c = nn.Conv3d(inner, cout, 1, bias=False)
+        self.c_bn = nn.BatchNorm3d(cout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.a_relu(self.a_bn(self.a(x)))
+        x = self.b_relu(self.b_bn(self.b(x)))
+        return self.c_bn(self.c(x))
+
+
+class ResBlock(nn.Module):
+    """Residual unit: ``relu(branch1(x) + branch2(x))`` (``branch1``: projection if needed)."""
+
+    def __init__(self, cin: int, cout: int, inner: int, t: int, stride: int) -> None:
+        super().__init__()
+        self.branch1 = self.branch1_bn = None
+        if cin != cout or stride != 1:
+            self.branch1 = nn.Conv3d(cin, cout, 1, (1, stride, stride), bias=False)
+            self.branch1_bn = nn.BatchNorm3d(cout)
+        self.branch2 = Bottleneck(cin, cout, inner, t, stride)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        skip = x if self.branch1 is None else self.branch1_bn(self.branch1(x))
+        return self.relu(skip + self.branch2(x))
+
+
+class ResStage(nn.Module):
+    """One stage of both pathways: ``pathway{p}_res{i}`` and ``pathway{p}_nonlocal{i}``."""
+
+    def __init__(
+        self,
+        cins: Sequence[int],
+        couts: Sequence[int],
+        inners: Sequence[int],
+        temporal: Sequence[int],
+        depth: int,
+        stride: int,
+        nonlocal_inds: Sequence[Sequence[int]] = ((), ()),
+        block_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.depth = depth
+        for p in range(2):
+            for i in range(depth):
+                cin = cins[p] if i == 0 else couts[p]
+                unit = ResBlock(cin, couts[p], inners[p], temporal[p], stride if i == 0 else 1)
+                self.add_module(f"pathway{p}_res{i}", unit)
+                if i in nonlocal_inds[p]:
+                    block = NonLocal3d(couts[p], **dict(block_options or {}))
+                    self.add_module(f"pathway{p}_nonlocal{i}", block)
+
+    def forward(self, xs: list[Tensor]) -> list[Tensor]:
+        out = []
+        for p, x in enumerate(xs):
+            for i in range(self.depth):
+                x = getattr(self, f"pathway{p}_res{i}")(x)
+                block = getattr(self, f"pathway{p}_nonlocal{i}", None)
+                if block is not None:
+                    x = block(x)
+            out.append(x)
+        return out
+
+
+class FuseFastToSlow(nn.Module):
+    """Lateral connection: 5x1x1 conv, temporal stride ``alpha``, ``ratio`` x channels; BN, ReLU;
+    concatenated to the Slow features."""
+
+    def __init__(self, c_fast: int, ratio: int, kernel: int, alpha: int) -> None:
+        super().__init__()
+        self.conv_f2s = nn.Conv3d(
+            c_fast, c_fast * ratio, (kernel, 1, 1), (alpha, 1, 1), (kernel // 2, 0, 0), bias=False
+        )
+        self.bn = nn.BatchNorm3d(c_fast * ratio)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, xs: list[Tensor]) -> list[Tensor]:
+        fuse = self.relu(self.bn(self.conv_f2s(xs[1])))
+        return [torch.cat([xs[0], fuse], 1), xs[1]]
+
+
+class Head(nn.Module):
+    """Average-pool each pathway, concatenate, dropout, linear ``projection``."""
+
+    def __init__(self, cins: Sequence[int], num_classes: int, dropout: float) -> None:
+        super().__init__()
+        self.pathway0_avgpool = nn.AdaptiveAvgPool3d(1)
+        self.pathway1_avgpool = nn.AdaptiveAvgPool3d(1)
+        self.dropout = nn.Dropout(dropout)
+        self.projection = nn.Linear(sum(cins), num_classes)
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        pooled = [self.pathway0_avgpool(xs[0]), self.pathway1_avgpool(xs[1])]
+        return self.projection(self.dropout(torch.cat(pooled, 1).flatten(1)))
+
+
+class SlowFast(nn.Module):
+    """SlowFast ResNet (Table 1 of the SlowFast paper) with optional non-local blocks.
+
+    Args:
+        num_classes: classifier outputs (400: Kinetics).
+        layers: residual units of res2..res5 ((3, 4, 6, 3): R50).
+        width: Slow width of the stem (64); res2..res5 are 4x, 8x, 16x, 32x this.
+        alpha: frame-rate ratio Fast/Slow (8).
+        beta_inv: channel ratio Slow/Fast (8, i.e. beta = 1/8).
+        fusion_ratio: lateral channels as a multiple of the Fast channels (2).
+        fusion_kernel: temporal kernel of the lateral convolutions (5).
+        dropout: before the classifier (0.5).
+        nonlocal_inds: ``{stage (2..5): unit indices}`` of Slow-pathway blocks.
+        block_options: options of those :class:`~nlnet.layers.nonlocal_block.NonLocal3d`.
+
+    Input ``(B, 3, T, H, W)`` with ``T`` a multiple of ``alpha``; output logits.
+    """
+
+    def __init__(
+        self,
+        num_classes: int = 400,
+        *,
+        layers: Sequence[int] = (3, 4, 6, 3),
+        width: int = 64,
+        alpha: int = 8,
+        beta_inv: int = 8,
+        fusion_ratio: int = 2,
+        fusion_kernel: int = 5,
+        dropout: float = 0.5,
+        nonlocal_inds: Mapping[int, Sequence[int]] | None = None,
+        block_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        for key, val in (("num_classes", num_classes), ("width", width), ("alpha", alpha),
+                         ("beta_inv", beta_inv), ("fusion_ratio", fusion_ratio)):  # fmt: skip
+            if not isinstance(val, int) or val < 1:
+                raise ValueError(f"{key}: expected a positive int, got {val!r}")
+        if len(layers) != 4 or min(layers) < 1:
+            raise ValueError(f"layers: expected 4 positive stage depths, got {layers!r}")
+        nl = {int(k): tuple(v) for k, v in (nonlocal_inds or {}).items()}
+        for stage, inds in nl.items():
+            if stage not in (2, 3, 4, 5) or any(not 0 <= i < layers[stage - 2] for i in inds):
+                raise ValueError(f"nonlocal_inds: stage {stage} has no units {inds}")
+        self.alpha = alpha
+        w, bi = width, beta_inv
+        self.s1 = nn.Module()
+        self.s1.add_module("pathway0_stem", Stem(3, w, 1))
+        self.s1.add_module("pathway1_stem", Stem(3, w // bi, 5))
+        self.s1_fuse = FuseFastToSlow(w // bi, fusion_ratio, fusion_kernel, alpha)
+        lateral = fusion_ratio * w // bi  # channels added to the Slow input of each stage
+        cin = [w + lateral, w // bi]
+        temporal = {2: (1, 3), 3: (1, 3), 4: (3, 3), 5: (3, 3)}  # Table 1: Slow res4/res5 only
+        for stage, (mult, depth) in enumerate(zip((4, 8, 16, 32), layers), start=2):
+            cout = [w * mult, w * mult // bi]
+            inner = [w * mult // 4, w * mult // 4 // bi]
+            self.add_module(
+                f"s{stage}",
+                ResStage(cin, cout, inner, temporal[stage], depth, 1 if stage == 2 else 2,
+                         (nl.get(stage, ()), ()), block_options),
+            )  # fmt: skip
+            if stage < 5:
+                self.add_module(
+                    f"s{stage}_fuse", FuseFastToSlow(cout[1], fusion_ratio, fusion_kernel, alpha)
+                )
+                cin = [cout[0] + fusion_ratio * cout[1], cout[1]]
+        self.head = Head((w * 32, w * 32 // bi), num_classes, dropout)
+        self.layers_cfg = tuple(layers)
+        for m in self.modules():
+            if isinstance(m, nn.Conv3d) and not _in_block(m, self):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        for name, m in self.named_modules():  # zero-init the last BN of each unit (PySlowFast)
+            if name.endswith("branch2.c_bn"):
+                nn.init.zeros_(m.weight)
+        nn.init.normal_(self.head.projection.weight, std=0.01)
+        nn.init.zeros_(self.head.projection.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_input(x, 5, 3)
+        xs = [pack_pathway(x, self.alpha), x]
+        xs = [self.s1.pathway0_stem(xs[0]), self.s1.pathway1_stem(xs[1])]
+        xs = self.s2(self.s1_fuse(xs))
+        xs = self.s3(self.s2_fuse(xs))
+        xs = self.s4(self.s3_fuse(xs))
+        xs = self.s5(self.s4_fuse(xs))
+        return self.head(xs)
+
+
+def _in_block(conv: nn.Module, model: nn.Module) -> bool:
+    return any(conv is m for b in model.modules() if isinstance(b, NonLocal3d) for m in b.modules())
+
+
+_NL_RENAMES = {
+    "conv_theta": "theta",
+    "conv_phi": "phi",
+    "conv_g": "g",
+    "conv_out": "W_z",
+    "bn": "norm",
+}
+
+
+def convert_pyslowfast_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """A PySlowFast ``SlowFast`` state dict (``model_state`` of its checkpoints) in nlnet's names.
+
+    Everything but the non-local blocks keeps its name. In ``s{k}.pathway0_nonlocal{i}.*``:
+    ``conv_theta/conv_phi/conv_g`` -> ``theta/phi/g``, ``conv_out`` -> ``W_z``, ``bn`` ->
+    ``norm``; ``conv_out.bias`` is folded into ``norm.running_mean`` (see the module docstring).
+    A leading ``module.`` (DataParallel) is dropped.
+    """
+    out: dict[str, Tensor] = {}
+    biases: dict[str, Tensor] = {}
+    for key, value in state.items():
+        key = key.removeprefix("module.")
+        parts = key.split(".")
+        nl = next((i for i, p in enumerate(parts) if "_nonlocal" in p), None)
+        if nl is not None and nl + 1 < len(parts) and parts[nl + 1] in _NL_RENAMES:
+            prefix = ".".join(parts[: nl + 1])
+            if parts[nl + 1] == "conv_out" and parts[-1] == "bias":
+                biases[prefix] = value
+                continue
+            parts[nl + 1] = _NL_RENAMES[parts[nl + 1]]
+            key = ".".join(parts)
+        out[key] = value
+    for prefix, bias in biases.items():
+        mean = f"{prefix}.norm.running_mean"
+        if mean not in out:
+            raise ValueError(f"state: {prefix}.conv_out.bias without {prefix}.bn.running_mean")
+        out[mean] = out[mean] - bias
+    return out
+
+
+def build_slowfast(default_inds: Mapping[int, Sequence[int]] | None, **kwargs: Any) -> SlowFast:
+    """:class:`SlowFast` with block options from ``nl_options`` / direct block keywords."""
+    opts = _split_block_options(kwargs)
+    inds = kwargs.pop("nonlocal_inds", default_inds)
+    if opts and not inds:
+        raise ValueError(
+            f"block options {sorted(opts)} given to a model without non-local blocks; "
+            "pass nonlocal_inds={stage: (unit, ...)}"
+        )
+    return SlowFast(nonlocal_inds=inds, block_options={**SLOWFAST_NL_OPTIONS, **opts}, **kwargs)
+
+
+def _cfg(blocks: str | None) -> dict[str, Any]:
+    return {
+        "num_classes": 400,
+        "input_size": (3, 32, 224, 224),
+        "task": "video_classification",
+        "family": "slowfast",
+        "depth": 50,
+        "blocks": blocks,
+        "test_overrides": {"width": 8, "layers": (1, 2, 2, 1), "alpha": 4}
+        if blocks is None
+        else {"width": 8, "layers": (1, 2, 2, 1), "alpha": 4, "nonlocal_inds": {3: (1,), 4: (1,)}},
+        "test_input_size": (3, 8, 64, 64),
+    }
+
+
+@register_model(
+    description="SlowFast R50 4x16 (alpha 8, beta 1/8, lateral connections), no block",
+    default_cfg=_cfg(None),
+)
+def slowfast_r50(**kwargs: Any) -> nn.Module:
+    """SlowFast ResNet-50 (PySlowFast names), one clip of ``T`` frames in."""
+    return build_slowfast(None, **kwargs)
+
+
+@register_model(
+    description="SlowFast R50 4x16 + 5 non-local blocks in the Slow pathway (2 res3 + 3 res4)",
+    default_cfg=_cfg("nl5"),
+)
+def slowfast_r50_nl5(**kwargs: Any) -> nn.Module:
+    """SlowFast ResNet-50 with PySlowFast's SLOWFAST_NLN block layout in the Slow pathway."""
+    return build_slowfast(SLOWFAST_NL5, **kwargs)

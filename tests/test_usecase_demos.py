@@ -1,0 +1,47 @@
+"""nlnet demo --task super-resolution / --task unet: the quick settings end to end (slow), the
+CLI's choices and errors (fast)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nlnet.cli import main
+
+
+def _summary(tmp_path, task: str) -> tuple[dict, list]:
+    (run,) = list(tmp_path.glob(f"{task}-demo-*"))
+    return json.loads((run / "summary.json").read_text()), list(run.iterdir())
+
+
+@pytest.mark.slow
+def test_super_resolution_demo_quick(tmp_path, capsys):
+    rc = main(["demo", "--task", "super-resolution", "--quick", "--threads", "1",
+               "--output-dir", str(tmp_path)])  # fmt: skip
+    assert rc == 0
+    summary, files = _summary(tmp_path, "super-resolution")
+    assert [r["model"] for r in summary["runs"]] == ["edsr_baseline", "edsr_baseline_nl"]
+    for r in summary["runs"]:
+        assert r["metrics"]["images"] == 4 and 15 < r["metrics"]["bicubic_psnr_y"] < 50
+    assert any(f.name == "crops.png" and f.stat().st_size > 1000 for f in files)
+    assert "PSNR-Y" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_unet_demo_quick(tmp_path, capsys):
+    rc = main(["demo", "--task", "unet", "--quick", "--threads", "1", "--output-dir",
+               str(tmp_path), "--cache-dir", str(tmp_path / "cache")])  # fmt: skip
+    assert rc == 0
+    summary, files = _summary(tmp_path, "unet")
+    assert [r["model"] for r in summary["runs"]] == ["unet2d", "unet2d_nl"]
+    for r in summary["runs"]:
+        assert 0 <= r["metrics"]["mDice"] <= 100 and "dice_match" in r["metrics"]
+    assert any(f.name == "predictions.png" for f in files)
+    assert "mDice" in capsys.readouterr().out
+
+
+def test_demo_threads_error_is_one_line(tmp_path, capsys):
+    rc = main(["demo", "--task", "unet", "--threads", "zero", "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "--threads" in err
