@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from nlnet.models.checks import check_input
 from nlnet.models.registry import _split_block_options, place_non_local, register_model
 
-__all__ = ["EDSR", "ResBlock", "Upsampler", "SR_BLOCK", "DIV2K_RGB_MEAN", "sr_block_path"]
+__all__ = ["SRNet", "EDSR", "ResBlock", "Upsampler", "SR_BLOCK", "DIV2K_RGB_MEAN", "sr_block_path"]
 
 torch.fx.wrap("check_input")
 
@@ -88,7 +88,50 @@ class MeanShift(nn.Module):
         return x + self.mean.to(x.dtype)
 
 
-class EDSR(nn.Module):
+class SRNet(nn.Module):
+    """The contract shared by EDSR and RCAN: ``head``, ``body`` (units + a conv, long skip),
+    ``tail`` (up-sampler + conv to ``num_classes`` channels), ``sub_mean``/``add_mean``.
+
+    ``forward(x) == forward_head(forward_features(x))`` (EDSR with ``bicubic_residual``: plus
+    the bicubic up-sampling of ``x``).
+    """
+
+    in_channels: int
+    bicubic_residual: bool = False
+
+    def _run(self, x: Tensor, stages: dict[str, Tensor] | None = None) -> Tensor:
+        check_input(x, 4, self.in_channels)
+        x = self.head(self.sub_mean(x))
+        if stages is not None:
+            stages["head"] = x
+        y = x
+        for i, unit in enumerate(self.body):
+            y = unit(y)
+            if stages is not None and i < len(self.body) - 1:  # the last is the body's conv
+                stages[f"body{i}"] = y
+        return x + y  # the long (global) skip, Fig. 3 of EDSR / Fig. 2 of RCAN
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """The body's output plus the long skip ``(B, n_feats, h, w)``, at the input's size."""
+        return self._run(x)
+
+    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
+        """``head``, ``body{i}`` after each residual unit (low resolution, ``(B, n_feats, h,
+        w)``) and ``upsample``, the up-sampler's output ``(B, n_feats, s h, s w)``."""
+        stages: dict[str, Tensor] = {}
+        stages["upsample"] = self.tail[0](self._run(x, stages))
+        return stages
+
+    def forward_head(self, x: Tensor) -> Tensor:
+        """Up-sampler, last conv (``tail``) and the mean added back: ``(B, K, s h, s w)``."""
+        y = self.tail(x)
+        return y if self.bicubic_residual else self.add_mean(y)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+class EDSR(SRNet):
     """EDSR: head, residual body with a global skip, pixel-shuffle tail.
 
     Args:
@@ -137,13 +180,10 @@ class EDSR(nn.Module):
         self.bicubic_residual = bool(bicubic_residual)
 
     def forward(self, x: Tensor) -> Tensor:
-        check_input(x, 4, self.in_channels)
-        inp = x
-        x = self.head(self.sub_mean(x))
-        x = x + self.body(x)  # global residual (Fig. 3)
+        y = self.forward_head(self.forward_features(x))
         if self.bicubic_residual:  # the residual over bicubic (its own mean: no mean shift)
-            return self.tail(x) + F.interpolate(inp, scale_factor=self.upscale, mode="bicubic")
-        return self.add_mean(self.tail(x))
+            return y + F.interpolate(x, scale_factor=self.upscale, mode="bicubic")
+        return y
 
 
 def sr_block_path(n: int, prefix: str = "body") -> str:
@@ -170,6 +210,8 @@ def sr_cfg(blocks: str | None, family: str) -> dict[str, Any]:
         "task": "super_resolution",
         "family": family,
         "upscale": 2,
+        "first_conv": "head",
+        "classifier": ("tail.1",),  # the conv to num_classes (output) channels
         "blocks": blocks,
         "test_input_size": (3, 16, 16),
     }

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-import torch.fx
 from torch import Tensor, nn
 
-from nlnet.models.checks import check_input
 from nlnet.models.edsr import (
     DIV2K_RGB_MEAN,
     SR_BLOCK,
     MeanShift,
+    SRNet,
     Upsampler,
     conv3x3,
     sr_block_path,
@@ -34,8 +32,6 @@ from nlnet.models.edsr import (
 from nlnet.models.registry import _split_block_options, place_non_local, register_model
 
 __all__ = ["RCAN", "RCAB", "ChannelAttention", "ResidualGroup"]
-
-torch.fx.wrap("check_input")
 
 
 class ChannelAttention(nn.Module):
@@ -81,7 +77,7 @@ class ResidualGroup(nn.Module):
         return x + self.body(x)
 
 
-class RCAN(nn.Module):
+class RCAN(SRNet):
     """RCAN: head, residual-in-residual body, pixel-shuffle tail.
 
     Args:
@@ -121,12 +117,6 @@ class RCAN(nn.Module):
             conv3x3(n_feats, n_feats),
         )
         self.tail = nn.Sequential(Upsampler(upscale, n_feats), conv3x3(n_feats, num_classes))
-
-    def forward(self, x: Tensor) -> Tensor:
-        check_input(x, 4, self.in_channels)
-        x = self.head(self.sub_mean(x))
-        x = x + self.body(x)  # long skip
-        return self.add_mean(self.tail(x))
 
 
 def build_rcan(with_block: bool, **kwargs: Any) -> RCAN:

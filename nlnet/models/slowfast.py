@@ -11,7 +11,11 @@ Two ResNet-50 pathways over the same clip (Sec. 3, Table 1):
   convolution"): a 5x1x1 convolution with temporal stride ``alpha`` and ``2 beta C`` output
   channels maps the Fast features onto the Slow frames; the result is concatenated to the Slow
   features;
-* the head average-pools each pathway, concatenates them (2048 + 256) and classifies.
+* the head average-pools each pathway, concatenates them (2048 + 256) and classifies. Here
+  :meth:`SlowFast.forward_features` first averages the Fast res5 map over each group of
+  ``alpha`` frames (onto the Slow frames) and concatenates it to the Slow map, ``(B, 2304,
+  T / alpha, H / 32, W / 32)``; the head's global average of that map is the same as the
+  concatenated averages of the two pathways.
 
 The model takes one clip ``(B, 3, T, H, W)`` (the Fast pathway's frames) and picks the Slow
 frames itself, as PySlowFast's ``PackPathway`` does (``T / alpha`` frames evenly spaced over the
@@ -38,6 +42,7 @@ from typing import Any
 
 import torch
 import torch.fx
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nlnet.layers.nonlocal_block import NonLocal3d
@@ -177,18 +182,16 @@ class FuseFastToSlow(nn.Module):
 
 
 class Head(nn.Module):
-    """Average-pool each pathway, concatenate, dropout, linear ``projection``."""
+    """Global average pool of both pathways' channels, dropout, linear ``projection``."""
 
     def __init__(self, cins: Sequence[int], num_classes: int, dropout: float) -> None:
         super().__init__()
-        self.pathway0_avgpool = nn.AdaptiveAvgPool3d(1)
-        self.pathway1_avgpool = nn.AdaptiveAvgPool3d(1)
+        self.avgpool = nn.AdaptiveAvgPool3d(1)
         self.dropout = nn.Dropout(dropout)
         self.projection = nn.Linear(sum(cins), num_classes)
 
-    def forward(self, xs: list[Tensor]) -> Tensor:
-        pooled = [self.pathway0_avgpool(xs[0]), self.pathway1_avgpool(xs[1])]
-        return self.projection(self.dropout(torch.cat(pooled, 1).flatten(1)))
+    def forward(self, x: Tensor) -> Tensor:
+        return self.projection(self.dropout(self.avgpool(x).flatten(1)))
 
 
 class SlowFast(nn.Module):
@@ -267,15 +270,42 @@ class SlowFast(nn.Module):
         nn.init.normal_(self.head.projection.weight, std=0.01)
         nn.init.zeros_(self.head.projection.bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _run(self, x: Tensor, stages: dict[str, Tensor] | None = None) -> list[Tensor]:
+        """Both pathways through res5 (``[slow, fast]``); with ``stages``, each stage's
+        outputs before the lateral fusion are recorded in it."""
         check_input(x, 5, 3)
         xs = [pack_pathway(x, self.alpha), x]
         xs = [self.s1.pathway0_stem(xs[0]), self.s1.pathway1_stem(xs[1])]
-        xs = self.s2(self.s1_fuse(xs))
-        xs = self.s3(self.s2_fuse(xs))
-        xs = self.s4(self.s3_fuse(xs))
-        xs = self.s5(self.s4_fuse(xs))
-        return self.head(xs)
+        for stage, name in enumerate(("pool1", "res2", "res3", "res4", "res5"), start=1):
+            if stage > 1:
+                xs = getattr(self, f"s{stage}")(xs)
+            if stages is not None:
+                stages[f"slow_{name}"], stages[f"fast_{name}"] = xs
+            if stage < 5:
+                xs = getattr(self, f"s{stage}_fuse")(xs)
+        return xs
+
+    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
+        """Stage outputs of each pathway (Table 1 of the SlowFast paper): ``slow_pool1``,
+        ``fast_pool1``, ``slow_res2``, ``fast_res2`` .. ``fast_res5`` (``(B, C, T', H', W')``,
+        before the lateral connection of that stage)."""
+        stages: dict[str, Tensor] = {}
+        self._run(x, stages)
+        return stages
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """res5 of both pathways on the Slow frames ``(B, 2048 + 256, T / alpha, H/32, W/32)``:
+        the Fast map averaged over each ``alpha`` frames, concatenated to the Slow map."""
+        slow, fast = self._run(x)
+        fast = F.avg_pool3d(fast, (self.alpha, 1, 1))
+        return torch.cat([slow, fast], 1)
+
+    def forward_head(self, x: Tensor) -> Tensor:
+        """Global average pool, dropout and ``head.projection``: logits ``(B, K)``."""
+        return self.head(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_head(self.forward_features(x))
 
 
 def _in_block(conv: nn.Module, model: nn.Module) -> bool:
@@ -340,6 +370,8 @@ def _cfg(blocks: str | None) -> dict[str, Any]:
         "task": "video_classification",
         "family": "slowfast",
         "depth": 50,
+        "first_conv": "s1.pathway0_stem.conv",  # the Slow stem (the Fast one: pathway1_stem)
+        "classifier": ("head.projection",),
         "blocks": blocks,
         "test_overrides": {"width": 8, "layers": (1, 2, 2, 1), "alpha": 4}
         if blocks is None

@@ -108,18 +108,46 @@ class UNet(nn.Module):
             if isinstance(m, (nn.Conv2d, nn.Conv3d)):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _run(self, x: Tensor, stages: dict[str, Tensor] | None = None) -> Tensor:
+        """Encoder, bottleneck (+ its block) and decoder; the last decoder map. With
+        ``stages``, every level's output is recorded in it (``enc{i}``, ``bottleneck``,
+        ``dec{i}``; ``dec{depth-1}`` is at the input's resolution)."""
         check_input(x, self.dim + 2)
         check_divisible(x, 2**self.depth)
         skips = []
-        for enc in self.encoder:
+        for i, enc in enumerate(self.encoder):
             x = enc(x)
             skips.append(x)
+            if stages is not None:
+                stages[f"enc{i}"] = x
             x = self.pool(x)
         x = self.bottleneck(x)  # (+ its non-local block, appended to the Sequential)
-        for up, dec, skip in zip(self.up, self.decoder, reversed(skips)):
+        if stages is not None:
+            stages["bottleneck"] = x
+        for i, (up, dec, skip) in enumerate(zip(self.up, self.decoder, reversed(skips))):
             x = dec(torch.cat([skip, up(x)], dim=1))
+            if stages is not None:
+                stages[f"dec{i}"] = x
+        return x
+
+    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
+        """Every level's map ``(B, C, *spatial)``: ``enc0`` .. ``enc{depth-1}`` (before each
+        pooling), ``bottleneck``, ``dec0`` (coarsest) .. ``dec{depth-1}`` (input size)."""
+        stages: dict[str, Tensor] = {}
+        self._run(x, stages)
+        return stages
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """The last decoder level ``(B, base_channels, *spatial)``, at the input's size."""
+        return self._run(x)
+
+    def forward_head(self, x: Tensor) -> Tensor:
+        """The 1x1 ``classifier``: per-pixel (per-voxel) logits ``(B, K, *spatial)``."""
         return self.classifier(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Logits ``(B, num_classes, *spatial)`` (the features are already at the input size)."""
+        return self.forward_head(self.forward_features(x))
 
 
 #: The guide's configuration of the block (medical segmentation use case).
@@ -153,6 +181,8 @@ def _cfg(dim: int, blocks: str | None) -> dict[str, Any]:
         "family": "unet",
         "input_kind": "image" if dim == 2 else "volume",
         **({} if dim == 2 else {"mean": (0.0,) * 4, "std": (1.0,) * 4}),  # 4 MRI modalities
+        "first_conv": "encoder.0.0",
+        "classifier": ("classifier",),
         "blocks": blocks,
         "new_keys": (),
         "test_overrides": {"base_channels": 4, "depth": 2},

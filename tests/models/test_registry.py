@@ -41,7 +41,7 @@ def _check_contract(model: nn.Module, x: torch.Tensor, cfg: ModelCfg) -> None:
     assert isinstance(feats, torch.Tensor) and feats.shape[0] == x.shape[0]
     assert stages and all(isinstance(v, torch.Tensor) for v in stages.values())
     assert all(v.dim() == x.dim() and v.shape[0] == x.shape[0] for v in stages.values())
-    if cfg.task == "segmentation":  # the head's logits, upsampled to the input by forward
+    if cfg.task == "segmentation" and head.shape[2:] != x.shape[2:]:  # upsampled by forward
         head = torch.nn.functional.interpolate(head, size=x.shape[-2:], mode="bilinear")
     torch.testing.assert_close(out, head)
 
@@ -84,7 +84,7 @@ def test_tiny_forward_backward_every_parameter_gets_a_gradient(name):
     _check_contract(model.eval(), x, cfg)
     out = model.train()(x)
     if cfg.task == "segmentation":
-        assert out.shape == (1, 5, *x.shape[-2:])
+        assert out.shape == (1, 5, *x.shape[2:])  # a volume keeps its (D, H, W)
     elif cfg.task == "super_resolution":  # num_classes = output channels
         assert out.shape == (1, 5, *(s * cfg.upscale for s in x.shape[2:]))
     else:
@@ -221,7 +221,8 @@ def test_every_name_is_one_grepable_builder_with_a_valid_cfg(name):
     assert f"def {name}(" in source
     cfg = entry.default_cfg
     assert isinstance(cfg, ModelCfg) and cfg.family and cfg.first_conv and cfg.classifier
-    assert cfg.input_kind == ("clip" if len(cfg.input_size) == 4 else "image")
+    kinds = ("clip", "volume") if len(cfg.input_size) == 4 else ("image",)  # volume: (C, D, H, W)
+    assert cfg.input_kind in kinds
     assert cfg["task"] == cfg.get("task") == cfg.task and "classifier" in cfg  # as a mapping
     assert len(cfg.mean) == len(cfg.std) == cfg.input_size[0]
 
