@@ -235,10 +235,16 @@ class Config:
         optim: optimizer and schedule (:class:`OptimConfig`).
         train: the training loop (:class:`TrainConfig`).
         eval: multi-clip testing (:class:`EvalConfig`).
+        ema: an exponential moving average of the weights, evaluated beside them.
+        precise_bn: BatchNorm statistics recomputed over training batches before evaluation.
+        augment: MixUp / CutMix / RandAugment (one draw per clip) and label smoothing.
+        logging: TensorBoard and Weights & Biases beside ``metrics.jsonl``.
+        multigrid: multigrid training of the video task (Wu et al., CVPR 2020).
         output_dir: the run directory (checkpoints, metrics, curves, summary).
         name: a free label of the experiment.
         class_names: the output class names stored in checkpoints (default: the data's classes).
-        task: ``video_classification``, ``segmentation`` or ``detection``.
+        task: the task that trains and evaluates (``video_classification``, ``segmentation``,
+            ``detection``, ``super_resolution``, ...).
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
