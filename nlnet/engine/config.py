@@ -378,6 +378,10 @@ def _validate(cfg: Config) -> None:
             f"class_names: expected {n} names (model.num_classes), got {len(cfg.class_names)}"
         )
     _validate_model(cfg.model)
+    if cfg.task == "image":  # its data section is typed (a frozen dataclass of the task)
+        from nlnet.engine.tasks.image import ImageDataConfig
+
+        ImageDataConfig.from_mapping(cfg.data)
 
 
 def _validate_model(m: ModelConfig) -> None:

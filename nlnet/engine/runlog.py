@@ -124,7 +124,7 @@ class MetricsLogger:
         if val:
             keys = [
                 k
-                for k in ("video_top1", "video_top5", "clip_top1", "video_mAP", "clip_mAP")
+                for k in PLOTTED_VAL_METRICS
                 if _points(val, k)
             ]
             for k in keys:
@@ -136,6 +136,14 @@ class MetricsLogger:
         fig.savefig(self.png, dpi=100)
         plt.close(fig)
         return self.png
+
+
+#: Validation metrics drawn in the third panel of ``curves.png`` (those a task reports):
+#: video classification, image classification, segmentation (mIoU) and detection (AP).
+PLOTTED_VAL_METRICS: tuple[str, ...] = (
+    "video_top1", "video_top5", "clip_top1", "video_mAP", "clip_mAP", "top1", "top5",
+    "mIoU", "pixel_acc", "box_AP", "mask_AP", "kp_AP",
+)  # fmt: skip
 
 
 def jsonable(record: Mapping[str, Any]) -> dict[str, Any]:

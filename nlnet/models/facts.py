@@ -42,6 +42,7 @@ class ModelFacts:
             builder takes them as its backbone, detectors) or ``"native"`` (only state dicts of
             this very model: a file or a mapping).
         dynamic_time: the clip length may change at run time (export's dynamic axis).
+        takes_dropout: the builder takes ``dropout`` (before the classifier; ``train.dropout``).
     """
 
     name: str
@@ -55,6 +56,7 @@ class ModelFacts:
     weights_arch: str | None = None
     weights_format: str = "native"
     dynamic_time: bool = True
+    takes_dropout: bool = True
 
     def weights_meta(self, weights: Any = "DEFAULT") -> dict[str, Any]:
         """torchvision's ``meta`` of a weights name for this model (categories, recipe, ...),
@@ -72,14 +74,23 @@ FAMILY_FACTS: dict[str, dict[str, Any]] = {
     "resnet3d": {"input_kind": "clip", "classifier": ("fc",), "weights_format": "inflate"},
     "tiny": {"input_kind": "clip", "classifier": ("fc",)},
     "video_transformer": {"input_kind": "clip", "classifier": ("head",), "dynamic_time": False},
-    "resnet2d": {"input_kind": "image", "classifier": ("fc",), "weights_format": "inflate"},
+    "resnet2d": {
+        "input_kind": "image", "classifier": ("fc",), "weights_format": "inflate",
+        "takes_dropout": False,
+    },  # fmt: skip
     "vit": {"input_kind": "image", "classifier": ("head",), "weights_format": "vit"},
-    "swin": {"input_kind": "image", "classifier": ("head",), "weights_format": "swin"},
-    "segmentation": {"input_kind": "image", "classifier": ("head.classifier",)},
+    "swin": {
+        "input_kind": "image", "classifier": ("head",), "weights_format": "swin",
+        "takes_dropout": False,
+    },  # fmt: skip
+    "segmentation": {
+        "input_kind": "image", "classifier": ("head.classifier",), "takes_dropout": False,
+    },  # fmt: skip
     "detection": {
         "input_kind": "image",
         "classifier": ("roi_heads.box_predictor", "roi_heads.mask_predictor.mask_fcn_logits"),
         "weights_format": "backbone",
+        "takes_dropout": False,
     },
 }
 

@@ -64,6 +64,7 @@ _TASKS: dict[str, str | Callable[..., Task]] = {
     "video_classification": "nlnet.engine.tasks.video:VideoClassificationTask",
     "segmentation": "nlnet.engine.tasks.segmentation:SegmentationTask.from_config",
     "detection": "nlnet.engine.tasks.detection:DetectionTask.from_config",
+    "image": "nlnet.engine.tasks.image:ImageClassificationTask",
 }
 
 
