@@ -132,6 +132,57 @@ def _resolve_resume(resume: bool | str | os.PathLike | None, run_dir: Path) -> P
     return path
 
 
+def resume_command(run_dir: Path) -> str:
+    """The exact command that continues a run (its config is stored in the run directory)."""
+    import shlex
+
+    return f"nlnet train --output-dir {shlex.quote(str(run_dir))} --resume"
+
+
+class StopRequest:
+    """SIGINT/SIGTERM during training ask the loop to stop after the current step, write
+    ``last.pt`` and say how to resume (a second Ctrl-C stops at once).  Handlers are installed
+    only in the main thread and restored on exit; under DDP the request is all-reduced so
+    every process stops at the same step."""
+
+    def __init__(self, distributed: bool = False) -> None:
+        self.distributed = distributed
+        self.name: str | None = None
+        self._old: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        import signal
+
+        if self.name is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # the second Ctrl-C: now
+        self.name = signal.Signals(signum).name
+        say(f"{self.name}: finishing this step, then saving last.pt (Ctrl-C again to quit now)")
+
+    def requested(self) -> bool:
+        flag = self.name is not None
+        if self.distributed:
+            t = torch.tensor([float(flag)], dtype=torch.float64)
+            flag = bool(du.all_reduce_sum(t).item() > 0)
+            self.name = self.name or ("SIGTERM" if flag else None)
+        return flag
+
+    def __enter__(self) -> StopRequest:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+
 class Run:
     """One training run of one process (see the module docstring for the order of the parts)."""
 
@@ -150,10 +201,19 @@ class Run:
             self.amp = "none"
         self.progress = self.main and use_progress_bar(cfg.train.progress)
         self.t_start = time.perf_counter()
+        self.stop_request: StopRequest | None = None
+        self.interrupted = False
 
     # -- set-up ---------------------------------------------------------------------------------
+    def check_dir(self, resume: Any, force: bool) -> None:
+        """Refuse a used directory (unless resume/force) without creating anything."""
+        check_run_dir(self.run_dir, resume=bool(resume), force=force)
+        if resume not in (None, False, True) and not Path(resume).exists():
+            raise CheckpointError(f"--resume: no checkpoint or run directory at {str(resume)!r}")
+
     def prepare_dir(self, resume: Any, force: bool) -> RunLock | None:
-        """Refuse a used directory (unless resume/force) and lock it (rank 0)."""
+        """Check the directory again and lock it (rank 0); called once the config, the data
+        and the model are known to work, so a failed start leaves no directory or lock."""
         error = None
         try:
             check_run_dir(self.run_dir, resume=bool(resume), force=force)
@@ -472,12 +532,19 @@ class Run:
             st.epoch, st.batch_in_epoch = st.epoch + 1, 0
             st.counters.new_epoch()
         stop = bool(tc.stop_after) and st.iteration - self.start_iteration >= tc.stop_after
+        signalled = self.stop_request is not None and self.stop_request.requested()
         due = bool(tc.ckpt_every) and st.iteration % tc.ckpt_every == 0
-        if (due or stop) and not at_end:
+        if (due or stop or signalled) and not at_end:
             self.last_ckpt = self.checkpoint(self.run_dir / CHECKPOINT_DIR / LAST)
+        if signalled and not at_end:
+            self.interrupted = True
+            say(f"{self.stop_request.name}: saved {self.run_dir / CHECKPOINT_DIR / LAST} at "
+                f"iteration {st.iteration}; continue with: {resume_command(self.run_dir)}",
+                self.main)  # fmt: skip
+            return "stop"
         if stop and not at_end:
             say(f"stopping after {tc.stop_after} iteration(s) (train.stop_after); continue "
-                "with --resume", self.main)  # fmt: skip
+                f"with: {resume_command(self.run_dir)}", self.main)  # fmt: skip
             return "stop"
         return "epoch" if epoch_done else None
 
@@ -561,7 +628,7 @@ class Run:
             "time_s": time.perf_counter() - self.t_start, "loop_time_s": loop_time,
             "clips_per_s": self.clips_seen * world / self.train_time if self.train_time else None,
             "skipped": int(skipped[0]), "empty_batches": int(skipped[1]),
-            "stopped": stopped, "world_size": world,
+            "stopped": stopped, "world_size": world, "interrupted": self.interrupted,
         }  # fmt: skip
         if self.main:
             with open(self.run_dir / "summary.json", "w") as f:
@@ -600,12 +667,15 @@ def train(
     info = du.init_distributed(cfg.train.device)
     try:
         run = Run(cfg, info, get_task(cfg, collate_fn))
+        run.check_dir(resume, force)  # nothing is written before the data and the model work
+        run.build_data(train_dataset, val_dataset)
+        run.build_state(model)
         lock = run.prepare_dir(resume, force)
         try:
-            run.build_data(train_dataset, val_dataset)
-            run.build_state(model)
             run.restore(resume)
-            return run.fit()
+            with StopRequest(info.world_size > 1) as stop:
+                run.stop_request = stop
+                return run.fit()
         finally:
             if lock is not None:
                 lock.release()
