@@ -43,6 +43,8 @@ class ModelFacts:
             this very model: a file or a mapping).
         dynamic_time: the clip length may change at run time (export's dynamic axis).
         takes_dropout: the builder takes ``dropout`` (before the classifier; ``train.dropout``).
+        new_keys: state-dict key fragments with no ImageNet counterpart besides the non-local
+            blocks (kept as initialised when loading torchvision weights).
     """
 
     name: str
@@ -57,6 +59,7 @@ class ModelFacts:
     weights_format: str = "native"
     dynamic_time: bool = True
     takes_dropout: bool = True
+    new_keys: tuple[str, ...] = ()
 
     def weights_meta(self, weights: Any = "DEFAULT") -> dict[str, Any]:
         """torchvision's ``meta`` of a weights name for this model (categories, recipe, ...),
@@ -132,5 +135,6 @@ def facts_from_cfg(name: str, cfg: Mapping[str, Any]) -> ModelFacts:
         **given,
     }
     facts["classifier"] = tuple(facts["classifier"])
+    facts["new_keys"] = tuple(facts.get("new_keys", ()))
     facts["mean"], facts["std"] = tuple(facts["mean"]), tuple(facts["std"])
     return ModelFacts(**facts)

@@ -233,10 +233,12 @@ def load_finetune_weights(model: torch.nn.Module, facts: Any, spec: Any) -> dict
         )
     sd = _unwrap(load_weights(spec, arch if named else None))
     own = model.state_dict()
-    if fmt == "inflate" and not all(k in own and own[k].shape == v.shape for k, v in sd.items()
-                                    if not _under(k, facts.classifier)):  # fmt: skip
+    if fmt == "inflate" and not any("non_local." in k for k in sd):  # ImageNet 2D layout
+        from nlnet.models.inflate import DEFAULT_NEW_KEYS
+
         head_keys = tuple(p + "." for p in facts.classifier)
-        report = load_pretrained_2d(model, sd, arch=arch, head_keys=head_keys)
+        report = load_pretrained_2d(model, sd, arch=arch, head_keys=head_keys,
+                                    new_keys=(*DEFAULT_NEW_KEYS, *facts.new_keys))  # fmt: skip
         return {"loaded": list(report.copied) + list(report.inflated), "fresh": list(report.kept)}
     if fmt == "vit" and any(k.startswith("encoder.") for k in sd):
         from nlnet.models.vit import vit_state_dict_from_torchvision

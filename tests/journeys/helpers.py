@@ -127,9 +127,8 @@ def make_checkpoint(kind: str, tmp: Path) -> Path:
         cfg = engine_cfg("video_classification", "c2d_tiny_nl1",
                          video_data(video_tree(tmp / "videos")), tmp / "run")  # fmt: skip
     elif kind == "image":
-        cfg = engine_cfg("image", "resnet50_nl_guide", {"root": str(image_tree(tmp / "images")),
-                         "size": 32}, tmp / "run", **{"model.overrides": {"width_per_group": 4},
-                         "train.val_split": None, "eval.split": "val"})  # fmt: skip
+        cfg = engine_cfg("image", "vit_tiny", {"root": str(image_tree(tmp / "images")),
+                         "size": 32}, tmp / "run", **{"eval.split": "val"})  # fmt: skip
     elif kind in ("segmentation", "detection"):
         from nlnet.data.digits_dense import DenseDigitsConfig, prepare_dense_digits
 
