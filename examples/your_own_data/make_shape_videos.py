@@ -1,9 +1,7 @@
 """Write a small class-per-folder set of moving-shape mp4 videos, to try ``nlnet train`` on.
 
-Three classes, told apart only by how a bright disk moves over a noisy background:
-``horizontal`` (left <-> right), ``vertical`` (up <-> down) and ``still`` (small jitter).
-Every frame alone looks alike (a disk somewhere), so a model has to relate frames, as the
-non-local block does across space and time (Section 3 of "Non-local Neural Networks").
+Three classes by the shape of a bright object that moves in a random direction over a noisy
+background: ``disk``, ``square`` and ``triangle`` (random size, colour, start and velocity).
 
     python examples/your_own_data/make_shape_videos.py data/shapes --train 16 --val 8
 
@@ -18,29 +16,31 @@ from pathlib import Path
 import av
 import numpy as np
 
-CLASSES = ("horizontal", "vertical", "still")
+CLASSES = ("disk", "square", "triangle")
+
+
+def _mask(kind: str, yy: np.ndarray, xx: np.ndarray, y: float, x: float, r: float) -> np.ndarray:
+    if kind == "disk":
+        return (yy - y) ** 2 + (xx - x) ** 2 <= r * r
+    if kind == "square":
+        return (np.abs(yy - y) <= r * 0.85) & (np.abs(xx - x) <= r * 0.85)
+    return (yy - y <= r * 0.8) & (yy - y >= -r) & (np.abs(xx - x) <= (yy - y + r) * 0.6)
 
 
 def shape_video(kind: str, rng: np.random.Generator, frames: int = 16, size: int = 64
                 ) -> np.ndarray:  # fmt: skip
-    """uint8 (T, H, W, 3): a disk of random radius/colour moving as ``kind`` says."""
+    """uint8 (T, H, W, 3): a ``kind`` of random size/colour moving at a random velocity."""
     yy, xx = np.mgrid[:size, :size]
-    r = rng.uniform(5, 9)
+    r = rng.uniform(6, 10)
     color = rng.uniform(150, 255, size=3)
     y0, x0 = rng.uniform(r + 2, size - r - 2, size=2)
-    speed = rng.uniform(2.0, 3.5) * rng.choice([-1, 1])
+    vy, vx = rng.uniform(-2.5, 2.5, size=2)
     out = np.empty((frames, size, size, 3), dtype=np.uint8)
     for t in range(frames):
-        y, x = y0, x0
-        if kind == "horizontal":
-            x = x0 + speed * (t - frames / 2)
-        elif kind == "vertical":
-            y = y0 + speed * (t - frames / 2)
-        else:
-            y, x = y0 + rng.normal(0, 0.5), x0 + rng.normal(0, 0.5)
-        y, x = np.clip(y, r, size - r), np.clip(x, r, size - r)
+        y = np.clip(y0 + vy * (t - frames / 2), r, size - r)
+        x = np.clip(x0 + vx * (t - frames / 2), r, size - r)
         img = rng.integers(0, 70, size=(size, size, 3)).astype(np.float64)
-        img[(yy - y) ** 2 + (xx - x) ** 2 <= r * r] = color
+        img[_mask(kind, yy, xx, y, x, r)] = color
         out[t] = img.astype(np.uint8)
     return out
 

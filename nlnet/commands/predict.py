@@ -119,7 +119,10 @@ def predict_videos(
     if classes is not None:
         from nlnet.data.datasets import read_class_index
 
-        names, _ = read_class_index(classes)
+        try:
+            names, _ = read_class_index(classes)
+        except (ValueError, OSError) as exc:
+            raise UserError(f"--classes: {exc}") from None
     if len(names) != num_classes:
         raise UserError(
             f"--classes: {len(names)} names but the checkpoint's model has {num_classes} classes"

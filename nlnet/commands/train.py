@@ -96,6 +96,12 @@ def _config_for(args: argparse.Namespace):
         resolve_device(cfg.train.device)  # a clear error for --device cuda without CUDA
     except (ValueError, FileNotFoundError) as exc:
         raise ConfigError(str(exc)) from None
+    from nlnet.models.registry import get_model_entry
+
+    try:  # the command line builds registered models only: a typo is a config error
+        get_model_entry(cfg.model.name)
+    except ValueError as exc:
+        raise ConfigError(f"model.{exc}") from None
     chosen = args.output_dir or any(o.startswith("output_dir=") for o in overrides)
     out = Path(cfg.output_dir)
     used = out.is_dir() and any(p.name != ".lock" for p in out.iterdir())  # a lock alone: empty

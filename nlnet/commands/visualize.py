@@ -199,6 +199,10 @@ def main(args: argparse.Namespace) -> int:
     inp = inp.to(args.device)
     if transformer:
         return _rollout_picture(model, inp, frames_np, args, info)
+    if args.block is not None and args.block not in dict(find_non_local_blocks(model)):
+        have = ", ".join(dict(find_non_local_blocks(model))) or "none"
+        raise DataError(f"--block: no non-local block {args.block!r} in {info.model_name}; "
+                        f"its blocks: {have}")  # fmt: skip
     with record_attention(model, args.block, to_cpu=True) as rec, torch.no_grad():
         logits = model(inp)
     out_dir = Path(args.output)
