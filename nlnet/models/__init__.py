@@ -14,9 +14,11 @@ from nlnet.models.inflate import (
 )
 from nlnet.models.registry import (
     ModelEntry,
+    ModelFacts,
     create_model,
     get_model_entry,
     list_models,
+    model_facts,
     register_model,
 )
 from nlnet.models.resnet3d import (
@@ -36,6 +38,7 @@ __all__ = [
     "Bottleneck3d",
     "InflationReport",
     "ModelEntry",
+    "ModelFacts",
     "PLACEMENTS",
     "ResNet3d",
     "SegmentationHead",
@@ -48,6 +51,7 @@ __all__ = [
     "insert_non_local",
     "list_models",
     "load_pretrained_2d",
+    "model_facts",
     "non_local_blocks",
     "non_local_paths",
     "register_model",

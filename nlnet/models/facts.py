@@ -119,6 +119,8 @@ def facts_from_cfg(name: str, cfg: Mapping[str, Any]) -> ModelFacts:
     arch = _weights_arch(name, family, cfg)
     if arch is None and base.get("weights_format") in ("inflate", "vit", "swin"):
         base["weights_format"] = "native"  # e.g. vit_tiny: no torchvision counterpart
+    if family == "detection" and cfg.get("task") == "keypoints":  # no mask head
+        base["classifier"] = ("roi_heads.box_predictor",)
     if family == "segmentation" and arch is not None:
         base["weights_format"] = "inflate"  # the dilated ResNet backbone (head keys are new)
     fields = {f.name for f in dataclasses.fields(ModelFacts)}
