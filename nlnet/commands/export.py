@@ -65,8 +65,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "length and the model's registered input size",
     )
     parser.add_argument(
-        "--batch", type=int, default=1, help="batch size of the check input (the batch axis is "
-        "dynamic in the exported file)"
+        "--batch",
+        type=int,
+        default=1,
+        help="batch size of the check input (the batch axis is dynamic in the exported file)",
     )
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (>= 17)")
     parser.add_argument("--atol", type=float, default=1e-4, help="tolerance of the check run")
@@ -234,7 +236,9 @@ def main(args: argparse.Namespace) -> int:
     """Export, then compare the exported file with PyTorch on random inputs."""
     missing = missing_packages(args.format, not args.no_check)
     if missing:
-        hint = " (or --no-check to skip the onnxruntime check)" if missing == ["onnxruntime"] else ""
+        hint = (
+            " (or --no-check to skip the onnxruntime check)" if missing == ["onnxruntime"] else ""
+        )
         print(f"nlnet export: --format onnx needs the package(s) {', '.join(missing)}: "
               f"pip install 'nlnet[export]'{hint}", file=sys.stderr)  # fmt: skip
         return 2
@@ -278,7 +282,9 @@ def main(args: argparse.Namespace) -> int:
         for s in shapes:
             x = torch.randn(s)
             with torch.no_grad():
-                diff = max(diff, (run_exported(args.format, output, x) - model(x)).abs().max().item())
+                diff = max(
+                    diff, (run_exported(args.format, output, x) - model(x)).abs().max().item()
+                )
         report["check_shapes"] = [list(s) for s in shapes]
         report["check_max_abs_diff"] = diff
         report["check_ok"] = diff <= args.atol

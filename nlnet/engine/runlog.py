@@ -122,11 +122,7 @@ class MetricsLogger:
         if any(v > 0 for _, v in _points(train, "lr")):
             axes[1].set_yscale("log")
         if val:
-            keys = [
-                k
-                for k in PLOTTED_VAL_METRICS
-                if _points(val, k)
-            ]
+            keys = [k for k in PLOTTED_VAL_METRICS if _points(val, k)]
             for k in keys:
                 axes[2].plot(*zip(*_points(val, k)), marker="o", label=k)
             axes[2].set(xlabel="iteration", ylabel="%", title="validation")

@@ -78,16 +78,22 @@ FAMILY_FACTS: dict[str, dict[str, Any]] = {
     "tiny": {"input_kind": "clip", "classifier": ("fc",)},
     "video_transformer": {"input_kind": "clip", "classifier": ("head",), "dynamic_time": False},
     "resnet2d": {
-        "input_kind": "image", "classifier": ("fc",), "weights_format": "inflate",
+        "input_kind": "image",
+        "classifier": ("fc",),
+        "weights_format": "inflate",
         "takes_dropout": False,
     },  # fmt: skip
     "vit": {"input_kind": "image", "classifier": ("head",), "weights_format": "vit"},
     "swin": {
-        "input_kind": "image", "classifier": ("head",), "weights_format": "swin",
+        "input_kind": "image",
+        "classifier": ("head",),
+        "weights_format": "swin",
         "takes_dropout": False,
     },  # fmt: skip
     "segmentation": {
-        "input_kind": "image", "classifier": ("head.classifier",), "takes_dropout": False,
+        "input_kind": "image",
+        "classifier": ("head.classifier",),
+        "takes_dropout": False,
     },  # fmt: skip
     "detection": {
         "input_kind": "image",

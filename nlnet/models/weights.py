@@ -206,7 +206,9 @@ def load_matching(model: torch.nn.Module, state_dict: Mapping, classifier: tuple
     extra = [k for k in state_dict if k not in own and not _under(k, classifier)]
     problems += [f"unexpected {k}" for k in extra]
     if problems:
-        shown = "; ".join(problems[:3]) + (f"; ... ({len(problems)} in all)" if len(problems) > 3 else "")
+        shown = "; ".join(problems[:3]) + (
+            f"; ... ({len(problems)} in all)" if len(problems) > 3 else ""
+        )
         raise ValueError(f"{what}: the weights do not fit this model ({shown})")
     model.load_state_dict(take, strict=False)
     return {"loaded": sorted(take), "fresh": fresh}

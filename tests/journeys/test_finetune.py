@@ -73,7 +73,9 @@ def test_torchvision_weights_by_name_from_the_cache(name, arch, fake_weights):
     k outputs, every tensor with an ImageNet counterpart holds the file's value."""
     path = fake_weights(arch)
     facts = model_facts(name)
-    assert facts.weights_arch == arch and facts.weights_meta("IMAGENET1K_V1")["url"].endswith(path.name)
+    assert facts.weights_arch == arch and facts.weights_meta("IMAGENET1K_V1")["url"].endswith(
+        path.name
+    )
     model = create_model(name, weights="IMAGENET1K_V1", num_classes=7)
     params = dict(model.named_parameters())
     first = next(p for n, p in params.items() if not _under(n, facts.classifier)

@@ -230,5 +230,7 @@ class ImageClassificationTask:
 
     @staticmethod
     def summary(metrics: dict[str, Any]) -> str:
-        return (f"top1 {metrics['top1']:.2f}, top5 {metrics['top5']:.2f} "
-                f"({metrics.get('count', 0)} images, skipped {metrics.get('skipped', 0)})")
+        return (
+            f"top1 {metrics['top1']:.2f}, top5 {metrics['top5']:.2f} "
+            f"({metrics.get('count', 0)} images, skipped {metrics.get('skipped', 0)})"
+        )
