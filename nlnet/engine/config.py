@@ -226,6 +226,9 @@ class Config:
 
 _FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 _FREE_FORM = {("data",), ("model", "overrides")}
+#: task -> ``"module:callable"`` checking its ``data`` section at load (raises ConfigError);
+#: by name, because the task modules import this one
+DATA_CHECKS: dict[str, str] = {"image": "nlnet.engine.tasks.image:ImageDataConfig.from_mapping"}
 _CHOICES = {
     ("train", "amp"): ("none", "bf16", "fp16"),
     ("train", "loss"): ("ce", "bce"),
@@ -378,10 +381,15 @@ def _validate(cfg: Config) -> None:
             f"class_names: expected {n} names (model.num_classes), got {len(cfg.class_names)}"
         )
     _validate_model(cfg.model)
-    if cfg.task == "image":  # its data section is typed (a frozen dataclass of the task)
-        from nlnet.engine.tasks.image import ImageDataConfig
+    check = DATA_CHECKS.get(cfg.task)
+    if check is not None:  # a task whose data section is typed (a frozen dataclass)
+        import importlib
 
-        ImageDataConfig.from_mapping(cfg.data)
+        module, attr = check.split(":")
+        target: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            target = getattr(target, part)
+        target(cfg.data)
 
 
 def _validate_model(m: ModelConfig) -> None:

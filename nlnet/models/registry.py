@@ -215,7 +215,7 @@ def create_model(
             (``"IMAGENET1K_V1"``, models with ``facts.weights_arch``), a file or a state dict
             (torchvision layout, or this model's own, e.g. a checkpoint). Every tensor is loaded
             except a classifier (``facts.classifier``) of another size, which stays fresh with
-            ``num_classes`` outputs (:func:`nlnet.models.weights.load_finetune_weights`).
+            ``num_classes`` outputs (:func:`nlnet.models.finetune.load_finetune_weights`).
         **overrides: builder options (see the module docstring). ``pretrained=`` is accepted
             only by models whose ``default_cfg["supports_pretrained"]`` is true; for the others
             it is a ``ValueError`` pointing to ``pretrained_2d`` and ``nlnet import-caffe2``.
@@ -244,7 +244,7 @@ def create_model(
         new_keys = tuple(DEFAULT_NEW_KEYS) + tuple(entry.default_cfg.get("new_keys", ()))
         load_pretrained_2d(model, pretrained_2d, arch=torchvision_arch(entry), new_keys=new_keys)
     if weights is not None:
-        from nlnet.models.weights import load_finetune_weights
+        from nlnet.models.finetune import load_finetune_weights
 
         load_finetune_weights(model, facts, weights)
     model.pretrained_cfg = facts  # timm's attribute name: the facts travel with the model

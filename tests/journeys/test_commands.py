@@ -77,3 +77,28 @@ def test_every_checkpoint_kind_through_every_command(command, kind, checkpoints,
         assert json.loads(out.strip().splitlines()[-1])["top"]
     if command == "visualize":
         assert list(tmp_path.glob("*.png"))
+
+
+@pytest.mark.parametrize("metric", ["mIoU", "box_AP", "top1", "video_top1"])
+def test_curves_validation_panel_plots_the_tasks_metric(metric, tmp_path, monkeypatch):
+    """``curves.png``'s validation panel draws what each task reports (segmentation mIoU,
+    detection box AP, image top-1), not only the video metrics."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.axes import Axes
+
+    from nlnet.engine.runlog import MetricsLogger
+
+    labels: list[str] = []
+    real = Axes.plot
+
+    def plot(self, *args, **kw):
+        labels.append(kw.get("label"))
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(Axes, "plot", plot)
+    log = MetricsLogger(tmp_path)
+    log.log({"kind": "train", "iter": 1, "epoch": 0, "loss": 1.0, "lr": 0.1})
+    log.log({"kind": "val", "iter": 1, "epoch": 0, metric: 42.0})
+    assert log.plot() is not None and metric in labels
