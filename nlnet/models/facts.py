@@ -123,8 +123,8 @@ def facts_from_cfg(name: str, cfg: Mapping[str, Any]) -> ModelFacts:
     base.setdefault("input_kind", "clip" if len(size) == 4 else "image")
     base.setdefault("classifier", ("fc",))
     arch = _weights_arch(name, family, cfg)
-    if arch is None and base.get("weights_format") in ("inflate", "vit", "swin"):
-        base["weights_format"] = "native"  # e.g. vit_tiny: no torchvision counterpart
+    if arch is None and base.get("weights_format") == "inflate":
+        base["weights_format"] = "native"  # no torchvision counterpart
     if family == "detection" and cfg.get("task") == "keypoints":  # no mask head
         base["classifier"] = ("roi_heads.box_predictor",)
     if family == "segmentation" and arch is not None:

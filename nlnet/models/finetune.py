@@ -100,6 +100,8 @@ def load_finetune_weights(model: torch.nn.Module, facts: Any, spec: Any) -> dict
             f"weights: {facts.name!r} has no torchvision weights; give a state dict or a file "
             f"of this model (e.g. a checkpoint written by nlnet train), got {spec!r}"
         )
+    if named and arch is None:  # vit_tiny/swin_tiny: torchvision says it has no such weights
+        arch = facts.name
     sd = _unwrap(load_weights(spec, arch if named else None))
     own = model.state_dict()
     covers = all(k in sd for k in own if not _under(k, facts.classifier))  # this model's own
