@@ -96,12 +96,6 @@ def _config_for(args: argparse.Namespace):
         resolve_device(cfg.train.device)  # a clear error for --device cuda without CUDA
     except (ValueError, FileNotFoundError) as exc:
         raise ConfigError(str(exc)) from None
-    from nlnet.models.registry import get_model_entry
-
-    try:  # the command line builds registered models only: a typo is a config error
-        get_model_entry(cfg.model.name)
-    except ValueError as exc:
-        raise ConfigError(f"model.{exc}") from None
     chosen = args.output_dir or any(o.startswith("output_dir=") for o in overrides)
     out = Path(cfg.output_dir)
     used = out.is_dir() and any(p.name != ".lock" for p in out.iterdir())  # a lock alone: empty
@@ -112,6 +106,17 @@ def _config_for(args: argparse.Namespace):
     return cfg
 
 
+def _check_model_name(name: str) -> None:
+    """The command line builds registered models only: a typo in model.name is one line."""
+    from nlnet.engine.config import ConfigError
+    from nlnet.models.registry import get_model_entry
+
+    try:
+        get_model_entry(name)
+    except ValueError as exc:
+        raise ConfigError(f"model.{exc}") from None
+
+
 def main(args: argparse.Namespace) -> int:
     from nlnet.engine.config import config_to_dict, list_configs
 
@@ -119,6 +124,7 @@ def main(args: argparse.Namespace) -> int:
         print("\n".join(list_configs()))
         return 0
     cfg = _config_for(args)
+    _check_model_name(cfg.model.name)
     if args.print_config:
         import yaml
 
