@@ -61,6 +61,7 @@ from nlnet.engine.optim import build_optimizer, build_scheduler
 from nlnet.engine.rundir import RunLock, check_run_dir, clear_previous_run
 from nlnet.engine.runlog import MetricsLogger, jsonable, say, use_progress_bar
 from nlnet.engine.state import Counters, TrainState
+from nlnet.engine.stop import StopRequest, resume_command
 from nlnet.engine.tasks import Task, get_task
 
 __all__ = ["SeededDataset", "train", "evaluate", "CHECKPOINT_DIR", "LAST", "FINAL"]
@@ -130,57 +131,6 @@ def _resolve_resume(resume: bool | str | os.PathLike | None, run_dir: Path) -> P
             return None
         raise CheckpointError(f"--resume: no checkpoint at {str(path)!r}")
     return path
-
-
-def resume_command(run_dir: Path) -> str:
-    """The exact command that continues a run (its config is stored in the run directory)."""
-    import shlex
-
-    return f"nlnet train --output-dir {shlex.quote(str(run_dir))} --resume"
-
-
-class StopRequest:
-    """SIGINT/SIGTERM during training ask the loop to stop after the current step, write
-    ``last.pt`` and say how to resume (a second Ctrl-C stops at once).  Handlers are installed
-    only in the main thread and restored on exit; under DDP the request is all-reduced so
-    every process stops at the same step."""
-
-    def __init__(self, distributed: bool = False) -> None:
-        self.distributed = distributed
-        self.name: str | None = None
-        self._old: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        import signal
-
-        if self.name is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # the second Ctrl-C: now
-        self.name = signal.Signals(signum).name
-        say(f"{self.name}: finishing this step, then saving last.pt (Ctrl-C again to quit now)")
-
-    def requested(self) -> bool:
-        flag = self.name is not None
-        if self.distributed:
-            t = torch.tensor([float(flag)], dtype=torch.float64)
-            flag = bool(du.all_reduce_sum(t).item() > 0)
-            self.name = self.name or ("SIGTERM" if flag else None)
-        return flag
-
-    def __enter__(self) -> StopRequest:
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        import signal
-
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        self._old.clear()
 
 
 class Run:
