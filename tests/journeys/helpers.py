@@ -61,10 +61,12 @@ def image_tree(root: Path, per_class: int = 3, classes: tuple[str, ...] = ("dark
 
 def fake_weight_file(torch_home: Path, arch: str, name: str = "IMAGENET1K_V1") -> Path:
     """A file at the real torch hub cache path of ``<arch> <name>`` holding the real keys and
-    shapes, each tensor a broadcast random scalar (a few kB on disk whatever the model size).
+    shapes, each tensor one broadcast constant (a few kB on disk whatever the model size).
 
-    The model is built on the meta device (no memory); the value of key ``i`` is ``i + 1``
-    scaled down, so a test can tell which tensor landed where.
+    The model is built on the meta device (no memory). A weight of fan-in ``n`` holds
+    ``c_i / n`` with ``c_i`` in [0.5, 1) depending on the key's position ``i``, BN scales 1 and
+    statistics (0, 1): the activations stay of order one through a deep network, as with real
+    weights, and a test can tell a loaded tensor from a random initialisation.
     """
     from torchvision.models import get_model, get_model_weights
 
@@ -86,11 +88,14 @@ def fake_weight_file(torch_home: Path, arch: str, name: str = "IMAGENET1K_V1") -
         model = get_model(arch, num_classes=len(weights.meta["categories"]))
     sd = {}
     for i, (k, v) in enumerate(model.state_dict().items()):
-        value = torch.full((), 1e-3 * (i + 1), dtype=v.dtype)
-        if k.endswith("num_batches_tracked"):
+        fan_in = int(np.prod(v.shape[1:])) if v.dim() > 1 else 1
+        value = torch.full((), (0.5 + 0.5 * (i % 97) / 97) / fan_in, dtype=v.dtype)
+        if k.endswith("num_batches_tracked") or k.endswith("running_mean"):
             value = torch.zeros((), dtype=v.dtype)
-        elif k.endswith("running_var"):
+        elif k.endswith("running_var") or (v.dim() == 1 and k.endswith("weight")):
             value = torch.ones((), dtype=v.dtype)
+        elif v.dim() == 1:  # biases
+            value = torch.full((), 1e-3 * (i % 97), dtype=v.dtype)
         sd[k] = value.expand(v.shape)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(sd, path)
