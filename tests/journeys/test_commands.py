@@ -55,8 +55,9 @@ def _argv(command: str, kind: str, ckpt: Path, tmp: Path) -> list[str]:
         return ["visualize", "--checkpoint", str(ckpt), "--video", inp, "--output", str(tmp)]
     if command == "cost":
         return ["cost", "--checkpoint", str(ckpt)]
+    small = ["--input-size", "3x4x32x32"] if kind == "caffe2" else []  # not 32x224x224
     return ["export", "--checkpoint", str(ckpt), "--format", "exported", "--output",
-            str(tmp / "model.pt2")]  # fmt: skip
+            str(tmp / "model.pt2"), *small]  # fmt: skip
 
 
 @pytest.mark.parametrize("command,kind", CASES)
