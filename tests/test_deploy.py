@@ -16,6 +16,9 @@ The full sweeps of compile / export / ONNX over the registry are marked ``slow``
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import onnxruntime as ort
 import pytest
 import torch
@@ -359,8 +362,6 @@ def tiny_checkpoint(tmp_path_factory):
 
 @pytest.mark.parametrize("fmt", ["onnx", "torchscript", "exported"])
 def test_export_command_writes_a_file_that_runs(fmt, tiny_checkpoint, tmp_path, capsys):
-    import json
-
     from nlnet.cli import main
 
     out = tmp_path / f"model.{fmt}"
@@ -372,6 +373,45 @@ def test_export_command_writes_a_file_that_runs(fmt, tiny_checkpoint, tmp_path, 
     assert out.is_file() and report["bytes"] == out.stat().st_size
     assert report["input_shape"] == [1, 3, 4, 32, 32]  # frames from the checkpoint
     assert report["check_ok"] and report["check_max_abs_diff"] <= 1e-4
+    # dynamic batch and clip length, checked on other shapes; metadata beside the file
+    assert report["dynamic_axes"] == {"batch": 0, "time": 2}
+    assert [3, 3, 8, 32, 32] in report["check_shapes"] or [2, 3, 8, 32, 32] in report[
+        "check_shapes"
+    ]  # fmt: skip
+    meta = json.loads(Path(report["metadata"]).read_text())
+    assert meta["class_names"] == [f"class_{i}" for i in range(5)] and meta["input_name"] == "input"
+    assert meta["preprocessing"]["num_frames"] == 4 and len(meta["preprocessing"]["mean"]) == 3
+    if fmt == "onnx":
+        import onnx
+
+        proto = onnx.load(str(out))
+        props = {p.key: json.loads(p.value) for p in proto.metadata_props}
+        assert props["class_names"] == meta["class_names"] and props["model_name"] == "c2d_tiny_nl1"
+        assert [i.name for i in proto.graph.input] == ["input"]
+        assert [o.name for o in proto.graph.output] == ["logits"]
+        dims = proto.graph.input[0].type.tensor_type.shape.dim
+        assert dims[0].dim_param and dims[2].dim_param  # batch and time are symbolic
+    if fmt == "torchscript":
+        extra = {"nlnet.json": ""}
+        torch.jit.load(str(out), _extra_files=extra)
+        assert json.loads(extra["nlnet.json"])["model_name"] == "c2d_tiny_nl1"
+
+
+@pytest.mark.parametrize("missing", ["onnxruntime", "onnxscript"])
+def test_export_without_onnx_packages_is_one_line(missing, tiny_checkpoint, tmp_path, capsys,
+                                                  monkeypatch):  # fmt: skip
+    import importlib.util
+
+    from nlnet.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == missing else real(name, *a))  # fmt: skip
+    rc = main(["export", "--checkpoint", str(tiny_checkpoint), "--format", "onnx",
+               "--output", str(tmp_path / "m.onnx")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and missing in err and "nlnet[export]" in err
+    assert not (tmp_path / "m.onnx").exists()
 
 
 def test_export_command_user_errors_are_one_line(tiny_checkpoint, tmp_path, capsys):

@@ -84,17 +84,25 @@ def detector_cost(
             )
         }
         out["rpn"] = _macs(lambda: model.rpn.head(list(feats.values())), per_block)
+        c = int(getattr(model.backbone, "out_channels", 256))
+
+        def pooled(pool: nn.Module, default: int) -> tuple[int, int]:
+            size = getattr(pool, "output_size", default)
+            return (size, size) if isinstance(size, int) else tuple(size)
+
+        box = pooled(roi.box_roi_pool, 7)
         out["box_head"] = _macs(
-            lambda: roi.box_predictor(roi.box_head(torch.empty(num_proposals, 256, 7, 7))),
+            lambda: roi.box_predictor(roi.box_head(torch.empty(num_proposals, c, *box))),
             per_block,
         )
         for part in ("mask", "keypoint"):
             head = getattr(roi, f"{part}_head", None)
             if head is not None:
                 pred = getattr(roi, f"{part}_predictor")
+                size = pooled(getattr(roi, f"{part}_roi_pool"), 14)
                 out[f"{part}_head"] = _macs(
-                    lambda head=head, pred=pred: pred(
-                        head(torch.empty(num_detections, 256, 14, 14))
+                    lambda head=head, pred=pred, size=size: pred(
+                        head(torch.empty(num_detections, c, *size))
                     ),
                     per_block,
                 )
@@ -111,6 +119,8 @@ def detector_cost_table(name: str, image_size: Sequence[int] = (800, 1333)) -> s
     plain = {"instance_segmentation": f"maskrcnn_r{cfg.depth}_fpn"}.get(
         cfg.task, "keypointrcnn_r101_fpn"
     )
+    if cfg.get("depth") is None:  # the tiny detectors: the baseline is the name without _nl
+        plain = name.removesuffix("_nl")
     cost, base = detector_cost(name, image_size), detector_cost(plain, image_size)
     h, w = image_size
     lines = [f"{name}  input {h}x{w} (padded to /32), inference, GMACs"]

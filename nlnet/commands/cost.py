@@ -109,8 +109,13 @@ def main(args: argparse.Namespace) -> int:
             print("nlnet cost: give a MODEL, --table2e or --coco")
             return 2
         return 0
+    from nlnet.engine.config import ConfigError
     from nlnet.models.registry import get_model_entry
 
+    try:
+        get_model_entry(args.model)
+    except ValueError as exc:
+        raise ConfigError(f"MODEL: {exc}") from None
     size = size or _default_input(args.model)
     if get_model_entry(args.model).default_cfg.family == "detection":
         from nlnet.analysis.detection_cost import detector_cost_table

@@ -47,8 +47,19 @@ def main(args: argparse.Namespace) -> int:
                 raise ConfigError(f"checkpoint {args.checkpoint!r} holds no config; pass --config")
             cfg = config_from_dict(apply_overrides(stored, overrides))
         resolve_device(cfg.train.device)  # a clear error for --device cuda without CUDA
+        from nlnet.models.registry import get_model_entry
+
+        get_model_entry(cfg.model.name)  # a typo in model.name: one line, not ignored
+        if cfg.model.name != ckpt.get("model_name", cfg.model.name):
+            raise ConfigError(
+                f"model.name={cfg.model.name!r} but the checkpoint holds "
+                f"{ckpt.get('model_name')!r}; drop the override or pass that checkpoint's config"
+            )
+    except ConfigError:
+        raise
     except (ValueError, FileNotFoundError) as exc:
-        raise ConfigError(str(exc)) from None
+        text = str(exc)
+        raise ConfigError(f"model.{text}" if text.startswith("name: unknown") else text) from None
     metrics = evaluate(cfg, ckpt, split=args.split)
     metrics["checkpoint"] = str(args.checkpoint)
     if int(os.environ.get("RANK", "0")) == 0:  # the group is gone by now

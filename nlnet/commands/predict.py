@@ -20,7 +20,9 @@ EXAMPLES = """examples:
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("videos", nargs="+", metavar="VIDEO", help="video files")
+    parser.add_argument(
+        "videos", nargs="+", metavar="VIDEO", help="video files (image files for image models)"
+    )
     parser.add_argument("--checkpoint", "-k", required=True, help="a .pt written by nlnet train")
     parser.add_argument("--topk", type=int, default=5, help="classes to print per video (5)")
     parser.add_argument("--classes", help="class-index file (.txt/.json) overriding the ckpt's")
@@ -30,6 +32,55 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--crops", type=int, choices=(1, 3), help="spatial views per clip")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--json", action="store_true", help="print one JSON object per video")
+
+
+_DENSE = {"instance_segmentation": "detection", "keypoints": "keypoint detection"}
+
+
+def checkpoint_kind(model_name: str) -> str:
+    """``"clip"`` or ``"image"`` for a classifier; a :class:`UserError` (one line) naming the
+    checkpoints ``predict`` takes for the dense models (segmentation, detection)."""
+    from nlnet.engine.errors import UserError
+    from nlnet.models.registry import model_facts
+
+    try:
+        facts = model_facts(model_name)
+    except ValueError as exc:
+        raise UserError(f"--checkpoint: {exc}") from None
+    if facts.task not in ("video_classification", "image_classification"):
+        raise UserError(
+            f"--checkpoint: nlnet predict takes video or image classification checkpoints; "
+            f"{model_name!r} is a {_DENSE.get(facts.task, facts.task)} model (use nlnet eval, or "
+            "nlnet visualize for its attention)"
+        )
+    return facts.input_kind
+
+
+def predict_images(paths: list[str], model: Any, prep: dict[str, Any], names: list[str],
+                   topk: int, device: Any) -> list[dict[str, Any]]:  # fmt: skip
+    """Top-k classes of image files: resize + center crop + the checkpoint's normalisation."""
+    import torch
+    from PIL import Image, UnidentifiedImageError
+    from torchvision import transforms as T
+
+    size = int(prep.get("size") or 224)
+    tf = T.Compose([T.Resize(int(prep.get("resize") or size), antialias=True),
+                    T.CenterCrop(size), T.ToTensor(),
+                    T.Normalize(prep.get("mean", (0.485, 0.456, 0.406)),
+                                prep.get("std", (0.229, 0.224, 0.225)))])  # fmt: skip
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            x = tf(Image.open(path).convert("RGB"))[None]
+        except (OSError, UnidentifiedImageError, ValueError) as exc:
+            out.append({"video": path, "error": f"not a readable image ({exc})"})
+            continue
+        with torch.no_grad():
+            scores = torch.softmax(model(x.to(device)).float(), dim=1)[0].cpu()
+        values, idx = scores.topk(min(topk, len(names)))
+        out.append({"video": path, "clips": 1,
+                    "top": [(names[i], float(v)) for v, i in zip(values.tolist(), idx.tolist())]})  # fmt: skip
+    return out
 
 
 def predict_videos(
@@ -48,24 +99,36 @@ def predict_videos(
     the test-time preprocessing (clip length, stride, test scale, normalisation, clips x crops)
     are those stored in the checkpoint.
     """
-    from nlnet.engine.checkpoint import load_checkpoint
+    from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint
+    from nlnet.engine.distributed import resolve_device
     from nlnet.engine.errors import UserError
     from nlnet.inference import VideoTransform, load_model, predict
 
     if topk < 1:
         raise UserError(f"--topk: expected a positive integer, got {topk}")
+    for flag, value in (("--clips", clips), ("--crops", crops)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag}: expected a positive integer, got {value}")
     ckpt = load_checkpoint(checkpoint)  # verified once, names the file in its errors
-    model = load_model(ckpt, device)
-    info = model.nlnet_info
+    info = checkpoint_info(ckpt)
+    kind = checkpoint_kind(info.model_name)
     names = info.class_names
     if classes is not None:
         from nlnet.data.datasets import read_class_index
 
-        names, _ = read_class_index(classes)
+        try:
+            names, _ = read_class_index(classes)
+        except (ValueError, OSError) as exc:
+            raise UserError(f"--classes: {exc}") from None
     if len(names) != info.num_classes:
         raise UserError(
             f"--classes: {len(names)} names but the checkpoint's model has {info.num_classes} classes"
         )
+    if kind == "image":
+        dev = resolve_device(device)
+        model = load_model(ckpt, dev)
+        return predict_images(videos, model, info.preprocessing, names, topk, dev)
+    model = load_model(ckpt, device)
     transform = VideoTransform.from_checkpoint(ckpt, clips=clips, crops=crops)
     results = predict(
         model, videos, transform=transform, class_names=names, device=device, skip_errors=True

@@ -17,9 +17,12 @@ EXAMPLES = """examples:
   # the paper's Kinetics recipe (C2D ResNet-50, 5 non-local blocks), data in data/kinetics400
   nlnet train --config kinetics/c2d_r50_nl5 data.root=/data/kinetics400
 
-  # your own class-per-folder videos (my_videos/train/<class>/*.mp4, my_videos/val/...)
-  nlnet train --config smoke/folder_c2d_r50_nl5 data.root=my_videos model.num_classes=5 \\
-      optim.max_iters=2000 optim.steps=[1200,1600] --output-dir runs/mine
+  # your own class-per-folder videos (my_videos/train/<class>/*.mp4, my_videos/val/...):
+  # the tiny model, AdamW + one-cycle, classes inferred from the folders
+  nlnet train --config smoke/folder_tiny data.root=my_videos --output-dir runs/mine
+
+  # fine-tune a ViT from ImageNet weights on class-per-folder images
+  nlnet train --config image/vit_b_16_finetune data.root=my_images --output-dir runs/vit
 
   # show the resolved config (base files + overrides) without training
   nlnet train --config kinetics/i3d311_r50_nl5_128f optim.lr=0.001 --print-config
@@ -28,7 +31,7 @@ EXAMPLES = """examples:
   nlnet train --output-dir runs/mine --resume
 
   # start over in a directory that holds an earlier run (deletes its records/checkpoints)
-  nlnet train --config smoke/folder_c2d_r50_nl5 data.root=my_videos --output-dir runs/mine --force
+  nlnet train --config smoke/folder_tiny data.root=my_videos --output-dir runs/mine --force
 
   # 2 GPUs (or CPU processes with gloo)
   torchrun --nproc_per_node=2 -m nlnet train --config kinetics/c2d_r50_nl5 --device cuda
@@ -81,6 +84,11 @@ def _config_for(args: argparse.Namespace):
     if config is None:
         if args.resume and args.output_dir and (Path(args.output_dir) / "config.yaml").is_file():
             config = str(Path(args.output_dir) / "config.yaml")
+        elif args.resume and args.output_dir:
+            raise ConfigError(
+                f"--resume: no run to continue in {args.output_dir!r} (no config.yaml there); "
+                "check --output-dir, or start a run with --config"
+            )
         else:
             raise ConfigError("--config: required (except with --resume --output-dir RUN_DIR)")
     try:
@@ -90,11 +98,23 @@ def _config_for(args: argparse.Namespace):
         raise ConfigError(str(exc)) from None
     chosen = args.output_dir or any(o.startswith("output_dir=") for o in overrides)
     out = Path(cfg.output_dir)
-    if not (chosen or args.resume or args.force) and out.is_dir() and any(out.iterdir()):
+    used = out.is_dir() and any(p.name != ".lock" for p in out.iterdir())  # a lock alone: empty
+    if not (chosen or args.resume or args.force) and used:
         stamped = f"{cfg.output_dir}-{time.strftime('%Y%m%d-%H%M%S')}"
         print(f"nlnet train: {out} holds an earlier run; writing to {stamped}", file=sys.stderr)
         cfg = replace(cfg, output_dir=stamped)
     return cfg
+
+
+def _check_model_name(name: str) -> None:
+    """The command line builds registered models only: a typo in model.name is one line."""
+    from nlnet.engine.config import ConfigError
+    from nlnet.models.registry import get_model_entry
+
+    try:
+        get_model_entry(name)
+    except ValueError as exc:
+        raise ConfigError(f"model.{exc}") from None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -104,6 +124,7 @@ def main(args: argparse.Namespace) -> int:
         print("\n".join(list_configs()))
         return 0
     cfg = _config_for(args)
+    _check_model_name(cfg.model.name)
     if args.print_config:
         import yaml
 
@@ -116,4 +137,4 @@ def main(args: argparse.Namespace) -> int:
         keep = ("run_dir", "iterations", "train_loss", "val", "checkpoint", "time_s",
                 "clips_per_s", "skipped", "empty_batches", "stopped")  # fmt: skip
         print(json.dumps({k: summary.get(k) for k in keep}, indent=2, default=str))
-    return 0
+    return 130 if summary.get("interrupted") else 0

@@ -135,6 +135,33 @@ def normalize(frames: Any, preprocessing: dict[str, Any]) -> Any:
     return (x - torch.tensor(preprocessing["mean"])) / torch.tensor(preprocessing["std"])
 
 
+def _check_kind(model_name: str) -> None:
+    """Detectors take lists of images and return boxes: a one-line error naming what
+    ``visualize`` takes (video/image classifiers, segmentation models)."""
+    from nlnet.engine.errors import CheckpointError
+    from nlnet.models.registry import model_facts
+
+    try:
+        task = model_facts(model_name).task
+    except ValueError as exc:
+        raise CheckpointError(f"--checkpoint: {exc}") from None
+    if task in ("instance_segmentation", "keypoints"):
+        raise CheckpointError(
+            f"--checkpoint: nlnet visualize takes video/image classification and segmentation "
+            f"checkpoints; {model_name!r} is a detector (see nlnet eval for its AP)"
+        )
+
+
+def _label(logits: Any, names: list[str]) -> str:
+    """The predicted class name, or for a per-pixel output its most frequent class."""
+    if logits.dim() > 2:  # segmentation: (1, K, H, W)
+        pred = int(logits.argmax(1)[0].flatten().mode().values)
+        name = names[pred] if pred < len(names) else str(pred)
+        return f"per-pixel map (most pixels: {name})"
+    pred = int(logits.argmax(1)[0])
+    return names[pred] if pred < len(names) else str(pred)
+
+
 def main(args: argparse.Namespace) -> int:
     import torch
 
@@ -146,8 +173,14 @@ def main(args: argparse.Namespace) -> int:
     video_path = Path(args.video)
     if not video_path.is_file():
         raise DataError(f"--video: no such file {str(video_path)!r}")
+    if args.top_k < 1:
+        raise DataError(f"--top-k: expected a positive integer, got {args.top_k}")
+    for flag, value in (("--frames", args.frames), ("--size", args.size)):
+        if value is not None and value < 1:
+            raise DataError(f"{flag}: expected a positive integer, got {value}")
     ckpt = load_checkpoint(args.checkpoint)
     info = checkpoint_info(ckpt)
+    _check_kind(info.model_name)
     model = load_model(ckpt, args.device)
     transformer = not find_non_local_blocks(model) and bool(find_attention_layers(model))
     size = args.size or (_fixed_side(model) if transformer else None)
@@ -166,13 +199,15 @@ def main(args: argparse.Namespace) -> int:
     inp = inp.to(args.device)
     if transformer:
         return _rollout_picture(model, inp, frames_np, args, info)
+    if args.block is not None and args.block not in dict(find_non_local_blocks(model)):
+        have = ", ".join(dict(find_non_local_blocks(model))) or "none"
+        raise DataError(f"--block: no non-local block {args.block!r} in {info.model_name}; "
+                        f"its blocks: {have}")  # fmt: skip
     with record_attention(model, args.block, to_cpu=True) as rec, torch.no_grad():
         logits = model(inp)
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
-    pred = int(logits.argmax(1)[0])
-    names = info.class_names
-    label = names[pred] if pred < len(names) else str(pred)
+    label = _label(logits, info.class_names)
     plt = _plt()
     written = []
     for bname in rec.names:

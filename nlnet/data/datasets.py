@@ -182,6 +182,18 @@ def _save_index_file(path: Path, entries: Mapping[str, Any]) -> bool:
         return False
 
 
+def _valid_index_entry(e: Any) -> bool:
+    """An index entry of the expected form (a hand-edited or corrupted one is probed again)."""
+    if not isinstance(e, dict):
+        return False
+    n, fps, err = e.get("num_frames"), e.get("fps"), e.get("error")
+    return (
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0
+        and isinstance(fps, (int, float)) and not isinstance(fps, bool)
+        and (err is None or isinstance(err, str))
+    )  # fmt: skip
+
+
 def build_frame_index(
     paths: Sequence[str],
     backend: str,
@@ -210,7 +222,7 @@ def build_frame_index(
         if hit is None:
             e = file_entries.get(p)
             if (
-                isinstance(e, dict)
+                _valid_index_entry(e)
                 and e.get("size") == stat[0]
                 and e.get("mtime_ns") == stat[1]
                 and e.get("backend", backend) == backend

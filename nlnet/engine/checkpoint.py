@@ -88,15 +88,16 @@ DENSE_TASKS = (
 
 
 def takes_dropout(model_name: str) -> bool:
-    """Whether ``create_model(model_name)`` takes ``model.dropout`` (not the dense models of
-    :data:`DENSE_TASKS`; an unregistered name: yes, as before)."""
+    """Whether ``create_model(model_name)`` takes ``train.dropout``: a fact of the model
+    (``ModelFacts.takes_dropout``; never the dense models of :data:`DENSE_TASKS`); an
+    unregistered name: yes, as before."""
     from nlnet.models.registry import get_model_entry
 
     try:
-        task = get_model_entry(model_name).default_cfg.task
+        entry = get_model_entry(model_name)
     except ValueError:  # not registered: the caller passes its own network
         return True
-    return task not in DENSE_TASKS
+    return entry.default_cfg.get("task") not in DENSE_TASKS and entry.facts.takes_dropout
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:

@@ -84,13 +84,18 @@ class ModelConfig:
         name: registry name, e.g. ``c2d_r50_nl5`` (Table 2b: 5 non-local blocks).
         num_classes: classifier width (400 for Kinetics, 157 for Charades); ``null`` (the
             default): the number of classes of the training data.
-        pretrained_2d: ImageNet 2D weights to inflate (Section 4.1), a path or ``None``.
+        pretrained_2d: ImageNet 2D weights to inflate (Section 4.1): a torchvision weights name
+            (``IMAGENET1K_V1``, read from ``$TORCH_HOME/hub/checkpoints``), a path or ``None``.
+        weights: whole-model weights for fine-tuning (image models: ``IMAGENET1K_V1`` for
+            ViT/Swin/ResNet; any model: a file of its own weights); every tensor is loaded
+            except a classifier of another size, which is rebuilt with ``num_classes`` outputs.
         pretrained: a checkpoint (``.pt`` written by ``nlnet train``) to initialise from, e.g. the
             32-frame model for the 128-frame fine-tune (Section 5.1) or a Kinetics model for
             Charades (Section 5.2).
-        reset_head: with ``pretrained``, drop the classifier weights (``head_names``) and keep the
-            fresh ones, so a model of another class count can be used as a backbone.
-        head_names: parameter-name prefixes of the classifier.
+        reset_head: with ``pretrained``, drop the classifier weights and keep the fresh ones,
+            so a model of another class count can be used as a backbone.
+        head_names: parameter-name prefixes of the classifier; ``null`` (default): the model's
+            own (``ModelFacts.classifier`` of the registry, e.g. ``fc`` or ``head``).
         dropout: dropout ratio before the classifier (0.5 after global pooling, Section 4.1);
             passed to models that have one (not the dense models).  Formerly ``train.dropout``
             (still read, with a ``DeprecationWarning``).
@@ -100,9 +105,10 @@ class ModelConfig:
     name: str = "c2d_r50"
     num_classes: int | None = None
     pretrained_2d: str | None = None
+    weights: str | None = None
     pretrained: str | None = None
     reset_head: bool = False
-    head_names: tuple[str, ...] = ("fc",)
+    head_names: tuple[str, ...] | None = None
     dropout: float = 0.5
     overrides: dict = field(default_factory=dict)
 
@@ -265,6 +271,9 @@ class Config:
 
 _FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 _FREE_FORM = {("data",), ("model", "overrides")}
+#: task -> ``"module:callable"`` checking its ``data`` section at load (raises ConfigError);
+#: by name, because the task modules import this one
+DATA_CHECKS: dict[str, str] = {"image": "nlnet.engine.tasks.image:ImageDataConfig.from_mapping"}
 _CHOICES = {
     ("train", "amp"): ("none", "bf16", "fp16"),
     ("train", "loss"): ("ce", "bce"),
@@ -382,6 +391,15 @@ def _validate(cfg: Config) -> None:
             f"class_names: expected {n} names (model.num_classes), got {len(cfg.class_names)}"
         )
     _validate_model(cfg.model)
+    check = DATA_CHECKS.get(cfg.task)
+    if check is not None:  # a task whose data section is typed (a frozen dataclass)
+        import importlib
+
+        module, attr = check.split(":")
+        target: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            target = getattr(target, part)
+        target(cfg.data)
 
 
 def _validate_model(m: ModelConfig) -> None:
@@ -493,11 +511,24 @@ def absolute_paths(cfg: Config) -> Config:
         "data": data,
         "output_dir": str(Path(cfg.output_dir).expanduser().resolve()),
     }
-    for key in ("pretrained", "pretrained_2d"):
+    for key in ("pretrained", "pretrained_2d", "weights"):
         value = getattr(cfg.model, key)
-        if isinstance(value, str) and value:
+        if isinstance(value, str) and value and (key == "pretrained" or looks_like_path(value)):
             dotted[f"model.{key}"] = str(Path(value).expanduser().resolve())
     return replace(cfg, **dotted)
+
+
+def looks_like_path(value: str) -> bool:
+    """A weights value that names a file (an existing one, or one with a directory part or a
+    weights-file suffix), not a torchvision weights name such as ``IMAGENET1K_V1`` or
+    ``ResNet50_Weights.IMAGENET1K_V2`` (those resolve through ``$TORCH_HOME``'s cache)."""
+    return (
+        os.path.exists(os.path.expanduser(value))
+        or "/" in value
+        or os.sep in value
+        or value.startswith("~")
+        or value.endswith((".pt", ".pth", ".pkl", ".bin", ".safetensors"))
+    )
 
 
 def save_config(cfg: Config, path: str | os.PathLike) -> Path:

@@ -43,7 +43,7 @@ from nlnet.engine.checkpoint import (
 )
 from nlnet.engine.config import Config, absolute_paths, config_to_dict, save_config
 from nlnet.engine.config import replace as replace_config
-from nlnet.engine.errors import DataError
+from nlnet.engine.errors import CheckpointError, DataError
 from nlnet.engine.evaluation import autocast_context, evaluate
 from nlnet.engine.hooks import HookBase, epoch_summary
 from nlnet.engine.metrics import ThroughputMeter
@@ -69,6 +69,7 @@ from nlnet.engine.seeding import (
     seed_worker,
 )
 from nlnet.engine.state import Counters, TrainState
+from nlnet.engine.stop import StopRequest, resume_command
 from nlnet.engine.tasks import Task, get_task
 from nlnet.engine.tools import build_hooks
 
@@ -96,10 +97,19 @@ class Run:
             self.amp = "none"
         self.progress = self.main and use_progress_bar(cfg.train.progress)
         self.t_start = time.perf_counter()
+        self.stop_request: StopRequest | None = None
+        self.interrupted = False
 
     # -- set-up ---------------------------------------------------------------------------------
+    def check_dir(self, resume: Any, force: bool) -> None:
+        """Refuse a used directory (unless resume/force) without creating anything."""
+        check_run_dir(self.run_dir, resume=bool(resume), force=force)
+        if resume not in (None, False, True) and not Path(resume).exists():
+            raise CheckpointError(f"--resume: no checkpoint or run directory at {str(resume)!r}")
+
     def prepare_dir(self, resume: Any, force: bool) -> RunLock | None:
-        """Refuse a used directory (unless resume/force) and lock it (rank 0)."""
+        """Check the directory again and lock it (rank 0); called once the config, the data
+        and the model are known to work, so a failed start leaves no directory or lock."""
         error = None
         try:
             check_run_dir(self.run_dir, resume=bool(resume), force=force)
@@ -377,12 +387,19 @@ class Run:
             st.epoch, st.batch_in_epoch = st.epoch + 1, 0
             st.counters.new_epoch()
         stop = bool(tc.stop_after) and st.iteration - self.start_iteration >= tc.stop_after
-        self.stopping = stop and not self.at_end
-        for hook in self.hooks:
+        signalled = self.stop_request is not None and self.stop_request.requested()
+        self.stopping = (stop or signalled) and not self.at_end
+        for hook in self.hooks:  # the checkpoint hook writes last.pt when stopping
             hook.after_step(self)
+        if signalled and not self.at_end:
+            self.interrupted = True
+            say(f"{self.stop_request.name}: saved {self.run_dir / CHECKPOINT_DIR / LAST} at "
+                f"iteration {st.iteration}; continue with: {resume_command(self.run_dir)}",
+                self.main)  # fmt: skip
+            return "stop"
         if self.stopping:
             say(f"stopping after {tc.stop_after} iteration(s) (train.stop_after); continue "
-                "with --resume", self.main)  # fmt: skip
+                f"with: {resume_command(self.run_dir)}", self.main)  # fmt: skip
             return "stop"
         return "epoch" if epoch_done else None
 
@@ -467,7 +484,7 @@ class Run:
             "time_s": time.perf_counter() - self.t_start, "loop_time_s": loop_time,
             "clips_per_s": self.clips_seen * world / self.train_time if self.train_time else None,
             "skipped": int(skipped[0]), "empty_batches": int(skipped[1]),
-            "stopped": stopped, "world_size": world,
+            "stopped": stopped, "world_size": world, "interrupted": self.interrupted,
         }  # fmt: skip
         if self.main:
             with open(self.run_dir / "summary.json", "w") as f:
@@ -509,12 +526,15 @@ def train(
     info = du.init_distributed(cfg.train.device)
     try:
         run = Run(cfg, info, get_task(cfg, collate_fn), hooks)
+        run.check_dir(resume, force)  # nothing is written before the data and the model work
+        run.build_data(train_dataset, val_dataset)
+        run.build_state(model)
         lock = run.prepare_dir(resume, force)
         try:
-            run.build_data(train_dataset, val_dataset)
-            run.build_state(model)
             run.restore(resume)
-            return run.fit()
+            with StopRequest(info.world_size > 1) as stop:
+                run.stop_request = stop
+                return run.fit()
         finally:
             if lock is not None:
                 lock.release()

@@ -28,6 +28,7 @@ from nlnet.engine.checkpoint import (
 
 __all__ = [
     "build_model",
+    "head_names",
     "model_options",
     "init_from_pretrained",
     "freeze_batchnorm",
@@ -56,10 +57,24 @@ def build_model(cfg: Any) -> nn.Module:
         cfg.model.name,
         num_classes=cfg.model.num_classes,
         pretrained_2d=cfg.model.pretrained_2d,
+        weights=cfg.model.weights,
         **model_options(cfg),
     )
     init_from_pretrained(model, cfg)
     return model
+
+
+def head_names(cfg: Any) -> tuple[str, ...]:
+    """The classifier's parameter prefixes: ``model.head_names`` if given, else the model's own
+    (``ModelFacts.classifier`` in the registry); ``("fc",)`` for a network not registered."""
+    if cfg.model.head_names:
+        return tuple(cfg.model.head_names)
+    from nlnet.models.registry import model_facts
+
+    try:
+        return model_facts(cfg.model.name).classifier
+    except ValueError:
+        return ("fc",)
 
 
 def init_from_pretrained(model: nn.Module, cfg: Any) -> None:
@@ -67,15 +82,16 @@ def init_from_pretrained(model: nn.Module, cfg: Any) -> None:
     if not cfg.model.pretrained:
         return
     ckpt = load_checkpoint(cfg.model.pretrained)
+    heads = head_names(cfg)
     if cfg.model.reset_head:
-        load_backbone(model, ckpt, exclude=cfg.model.head_names)
+        load_backbone(model, ckpt, exclude=heads)
         return
     try:
         load_model_weights(model, ckpt)
     except CheckpointMismatchError as exc:
         raise CheckpointMismatchError(
             f"model.pretrained={cfg.model.pretrained!r}: {exc}; set model.reset_head=true to "
-            f"keep a fresh classifier ({', '.join(cfg.model.head_names)})"
+            f"keep a fresh classifier ({', '.join(heads)})"
         ) from exc
 
 

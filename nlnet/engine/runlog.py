@@ -23,9 +23,11 @@ __all__ = ["MetricsLogger", "PLOTTED_METRICS", "jsonable", "plotted_metrics", "s
            "use_progress_bar"]  # fmt: skip
 
 #: validation metrics drawn in ``curves.png`` (each when present; ``ema_<key>`` too): video
-#: top-k and mAP, segmentation mIoU, detection box/mask/keypoint AP.
+#: top-k and mAP, image top-k, segmentation mIoU / Dice, detection box/mask/keypoint AP,
+#: super-resolution PSNR.
 PLOTTED_METRICS = ("video_top1", "video_top5", "clip_top1", "clip_top5", "video_mAP",
-                   "clip_mAP", "mIoU", "box_AP", "mask_AP", "kp_AP")  # fmt: skip
+                   "clip_mAP", "top1", "top5", "mIoU", "mDice", "box_AP", "mask_AP", "kp_AP",
+                   "psnr_y")  # fmt: skip
 
 
 def say(msg: str, main: bool = True) -> None:

@@ -209,6 +209,25 @@ def check_w_f(w_f: Tensor | None, inst: str, d: int, dtype: torch.dtype) -> None
         raise TypeError(f"w_f must have the dtype of theta ({dtype}), got {w_f.dtype}")
 
 
+def autocast_w_f(w_f: Tensor | None, theta: Tensor) -> Tensor | None:
+    """``w_f`` in the dtype of ``theta`` when autocast is on for ``theta``'s device, else as is.
+
+    Under ``torch.autocast`` the 1x1 convolutions give bf16/fp16 embeddings while the parameter
+    ``w_f`` of Eq. 5 stays fp32; PyTorch's own layers cast their weights to the autocast dtype,
+    so the concatenation weight follows the embeddings the same way. Outside autocast a dtype
+    mismatch stays an error (:func:`check_w_f`).
+    """
+    if (
+        isinstance(w_f, Tensor)
+        and isinstance(theta, Tensor)
+        and w_f.dtype != theta.dtype
+        and w_f.is_floating_point()
+        and torch.is_autocast_enabled(theta.device.type)
+    ):
+        return w_f.to(theta.dtype)
+    return w_f
+
+
 def non_finite_guard(*tokens: Tensor) -> Tensor:
     """``0`` per leading index where every token is finite, ``NaN`` where any is not.
 
@@ -393,6 +412,7 @@ def non_local(
         TypeError: On non-tensor or non-floating-point inputs.
     """
     check_instantiation(instantiation)
+    w_f = autocast_w_f(w_f, theta)
     _check_tokens(theta, phi, g, w_f, instantiation)
     if impl not in ("auto", "fast", "reference"):
         raise ValueError(f"impl must be 'auto', 'fast' or 'reference', got {impl!r}")

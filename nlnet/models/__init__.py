@@ -18,9 +18,11 @@ from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.rcan import RCAN  # noqa: F401  (registers rcan*)
 from nlnet.models.registry import (
     ModelEntry,
+    ModelFacts,
     create_model,
     get_model_entry,
     list_models,
+    model_facts,
     register_model,
 )
 from nlnet.models.resnet3d import (
@@ -43,6 +45,7 @@ __all__ = [
     "InflationReport",
     "ModelCfg",
     "ModelEntry",
+    "ModelFacts",
     "PLACEMENTS",
     "ResNet3d",
     "SegmentationHead",
@@ -55,6 +58,7 @@ __all__ = [
     "insert_non_local",
     "list_models",
     "load_pretrained_2d",
+    "model_facts",
     "non_local_blocks",
     "non_local_paths",
     "register_model",

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
+from nlnet.models.facts import ModelFacts, facts_from_cfg
 from nlnet.models.model_cfg import ModelCfg
 
 __all__ = [
@@ -36,6 +38,8 @@ __all__ = [
     "list_models",
     "get_model_entry",
     "BLOCK_OPTIONS",
+    "ModelFacts",
+    "model_facts",
 ]
 
 #: Keyword arguments of the non-local block that builders accept directly.
@@ -67,6 +71,12 @@ class ModelEntry:
     builder: Callable[..., nn.Module]
     description: str
     default_cfg: ModelCfg
+
+    @property
+    def facts(self) -> ModelFacts:
+        """The model's facts (classifier, input kind, preprocessing, weights): see
+        :mod:`nlnet.models.facts`."""
+        return facts_from_cfg(self.name, self.default_cfg)
 
 
 _REGISTRY: dict[str, ModelEntry] = {}
@@ -132,6 +142,39 @@ def get_model_entry(name: str) -> ModelEntry:
     return _REGISTRY[name]
 
 
+def model_facts(name: str) -> ModelFacts:
+    """The :class:`~nlnet.models.facts.ModelFacts` of a registered model (``ValueError`` if
+    unknown): classifier name, input kind, default preprocessing, torchvision weights."""
+    return get_model_entry(name).facts
+
+
+def _pretrained_advice(facts: ModelFacts) -> str:
+    name = facts.name
+    if facts.weights_format == "inflate" and facts.input_kind == "clip":
+        return (
+            f"pretrained: {name!r} has no downloadable whole-model weights; use "
+            "pretrained_2d='IMAGENET1K_V1' (ImageNet initialisation, Section 4.1), a checkpoint "
+            "via the config key model.pretrained, or `nlnet import-caffe2` for the released "
+            "Caffe2 models"
+        )
+    if facts.weights_arch is not None and facts.weights_format != "backbone":
+        return (
+            f"pretrained: {name!r} takes torchvision {facts.weights_arch} weights by name: use "
+            f"weights='IMAGENET1K_V1' (config: model.weights) and num_classes=K for a fresh "
+            "classifier of K outputs"
+        )
+    if facts.weights_format == "backbone":
+        return (
+            f"pretrained: {name!r} initialises its backbone from ImageNet: use "
+            "pretrained_2d='IMAGENET1K_V1' (Section 6), or weights=<a state dict or file of "
+            "this model>"
+        )
+    return (
+        f"pretrained: {name!r} has no published weights; use weights=<a state dict or a file of "
+        "this model> (e.g. a checkpoint of nlnet train) or the config key model.pretrained"
+    )
+
+
 def torchvision_arch(entry: ModelEntry) -> str | None:
     """The torchvision model whose weights ``pretrained_2d`` names refer to (``"resnet50"``).
 
@@ -147,6 +190,8 @@ def create_model(
     name: str,
     num_classes: int | None = None,
     pretrained_2d: Any = None,
+    *,
+    weights: Any = None,
     **overrides: Any,
 ) -> nn.Module:
     """Build a registered model.
@@ -161,6 +206,11 @@ def create_model(
             torchvision (:mod:`nlnet.models.weights`) for the model's depth. Kernels are
             inflated to the model (:func:`nlnet.models.inflate.load_pretrained_2d`). Non-local
             blocks and a classifier of another size keep their initialisation.
+        weights: whole-model initialisation for fine-tuning: a torchvision weights name
+            (``"IMAGENET1K_V1"``, models with ``facts.weights_arch``), a file or a state dict
+            (torchvision layout, or this model's own, e.g. a checkpoint). Every tensor is loaded
+            except a classifier (``facts.classifier``) of another size, which stays fresh with
+            ``num_classes`` outputs (:func:`nlnet.models.finetune.load_finetune_weights`).
         **overrides: builder options (see the module docstring). ``pretrained=`` is accepted
             only by models whose ``default_cfg.supports_pretrained`` is true; for the others
             it is a ``ValueError`` pointing to ``pretrained_2d`` and ``nlnet import-caffe2``.
@@ -169,14 +219,13 @@ def create_model(
         The model (on the default device, in training mode).
     """
     entry = get_model_entry(name)
+    facts = entry.facts
     kwargs = dict(overrides)
     if "pretrained" in kwargs and not entry.default_cfg.supports_pretrained:
-        raise ValueError(
-            f"pretrained: {name!r} has no downloadable whole-model weights; use "
-            "pretrained_2d='IMAGENET1K_V1' (ImageNet initialisation, Section 4.1), a checkpoint "
-            "via the config key model.pretrained, or `nlnet import-caffe2` for the released "
-            "Caffe2 models"
-        )
+        raise ValueError(_pretrained_advice(facts))
+    named = isinstance(weights, str) and not os.path.isfile(weights)
+    if weights is not None and facts.weights_format == "backbone" and named:
+        pretrained_2d, weights = weights, None  # a detector: torchvision names its backbone
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
     if pretrained_2d is not None and entry.default_cfg.pretrained_2d_arg:
@@ -189,6 +238,11 @@ def create_model(
 
         new_keys = tuple(DEFAULT_NEW_KEYS) + entry.default_cfg.new_keys
         load_pretrained_2d(model, pretrained_2d, arch=torchvision_arch(entry), new_keys=new_keys)
+    if weights is not None:
+        from nlnet.models.finetune import load_finetune_weights
+
+        load_finetune_weights(model, facts, weights)
+    model.pretrained_cfg = facts  # timm's attribute name: the facts travel with the model
     return model
 
 

@@ -67,6 +67,7 @@ _TASKS: dict[str, str | Callable[..., Task]] = {
     "segmentation": "nlnet.engine.tasks.segmentation:SegmentationTask.from_config",
     "detection": "nlnet.engine.tasks.detection:DetectionTask.from_config",
     "super_resolution": "nlnet.engine.tasks.super_resolution:SuperResolutionTask",
+    "image": "nlnet.engine.tasks.image:ImageClassificationTask",
 }
 
 

@@ -1,0 +1,236 @@
+"""Image classification as a training task (``task: image``): fine-tune ViT, Swin or a 2D
+ResNet with a non-local block from ImageNet weights on a class-per-folder image set.
+
+The data follow torchvision's ``ImageFolder`` conventions (``root/<split>/<class>/<image>``,
+classes sorted by folder name); ``data.builtin: digits`` uses scikit-learn's 8x8 digit images
+(upscaled, three channels) instead, so a smoke run needs no files.  Preprocessing is the usual
+ImageNet recipe: random resized crop and horizontal flip for training, resize + center crop for
+testing, normalised with the model's mean/std (``ModelFacts`` of the registry) unless the data
+section gives its own.  The non-local block in a 2D ResNet (Section 6 of "Non-local Neural
+Networks", Wang et al., CVPR 2018, arXiv:1711.07971) is the same block as in the video models.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from nlnet.engine.errors import DataError
+
+__all__ = ["ImageDataConfig", "ImageClassificationTask", "ImageItems", "digits_images"]
+
+_BUILTINS = ("digits",)
+
+
+@dataclass(frozen=True)
+class ImageDataConfig:
+    """The ``data`` section of ``task: image`` (checked when the config is loaded).
+
+    Attributes:
+        root: ImageFolder root (``root/<split>/<class>/*.png|jpg``); or ``None`` with ``builtin``.
+        builtin: ``"digits"`` (scikit-learn's digit images, 80/20 train/val split, seeded).
+        size: side of the square crop given to the model (224 for the ImageNet models).
+        resize: test-time shorter side before the center crop (default ``size * 8 / 7``, the
+            ImageNet 256/224 ratio).
+        min_scale: smallest area fraction of the training random resized crop.
+        hflip: random horizontal flips in training.
+        mean, std: normalisation; ``None``: the model's (ImageNet statistics).
+
+    The splits are ``train.split`` / ``train.val_split`` / ``eval.split`` (folders under root).
+    """
+
+    root: str | None = None
+    builtin: str | None = None
+    size: int = 224
+    resize: int | None = None
+    min_scale: float = 0.35
+    hflip: bool = True
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> ImageDataConfig:
+        """Build and check; an unknown key or a bad value is a ``ConfigError`` naming it."""
+        from nlnet.engine.config import ConfigError, _build
+
+        cfg = _build(cls, dict(data or {}), ("data",))
+        if (cfg.root is None) == (cfg.builtin is None):
+            raise ConfigError("data: task image needs exactly one of data.root (an image "
+                              "folder: root/<split>/<class>/*.png) or data.builtin: digits")  # fmt: skip
+        if cfg.builtin is not None and cfg.builtin not in _BUILTINS:
+            raise ConfigError(f"data.builtin: expected one of {', '.join(_BUILTINS)}, "
+                              f"got {cfg.builtin!r}")  # fmt: skip
+        if cfg.size < 8 or (cfg.resize is not None and cfg.resize < cfg.size):
+            raise ConfigError(f"data.size/resize: expected size >= 8 and resize >= size, got "
+                              f"{cfg.size}/{cfg.resize}")  # fmt: skip
+        if not 0 < cfg.min_scale <= 1:
+            raise ConfigError(f"data.min_scale: expected a number in (0, 1], got {cfg.min_scale}")
+        for key in ("mean", "std"):
+            v = getattr(cfg, key)
+            if v is not None and (len(v) != 3 or (key == "std" and min(v) <= 0)):
+                raise ConfigError(f"data.{key}: expected 3 numbers (std > 0), got {list(v)}")
+        return cfg
+
+
+def digits_images(split: str, seed: int = 0) -> tuple[list[Any], list[int], list[str]]:
+    """scikit-learn's 1,797 digit images as RGB PIL images, a stratified 80/20 split."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    d = load_digits()
+    idx = np.arange(len(d.target))
+    train_idx, val_idx = train_test_split(idx, test_size=0.2, random_state=seed,
+                                          stratify=d.target)  # fmt: skip
+    chosen = train_idx if split == "train" else val_idx
+    imgs = [Image.fromarray((d.images[i] * (255 / 16)).astype("uint8")).convert("RGB")
+            for i in chosen]  # fmt: skip
+    return imgs, [int(d.target[i]) for i in chosen], [str(c) for c in range(10)]
+
+
+class ImageItems(Dataset):
+    """``(image (3, S, S), target, index)`` items; an unreadable file gives ``None`` (dropped
+    by the collate function and counted)."""
+
+    def __init__(self, samples: Sequence[Any], targets: Sequence[int], classes: Sequence[str],
+                 transform: Any) -> None:  # fmt: skip
+        self.samples, self.targets = list(samples), list(targets)
+        self.classes, self.transform = list(classes), transform
+        self.num_classes = len(self.classes)
+        self.bad: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Any:
+        from torchvision.datasets.folder import default_loader
+
+        sample = self.samples[index]
+        try:
+            img = default_loader(sample) if isinstance(sample, (str, os.PathLike)) else sample
+            return self.transform(img), self.targets[index], index
+        except (OSError, ValueError, SyntaxError) as exc:  # PIL raises these for broken files
+            self.bad[index] = f"{type(exc).__name__}: {exc}"
+            return None
+
+
+class ImageClassificationTask:
+    """Images -> class scores; cross-entropy; top-1/top-5 accuracy (see the module docstring)."""
+
+    name = "image"
+
+    def __init__(self, cfg: Any) -> None:
+        from nlnet.data.datasets import collate_skip_bad
+
+        self.data = ImageDataConfig.from_mapping(cfg.data)
+        mean, std = self.data.mean, self.data.std
+        if mean is None or std is None:
+            from nlnet.models.registry import model_facts
+
+            try:
+                facts = model_facts(cfg.model.name)
+                mean, std = mean or facts.mean, std or facts.std
+            except ValueError:
+                from nlnet.models.facts import IMAGENET_MEAN, IMAGENET_STD
+
+                mean, std = mean or IMAGENET_MEAN, std or IMAGENET_STD
+        self.mean, self.std = [float(v) for v in mean], [float(v) for v in std]
+        self.resize = self.data.resize or int(math.ceil(self.data.size * 8 / 7))
+        self.collate = collate_skip_bad
+
+    def transform(self, mode: str) -> Any:
+        """torchvision transforms of a split (``train``: random resized crop + flip)."""
+        from torchvision import transforms as T
+
+        d = self.data
+        if mode == "train":
+            aug = [T.RandomResizedCrop(d.size, scale=(d.min_scale, 1.0), antialias=True)]
+            aug += [T.RandomHorizontalFlip()] if d.hflip else []
+        else:
+            aug = [T.Resize(self.resize, antialias=True), T.CenterCrop(d.size)]
+        return T.Compose([*aug, T.ToTensor(), T.Normalize(self.mean, self.std)])
+
+    def build_dataset(self, cfg: Any, split: str, mode: str = "train") -> Dataset:
+        """The images of ``split`` (``root/<split>`` or the built-in digits split)."""
+        if self.data.builtin == "digits":
+            imgs, targets, classes = digits_images(split, cfg.train.seed)
+            return ImageItems(imgs, targets, classes, self.transform(mode))
+        from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+
+        folder = os.path.join(os.path.expanduser(self.data.root), split)
+        try:
+            classes, to_idx = find_classes(folder)
+            found = make_dataset(folder, to_idx, IMG_EXTENSIONS)
+        except (FileNotFoundError, OSError) as exc:
+            raise DataError(f"data.root (split {split!r}): {exc} (expected "
+                            f"{folder}/<class>/<image>)") from None  # fmt: skip
+        if not found:
+            raise DataError(f"data.root (split {split!r}): no image in {folder}/<class>/")
+        paths, targets = zip(*found)
+        return ImageItems(paths, targets, classes, self.transform(mode))
+
+    def num_classes(self, dataset: Any) -> int | None:
+        n = getattr(dataset, "num_classes", None)
+        return n if isinstance(n, int) else None
+
+    def skipped(self, batch: Any) -> int:
+        return int(batch.get("skipped", 0) or 0) if isinstance(batch, dict) else 0
+
+    def loss(self, model: nn.Module, batch: Any, device: torch.device
+             ) -> tuple[torch.Tensor | None, int]:  # fmt: skip
+        images = batch["clip"]
+        if images is None or images.shape[0] == 0:
+            return None, 0
+        logits = model(images.to(device, non_blocking=True))
+        target = batch["target"].to(device, non_blocking=True)
+        return F.cross_entropy(logits.float(), target.long()), int(images.shape[0])
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, dataset: Dataset, cfg: Any, device: torch.device,
+                 **_: Any) -> dict[str, Any]:  # fmt: skip
+        """``top1``/``top5`` accuracy (percent) and ``skipped`` over the dataset."""
+        from nlnet.engine.metrics import topk_accuracy
+
+        was_training = model.training
+        model.eval()
+        loader = DataLoader(dataset, batch_size=cfg.eval.batch_size, collate_fn=self.collate,
+                            num_workers=cfg.eval.workers)  # fmt: skip
+        scores, targets, skipped = [], [], 0
+        try:
+            for batch in loader:
+                skipped += self.skipped(batch)
+                if batch["clip"] is None:
+                    continue
+                scores.append(model(batch["clip"].to(device)).float().cpu())
+                targets.append(batch["target"])
+        finally:
+            model.train(was_training)
+        if not scores:
+            return {"top1": math.nan, "top5": math.nan, "count": 0, "skipped": skipped}
+        s, t = torch.cat(scores), torch.cat(targets)
+        ks = (1, min(5, s.shape[1]))
+        acc = topk_accuracy(s, t, ks)
+        return {"top1": acc["top1"], "top5": acc[f"top{ks[1]}"], "count": int(s.shape[0]),
+                "skipped": skipped}  # fmt: skip
+
+    def metadata(self, cfg: Any, dataset: Any) -> dict[str, Any]:
+        names = cfg.class_names or getattr(dataset, "classes", None)
+        prep = {"mean": self.mean, "std": self.std, "size": self.data.size,
+                "resize": self.resize, "input_kind": "image"}  # fmt: skip
+        return {"class_names": [str(n) for n in names] if names else None, "preprocessing": prep}
+
+    @staticmethod
+    def summary(metrics: dict[str, Any]) -> str:
+        return (
+            f"top1 {metrics['top1']:.2f}, top5 {metrics['top5']:.2f} "
+            f"({metrics.get('count', 0)} images, skipped {metrics.get('skipped', 0)})"
+        )

@@ -1,0 +1,142 @@
+"""Fine-tuning every registered model: ``create_model(name, weights=..., num_classes=k)`` with
+k different from the weights' classes gives a fresh head of k outputs and every other tensor
+loaded; the classifier, input kind and preprocessing are facts of the model (registry), read by
+``reset_head``; ``pretrained=True`` gives advice that fits the model; weights names are not
+rewritten to paths by the config."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nlnet.models.registry import create_model, get_model_entry, list_models, model_facts
+
+#: one model per family in the default suite (narrow copies); every other one is slow
+DEFAULT = {"c2d_tiny_nl1", "vivit_tiny", "vit_tiny", "swin_tiny", "seg_tiny_nl",
+           "maskrcnn_tiny_nl", "resnet50_nl_guide", "c2d_r50_nl5"}  # fmt: skip
+MODELS = [n if n in DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in list_models()]
+
+
+def _randomised(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    torch.manual_seed(1)
+    return {k: (torch.randn_like(v) if v.is_floating_point() else v.clone())
+            for k, v in model.state_dict().items()}  # fmt: skip
+
+
+def _under(key: str, prefixes: tuple[str, ...]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_weights_with_another_class_count_give_a_fresh_head(name):
+    entry, facts = get_model_entry(name), model_facts(name)
+    narrow = dict(entry.default_cfg.get("test_overrides", {}))
+    source = _randomised(create_model(name, **narrow))
+    k = facts.num_classes + 3
+    torch.manual_seed(2)
+    model = create_model(name, weights=source, num_classes=k, **narrow)
+    own = model.state_dict()
+    fresh = [key for key in own if _under(key, facts.classifier)
+             and own[key].shape != source[key].shape]  # fmt: skip
+    assert fresh, f"{name}: no classifier tensor changed size ({facts.classifier})"
+    for key, value in own.items():
+        if key in fresh:  # k outputs (a box regressor: 4 per class)
+            assert value.shape[0] % k == 0 and value.shape[0] != source[key].shape[0], key
+        else:
+            assert torch.equal(value, source[key]), f"{name}: {key} not loaded"
+    assert model.pretrained_cfg == facts
+
+
+def test_model_facts_name_each_models_classifier_and_input():
+    for name in list_models():
+        facts = model_facts(name)
+        with torch.device("meta"):
+            model = create_model(name)
+        modules = dict(model.named_modules())
+        assert all(c in modules for c in facts.classifier), (name, facts.classifier)
+        assert facts.input_kind == ("clip" if len(facts.input_size) == 4 else "image"), name
+        assert len(facts.mean) == len(facts.std) == 3
+
+
+@pytest.mark.parametrize(
+    "name,arch",
+    [
+        ("resnet50_nl_guide", "resnet50"),
+        pytest.param("c2d_r50_nl5", "resnet50", marks=pytest.mark.slow),
+        pytest.param("vit_b_16", "vit_b_16", marks=pytest.mark.slow),
+        pytest.param("swin_t", "swin_t", marks=pytest.mark.slow),
+        pytest.param("seg_r50_nl", "resnet50", marks=pytest.mark.slow),
+    ],
+)
+def test_torchvision_weights_by_name_from_the_cache(name, arch, fake_weights):
+    """``weights="IMAGENET1K_V1"`` reads $TORCH_HOME's file (fake, real name): a new head of
+    k outputs, every tensor with an ImageNet counterpart holds the file's value."""
+    path = fake_weights(arch)
+    facts = model_facts(name)
+    assert facts.weights_arch == arch and facts.weights_meta("IMAGENET1K_V1")["url"].endswith(
+        path.name
+    )
+    model = create_model(name, weights="IMAGENET1K_V1", num_classes=7)
+    params = dict(model.named_parameters())
+    first = next(p for n, p in params.items() if not _under(n, facts.classifier)
+                 and "non_local" not in n)  # fmt: skip
+    t = first.detach()
+    assert bool((t == t.flatten()[0]).all()) and float(t.abs().max()) > 0  # the file's constant
+    if facts.task == "image_classification":
+        head = params[f"{facts.classifier[0]}.weight"]
+        assert head.shape[0] == 7 and float(head.detach().std()) > 0 or torch.all(head == 0)
+
+
+def test_pretrained_true_advice_fits_the_model():
+    with pytest.raises(ValueError, match="weights='IMAGENET1K_V1'.*num_classes") as vit:
+        create_model("vit_b_16", pretrained=True)
+    assert "import-caffe2" not in str(vit.value)
+    with pytest.raises(ValueError, match="pretrained_2d='IMAGENET1K_V1'.*import-caffe2"):
+        create_model("c2d_r50", pretrained=True)
+    with pytest.raises(ValueError, match="no published weights"):
+        create_model("vit_tiny", pretrained=True)
+
+
+def test_reset_head_reads_the_classifier_from_the_model(tmp_path):
+    """``model.reset_head`` on a ViT (classifier ``head``, not the old default ``fc``)."""
+    from nlnet.engine.checkpoint import save_checkpoint
+    from nlnet.engine.config import load_config
+    from nlnet.engine.modeling import build_model, head_names
+
+    src = create_model("vit_tiny", num_classes=10)
+    path = save_checkpoint(tmp_path / "vit.pt", model=src, model_name="vit_tiny", num_classes=10)
+    cfg = load_config(None, {"task": "image", "data.builtin": "digits", "model.name": "vit_tiny",
+                             "model.num_classes": 4, "model.pretrained": str(path),
+                             "model.reset_head": True})  # fmt: skip
+    assert head_names(cfg) == ("head",)
+    model = build_model(cfg)
+    assert model.head.out_features == 4
+    assert torch.equal(model.patch_embed.weight, src.patch_embed.weight) if hasattr(
+        model, "patch_embed") else True  # fmt: skip
+    sd, ref = model.state_dict(), src.state_dict()
+    assert all(torch.equal(v, ref[k]) for k, v in sd.items() if not k.startswith("head."))
+
+
+def test_weights_names_are_not_made_absolute(tmp_path, monkeypatch):
+    """``pretrained_2d: IMAGENET1K_V1`` (every paper config) stays a name; paths still resolve."""
+    from nlnet.engine.config import absolute_paths, load_config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = absolute_paths(load_config("kinetics/c2d_r50_nl5"))
+    assert cfg.model.pretrained_2d == "IMAGENET1K_V1"
+    (tmp_path / "w.pth").write_bytes(b"")
+    cfg = absolute_paths(load_config("kinetics/c2d_r50_nl5", ["model.pretrained_2d=w.pth",
+                                                              "model.weights=sub/x.pt"]))  # fmt: skip
+    assert cfg.model.pretrained_2d == str(tmp_path / "w.pth")
+    assert cfg.model.weights == str(tmp_path / "sub" / "x.pt")
+
+
+def test_image_data_section_is_checked_at_load():
+    from nlnet.engine.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="data.sise"):
+        load_config(None, {"task": "image", "data": {"builtin": "digits", "sise": 32}})
+    with pytest.raises(ConfigError, match="exactly one of data.root"):
+        load_config(None, {"task": "image", "data": {}})
+    with pytest.raises(ConfigError, match="data.builtin"):
+        load_config(None, {"task": "image", "data": {"builtin": "mnist"}})
