@@ -81,6 +81,9 @@ when a run is resumed.
     extensions      [".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v"]   (folder layout)
     decode_threads  1         FFmpeg threads per decoder
     index_workers   0         threads used to probe frame counts (0: probe in this thread)
+    clip_cache      null      decoded-clip cache: null | "memory" | "disk" (nlnet.data.cache)
+    clip_cache_mb   1024      its size bound in MiB
+    clip_cache_dir  null      the disk cache's folder (null: $NLNET_CACHE/clips)
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from nlnet.data.cache import build_clip_cache, clip_key
 from nlnet.data.sampling import clip_indices, is_too_short
 from nlnet.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform, TrainTransform
 from nlnet.data.video import BACKENDS, VideoDecodeError, open_video, probe_video, resolve_backend
@@ -147,6 +151,9 @@ DATASET_DEFAULTS: dict[str, Any] = {
     "extensions": list(VIDEO_EXTENSIONS),
     "decode_threads": 1,
     "index_workers": 0,
+    "clip_cache": None,
+    "clip_cache_mb": 1024,
+    "clip_cache_dir": None,
 }
 
 
@@ -416,6 +423,10 @@ class VideoClipDataset(Dataset):
         seed: None, or an int for per-(seed, epoch, item) augmentation randomness.
         decode_threads: FFmpeg threads per decoder.
         index_workers: threads for probing frame counts (0: sequential).
+        clip_cache: None, ``"memory"`` or ``"disk"``: keep decoded clips (uint8 frames, keyed by
+            file, frame indices and decode size) for the next request (:mod:`nlnet.data.cache`).
+        clip_cache_mb: the cache's size bound in MiB.
+        clip_cache_dir: the disk cache's folder (None: ``$NLNET_CACHE/clips``).
     """
 
     def __init__(
@@ -444,6 +455,9 @@ class VideoClipDataset(Dataset):
         seed: int | None = None,
         decode_threads: int = 1,
         index_workers: int = 0,
+        clip_cache: str | None = None,
+        clip_cache_mb: float = 1024,
+        clip_cache_dir: str | os.PathLike | None = None,
     ) -> None:
         if mode not in ("train", "test"):
             raise ValueError(f"mode must be 'train' or 'test', got {mode!r}")
@@ -477,6 +491,9 @@ class VideoClipDataset(Dataset):
         self.seed = seed
         self.epoch = 0
         self.decode_threads = int(decode_threads)
+        self.clip_cache = build_clip_cache(
+            clip_cache, max_mb=clip_cache_mb, directory=clip_cache_dir
+        )
         self.train_transform = TrainTransform(
             train_scale, crop, flip=flip, output_size=train_output_size, mean=mean, std=std
         )
@@ -575,9 +592,18 @@ class VideoClipDataset(Dataset):
             warnings.warn(f"skipping video {path!r}: {reason}", BadVideoWarning, stacklevel=2)
 
     def _decode(self, video: int, indices: torch.Tensor) -> torch.Tensor:
+        cache, key = self.clip_cache, None
+        if cache is not None:
+            key = clip_key(self.videos[video], indices, backend=self.backend)
+            frames = cache.get(key)
+            if frames is not None:
+                return frames
         with open_video(self.videos[video], self.backend, self.decode_threads) as reader:
             n = reader.num_frames
-            return reader.get_frames(indices.clamp(max=n - 1))  # (T, H, W, C) uint8
+            frames = reader.get_frames(indices.clamp(max=n - 1))  # (T, H, W, C) uint8
+        if cache is not None:
+            cache.put(key, frames)
+        return frames
 
     def __getitem__(self, index: int) -> ClipItem | None:
         video, clip, crop = self.video_index(int(index))
@@ -939,6 +965,9 @@ def build_dataset(cfg: Mapping[str, Any], split: str, mode: str | None = None) -
         "seed": c["seed"],
         "decode_threads": c["decode_threads"],
         "index_workers": c["index_workers"],
+        "clip_cache": c["clip_cache"],
+        "clip_cache_mb": c["clip_cache_mb"],
+        "clip_cache_dir": c["clip_cache_dir"],
     }
     if kind == "folder":
         if c["root"] is None:
