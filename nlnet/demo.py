@@ -119,6 +119,9 @@ def load_split(
         mean=MEAN,
         std=STD,
         cache=False,
+        clip_cache="disk",  # a later run reads the decoded frames, not the mp4 files
+        clip_cache_dir=root / ".decoded",
+        clip_cache_mb=4096,
     )
     manifest = read_manifest(root)
     order = {str((root / r["file"]).resolve()): i for i, r in enumerate(manifest["splits"][split])}
