@@ -144,7 +144,8 @@ class TrainConfig:
         loss: ``ce`` (softmax cross-entropy) or ``bce`` (per-category sigmoid, Section 5.2).
         dropout: dropout ratio after global pooling (0.5 in Section 4.1).
         seed: seed of model init, data order and augmentation.
-        workers: DataLoader worker processes.
+        workers: DataLoader worker processes (decoding overlaps the training steps).
+        prefetch: batches each worker keeps ready (``prefetch_factor``; ignored without workers).
         log_every: iterations between metric records.
         ckpt_every: iterations between checkpoints (0: only at the end).
         eval_every: iterations between validation runs (0: only at the end, if ``data.val`` is set).
@@ -168,6 +169,7 @@ class TrainConfig:
     dropout: float = 0.5
     seed: int = 0
     workers: int = 4
+    prefetch: int = 2
     log_every: int = 20
     ckpt_every: int = 1000
     eval_every: int = 0
@@ -355,7 +357,7 @@ def _validate(cfg: Config) -> None:
     _check_number("model.num_classes", cfg.model.num_classes, 1)
     _validate_optim(cfg.optim)
     t = cfg.train
-    for key in ("batch_size", "accum_steps", "log_every"):
+    for key in ("batch_size", "accum_steps", "log_every", "prefetch"):
         _check_number(f"train.{key}", getattr(t, key), 1)
     for key in ("workers", "ckpt_every", "eval_every", "stop_after"):
         _check_number(f"train.{key}", getattr(t, key), 0)
