@@ -88,15 +88,9 @@ when a run is resumed.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
-import tempfile
-import threading
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +98,22 @@ import torch
 from torch.utils.data import Dataset
 
 from nlnet.data.cache import build_clip_cache, clip_key
+from nlnet.data.frame_index import (
+    build_frame_index,
+    clear_memory_index,
+    index_file_for,
+)
+from nlnet.data.items import BadVideoWarning, ClipItem, collate_skip_bad
+from nlnet.data.lists import (
+    annotation_file,
+    infer_num_classes,
+    max_label,
+    parse_list,
+    read_class_index,
+)
 from nlnet.data.sampling import clip_indices, is_too_short
 from nlnet.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform, TrainTransform
-from nlnet.data.video import BACKENDS, VideoDecodeError, open_video, probe_video, resolve_backend
+from nlnet.data.video import BACKENDS, VideoDecodeError, open_video, resolve_backend
 
 __all__ = [
     "BadVideoWarning",
@@ -123,8 +130,6 @@ __all__ = [
 ]
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v")
-INDEX_FILE_NAME = ".nlnet_index.json"
-_INDEX_VERSION = 1
 
 DATASET_DEFAULTS: dict[str, Any] = {
     "type": None,
@@ -155,232 +160,6 @@ DATASET_DEFAULTS: dict[str, Any] = {
     "clip_cache_mb": 1024,
     "clip_cache_dir": None,
 }
-
-
-class BadVideoWarning(UserWarning):
-    """A video was skipped: corrupt, unreadable or too short."""
-
-
-class ClipItem(tuple):
-    """A dataset item: the 3-tuple ``(clip, target, index)`` with an extra ``clip_index``.
-
-    ``clip_index`` is the view number within the video (``clip * test_crops + crop`` in test
-    mode, 0 in training). It unpacks as a plain 3-tuple.
-    """
-
-    def __new__(cls, clip: torch.Tensor, target: Any, index: int, clip_index: int = 0):
-        item = super().__new__(cls, (clip, target, index))
-        item.clip_index = int(clip_index)
-        return item
-
-    def __getnewargs__(self):  # pickling across data-loader workers
-        return (*self, self.clip_index)
-
-    @property
-    def clip(self) -> torch.Tensor:
-        return self[0]
-
-    @property
-    def target(self) -> Any:
-        return self[1]
-
-
-# --------------------------------------------------------------------------------------------------
-# frame-count index
-
-_MEMORY_INDEX: dict[tuple[str, int, int, str], dict[str, Any]] = {}
-_INDEX_LOCK = threading.Lock()
-
-
-def clear_memory_index() -> None:
-    """Forgets the in-memory frame-count index of this process (the JSON files stay)."""
-    with _INDEX_LOCK:
-        _MEMORY_INDEX.clear()
-
-
-def _file_key(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_size, st.st_mtime_ns
-
-
-def _probe_entry(path: str, backend: str) -> dict[str, Any]:
-    """Probes one file; never raises (a failure is recorded as an ``error`` entry)."""
-    try:
-        info = probe_video(path, backend=backend)
-    except VideoDecodeError as exc:
-        return {"num_frames": 0, "fps": 0.0, "error": exc.reason}
-    except Exception as exc:  # an unexpected decoder failure must not stop indexing
-        return {"num_frames": 0, "fps": 0.0, "error": f"{type(exc).__name__}: {exc}"}
-    return {"num_frames": int(info.num_frames), "fps": float(info.fps), "error": None}
-
-
-def _load_index_file(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("version") != _INDEX_VERSION:
-        return {}
-    entries = data.get("entries")
-    return entries if isinstance(entries, dict) else {}
-
-
-def _save_index_file(path: Path, entries: Mapping[str, Any]) -> bool:
-    """Merges ``entries`` into the JSON file atomically; False when the folder is not writable."""
-    try:
-        merged = _load_index_file(path)
-        merged.update(entries)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".nlnet_index.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"version": _INDEX_VERSION, "entries": merged}, f)
-        os.replace(tmp, path)
-        return True
-    except OSError:
-        return False
-
-
-def build_frame_index(
-    paths: Sequence[str],
-    backend: str,
-    cache_file: Path | None,
-    workers: int = 0,
-) -> list[dict[str, Any]]:
-    """Frame count (and fps, error) of every path: memory, then JSON file, then a probe.
-
-    Returns:
-        One dict per path with keys ``num_frames``, ``fps``, ``error`` (None when readable).
-    """
-    backend = resolve_backend(backend)
-    file_entries = _load_index_file(cache_file) if cache_file is not None else {}
-    results: list[dict[str, Any] | None] = [None] * len(paths)
-    keys: list[tuple[str, int, int, str] | None] = [None] * len(paths)
-    to_probe: list[int] = []
-    for i, p in enumerate(paths):
-        stat = _file_key(p)
-        if stat is None:
-            results[i] = {"num_frames": 0, "fps": 0.0, "error": "no such file"}
-            continue
-        key = (p, stat[0], stat[1], backend)
-        keys[i] = key
-        with _INDEX_LOCK:
-            hit = _MEMORY_INDEX.get(key)
-        if hit is None:
-            e = file_entries.get(p)
-            if (
-                isinstance(e, dict)
-                and e.get("size") == stat[0]
-                and e.get("mtime_ns") == stat[1]
-                and e.get("backend", backend) == backend
-            ):
-                hit = {"num_frames": e["num_frames"], "fps": e["fps"], "error": e.get("error")}
-        if hit is None:
-            to_probe.append(i)
-        else:
-            results[i] = hit
-    if to_probe:
-        if workers > 0 and len(to_probe) > 1:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                probed = list(pool.map(lambda i: _probe_entry(paths[i], backend), to_probe))
-        else:
-            probed = [_probe_entry(paths[i], backend) for i in to_probe]
-        new_entries = {}
-        for i, entry in zip(to_probe, probed):
-            results[i] = entry
-            size, mtime = keys[i][1], keys[i][2]  # type: ignore[index]
-            new_entries[paths[i]] = {**entry, "size": size, "mtime_ns": mtime, "backend": backend}
-        if cache_file is not None and not _save_index_file(cache_file, new_entries):
-            warnings.warn(
-                f"cannot write the frame-count index {str(cache_file)!r}; keeping it in memory",
-                stacklevel=3,
-            )
-    with _INDEX_LOCK:
-        for key, entry in zip(keys, results):
-            if key is not None:
-                _MEMORY_INDEX[key] = entry  # type: ignore[assignment]
-    return results  # type: ignore[return-value]
-
-
-# --------------------------------------------------------------------------------------------------
-# class indices
-
-
-_CODE_RE = re.compile(r"^[A-Za-z]*\d+$")
-
-
-def read_class_index(source: str | os.PathLike | Sequence[str]) -> tuple[list[str], dict[str, int]]:
-    """Reads class names and the label-token -> class-position map.
-
-    Args:
-        source: a list of names, or a ``.json`` file (list of names or ``{name: id}``), or a text
-            file with ``name`` or ``id name`` per line.
-
-    Returns:
-        ``(names, token_to_position)``; tokens are the ids (as strings) and the names.
-    """
-    if not isinstance(source, str | os.PathLike):
-        names = [str(n) for n in source]
-        ids = [str(i) for i in range(len(names))]
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise ValueError(f"classes: class-index file {str(path)!r} does not exist")
-        if path.suffix.lower() == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(data, list):
-                names = [str(n) for n in data]
-                ids = [str(i) for i in range(len(names))]
-            elif isinstance(data, dict):
-                pairs = sorted(((int(v), str(k)) for k, v in data.items()), key=lambda p: p[0])
-                ids, names = [str(i) for i, _ in pairs], [n for _, n in pairs]
-            else:
-                raise ValueError(f"classes: {str(path)!r} must hold a list or a {{name: id}} dict")
-        else:
-            lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
-            lines = [ln for ln in lines if ln and not ln.startswith("#")]
-            firsts = [ln.split(maxsplit=1) for ln in lines]
-            with_ids = bool(lines) and all(len(p) == 2 and _CODE_RE.match(p[0]) for p in firsts)
-            if with_ids:
-                ids, names = [p[0] for p in firsts], [p[1].strip() for p in firsts]
-            else:
-                names, ids = lines, [str(i) for i in range(len(lines))]
-    if not names:
-        raise ValueError(f"classes: no class names in {source!r}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"classes: duplicate class names in {source!r}")
-    token_to_pos = {name: k for k, name in enumerate(names)}
-    token_to_pos.update({i: k for k, i in enumerate(ids)})  # ids win over equal names
-    return names, token_to_pos
-
-
-def _resolve_label(token: str, token_to_pos: Mapping[str, int] | None, where: str) -> int:
-    if token_to_pos is not None:
-        if token in token_to_pos:
-            return token_to_pos[token]
-        raise ValueError(f"{where}: unknown class {token!r} (not in the class index)")
-    try:
-        value = int(token)
-    except ValueError:
-        raise ValueError(
-            f"{where}: label {token!r} is not an integer; give a class-index file ('classes') "
-            "to use class names"
-        ) from None
-    if value < 0:
-        raise ValueError(f"{where}: labels must be >= 0, got {value}")
-    return value
-
-
-def _annotation_lines(path: Path) -> Iterable[tuple[int, str]]:
-    if not path.is_file():
-        raise ValueError(f"annotations: file {str(path)!r} does not exist")
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        line = line.strip()
-        if line and not line.startswith("#"):
-            yield n, line
 
 
 # --------------------------------------------------------------------------------------------------
@@ -656,19 +435,6 @@ def _visible_dirs(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def _default_cache(anchor: Path, cache: bool | str | os.PathLike | None) -> Path | None:
-    if cache is None or cache is False:
-        return None
-    if cache is True:
-        if os.access(anchor, os.W_OK):
-            return anchor / INDEX_FILE_NAME
-        # a read-only data folder (shared storage): keep the index in the user's cache instead
-        base = os.environ.get("NLNET_CACHE") or os.path.join(Path.home(), ".cache", "nlnet")
-        digest = hashlib.sha1(str(anchor.resolve()).encode()).hexdigest()[:16]
-        return Path(base) / "index" / f"{anchor.name or 'root'}-{digest}.json"
-    return Path(cache)
-
-
 class VideoFolderDataset(VideoClipDataset):
     """Class-per-folder layout (Kinetics): ``root/<split>/<class>/<video>``.
 
@@ -720,49 +486,7 @@ class VideoFolderDataset(VideoClipDataset):
             raise ValueError(f"root: no videos with extensions {exts} under {str(split_dir)!r}")
         self.root = root
         self.split = split
-        super().__init__(videos, targets, names, cache_file=_default_cache(root, cache), **kwargs)
-
-
-def _parse_list(
-    annotations: Path, root: Path, token_to_pos: Mapping[str, int] | None, multilabel: bool
-) -> tuple[list[str], list[Any]]:
-    videos: list[str] = []
-    targets: list[Any] = []
-    for n, line in _annotation_lines(annotations):
-        where = f"annotations {str(annotations)!r} line {n}"
-        if multilabel:
-            parts = [t for t in re.split(r"[\s,;]+", line) if t]
-            path, labels = parts[0], parts[1:]
-            target: Any = sorted({_resolve_label(t, token_to_pos, where) for t in labels})
-        else:
-            parts = line.split()
-            if len(parts) == 1:
-                path = parts[0]
-                if token_to_pos is None:
-                    raise ValueError(
-                        f"{where}: a line without a label needs a class-index file ('classes') "
-                        "to take the class from the parent folder name"
-                    )
-                parent = Path(path).parent.name
-                target = _resolve_label(parent, token_to_pos, where)
-            else:
-                path = " ".join(parts[:-1])
-                if len(parts) > 2 and not (root / path).exists() and (root / parts[0]).exists():
-                    raise ValueError(
-                        f"{where}: expected 'path label', got {len(parts)} fields (frame-folder "
-                        "lists with a frame count are not supported; use video files)"
-                    )
-                target = _resolve_label(parts[-1], token_to_pos, where)
-        videos.append(str(root / path))
-        targets.append(target)
-    if not videos:
-        raise ValueError(f"annotations: no entries in {str(annotations)!r}")
-    return videos, targets
-
-
-def _max_label(targets: Sequence[Any], multilabel: bool) -> int:
-    flat = [i for t in targets for i in t] if multilabel else list(targets)
-    return max(flat, default=-1)
+        super().__init__(videos, targets, names, cache_file=index_file_for(root, cache), **kwargs)
 
 
 class VideoListDataset(VideoClipDataset):
@@ -800,9 +524,9 @@ class VideoListDataset(VideoClipDataset):
                 )
         else:
             names, token_to_pos = [], None
-        videos, targets = _parse_list(annotations, root_path, token_to_pos, self._multilabel)
+        videos, targets = parse_list(annotations, root_path, token_to_pos, self._multilabel)
         if token_to_pos is None:
-            n = _max_label(targets, self._multilabel) + 1 if num_classes is None else num_classes
+            n = max_label(targets, self._multilabel) + 1 if num_classes is None else num_classes
             if not isinstance(n, int) or n < 1:
                 raise ValueError(f"num_classes must be a positive integer, got {n!r}")
             names = [str(i) for i in range(n)]
@@ -813,7 +537,7 @@ class VideoListDataset(VideoClipDataset):
             targets,
             names,
             multilabel=self._multilabel,
-            cache_file=_default_cache(annotations.parent, cache),
+            cache_file=index_file_for(annotations.parent, cache),
             **kwargs,
         )
 
@@ -827,96 +551,6 @@ class MultiLabelVideoDataset(VideoListDataset):
     """
 
     _multilabel = True
-
-
-# --------------------------------------------------------------------------------------------------
-# collate
-
-
-def collate_skip_bad(batch: Sequence[ClipItem | tuple | None]) -> dict[str, Any]:
-    """Collates dataset items, dropping the ``None`` items of bad videos.
-
-    Args:
-        batch: items ``(clip, target, index)`` (with ``clip_index`` when they are
-            :class:`ClipItem`) or ``None``.
-
-    Returns:
-        A dict with
-
-        * ``"clip"``: float ``(B, C, T, H, W)``, or None when every item was bad (``B = 0``);
-        * ``"target"``: long ``(B,)`` (single-label) or float ``(B, num_classes)`` (multi-label),
-          or None when ``B = 0``;
-        * ``"index"``: long ``(B,)`` video indices;
-        * ``"clip_index"``: long ``(B,)`` view numbers within each video (0 in training);
-        * ``"skipped"``: int, the number of ``None`` items dropped from this batch.
-
-    Raises:
-        ValueError: the clips have different shapes (full-frame testing of videos with different
-            aspect ratios: use a batch size of 1 or set ``test_crop``).
-    """
-    good = [b for b in batch if b is not None]
-    skipped = len(batch) - len(good)
-    if not good:
-        empty = torch.zeros(0, dtype=torch.long)
-        return {"clip": None, "target": None, "index": empty, "clip_index": empty.clone(),
-                "skipped": skipped}  # fmt: skip
-    shapes = {tuple(b[0].shape) for b in good}
-    if len(shapes) > 1:
-        raise ValueError(
-            f"clips in a batch have different shapes {sorted(shapes)}; for full-frame "
-            "(fully-convolutional) testing of videos with different sizes use batch_size=1, "
-            "or set test_crop to crop a fixed size"
-        )
-    clips = torch.stack([b[0] for b in good])  # (B, C, T, H, W)
-    targets = [b[1] for b in good]
-    if isinstance(targets[0], torch.Tensor):
-        target = torch.stack([torch.as_tensor(t) for t in targets]).float()  # (B, num_classes)
-    else:
-        target = torch.as_tensor([int(t) for t in targets], dtype=torch.long)  # (B,)
-    index = torch.as_tensor([int(b[2]) for b in good], dtype=torch.long)
-    clip_index = torch.as_tensor([getattr(b, "clip_index", 0) for b in good], dtype=torch.long)
-    return {
-        "clip": clips,
-        "target": target,
-        "index": index,
-        "clip_index": clip_index,
-        "skipped": skipped,
-    }
-
-
-# --------------------------------------------------------------------------------------------------
-# factory
-
-
-def _annotation_file(cfg: Mapping[str, Any], split: str) -> Path:
-    ann = cfg["annotations"]
-    if ann is None:
-        raise ValueError(f"data config: 'annotations' is required for type={cfg['type']!r}")
-    if isinstance(ann, Mapping):
-        if split not in ann:
-            raise ValueError(f"data config: 'annotations' has no entry for split {split!r}")
-        ann = ann[split]
-    elif isinstance(ann, str):
-        ann = ann.replace("{split}", split)
-    else:
-        raise ValueError(f"data config: 'annotations' must be a string or a dict, got {ann!r}")
-    path = Path(ann)
-    if not path.is_absolute() and cfg["root"] is not None:
-        path = Path(cfg["root"]) / path
-    return path
-
-
-def _infer_num_classes(cfg: Mapping[str, Any], multilabel: bool) -> int | None:
-    """Largest label + 1 over all annotation files named in the config (consistent splits)."""
-    ann = cfg["annotations"]
-    if not isinstance(ann, Mapping):
-        return None
-    best = -1
-    for split in ann:
-        path = _annotation_file(cfg, split)
-        _, targets = _parse_list(path, path.parent, None, multilabel)
-        best = max(best, _max_label(targets, multilabel))
-    return best + 1 if best >= 0 else None
 
 
 def build_dataset(cfg: Mapping[str, Any], split: str, mode: str | None = None) -> VideoClipDataset:
@@ -982,17 +616,17 @@ def build_dataset(cfg: Mapping[str, Any], split: str, mode: str | None = None) -
         )
     multilabel = kind == "multilabel"
     cls = MultiLabelVideoDataset if multilabel else VideoListDataset
-    ann = _annotation_file(c, split)
+    ann = annotation_file(c, split)
     num_classes = c["num_classes"]
     if num_classes is None and c["classes"] is None:
-        num_classes = _infer_num_classes(c, multilabel)
+        num_classes = infer_num_classes(c, multilabel)
     classes = c["classes"]
     if isinstance(classes, str) and c["root"] is not None and not Path(classes).is_absolute():
         if not Path(classes).exists() and (Path(c["root"]) / classes).exists():
             classes = str(Path(c["root"]) / classes)
     cache = c["cache"]
     if cache is True and c["root"] is not None:
-        cache = _default_cache(Path(c["root"]), True)
+        cache = index_file_for(Path(c["root"]), True)
     return cls(
         ann,
         c["root"],

@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from nlnet.data import datasets as ds_mod
+from nlnet.data import frame_index as index_mod
 from nlnet.data.datasets import (
     BadVideoWarning,
     MultiLabelVideoDataset,
@@ -242,13 +243,13 @@ def test_frame_count_index_is_cached(folder_root, tmp_path, monkeypatch):
     cache = tmp_path / "index.json"
     cfg = {"type": "folder", "root": str(folder_root), "cache": str(cache), **TINY}
     calls = []
-    real_probe = ds_mod.probe_video
+    real_probe = index_mod.probe_video
 
     def counting_probe(path, backend="pyav"):
         calls.append(path)
         return real_probe(path, backend=backend)
 
-    monkeypatch.setattr(ds_mod, "probe_video", counting_probe)
+    monkeypatch.setattr(index_mod, "probe_video", counting_probe)
     first = build_dataset(cfg, "train")
     assert len(calls) == 3 and cache.is_file()
     entries = json.loads(cache.read_text())["entries"]
