@@ -89,15 +89,15 @@ when a run is resumed.
 from __future__ import annotations
 
 import os
-import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import Dataset
 
-from nlnet.data.cache import build_clip_cache, clip_key
+from nlnet.data.cache import build_clip_cache
+from nlnet.data.decoder import ClipDecoder
 from nlnet.data.frame_index import (
     build_frame_index,
     clear_memory_index,
@@ -111,9 +111,11 @@ from nlnet.data.lists import (
     parse_list,
     read_class_index,
 )
-from nlnet.data.sampling import clip_indices, is_too_short
+from nlnet.data.policy import BadVideoPolicy
+from nlnet.data.sampling import ClipSampler
+from nlnet.data.seeding import item_generator
 from nlnet.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform, TrainTransform
-from nlnet.data.video import BACKENDS, VideoDecodeError, open_video, resolve_backend
+from nlnet.data.video import VideoDecodeError
 
 __all__ = [
     "BadVideoWarning",
@@ -166,16 +168,13 @@ DATASET_DEFAULTS: dict[str, Any] = {
 # datasets
 
 
-def _mix_seed(seed: int, epoch: int, index: int) -> int:
-    x = (seed * 0x9E3779B97F4A7C15 + epoch * 0xBF58476D1CE4E5B9 + index * 0x94D049BB133111EB) & (
-        (1 << 64) - 1
-    )
-    x ^= x >> 31
-    return x & ((1 << 63) - 1)
-
-
 class VideoClipDataset(Dataset):
-    """Base class: videos + targets -> clips, with the paper's sampling and bad-file policy.
+    """Videos + targets -> clips, composed from four parts (pytorchvideo's ``LabeledVideoDataset``
+    with its ``ClipSampler`` is the model): a clip sampler (:class:`nlnet.data.sampling.ClipSampler`,
+    the paper's sampling), a decoder (:class:`nlnet.data.decoder.ClipDecoder`, backend + clip
+    cache), a transform (:class:`TrainTransform` / :class:`TestTransform`) and a bad-video policy
+    (:class:`nlnet.data.policy.BadVideoPolicy`). The keyword arguments build the parts; ``sampler``,
+    ``decoder`` and ``transform`` replace them (e.g. a decoder that reads frame folders).
 
     Args:
         videos: video file paths.
@@ -206,6 +205,9 @@ class VideoClipDataset(Dataset):
             file, frame indices and decode size) for the next request (:mod:`nlnet.data.cache`).
         clip_cache_mb: the cache's size bound in MiB.
         clip_cache_dir: the disk cache's folder (None: ``$NLNET_CACHE/clips``).
+        sampler: a ready clip sampler (``num_frames``, ``stride``, ``mode``, ``test_clips`` unused).
+        decoder: a ready decoder (``backend``, ``decode_threads``, ``clip_cache*`` unused).
+        transform: a ready transform, called as ``transform(frames, generator=, crop_index=)``.
     """
 
     def __init__(
@@ -237,22 +239,25 @@ class VideoClipDataset(Dataset):
         clip_cache: str | None = None,
         clip_cache_mb: float = 1024,
         clip_cache_dir: str | os.PathLike | None = None,
+        sampler: ClipSampler | None = None,
+        decoder: ClipDecoder | None = None,
+        transform: Callable[..., torch.Tensor] | None = None,
     ) -> None:
-        if mode not in ("train", "test"):
-            raise ValueError(f"mode must be 'train' or 'test', got {mode!r}")
         if len(videos) != len(targets):
             raise ValueError(f"got {len(videos)} videos but {len(targets)} targets")
-        for name, value in (("num_frames", num_frames), ("stride", stride)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(test_clips, int) or test_clips < 1:
-            raise ValueError(f"test_clips must be a positive integer, got {test_clips!r}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.sampler = sampler or ClipSampler(num_frames, stride, mode, test_clips)
+        self.decoder = decoder or ClipDecoder(
+            backend, decode_threads, build_clip_cache(clip_cache, max_mb=clip_cache_mb,
+                                                      directory=clip_cache_dir)
+        )  # fmt: skip
+        self.transform = transform or ClipTransform(
+            TrainTransform(train_scale, crop, flip=flip, output_size=train_output_size,
+                           mean=mean, std=std) if mode == "train"
+            else TestTransform(test_scale, test_crop, test_crops, mean=mean, std=std)
+        )  # fmt: skip
         self.videos = [os.path.abspath(os.fspath(v)) for v in videos]
         self.classes = [str(c) for c in classes]
         self.multilabel = bool(multilabel)
-        self.mode = mode
         self.targets = list(targets)
         for v, t in zip(self.videos, self.targets):
             ids = list(t) if self.multilabel else [t]
@@ -261,40 +266,26 @@ class VideoClipDataset(Dataset):
                 raise ValueError(
                     f"label(s) {bad} of {v!r} out of range for {self.num_classes} classes"
                 )
-        self.num_frames = num_frames
-        self.stride = stride
-        self.test_clips = test_clips
-        self.test_crops = test_crops
-        self.min_frames = num_frames if min_frames is None else int(min_frames)
-        self.backend = resolve_backend(backend)
+        self.test_crops = test_crops if self.sampler.mode == "test" else 1
         self.seed = seed
         self.epoch = 0
-        self.decode_threads = int(decode_threads)
-        self.clip_cache = build_clip_cache(
-            clip_cache, max_mb=clip_cache_mb, directory=clip_cache_dir
-        )
-        self.train_transform = TrainTransform(
-            train_scale, crop, flip=flip, output_size=train_output_size, mean=mean, std=std
-        )
-        self.test_transform = TestTransform(test_scale, test_crop, test_crops, mean=mean, std=std)
         self.cache_file = None if cache_file is None else Path(cache_file)
-        index = build_frame_index(self.videos, self.backend, self.cache_file, index_workers)
+        index = build_frame_index(self.videos, self.decoder.backend, self.cache_file, index_workers)
         self.frame_counts: list[int] = [int(e["num_frames"]) for e in index]
         self.fps: list[float] = [float(e["fps"]) for e in index]
-        self.bad_videos: dict[int, str] = {}
-        for v, e in enumerate(index):
-            if e.get("error"):
-                self.bad_videos[v] = str(e["error"])
-            elif is_too_short(self.frame_counts[v], self.min_frames):
-                self.bad_videos[v] = (
-                    f"too short: {self.frame_counts[v]} frames < min_frames={self.min_frames}"
-                )
-        self._warned: set[str] = set()
+        min_frames = self.sampler.clip_len if min_frames is None else int(min_frames)
+        self.policy = BadVideoPolicy(self.videos, index, min_frames)
         self._last_decoded: tuple[tuple[int, int], torch.Tensor] | None = None
-        # warn here, in the main process, so that data-loader workers (copies of this object)
-        # do not warn again about the files already known to be bad
-        for v, reason in sorted(self.bad_videos.items()):
-            self._warn_bad(v, reason)
+
+    # -- the parts' settings, as attributes ------------------------------------------------------
+    mode = property(lambda self: self.sampler.mode, doc="``train`` or ``test``.")
+    num_frames = property(lambda self: self.sampler.clip_len, doc="Clip length ``T``.")
+    stride = property(lambda self: self.sampler.stride, doc="Temporal stride ``s``.")
+    test_clips = property(lambda self: self.sampler.num_clips, doc="Clips per video in testing.")
+    backend = property(lambda self: self.decoder.backend, doc="The decoding backend.")
+    clip_cache = property(lambda self: self.decoder.cache, doc="The decoded-clip cache or None.")
+    bad_videos = property(lambda self: self.policy.bad, doc="``{video: reason}`` of bad videos.")
+    min_frames = property(lambda self: self.policy.min_frames, doc="Shorter videos are bad.")
 
     # -- sizes ---------------------------------------------------------------------------------
     @property
@@ -310,7 +301,7 @@ class VideoClipDataset(Dataset):
     @property
     def views_per_video(self) -> int:
         """Items per video: 1 in training, ``test_clips * test_crops`` in testing."""
-        return 1 if self.mode == "train" else self.test_clips * self.test_crops
+        return self.sampler.clips_per_video * self.test_crops
 
     def __len__(self) -> int:
         return self.num_videos * self.views_per_video
@@ -340,85 +331,36 @@ class VideoClipDataset(Dataset):
         self.epoch = int(epoch)
 
     def unusable_reason(self) -> str | None:
-        """Why no video of this dataset can be used (``None`` while at least one can).
-
-        Names the common cause, e.g. every video shorter than the clip, so that training stops
-        before it starts instead of failing on empty batches.
-        """
-        if self.num_videos and len(self.bad_videos) < self.num_videos:
-            return None
-        if not self.num_videos:
-            return "the dataset lists no video"
-        reasons = list(self.bad_videos.values())
-        first = self.videos[min(self.bad_videos)]
-        if all(r.startswith("too short") for r in reasons):
-            return (
-                f"all {self.num_videos} videos are shorter than a clip of min_frames="
-                f"{self.min_frames} frames (e.g. {first!r}: {reasons[0]}); use shorter clips "
-                "(data.num_frames, data.stride) or data.min_frames"
-            )
-        return (
-            f"none of the {self.num_videos} videos can be decoded (e.g. {first!r}: "
-            f"{self.bad_videos[min(self.bad_videos)]})"
-        )
+        """Why no video of this dataset can be used (``None`` while at least one can)."""
+        return self.policy.unusable_reason()
 
     # -- items ---------------------------------------------------------------------------------
-    def _warn_bad(self, video: int, reason: str) -> None:
-        path = self.videos[video]
-        self.bad_videos[video] = reason
-        if path not in self._warned:
-            self._warned.add(path)
-            warnings.warn(f"skipping video {path!r}: {reason}", BadVideoWarning, stacklevel=2)
-
-    def _decode(self, video: int, indices: torch.Tensor) -> torch.Tensor:
-        cache, key = self.clip_cache, None
-        if cache is not None:
-            key = clip_key(self.videos[video], indices, backend=self.backend)
-            frames = cache.get(key)
-            if frames is not None:
-                return frames
-        with open_video(self.videos[video], self.backend, self.decode_threads) as reader:
-            n = reader.num_frames
-            frames = reader.get_frames(indices.clamp(max=n - 1))  # (T, H, W, C) uint8
-        if cache is not None:
-            cache.put(key, frames)
+    def _frames(self, video: int, clip: int, generator: torch.Generator | None) -> torch.Tensor:
+        key = (video, clip)
+        if self.mode == "test" and self._last_decoded is not None and self._last_decoded[0] == key:
+            return self._last_decoded[1]  # the other crops of the same clip
+        idx = self.sampler(self.frame_counts[video], clip, generator)
+        frames = self.decoder(self.videos[video], idx)
+        if self.mode == "test":
+            self._last_decoded = (key, frames)
         return frames
 
     def __getitem__(self, index: int) -> ClipItem | None:
         video, clip, crop = self.video_index(int(index))
-        if video in self.bad_videos:
-            self._warn_bad(video, self.bad_videos[video])
+        if self.policy.is_bad(video):
             return None
         generator = None
         if self.mode == "train" and self.seed is not None:
-            generator = torch.Generator().manual_seed(_mix_seed(self.seed, self.epoch, index))
-        key = (video, clip)
-        if self.mode == "test" and self._last_decoded is not None and self._last_decoded[0] == key:
-            frames = self._last_decoded[1]  # the other crops of the same clip
-        else:
-            idx = clip_indices(
-                self.frame_counts[video],
-                self.num_frames,
-                self.stride,
-                self.mode,
-                clip_index=clip,
-                num_clips=self.test_clips,
-                generator=generator,
-            )
-            try:
-                frames = self._decode(video, idx)
-            except VideoDecodeError as exc:
-                self._warn_bad(video, exc.reason)
-                return None
-            except Exception as exc:  # any other decoder failure: skip, never stop the run
-                self._warn_bad(video, f"{type(exc).__name__}: {exc}")
-                return None
-            if self.mode == "test":
-                self._last_decoded = (key, frames)
-        if self.mode == "train":
-            out = self.train_transform(frames, generator=generator)
-        else:
-            out = self.test_transform(frames, crop_index=crop)
+            generator = item_generator(self.seed, self.epoch, index)
+        try:
+            frames = self._frames(video, clip, generator)
+        except VideoDecodeError as exc:
+            self.policy.mark(video, exc.reason)
+            return None
+        except Exception as exc:  # any other decoder failure: skip, never stop the run
+            self.policy.mark(video, f"{type(exc).__name__}: {exc}")
+            return None
+        out = self.transform(frames, generator=generator, crop_index=crop)
         view = clip * self.test_crops + crop if self.mode == "test" else 0
         return ClipItem(out, self.video_target(video), video, view)
 
@@ -428,6 +370,24 @@ class VideoClipDataset(Dataset):
             f"mode={self.mode!r}, clip={self.num_frames}x{self.stride}, items={len(self)}, "
             f"bad={len(self.bad_videos)}, backend={self.backend!r})"
         )
+
+
+class ClipTransform:
+    """Adapts :class:`TrainTransform` (random, takes a generator) and :class:`TestTransform`
+    (takes a crop index) to one call ``transform(frames, generator=, crop_index=)``."""
+
+    def __init__(self, transform: TrainTransform | TestTransform) -> None:
+        self.transform = transform
+
+    def __call__(
+        self, frames: torch.Tensor, generator: torch.Generator | None = None, crop_index: int = 0
+    ) -> torch.Tensor:
+        if isinstance(self.transform, TrainTransform):
+            return self.transform(frames, generator=generator)
+        return self.transform(frames, crop_index=crop_index)
+
+    def __repr__(self) -> str:
+        return f"ClipTransform({self.transform!r})"
 
 
 def _visible_dirs(folder: Path) -> list[Path]:

@@ -1,14 +1,14 @@
 """Dataset items and batches of the video datasets: :class:`ClipItem`, :func:`collate_skip_bad`.
 
-An item is ``(clip, target, index)`` (a :class:`ClipItem`, which also carries ``clip_index``, the
-view number within the video); a video that cannot be used yields ``None`` and
+An item is a :class:`ClipItem`, the ``NamedTuple`` ``(clip, target, index)`` that also carries
+``clip_index``, the view number within the video; a video that cannot be used yields ``None`` and
 :func:`collate_skip_bad` drops it, counting it in the batch's ``skipped``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -19,28 +19,27 @@ class BadVideoWarning(UserWarning):
     """A video was skipped: corrupt, unreadable or too short."""
 
 
-class ClipItem(tuple):
-    """A dataset item: the 3-tuple ``(clip, target, index)`` with an extra ``clip_index``.
+class _Item(NamedTuple):
+    clip: torch.Tensor
+    target: Any
+    index: int
 
-    ``clip_index`` is the view number within the video (``clip * test_crops + crop`` in test
-    mode, 0 in training). It unpacks as a plain 3-tuple.
+
+class ClipItem(_Item):
+    """A dataset item, the ``NamedTuple`` ``(clip, target, index)``, with an extra ``clip_index``.
+
+    ``clip`` is float ``(C, T, H, W)``, ``target`` an int or a multi-hot float ``(num_classes,)``,
+    ``index`` the video; ``clip_index`` is the view within the video (``clip * test_crops + crop``
+    in test mode, 0 in training). It unpacks as the 3-tuple.
     """
 
     def __new__(cls, clip: torch.Tensor, target: Any, index: int, clip_index: int = 0):
-        item = super().__new__(cls, (clip, target, index))
+        item = super().__new__(cls, clip, target, index)
         item.clip_index = int(clip_index)
         return item
 
     def __getnewargs__(self):  # pickling across data-loader workers
         return (*self, self.clip_index)
-
-    @property
-    def clip(self) -> torch.Tensor:
-        return self[0]
-
-    @property
-    def target(self) -> Any:
-        return self[1]
 
 
 def collate_skip_bad(batch: Sequence[ClipItem | tuple | None]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from nlnet.data import datasets as ds_mod
+from nlnet.data import video as video_mod
 from nlnet.data.cache import (
     DiskClipCache,
     MemoryClipCache,
@@ -98,13 +98,13 @@ def test_build_clip_cache_values(tmp_path):
 
 def _count_opens(monkeypatch) -> list[str]:
     opened: list[str] = []
-    real = ds_mod.open_video
+    real = video_mod.open_video
 
     def counting(path, *args, **kwargs):
         opened.append(path)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(ds_mod, "open_video", counting)
+    monkeypatch.setattr(video_mod, "open_video", counting)
     return opened
 
 

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from nlnet.data import datasets as ds_mod
 from nlnet.data import frame_index as index_mod
+from nlnet.data import video as video_mod
 from nlnet.data.datasets import (
     BadVideoWarning,
     MultiLabelVideoDataset,
@@ -233,7 +234,7 @@ def test_decode_failure_after_indexing_is_skipped(folder_root, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("decoder crashed")
 
-    monkeypatch.setattr(ds_mod, "open_video", broken)
+    monkeypatch.setattr(video_mod, "open_video", broken)
     with pytest.warns(BadVideoWarning, match="decoder crashed"):
         assert data[0] is None
     assert 0 in data.bad_videos
