@@ -65,9 +65,9 @@ class DemoSettings:
     task: DigitsTaskConfig
     models: tuple[str, ...] = ("c2d_tiny", "c2d_tiny_nl1")
     width: int = 8
-    epochs: int = 6
+    epochs: int = 4
     batch_size: int = 32
-    lr: float = 1e-3
+    lr: float = 2e-3
     weight_decay: float = 1e-4
     dropout: float = 0.2
     figure_clips: int = 3
