@@ -11,7 +11,6 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from nlnet.data import datasets as ds_mod
 from nlnet.data import frame_index as index_mod
 from nlnet.data import video as video_mod
 from nlnet.data.datasets import (
@@ -330,7 +329,7 @@ def test_read_only_data_folder_keeps_the_index_in_the_user_cache(
     folder_root, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("NLNET_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(ds_mod.os, "access", lambda *args, **kwargs: False)  # "read-only"
+    monkeypatch.setattr(index_mod.os, "access", lambda *args, **kwargs: False)  # "read-only"
     data = build_dataset({"type": "folder", "root": str(folder_root), **TINY}, "train")
     assert data.cache_file.parent == tmp_path / "cache" / "index"
     assert data.cache_file.is_file()
