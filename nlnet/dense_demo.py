@@ -41,16 +41,11 @@ __all__ = ["DENSE_MODELS", "dense_demo_config", "engine_fit", "run_dense_demo", 
 #: Baseline and non-local model of each dense task.
 DENSE_MODELS: dict[str, tuple[str, str]] = {"segmentation": ("seg_tiny", "seg_tiny_nl")}
 CLASS_NAMES: list[str] = ["background", *(n for _, n in CATEGORIES)]
-#: Width of the per-pixel hidden layer before the classifier of both demo models: "match" means
-#: "my class equals the boxed cue's class", a comparison that a linear classifier on the sum of a
-#: pixel's own features and what the block gathered can only make when the attention itself
-#: compares classes; seeds whose attention settled on the salient cue instead stayed at ~+2 mIoU.
-CLASSIFIER_HIDDEN = 32
 
 
 def dense_demo_config(
     name: str, root: Path, run_dir: Path, *, num_classes: int, epochs: int, batch_size: int,
-    lr: float, seed: int, device: str = "cpu", classifier_hidden: int = CLASSIFIER_HIDDEN,
+    lr: float, seed: int, device: str = "cpu",
 ) -> Any:  # fmt: skip
     """The dense demo's recipe as an engine config (``task: segmentation``)."""
     from nlnet.engine.config import config_from_dict
@@ -58,8 +53,7 @@ def dense_demo_config(
     return config_from_dict({
         "task": "segmentation",
         "class_names": CLASS_NAMES,
-        "model": {"name": name, "num_classes": num_classes,
-                  "overrides": {"classifier_hidden": classifier_hidden}},
+        "model": {"name": name, "num_classes": num_classes},
         "data": {"root": str(root)},
         "optim": {"optimizer": "adamw", "schedule": "onecycle", "lr": lr, "weight_decay": 1e-4,
                   "epochs": epochs, "steps": [], "pct_start": 0.1},
@@ -114,7 +108,6 @@ def run_dense_demo(
     lr: float = 3e-3,
     pictures: bool = True,
     device: str = "cpu",
-    classifier_hidden: int = CLASSIFIER_HIDDEN,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Train the baseline and the non-local model for each seed; test mIoU and per-class IoU.
@@ -128,7 +121,6 @@ def run_dense_demo(
         epochs, batch_size, lr: the training recipe (AdamW, one-cycle).
         pictures: write ``predictions.png`` per seed.
         device: ``cpu``, ``cuda`` or ``cuda:N`` (training and evaluation).
-        classifier_hidden: the models' per-pixel hidden layer (0: the guide's linear classifier).
         log: where progress lines go.
 
     Returns:
@@ -152,12 +144,11 @@ def run_dense_demo(
         models: dict[str, nn.Module] = {}
         for name in DENSE_MODELS[task]:
             torch.manual_seed(seed)
-            model = create_model(name, classifier_hidden=classifier_hidden)
+            model = create_model(name)
             start = time.perf_counter()
             engine_fit(
                 model, name, train_set, out / f"seed{seed}" / name, num_classes=len(CLASS_NAMES),
                 epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, device=device,
-                classifier_hidden=classifier_hidden,
             )  # fmt: skip
             train_s = time.perf_counter() - start
             metrics = seg.evaluate(model, test_loader, device=torch.device(device))

@@ -109,10 +109,6 @@ class TinySegmentationNet(nn.Module):
         use_attention: with or without the head's non-local block.
         mid_channels: channels of the head (512 in the guide).
         planes, layers, stem_channels: the backbone (:class:`TinyDilatedResNet`).
-        classifier_hidden: 0 (the guide's 1x1 classifier) or the width of a per-pixel hidden
-            layer before it (1x1 conv + BN + ReLU; receptive field unchanged). With it, a pixel
-            can compare its own features with what the block gathered (e.g. "is the boxed cue
-            of my class?"), which a linear classifier on their sum cannot.
         **block_options: options of the head's block (default ``reduction=2, sub_sample=2``).
 
     Input ``(B, 3, H, W)``; output logits ``(B, num_classes, H, W)``.
@@ -127,14 +123,9 @@ class TinySegmentationNet(nn.Module):
         planes: Sequence[int] = (8, 16, 32, 32),
         layers: Sequence[int] = (1, 1, 1, 1),
         stem_channels: int = 16,
-        classifier_hidden: int = 0,
         **block_options: Any,
     ) -> None:
         super().__init__()
-        if isinstance(classifier_hidden, bool) or not isinstance(classifier_hidden, int):
-            raise TypeError(f"classifier_hidden: expected an int >= 0, got {classifier_hidden!r}")
-        if classifier_hidden < 0:
-            raise ValueError(f"classifier_hidden: expected an int >= 0, got {classifier_hidden}")
         self.backbone = TinyDilatedResNet(planes, layers, stem_channels=stem_channels)
         self.head = SegmentationHead(
             self.backbone.out_channels,
@@ -143,13 +134,6 @@ class TinySegmentationNet(nn.Module):
             mid_channels=mid_channels,
             **block_options,
         )
-        if classifier_hidden:
-            self.head.classifier = nn.Sequential(
-                nn.Conv2d(mid_channels, classifier_hidden, 1, bias=False),
-                nn.BatchNorm2d(classifier_hidden),
-                nn.ReLU(inplace=True),
-                nn.Conv2d(classifier_hidden, num_classes, 1),
-            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_input(x, 4)
