@@ -72,7 +72,7 @@ class DemoSettings:
     dropout: float = 0.2
     figure_clips: int = 3
     pretrain_frames: int = 4000
-    pretrain_epochs: int = 3
+    pretrain_epochs: int = 6
     pretrain_lr: float = 3e-3
     theta_init_std: float | None = 0.01
 
