@@ -12,7 +12,13 @@ keyframe every 60 frames), then measures for every available backend of :mod:`nl
 * ``vs pyav``: ``clip/s seek`` relative to PyAV.
 
 and then dataset items per second (``nlnet.data.datasets``: decoding plus the Section 4.1
-transforms at the paper's sizes) for training and test clips (``--no-pipeline`` skips this).
+transforms at the paper's sizes) for training and test clips (``--no-pipeline`` skips this),
+and the decoded-clip cache (``data.clip_cache``, :mod:`nlnet.data.cache`) side by side with the
+plain decoders: the same ``--clips`` fixed test clips read twice through a dataset with no
+cache, the memory cache and the disk cache (``cold``: the pass that fills it; ``warm``: the
+pass that reads it back), plus torchvision's and pytorchvideo's own readers on the same clips
+when they import (torchvision >= 0.22 dropped ``torchvision.io.read_video``; the benchmark says
+which readers it could not import). ``--no-cache`` skips this.
 
 Clips are the paper's training clips ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Section 4.1: 64 consecutive
 frames, every other one dropped), at random positions with a fixed seed; each clip opens the file
@@ -141,6 +147,96 @@ def bench_pipeline(path: Path, backend: str, args: argparse.Namespace) -> tuple[
     return args.clips / t_train, min(args.clips, len(test)) / t_test
 
 
+def _third_party_readers() -> dict[str, object]:
+    """Clip readers of other libraries that import here: ``name -> fn(path, indices)``."""
+    readers: dict[str, object] = {}
+    try:
+        from torchvision.io import read_video  # removed in torchvision 0.22+
+
+        def tv(path: Path, idx: torch.Tensor) -> torch.Tensor:
+            frames = read_video(str(path), pts_unit="sec", output_format="THWC")[0]
+            return frames[idx.clamp(max=len(frames) - 1)]
+
+        readers["torchvision"] = tv
+    except ImportError:
+        print("torchvision.io.read_video: not importable here (removed in torchvision 0.22+)")
+    try:
+        from pytorchvideo.data.encoded_video import EncodedVideo
+
+        def ptv(path: Path, idx: torch.Tensor) -> torch.Tensor:
+            video = EncodedVideo.from_path(str(path), decode_audio=False)
+            fps = float(video._container.streams.video[0].average_rate)  # noqa: SLF001
+            start, end = int(idx.min()) / fps, (int(idx.max()) + 1) / fps
+            return video.get_clip(start, end)["video"]
+
+        readers["pytorchvideo"] = ptv
+    except ImportError:
+        print("pytorchvideo: not importable here (pip install pytorchvideo)")
+    return readers
+
+
+def bench_cache(path: Path, backend: str, args: argparse.Namespace) -> dict[str, tuple]:
+    """Clips/s of ``args.clips`` fixed test clips read twice (cold, warm) per cache kind."""
+    import shutil
+    import warnings
+
+    from nlnet.data.datasets import build_dataset
+
+    out: dict[str, tuple] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "v" / "c" / path.name
+        target.parent.mkdir(parents=True)
+        shutil.copy(path, target)
+        for kind in (None, "memory", "disk"):
+            cfg = {"type": "folder", "root": tmp, "num_frames": args.clip_len,
+                   "stride": args.stride, "backend": backend, "cache": False, "min_frames": 1,
+                   "clip_cache": kind,
+                   "clip_cache_dir": str(Path(tmp) / f"clips-{backend}")}  # fmt: skip
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ds = build_dataset(cfg, "v", mode="test", clips=args.clips)
+            n = len(ds)
+            times = []
+            for _ in range(2):
+                t0 = time.perf_counter()
+                for i in range(n):
+                    video, idx = _view_indices(ds, i)
+                    ds.decoder(ds.videos[video], idx)  # the decoder part (with its cache) only
+                times.append(time.perf_counter() - t0)
+            out[kind or "none"] = (n / times[0], n / times[1])
+    return out
+
+
+def _view_indices(ds, i: int) -> tuple[int, torch.Tensor]:
+    video, clip, _ = ds.video_index(i)
+    return video, ds.sampler(ds.frame_counts[video], clip)
+
+
+def print_cache_table(videos: list[tuple[str, Path]], args: argparse.Namespace) -> None:
+    from nlnet.data.sampling import clip_indices
+
+    print()
+    print(f"decoded-clip cache (data.clip_cache): {args.clips} fixed test clips, read twice")
+    head = f"{'video':<22} {'reader':<24} {'cold clip/s':>12} {'warm clip/s':>12} {'vs none':>8}"
+    print(head)
+    print("-" * len(head))
+    readers = _third_party_readers()
+    for label, path in videos:
+        for backend in available_backends():
+            rows = bench_cache(path, backend, args)
+            base = rows["none"][1]
+            for kind, (cold, warm) in rows.items():
+                print(f"{label:<22} {backend + ' + ' + kind:<24} {cold:>12.2f} {warm:>12.2f} "
+                      f"{warm / base:>7.1f}x")  # fmt: skip
+        with open_video(path, "pyav", 1) as r:
+            n = r.num_frames
+        clips = [clip_indices(n, args.clip_len, args.stride, "test", clip_index=k,
+                              num_clips=args.clips) for k in range(args.clips)]  # fmt: skip
+        for name, fn in readers.items():
+            t = timed(lambda fn=fn, p=path, cl=clips: [fn(p, idx) for idx in cl], 2)
+            print(f"{label:<22} {name:<24} {args.clips / t:>12.2f} {'':>12} {'':>8}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--frames", type=int, default=300, help="frames in the test video")
@@ -157,6 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         dest="pipeline",
         action="store_false",
         help="skip the dataset-item measurement (decode + scale/crop/flip/normalise)",
+    )
+    p.add_argument(
+        "--no-cache",
+        dest="cache",
+        action="store_false",
+        help="skip the decoded-clip cache measurement",
     )
     p.add_argument(
         "--video", type=Path, default=None, help="use this file instead of a synthetic one"
@@ -204,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"{label:<22} {name:<11} train clip/s {train:6.2f}   "
                         f"test clip/s {test:6.2f}"
                     )
+        if args.cache:
+            print_cache_table(videos, args)
     if "torchcodec" not in available_backends():
         print("torchcodec: not available here (pip install torchcodec + FFmpeg shared libraries)")
     return 0

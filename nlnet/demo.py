@@ -65,14 +65,14 @@ class DemoSettings:
     task: DigitsTaskConfig
     models: tuple[str, ...] = ("c2d_tiny", "c2d_tiny_nl1")
     width: int = 8
-    epochs: int = 6
+    epochs: int = 4
     batch_size: int = 32
-    lr: float = 1e-3
+    lr: float = 2e-3
     weight_decay: float = 1e-4
     dropout: float = 0.2
     figure_clips: int = 3
     pretrain_frames: int = 4000
-    pretrain_epochs: int = 3
+    pretrain_epochs: int = 6
     pretrain_lr: float = 3e-3
     theta_init_std: float | None = 0.01
 
@@ -97,43 +97,43 @@ class DemoSettings:
 
 
 def load_split(
-    root: Path, split: str, task: DigitsTaskConfig, progress: bool = True
+    root: Path, split: str, task: DigitsTaskConfig, progress: bool = True, workers: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode one split through :class:`VideoFolderDataset` into memory.
+
+    The dataset's disk clip cache (``root/.decoded``, :mod:`nlnet.data.cache`) keeps the decoded
+    frames, so a later run with the same data reads them instead of the mp4 files; ``workers``
+    data-loader processes decode in parallel (:func:`nlnet.data.loader.make_loader`).
 
     Returns:
         ``(clips, targets)``: float ``(N, 3, T, H, W)`` normalised and int64 ``(N,)``, in the
         manifest's order (so that item ``i`` matches ``manifest["splits"][split][i]``).
     """
-    from nlnet.data.datasets import VideoFolderDataset
+    from tqdm import tqdm
+
+    from nlnet.data.datasets import VideoFolderDataset, collate_skip_bad
+    from nlnet.data.loader import make_loader
 
     ds = VideoFolderDataset(
-        root,
-        split,
-        mode="test",
-        num_frames=task.num_frames,
-        stride=1,
-        test_clips=1,
-        test_scale=task.size,
-        test_crop=None,
-        mean=MEAN,
-        std=STD,
-        cache=False,
-    )
+        root, split, mode="test", num_frames=task.num_frames, stride=1, test_clips=1,
+        test_scale=task.size, test_crop=None, mean=MEAN, std=STD, cache=False,
+        clip_cache="disk", clip_cache_dir=root / ".decoded", clip_cache_mb=4096,
+    )  # fmt: skip
     manifest = read_manifest(root)
     order = {str((root / r["file"]).resolve()): i for i, r in enumerate(manifest["splits"][split])}
     clips = torch.empty(len(ds), 3, task.num_frames, task.size, task.size)
     targets = torch.empty(len(ds), dtype=torch.long)
-    from tqdm import tqdm
-
-    for k in tqdm(range(len(ds)), desc=f"decoding {split}", unit="clip", leave=False,
-                  disable=not progress):  # fmt: skip
-        item = ds[k]
-        if item is None:
-            raise RuntimeError(f"could not decode {ds.videos[k]!r}; delete the cache {root}")
-        clip, target, video = item[0], item[1], item[2]
-        i = order[str(Path(ds.videos[video]).resolve())]
-        clips[i], targets[i] = clip, int(target)
+    loader = make_loader(ds, batch_size=50, collate_fn=collate_skip_bad, workers=workers)
+    bar = tqdm(total=len(ds), desc=f"decoding {split}", unit="clip", leave=False,
+               disable=not progress)  # fmt: skip
+    for batch in loader:
+        if batch["skipped"]:
+            raise RuntimeError(f"could not decode every clip of {split}; delete the cache {root}")
+        for clip, target, video in zip(batch["clip"], batch["target"], batch["index"]):
+            i = order[str(Path(ds.videos[int(video)]).resolve())]
+            clips[i], targets[i] = clip, int(target)
+        bar.update(len(batch["clip"]))
+    bar.close()
     return clips, targets
 
 
@@ -601,7 +601,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     root = prepare_digits(task, cache / f"digits-{task.fingerprint()}", progress=progress)
-    data = {s: load_split(root, s, task, progress) for s in ("train", "val", "test")}
+    workers = 2 if threads >= 2 else 0  # decode in parallel on idle cores
+    data = {s: load_split(root, s, task, progress, workers) for s in ("train", "val", "test")}
     data_time = time.perf_counter() - t0
     manifest = read_manifest(root)
     class_names = manifest["classes"]

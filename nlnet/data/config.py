@@ -66,6 +66,10 @@ class VideoDataConfig:
         extensions: video file extensions of the folder layout.
         decode_threads: FFmpeg threads per decoder.
         index_workers: threads probing frame counts (0: in the calling thread).
+        clip_cache: decoded-clip cache (:mod:`nlnet.data.cache`): ``None``, ``"memory"`` (per
+            process) or ``"disk"`` (shared by loader workers and DDP ranks).
+        clip_cache_mb: the clip cache's size bound in MiB.
+        clip_cache_dir: the disk cache's folder (``None``: ``$NLNET_CACHE/clips``).
 
     Test-time clip and crop counts are not data keys: they are ``eval.clips``/``eval.crops``.
     """
@@ -92,8 +96,17 @@ class VideoDataConfig:
     extensions: tuple[str, ...] = VIDEO_EXTENSIONS
     decode_threads: int = 1
     index_workers: int = 0
+    clip_cache: str | None = None
+    clip_cache_mb: float = 1024
+    clip_cache_dir: str | None = None
 
     def __post_init__(self) -> None:
+        if self.clip_cache not in (None, "memory", "disk"):
+            raise ValueError(
+                f"data.clip_cache: expected null, 'memory' or 'disk', got {self.clip_cache!r}"
+            )
+        if not self.clip_cache_mb > 0:
+            raise ValueError(f"data.clip_cache_mb: expected > 0, got {self.clip_cache_mb!r}")
         if self.type is not None and self.type not in DATA_TYPES:
             raise ValueError(
                 f"data.type: expected one of {', '.join(DATA_TYPES)}, got {self.type!r}"

@@ -252,11 +252,21 @@ def prepare_dense_digits(
                 return root
         except (OSError, ValueError):
             pass
-    if root.exists():
-        for sub in (*SPLITS, "annotations"):
-            shutil.rmtree(root / sub, ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
+    # written into a private folder, then renamed: a concurrent run (another seed) never reads
+    # a half-written split, and never deletes the files another run is reading
+    tmp = root.with_name(f"{root.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     for split in SPLITS:
-        _write_split(root, cfg, split)
-    manifest.write_text(json.dumps({"fingerprint": cfg.fingerprint(), "config": cfg.to_dict()}))
+        _write_split(tmp, cfg, split)
+    text = json.dumps({"fingerprint": cfg.fingerprint(), "config": cfg.to_dict()})
+    (tmp / "manifest.json").write_text(text)
+    if manifest.is_file() and manifest.read_text() == text:  # another run finished first
+        shutil.rmtree(tmp, ignore_errors=True)
+        return root
+    root.mkdir(parents=True, exist_ok=True)
+    for sub in (*SPLITS, "annotations", "manifest.json"):  # only what this function writes
+        shutil.rmtree(root / sub, ignore_errors=True)
+        (tmp / sub).rename(root / sub)
+    tmp.rmdir()
     return root

@@ -27,6 +27,7 @@ __all__ = [
     "test_clip_indices",
     "clip_indices",
     "is_too_short",
+    "ClipSampler",
 ]
 
 
@@ -128,3 +129,39 @@ test_clip_indices.__test__ = False  # type: ignore[attr-defined]
 def is_too_short(num_frames: int, min_frames: int) -> bool:
     """Whether a video of ``num_frames`` frames is too short to be used (``< min_frames``)."""
     return num_frames < max(int(min_frames), 1)
+
+
+class ClipSampler:
+    """Which frames of a video make item ``clip_index``: the paper's sampling as one part.
+
+    ``mode="train"``: one clip per video at a random position (Section 4.1: ``clip_len`` frames at
+    ``stride``); ``mode="test"``: ``num_clips`` clips spread uniformly over the video.
+    (pytorchvideo's ``ClipSampler`` plays this role in its ``LabeledVideoDataset``.)
+    """
+
+    def __init__(self, clip_len: int, stride: int, mode: str = "train", num_clips: int = 10):
+        if mode not in ("train", "test"):
+            raise ValueError(f"mode must be 'train' or 'test', got {mode!r}")
+        for name, value in (("num_frames", clip_len), ("stride", stride)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(num_clips, bool) or not isinstance(num_clips, int) or num_clips < 1:
+            raise ValueError(f"test_clips must be a positive integer, got {num_clips!r}")
+        self.clip_len, self.stride, self.mode, self.num_clips = clip_len, stride, mode, num_clips
+
+    @property
+    def clips_per_video(self) -> int:
+        """1 in training, ``num_clips`` in testing."""
+        return 1 if self.mode == "train" else self.num_clips
+
+    def __call__(
+        self, video_frames: int, clip_index: int = 0, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """``(clip_len,)`` frame indices of clip ``clip_index`` of a ``video_frames``-frame video."""
+        return clip_indices(video_frames, self.clip_len, self.stride, self.mode,
+                            clip_index=clip_index, num_clips=self.num_clips,
+                            generator=generator)  # fmt: skip
+
+    def __repr__(self) -> str:
+        return (f"ClipSampler({self.clip_len}x{self.stride}, mode={self.mode!r}, "
+                f"clips={self.clips_per_video})")  # fmt: skip

@@ -173,7 +173,8 @@ class TrainConfig:
         sync_bn: convert BatchNorm to SyncBatchNorm under DDP on CUDA.
         loss: ``ce`` (softmax cross-entropy) or ``bce`` (per-category sigmoid, Section 5.2).
         seed: seed of model init, data order and augmentation.
-        workers: DataLoader worker processes.
+        workers: DataLoader worker processes (decoding overlaps the training steps).
+        prefetch: batches each worker keeps ready (``prefetch_factor``; ignored without workers).
         log_every: iterations between metric records.
         ckpt_every: iterations between checkpoints (0: only at the end).
         eval_every: iterations between validation runs (0: only at the end, if ``data.val`` is set).
@@ -196,6 +197,7 @@ class TrainConfig:
     loss: str = "ce"
     seed: int = 0
     workers: int = 4
+    prefetch: int = 2
     log_every: int = 20
     ckpt_every: int = 1000
     eval_every: int = 0
@@ -377,7 +379,7 @@ def _validate(cfg: Config) -> None:
     _validate_optim(cfg.optim)
     _validate_tools(cfg)
     t = cfg.train
-    for key in ("batch_size", "accum_steps", "log_every"):
+    for key in ("batch_size", "accum_steps", "log_every", "prefetch"):
         _check_number(f"train.{key}", getattr(t, key), 1)
     for key in ("workers", "ckpt_every", "eval_every", "stop_after"):
         _check_number(f"train.{key}", getattr(t, key), 0)

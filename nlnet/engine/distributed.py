@@ -22,11 +22,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Sampler
+
+from nlnet.data.seeding import item_seed  # the one per-item seed (re-exported here)
 
 __all__ = [
     "DistInfo",
@@ -201,12 +202,6 @@ def wrap_ddp(model: nn.Module, device: torch.device) -> nn.Module:
 # --------------------------------------------------------------------------------------------
 # samplers
 # --------------------------------------------------------------------------------------------
-def item_seed(seed: int, epoch: int, index: int) -> int:
-    """A 63-bit seed for the augmentation of dataset item ``index`` in ``epoch``."""
-    state = np.random.SeedSequence([seed & 0xFFFFFFFF, epoch, index]).generate_state(2)
-    return int((int(state[0]) << 31) ^ int(state[1])) & 0x7FFF_FFFF_FFFF_FFFF
-
-
 class ResumableDistributedSampler(Sampler):
     """``DistributedSampler``'s order, plus a start offset and optional per-item seeds.
 

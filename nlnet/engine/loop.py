@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from nlnet.data.loader import make_loader
 from nlnet.engine import distributed as du
 from nlnet.engine.checkpoint import (
     check_compatible,
@@ -314,11 +315,10 @@ class Run:
         self.sampler.set_start(st.batch_in_epoch * tc.batch_size)
         gen = torch.Generator()
         gen.manual_seed(tc.seed * 1_000_003 + st.epoch)
-        return DataLoader(
+        return make_loader(
             SeededDataset(self.train_dataset), batch_size=tc.batch_size, sampler=self.sampler,
-            num_workers=tc.workers, collate_fn=self.task.collate,
-            pin_memory=self.device.type == "cuda", drop_last=True, worker_init_fn=seed_worker,
-            generator=gen, persistent_workers=False,
+            workers=tc.workers, prefetch=tc.prefetch, collate_fn=self.task.collate,
+            device=self.device, drop_last=True, worker_init_fn=seed_worker, generator=gen,
         )  # fmt: skip
 
     def micro_step(self, batch: Any, sync: bool) -> int:

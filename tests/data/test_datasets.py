@@ -12,6 +12,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from nlnet.data import datasets as ds_mod
+from nlnet.data import frame_index as index_mod
+from nlnet.data import video as video_mod
 from nlnet.data.datasets import (
     BadVideoWarning,
     MultiLabelVideoDataset,
@@ -236,7 +238,7 @@ def test_decode_failure_after_indexing_is_skipped(folder_root, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("decoder crashed")
 
-    monkeypatch.setattr(ds_mod, "open_video", broken)
+    monkeypatch.setattr(video_mod, "open_video", broken)
     with pytest.warns(BadVideoWarning, match="decoder crashed"):
         assert data[0] is None
     assert 0 in data.bad_videos
@@ -246,13 +248,13 @@ def test_frame_count_index_is_cached(folder_root, tmp_path, monkeypatch):
     cache = tmp_path / "index.json"
     cfg = {"type": "folder", "root": str(folder_root), "cache": str(cache), **TINY}
     calls = []
-    real_probe = ds_mod.probe_video
+    real_probe = index_mod.probe_video
 
     def counting_probe(path, backend="pyav"):
         calls.append(path)
         return real_probe(path, backend=backend)
 
-    monkeypatch.setattr(ds_mod, "probe_video", counting_probe)
+    monkeypatch.setattr(index_mod, "probe_video", counting_probe)
     first = build_dataset(cfg, "train")
     assert len(calls) == 3 and cache.is_file()
     entries = json.loads(cache.read_text())["entries"]
@@ -332,7 +334,7 @@ def test_read_only_data_folder_keeps_the_index_in_the_user_cache(
     folder_root, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("NLNET_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(ds_mod.os, "access", lambda *args, **kwargs: False)  # "read-only"
+    monkeypatch.setattr(index_mod.os, "access", lambda *args, **kwargs: False)  # "read-only"
     data = build_dataset({"type": "folder", "root": str(folder_root), **TINY}, "train")
     assert data.cache_file.parent == tmp_path / "cache" / "index"
     assert data.cache_file.is_file()

@@ -103,6 +103,7 @@ def test_single_process_helpers():
         du.resolve_device("tpu")
 
 
+@pytest.mark.slow  # two more processes; test_two_process_ddp_equals_single_process is the default
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo")
 def test_ddp_survives_micro_batches_in_which_every_clip_failed(tmp_path):
     """One clip per process and 10 of 16 videos bad: some steps have an empty micro-batch on one

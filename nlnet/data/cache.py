@@ -1,0 +1,224 @@
+"""A decoded-clip cache: decode a clip once, read it back from memory or disk afterwards.
+
+Decoding dominates the data time of small-video datasets that are read many times (every epoch
+of training, every validation): the digits demo's 6000 four-frame clips, a test set evaluated
+with the same ``test_clips`` views every epoch (Section 4.1's fixed multi-clip testing). The
+cache stores the decoder's output, the ``(T, H, W, C)`` uint8 frames, so augmentation stays
+random per epoch; it helps when the same frames are asked for again (clips that fill the whole
+video, test views); a training clip drawn at a random offset of a long video rarely repeats.
+
+* ``kind="memory"``: a per-process LRU dictionary bounded by ``max_bytes``. DataLoader workers
+  each hold their own (the cache is emptied when a dataset is pickled for a ``spawn`` worker;
+  with ``fork`` a worker starts with what the main process had filled), so memory suits
+  ``train.workers: 0`` or data read in the main process.
+* ``kind="disk"``: one ``.npy`` file per clip in a folder, written to a temporary name and
+  renamed (atomic on POSIX), so DataLoader workers and DDP ranks can fill and share one folder
+  without locks; a damaged or foreign file is a miss. The bound is kept per process: a process
+  stops writing once the folder (measured when the cache was built) plus its own writes would
+  exceed ``max_bytes``; concurrent writers can overshoot by their in-flight clips.
+
+The key covers everything the frames depend on: the file's absolute path, size and
+modification time (an edited file is a miss), the decoder backend, the frame indices and the
+decode size (``None``: the file's own resolution).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["CACHE_KINDS", "ClipCache", "DiskClipCache", "MemoryClipCache", "build_clip_cache",
+           "clip_key"]  # fmt: skip
+
+#: Accepted values of ``data.clip_cache`` (``None``: no cache).
+CACHE_KINDS: tuple[str, ...] = ("memory", "disk")
+
+
+def clip_key(
+    path: str | os.PathLike,
+    indices: Sequence[int] | torch.Tensor,
+    *,
+    backend: str = "",
+    size: Sequence[int] | int | None = None,
+) -> str:
+    """The cache key of the frames ``indices`` of ``path`` decoded by ``backend`` at ``size``.
+
+    Raises:
+        OSError: ``path`` cannot be stat'ed.
+    """
+    p = os.path.abspath(os.fspath(path))
+    st = os.stat(p)
+    idx = [int(i) for i in (indices.tolist() if isinstance(indices, torch.Tensor) else indices)]
+    text = f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0{backend}\0{idx}\0{size}"
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+class ClipCache:
+    """Interface and hit/miss counters shared by the memory and the disk cache."""
+
+    kind: str = ""
+
+    def __init__(self, max_bytes: int) -> None:
+        if not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ValueError(f"max_bytes: expected a non-negative int, got {max_bytes!r}")
+        self.max_bytes = max_bytes
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> torch.Tensor | None:
+        """The cached frames of ``key`` or ``None`` (counted as a hit or a miss)."""
+        frames = self._get(key)
+        if frames is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return frames
+
+    def put(self, key: str, frames: torch.Tensor) -> bool:
+        """Store ``frames`` (uint8); returns whether they were kept (False: over the bound)."""
+        if frames.dtype != torch.uint8:
+            raise TypeError(f"frames: expected uint8 decoder output, got {frames.dtype}")
+        return self._put(key, frames.contiguous())
+
+    def _get(self, key: str) -> torch.Tensor | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _put(self, key: str, frames: torch.Tensor) -> bool:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_bytes={self.max_bytes}, hits={self.hits}, misses={self.misses})"
+
+
+class MemoryClipCache(ClipCache):
+    """Least-recently-used frames in this process's memory, at most ``max_bytes`` of them."""
+
+    kind = "memory"
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(max_bytes)
+        self._items: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._lock = threading.Lock()
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _get(self, key: str) -> torch.Tensor | None:
+        with self._lock:
+            frames = self._items.get(key)
+            if frames is not None:
+                self._items.move_to_end(key)
+            return frames
+
+    def _put(self, key: str, frames: torch.Tensor) -> bool:
+        size = frames.numel()
+        if size > self.max_bytes:
+            return False
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.nbytes -= old.numel()
+            while self._items and self.nbytes + size > self.max_bytes:
+                _, evicted = self._items.popitem(last=False)
+                self.nbytes -= evicted.numel()
+            self._items[key] = frames
+            self.nbytes += size
+        return True
+
+    def __getstate__(self) -> dict[str, Any]:
+        # a spawned worker gets an empty cache (not a copy of every clip through a pipe)
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_items", "_lock")}
+        state["nbytes"] = 0
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._items = OrderedDict()
+        self._lock = threading.Lock()
+
+
+class DiskClipCache(ClipCache):
+    """One ``<key>.npy`` file per clip under ``directory``, shared by workers and ranks."""
+
+    kind = "disk"
+
+    def __init__(self, directory: str | os.PathLike, max_bytes: int) -> None:
+        super().__init__(max_bytes)
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.nbytes = sum(f.stat().st_size for f in self.directory.glob("*.npy"))
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.npy"
+
+    def _get(self, key: str) -> torch.Tensor | None:
+        path = self._path(key)
+        try:
+            array = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, EOFError):  # damaged (e.g. a disk-full write): a miss
+            return None
+        if array.dtype != np.uint8 or array.ndim != 4:
+            return None
+        return torch.from_numpy(array)
+
+    def _put(self, key: str, frames: torch.Tensor) -> bool:
+        path = self._path(key)
+        if path.exists():
+            return True
+        size = frames.numel() + 128  # the .npy header
+        if self.nbytes + size > self.max_bytes:
+            return False
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".npy")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.save(f, frames.numpy(), allow_pickle=False)
+            os.replace(tmp, path)
+        except OSError:
+            Path(tmp).unlink(missing_ok=True)
+            return False
+        self.nbytes += size
+        return True
+
+
+def default_clip_cache_dir() -> Path:
+    """``$NLNET_CACHE/clips`` or ``~/.cache/nlnet/clips``."""
+    base = os.environ.get("NLNET_CACHE") or os.path.join(Path.home(), ".cache", "nlnet")
+    return Path(base) / "clips"
+
+
+def build_clip_cache(
+    kind: str | None, *, max_mb: float = 1024, directory: str | os.PathLike | None = None
+) -> ClipCache | None:
+    """The cache of ``data.clip_cache`` (``None``, ``"memory"`` or ``"disk"``).
+
+    Args:
+        kind: ``None`` (no cache), ``"memory"`` or ``"disk"``.
+        max_mb: the size bound in MiB (``data.clip_cache_mb``).
+        directory: the disk cache's folder (``data.clip_cache_dir``; default
+            :func:`default_clip_cache_dir`).
+
+    Raises:
+        ValueError: an unknown kind or a negative bound.
+    """
+    if kind is None or kind is False:
+        return None
+    if kind not in CACHE_KINDS:
+        raise ValueError(f"clip_cache: expected null, 'memory' or 'disk', got {kind!r}")
+    if isinstance(max_mb, bool) or not isinstance(max_mb, (int, float)) or not max_mb >= 0:
+        raise ValueError(f"clip_cache_mb: expected a size in MiB >= 0, got {max_mb!r}")
+    max_bytes = int(max_mb * 2**20)
+    if kind == "memory":
+        return MemoryClipCache(max_bytes)
+    return DiskClipCache(directory or default_clip_cache_dir(), max_bytes)

@@ -1,0 +1,54 @@
+"""The decoder part of the video datasets: a backend, its threads and the decoded-clip cache.
+
+``ClipDecoder(backend, threads, cache)(path, indices)`` returns the frames ``indices`` of ``path``
+as uint8 ``(T, H, W, 3)``; indices past the end repeat the last frame (a clip of a video that
+is a little shorter than expected). With a cache (:mod:`nlnet.data.cache`) a repeated request
+reads no file. Failures raise :class:`nlnet.data.video.VideoDecodeError` or the backend's error;
+the dataset's bad-video policy (:class:`nlnet.data.policy.BadVideoPolicy`) decides what follows.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+import nlnet.data.video as _video
+from nlnet.data.cache import ClipCache, clip_key
+from nlnet.data.video import BACKENDS, resolve_backend
+
+__all__ = ["ClipDecoder"]
+
+
+class ClipDecoder:
+    """Decode clips with one backend of :mod:`nlnet.data.video`, through an optional cache.
+
+    Args:
+        backend: ``"pyav"``, ``"torchcodec"`` or ``"auto"``.
+        threads: FFmpeg threads per decoder (``data.decode_threads``).
+        cache: a :class:`nlnet.data.cache.ClipCache` or None.
+    """
+
+    def __init__(self, backend: str = "pyav", threads: int = 1, cache: ClipCache | None = None):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.backend = resolve_backend(backend)
+        self.threads = int(threads)
+        self.cache = cache
+
+    def __call__(self, path: str | os.PathLike, indices: torch.Tensor) -> torch.Tensor:
+        key = None
+        if self.cache is not None:
+            key = clip_key(path, indices, backend=self.backend)
+            frames = self.cache.get(key)
+            if frames is not None:
+                return frames
+        with _video.open_video(path, self.backend, self.threads) as reader:
+            n = reader.num_frames
+            frames = reader.get_frames(indices.clamp(max=n - 1))  # (T, H, W, C) uint8
+        if self.cache is not None:
+            self.cache.put(key, frames)
+        return frames
+
+    def __repr__(self) -> str:
+        return f"ClipDecoder({self.backend!r}, threads={self.threads}, cache={self.cache!r})"

@@ -1,0 +1,119 @@
+"""A data loader that overlaps decoding and the host-to-device copy with the model's compute.
+
+* decoding runs in ``workers`` DataLoader processes, each keeping ``prefetch`` batches ready
+  (PyTorch's ``prefetch_factor``), while the main process trains;
+* batches are collated into pinned (page-locked) memory when the device is CUDA, so that
+* :class:`DevicePrefetcher` can start copying batch ``k + 1`` to the GPU (``non_blocking`` on a
+  side stream) while the model computes on batch ``k``; on a CPU device it passes batches
+  through unchanged.
+
+timm's ``PrefetchLoader`` and PySlowFast's loader (``DATA_LOADER.PIN_MEMORY``,
+``DATA_LOADER.NUM_WORKERS``) are the models of this file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+__all__ = ["DevicePrefetcher", "make_loader", "to_device"]
+
+
+def make_loader(
+    dataset: Dataset,
+    *,
+    batch_size: int,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    sampler: Sampler | Iterable | None = None,
+    workers: int = 0,
+    prefetch: int = 2,
+    device: torch.device | str = "cpu",
+    drop_last: bool = False,
+    worker_init_fn: Callable[[int], None] | None = None,
+    generator: torch.Generator | None = None,
+) -> DataLoader:
+    """A ``DataLoader`` with the overlap settings of this module.
+
+    Args:
+        dataset, batch_size, collate_fn, sampler, drop_last, worker_init_fn, generator: as for
+            ``torch.utils.data.DataLoader``.
+        workers: decoding processes (0: decode in the main process, no overlap).
+        prefetch: batches each worker keeps ready (ignored without workers).
+        device: where the batches go; pinned memory only for CUDA.
+
+    Raises:
+        ValueError: a negative worker count or a prefetch depth below 1.
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"workers: expected an int >= 0, got {workers!r}")
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+        raise ValueError(f"prefetch: expected an int >= 1, got {prefetch!r}")
+    return DataLoader(
+        dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
+        collate_fn=collate_fn, pin_memory=torch.device(device).type == "cuda",
+        drop_last=drop_last, worker_init_fn=worker_init_fn, generator=generator,
+        prefetch_factor=prefetch if workers > 0 else None,
+    )  # fmt: skip
+
+
+def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """``batch`` (tensors in dicts, lists and tuples) moved to ``device``; other leaves kept."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # NamedTuple
+        return type(batch)(*(to_device(v, device, non_blocking) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device, non_blocking) for v in batch)
+    return batch
+
+
+class DevicePrefetcher:
+    """Iterate ``loader``'s batches already on ``device``, the next one copied during this one.
+
+    On CUDA the copy of the next batch is queued on a side stream right after the current batch
+    is handed out; the consumer's stream waits for it before use. Elsewhere it is ``to_device``
+    per batch (a no-op for CPU).
+    """
+
+    def __init__(self, loader: Iterable[Any], device: torch.device | str) -> None:
+        self.loader = loader
+        self.device = torch.device(device)
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.device.type != "cuda":
+            for batch in self.loader:
+                yield to_device(batch, self.device)
+            return
+        stream = torch.cuda.Stream(device=self.device)
+        pending = None
+        for batch in self.loader:
+            with torch.cuda.stream(stream):
+                ready = to_device(batch, self.device, non_blocking=True)
+            if pending is not None:
+                yield pending
+            current = torch.cuda.current_stream(self.device)
+            current.wait_stream(stream)
+            for t in _tensors(ready):  # memory made on the side stream, used on this one
+                t.record_stream(current)
+            pending = ready
+        if pending is not None:
+            yield pending
+
+
+def _tensors(batch: Any) -> Iterator[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, dict):
+        for v in batch.values():
+            yield from _tensors(v)
+    elif isinstance(batch, (list, tuple)):
+        for v in batch:
+            yield from _tensors(v)

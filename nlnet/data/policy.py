@@ -1,0 +1,76 @@
+"""The bad-video policy of the video datasets: skip, warn once per file, say why none is usable.
+
+A video is bad when its frame count could not be read, when it is shorter than ``min_frames``, or
+when decoding one of its clips fails later. A bad video's items are ``None`` (dropped and counted
+by :func:`nlnet.data.items.collate_skip_bad`); the file is named in one
+:class:`nlnet.data.items.BadVideoWarning` per process, and :meth:`BadVideoPolicy.unusable_reason`
+names the common cause when no video is left, so that training stops before it starts.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from nlnet.data.items import BadVideoWarning
+from nlnet.data.sampling import is_too_short
+
+__all__ = ["BadVideoPolicy"]
+
+
+class BadVideoPolicy:
+    """Which videos are bad and why, from the frame-count index and later decode failures.
+
+    Args:
+        videos: the dataset's video paths.
+        index: per video, ``{"num_frames", "fps", "error"}`` (:func:`build_frame_index`).
+        min_frames: videos with fewer frames are bad.
+    """
+
+    def __init__(self, videos: Sequence[str], index: Sequence[dict[str, Any]], min_frames: int):
+        self.videos = list(videos)
+        self.min_frames = int(min_frames)
+        self.bad: dict[int, str] = {}
+        self._warned: set[str] = set()
+        for v, e in enumerate(index):
+            if e.get("error"):
+                self.bad[v] = str(e["error"])
+            elif is_too_short(int(e["num_frames"]), self.min_frames):
+                self.bad[v] = f"too short: {int(e['num_frames'])} frames < min_frames={min_frames}"
+        # warn here, in the main process, so that data-loader workers (copies of this object)
+        # do not warn again about the files already known to be bad
+        for v, reason in sorted(self.bad.items()):
+            self.mark(v, reason)
+
+    def is_bad(self, video: int) -> bool:
+        """Whether ``video`` is bad (warns once per file, in every process that asks)."""
+        if video in self.bad:
+            self.mark(video, self.bad[video])
+            return True
+        return False
+
+    def mark(self, video: int, reason: str) -> None:
+        """Record ``video`` as bad; the first time in this process, warn naming the file."""
+        path = self.videos[video]
+        self.bad[video] = reason
+        if path not in self._warned:
+            self._warned.add(path)
+            warnings.warn(f"skipping video {path!r}: {reason}", BadVideoWarning, stacklevel=3)
+
+    def unusable_reason(self) -> str | None:
+        """Why no video can be used (``None`` while at least one can)."""
+        n = len(self.videos)
+        if n and len(self.bad) < n:
+            return None
+        if not n:
+            return "the dataset lists no video"
+        reasons = list(self.bad.values())
+        first = self.videos[min(self.bad)]
+        if all(r.startswith("too short") for r in reasons):
+            return (
+                f"all {n} videos are shorter than a clip of min_frames={self.min_frames} frames "
+                f"(e.g. {first!r}: {reasons[0]}); use shorter clips (data.num_frames, "
+                "data.stride) or data.min_frames"
+            )
+        return f"none of the {n} videos can be decoded (e.g. {first!r}: {self.bad[min(self.bad)]})"

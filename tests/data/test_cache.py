@@ -1,0 +1,147 @@
+"""The decoded-clip cache (``data.clip_cache``): memory LRU, shared disk folder, the dataset path."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from nlnet.data import video as video_mod
+from nlnet.data.cache import (
+    DiskClipCache,
+    MemoryClipCache,
+    build_clip_cache,
+    clip_key,
+)
+from nlnet.data.datasets import build_dataset, clear_memory_index, collate_skip_bad
+from nlnet.data.video import write_video
+
+TINY = {"type": "folder", "num_frames": 4, "stride": 1, "train_scale": [20, 24], "crop": 16,
+        "test_scale": 20, "mean": [0, 0, 0], "std": [1, 1, 1],
+        "cache": False, "seed": 3}  # fmt: skip
+
+
+def _frames(n: int = 4, value: int = 7) -> torch.Tensor:
+    return torch.full((n, 6, 8, 3), value, dtype=torch.uint8)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    base = tmp_path_factory.mktemp("clips")
+    rng = np.random.default_rng(0)
+    for split, names in (("train", ("a1", "a2", "b1")), ("val", ("a3", "b2"))):
+        for name in names:
+            frames = rng.integers(0, 255, (6, 24, 28, 3), dtype=np.uint8)
+            write_video(base / split / name[0] / f"{name}.mp4", frames, fps=10)
+    return base
+
+
+def test_memory_cache_is_an_lru_bounded_in_bytes():
+    one = _frames().numel()  # bytes of one clip
+    cache = MemoryClipCache(max_bytes=2 * one)
+    assert cache.get("a") is None and cache.misses == 1
+    assert cache.put("a", _frames(value=1)) and cache.put("b", _frames(value=2))
+    assert int(cache.get("a")[0, 0, 0, 0]) == 1  # "a" is now the most recent
+    assert cache.put("c", _frames(value=3))  # evicts "b", the least recently used
+    assert cache.get("b") is None and cache.get("a") is not None and cache.get("c") is not None
+    assert cache.nbytes == 2 * one and len(cache) == 2 and cache.hits == 3
+    assert not cache.put("big", _frames(n=12))  # larger than the whole bound: not kept
+    with pytest.raises(TypeError, match="uint8"):
+        cache.put("f", _frames().float())
+    clone = pickle.loads(pickle.dumps(cache))  # what a spawned DataLoader worker receives
+    assert len(clone) == 0 and clone.nbytes == 0 and clone.put("a", _frames())
+
+
+def test_disk_cache_is_shared_atomic_and_bounded(tmp_path):
+    one = _frames().numel() + 128
+    a = DiskClipCache(tmp_path / "c", max_bytes=2 * one)
+    b = DiskClipCache(tmp_path / "c", max_bytes=2 * one)  # another worker or rank
+    assert a.put("k1", _frames(value=5))
+    torch.testing.assert_close(b.get("k1"), _frames(value=5))
+    assert not list((tmp_path / "c").glob(".tmp-*"))  # written to a temporary name, renamed
+    assert a.put("k2", _frames()) and not a.put("k3", _frames())  # the bound stops writes
+    assert DiskClipCache(tmp_path / "c", max_bytes=10 * one).nbytes == os.path.getsize(
+        tmp_path / "c" / "k1.npy"
+    ) + os.path.getsize(tmp_path / "c" / "k2.npy")
+    (tmp_path / "c" / "k1.npy").write_bytes(b"\x93NUMPY damaged")
+    assert b.get("k1") is None  # a damaged file is a miss, not an error
+    np.save(tmp_path / "c" / "k4.npy", np.zeros((2, 2), np.float32))
+    assert b.get("k4") is None  # a foreign array too
+
+
+def test_key_follows_file_indices_backend_and_size(tmp_path):
+    f = tmp_path / "v.bin"
+    f.write_bytes(b"x" * 10)
+    k = clip_key(f, [0, 1, 2])
+    assert k == clip_key(str(f), torch.tensor([0, 1, 2]))
+    others = {clip_key(f, [0, 1, 3]), clip_key(f, [0, 1, 2], backend="torchcodec"),
+              clip_key(f, [0, 1, 2], size=(16, 16))}  # fmt: skip
+    assert k not in others and len(others) == 3
+    f.write_bytes(b"y" * 11)  # an edited file
+    assert clip_key(f, [0, 1, 2]) != k
+
+
+def test_build_clip_cache_values(tmp_path):
+    assert build_clip_cache(None) is None
+    assert isinstance(build_clip_cache("memory", max_mb=1), MemoryClipCache)
+    disk = build_clip_cache("disk", max_mb=1, directory=tmp_path / "d")
+    assert isinstance(disk, DiskClipCache) and disk.max_bytes == 2**20
+    with pytest.raises(ValueError, match="clip_cache: expected null, 'memory' or 'disk'"):
+        build_clip_cache("ram")
+    with pytest.raises(ValueError, match="clip_cache_mb"):
+        build_clip_cache("memory", max_mb=-1)
+
+
+def _count_opens(monkeypatch) -> list[str]:
+    opened: list[str] = []
+    real = video_mod.open_video
+
+    def counting(path, *args, **kwargs):
+        opened.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(video_mod, "open_video", counting)
+    return opened
+
+
+@pytest.mark.parametrize("kind", ["memory", "disk"])
+def test_dataset_decodes_each_clip_once_with_equal_items(root, tmp_path, monkeypatch, kind):
+    clear_memory_index()
+    cfg = {**TINY, "root": str(root), "clip_cache": kind, "clip_cache_dir": str(tmp_path)}
+    plain = build_dataset({**TINY, "root": str(root)}, "val", clips=2)
+    cached = build_dataset(cfg, "val", clips=2)
+    opened = _count_opens(monkeypatch)
+    first = [cached[i] for i in range(len(cached))]
+    assert len(opened) == len(cached)  # 2 videos x 2 test clips: every view decoded once
+    second = [cached[i] for i in range(len(cached))]
+    assert len(opened) == len(cached)  # the second pass reads no file
+    assert cached.clip_cache.hits == len(cached)
+    for a, b, c in zip(first, second, (plain[i] for i in range(len(plain)))):
+        torch.testing.assert_close(a.clip, b.clip)
+        torch.testing.assert_close(a.clip, c.clip)  # the cache changes no value
+
+
+def test_disk_cache_with_dataloader_workers_matches_the_uncached_batches(root, tmp_path):
+    clear_memory_index()
+    cfg = {**TINY, "root": str(root)}
+    cached = build_dataset({**cfg, "clip_cache": "disk", "clip_cache_dir": str(tmp_path)}, "train")
+    plain = build_dataset(cfg, "train")
+
+    def batches(ds, workers):
+        loader = DataLoader(ds, batch_size=3, num_workers=workers, collate_fn=collate_skip_bad)
+        return [b["clip"] for b in loader]
+
+    ref = batches(plain, 0)
+    for _ in range(2):  # the workers fill the shared folder, then read from it
+        for x, y in zip(batches(cached, 2), ref):
+            torch.testing.assert_close(x, y)
+    assert len(list(tmp_path.glob("*.npy"))) == len(plain)  # 3 clips (6 frames, 4 taken at random)
+
+
+def test_unknown_cache_kind_is_a_config_error(root):
+    with pytest.raises(ValueError, match="clip_cache"):
+        build_dataset({**TINY, "root": str(root), "clip_cache": "ssd"}, "train")

@@ -1,0 +1,56 @@
+"""The overlapping loader: worker prefetch, pinned memory only for CUDA, device prefetching."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from nlnet.data.loader import DevicePrefetcher, make_loader, to_device
+
+
+def _data(n: int = 10) -> TensorDataset:
+    return TensorDataset(torch.arange(n, dtype=torch.float32)[:, None], torch.arange(n))
+
+
+def test_make_loader_settings_follow_workers_and_device():
+    cpu = make_loader(_data(), batch_size=4, workers=0, prefetch=3)
+    assert cpu.num_workers == 0 and cpu.prefetch_factor is None and not cpu.pin_memory
+    two = make_loader(_data(), batch_size=4, workers=2, prefetch=3, drop_last=True)
+    assert two.num_workers == 2 and two.prefetch_factor == 3 and not two.pin_memory
+    assert make_loader(_data(), batch_size=4, device="cuda").pin_memory  # settings only
+    got = torch.cat([x for x, _ in two])
+    assert len(two) == 2 and sorted(got.flatten().tolist()) == list(range(8))
+    for bad, match in (({"workers": -1}, "workers"), ({"prefetch": 0}, "prefetch")):
+        with pytest.raises(ValueError, match=match):
+            make_loader(_data(), batch_size=2, **bad)
+
+
+class Pair(NamedTuple):
+    clip: torch.Tensor
+    name: str
+
+
+def test_to_device_keeps_the_structure():
+    batch = {"clip": torch.ones(2), "meta": [Pair(torch.zeros(1), "a"), 3], "t": (torch.ones(1),)}
+    out = to_device(batch, torch.device("cpu"))
+    assert isinstance(out["meta"][0], Pair) and out["meta"][0].name == "a" and out["meta"][1] == 3
+    assert isinstance(out["t"], tuple) and torch.equal(out["clip"], batch["clip"])
+
+
+def test_cpu_prefetcher_passes_batches_through_in_order():
+    loader = make_loader(_data(), batch_size=3)
+    got = list(DevicePrefetcher(loader, "cpu"))
+    assert len(got) == len(DevicePrefetcher(loader, "cpu")) == 4
+    for (x, y), (rx, ry) in zip(got, loader):
+        assert torch.equal(x, rx) and torch.equal(y, ry)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the side-stream copy needs CUDA")
+def test_cuda_prefetcher_gives_every_batch_on_the_device():
+    loader = make_loader(_data(), batch_size=3, device="cuda")
+    got = [x for x, _ in DevicePrefetcher(loader, "cuda")]
+    assert all(x.is_cuda for x in got)
+    assert torch.cat(got).cpu().flatten().tolist() == list(range(10))
