@@ -130,7 +130,7 @@ def pretrained_keys(cfg: Any) -> set[str]:
         return set()
     keys = set(load_checkpoint(cfg.model.pretrained)["model"])
     if cfg.model.reset_head:
-        heads = tuple(cfg.model.head_names)
+        heads = head_names(cfg)
         keys = {k for k in keys if not any(k == h or k.startswith(h + ".") for h in heads)}
     return keys
 

@@ -149,10 +149,14 @@ def plan_non_local(
     pool_after = pool_position == "after" and any(k > 1 for k in kernel)
     if grid is None:
         return NonLocalPlan(_structural_path(f.scores, mode, pool_after), impl)
+    # a symbolic size (torch.export with a dynamic clip length) stays symbolic: int() would
+    # specialise the exported graph to the example's size
+    symbolic = any(isinstance(s, torch.SymInt) for s in grid)
     args = (
-        instantiation, tuple(int(s) for s in grid), tuple(int(k) for k in kernel), int(channels),
-        int(inter_channels), mode, temporal_groups, pool_after, impl,
-        torch.device(device).type, bool(training),
+        instantiation, tuple(s if isinstance(s, torch.SymInt) else int(s) for s in grid),
+        tuple(int(k) for k in kernel), int(channels), int(inter_channels), mode,
+        temporal_groups, pool_after, impl, torch.device(device).type, bool(training),
     )  # fmt: skip
     # compiling or exporting: decide afresh (an export may forbid a path, e.g. ONNX sorting)
-    return _plan.__wrapped__(*args) if torch.compiler.is_compiling() else _plan(*args)
+    fresh = symbolic or torch.compiler.is_compiling()
+    return _plan.__wrapped__(*args) if fresh else _plan(*args)

@@ -3,14 +3,10 @@ with the real torchvision file names, and checkpoints of every kind (made once p
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import helpers  # tests/journeys is on pytest's pythonpath (pyproject.toml)
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # helpers.py (tests run with importlib mode)
-
-import helpers  # noqa: E402
 
 
 @pytest.fixture(scope="session")

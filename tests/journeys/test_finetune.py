@@ -54,8 +54,9 @@ def test_model_facts_name_each_models_classifier_and_input():
             model = create_model(name)
         modules = dict(model.named_modules())
         assert all(c in modules for c in facts.classifier), (name, facts.classifier)
-        assert facts.input_kind == ("clip" if len(facts.input_size) == 4 else "image"), name
-        assert len(facts.mean) == len(facts.std) == 3
+        kinds = ("clip", "volume") if len(facts.input_size) == 4 else ("image",)  # volume: 3D scans
+        assert facts.input_kind in kinds, name
+        assert len(facts.mean) == len(facts.std) == facts.input_size[0], name
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from nlnet.engine.config import config_to_dict, list_configs, load_config
+from nlnet.engine.sections import plain
 
 DEFAULT = {
     "kinetics/c2d_r50_nl5",  # ImageNet ResNet-50 by name, inflated (Section 4.1)
@@ -28,7 +29,7 @@ CONFIGS = [c if c in DEFAULT else pytest.param(c, marks=pytest.mark.slow) for c 
 
 def _tiny_data(cfg, tmp: Path) -> tuple[dict, dict]:
     """The data section of a tiny synthetic dataset of the config's task, plus overrides."""
-    data, over = dict(cfg.data), {}
+    data, over = plain(cfg.data), {}
     if cfg.task in ("video_classification", "image"):
         over["model.num_classes"] = None  # inferred from the tiny data's folders
     if cfg.task == "video_classification":

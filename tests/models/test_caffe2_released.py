@@ -11,17 +11,13 @@ below are read from the released training scripts and configs, independently of 
 from __future__ import annotations
 
 import pickle
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from caffe2_reference import make_released_blobs, released_forward
 
-sys.path.insert(0, str(Path(__file__).parent))
-from caffe2_reference import make_released_blobs, released_forward  # noqa: E402
-
-from nlnet.cli import main  # noqa: E402
-from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model  # noqa: E402
+from nlnet.cli import main
+from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model
 
 
 def _cfg(builder, arc, nonlocal_, affine, frames, stride):
