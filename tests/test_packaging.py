@@ -107,7 +107,9 @@ def test_py_typed_and_extras_are_declared():
             text.split("[project.optional-dependencies]")[1].split("\n[")[0],
         )
     )
-    assert {"export", "tensorboard", "docs", "dev"} <= set(extras), extras
+    assert {"export", "coco", "tensorboard", "docs", "dev"} <= set(extras), extras
+    assert "pycocotools" in extras["coco"] and "pycocotools" in extras["dev"]
+    assert "pycocotools" not in text.split("dependencies = [")[1].split("]")[0]  # optional
     assert "onnxruntime" in extras["export"] and "mkdocstrings" in extras["docs"]
     assert "mypy" in extras["dev"]
 

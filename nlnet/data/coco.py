@@ -1,4 +1,5 @@
-"""COCO-format datasets for detection, instance segmentation and keypoints (read with pycocotools).
+"""COCO-format datasets for detection, instance segmentation and keypoints (read with pycocotools,
+the optional ``coco`` extra: ``pip install 'nlnet[coco]'``).
 
 Layout: an image folder and a COCO annotation file (``instances_*.json`` or
 ``person_keypoints_*.json``). Items are ``(image, target)`` in torchvision's detection
@@ -18,6 +19,7 @@ Crowd annotations and boxes of zero width or height are dropped from the trainin
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import os
 import warnings
@@ -29,7 +31,32 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-__all__ = ["CocoDataset", "collate_detection", "load_coco", "quiet_pycocotools"]
+__all__ = [
+    "CocoDataset",
+    "collate_detection",
+    "import_pycocotools",
+    "load_coco",
+    "quiet_pycocotools",
+]
+
+
+def import_pycocotools(submodule: str, what: str) -> Any:
+    """``pycocotools.<submodule>``, or one clear line when the optional package is missing.
+
+    Args:
+        submodule: ``"coco"``, ``"cocoeval"`` or ``"mask"``.
+        what: what needs it, for the message (e.g. ``"COCO mask AP"``).
+
+    Raises:
+        ModuleNotFoundError: ``"<what> needs pycocotools: pip install 'nlnet[coco]'"`` (the engine
+            re-raises it as :class:`~nlnet.engine.errors.MissingPackageError`, a user error).
+    """
+    try:
+        return importlib.import_module(f"pycocotools.{submodule}")
+    except ImportError:
+        raise ModuleNotFoundError(
+            f"{what} needs pycocotools: pip install 'nlnet[coco]'", name="pycocotools"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -46,13 +73,12 @@ def quiet_pycocotools() -> Iterator[None]:
 
 def load_coco(annotation_file: str | os.PathLike) -> Any:
     """A quiet :class:`pycocotools.coco.COCO` for ``annotation_file`` (clear error if missing)."""
-    from pycocotools.coco import COCO
-
     path = Path(annotation_file)
     if not path.is_file():
         raise FileNotFoundError(f"annotation_file: no COCO json at {path}")
+    coco = import_pycocotools("coco", "reading a COCO annotation file")
     with contextlib.redirect_stdout(io.StringIO()):
-        return COCO(str(path))
+        return coco.COCO(str(path))
 
 
 class CocoDataset(Dataset):

@@ -167,15 +167,13 @@ def _grow(mask: np.ndarray) -> np.ndarray:
 
 
 def _coco_annotation(ann_id: int, image_id: int, inst: dict[str, Any]) -> dict[str, Any]:
-    from pycocotools import mask as mask_utils
+    """COCO annotation of one digit; its mask as uncompressed RLE (no pycocotools needed)."""
+    from nlnet.data.rle import mask_bbox, mask_to_rle
 
-    from nlnet.data.coco import quiet_pycocotools
-
-    with quiet_pycocotools():
-        rle = mask_utils.encode(np.asfortranarray(inst["mask"].astype(np.uint8)))
-        x, y, w, h = (float(v) for v in mask_utils.toBbox(rle))
-        area = float(mask_utils.area(rle))
-    rle["counts"] = rle["counts"].decode("ascii")
+    mask = np.asarray(inst["mask"]) != 0
+    rle = mask_to_rle(mask)
+    x, y, w, h = mask_bbox(mask)
+    area = float(mask.sum())
     return {
         "id": ann_id,
         "image_id": image_id,

@@ -14,6 +14,7 @@ __all__ = [
     "CheckpointError",
     "RunDirError",
     "DivergedError",
+    "MissingPackageError",
 ]
 
 
@@ -39,3 +40,8 @@ class RunDirError(UserError):
 
 class DivergedError(UserError, FloatingPointError):
     """The training loss became infinite or NaN on clips that did decode."""
+
+
+class MissingPackageError(UserError, ModuleNotFoundError):
+    """An optional package is not installed; the message names it and the extra to install
+    (e.g. ``COCO AP evaluation needs pycocotools: pip install 'nlnet[coco]'``)."""

@@ -45,6 +45,19 @@ def test_files_and_loaders_agree(root):
     assert index.tolist() == [0, 1]
 
 
+def test_coco_json_needs_no_pycocotools_to_write_and_matches_it(root):
+    """Masks are uncompressed RLE (written with numpy); pycocotools gives the same box and area."""
+    mask_utils = pytest.importorskip("pycocotools.mask", reason="pycocotools is the coco extra")
+    det = CocoDataset(root / "val" / "images", root / "annotations" / "instances_val.json")
+    anns = list(det.coco.anns.values())
+    assert anns and all(isinstance(a["segmentation"]["counts"], list) for a in anns)
+    for a in anns:
+        info = det.coco.imgs[a["image_id"]]
+        rle = mask_utils.frPyObjects(a["segmentation"], info["height"], info["width"])
+        assert a["bbox"] == [float(v) for v in mask_utils.toBbox(rle)]
+        assert a["area"] == float(mask_utils.area(rle)) > 0
+
+
 def test_match_means_the_cue_class(root):
     data = json.loads((root / "annotations" / "instances_test.json").read_text())
     by_image: dict[int, list[dict]] = {}

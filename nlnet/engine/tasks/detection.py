@@ -23,9 +23,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from nlnet.data.coco import CocoDataset, collate_detection, quiet_pycocotools
+from nlnet.data.coco import (
+    CocoDataset,
+    collate_detection,
+    import_pycocotools,
+    quiet_pycocotools,
+)
 from nlnet.engine.checkpoint import unwrap_model
-from nlnet.engine.errors import DataError
+from nlnet.engine.errors import DataError, MissingPackageError
 from nlnet.engine.evaluation import inference_on_dataset
 
 __all__ = [
@@ -48,6 +53,14 @@ KEYPOINT_STAT_NAMES: tuple[str, ...] = (
 _PREFIX = {"bbox": "box", "segm": "mask", "keypoints": "kp"}
 
 
+def _pycocotools(submodule: str, what: str) -> Any:
+    """``pycocotools.<submodule>``; a :class:`MissingPackageError` (exit 2) when it is missing."""
+    try:
+        return import_pycocotools(submodule, what)
+    except ModuleNotFoundError as exc:
+        raise MissingPackageError(str(exc), name="pycocotools") from None
+
+
 def outputs_to_coco(
     outputs: Sequence[Mapping[str, torch.Tensor]],
     image_ids: Sequence[int],
@@ -64,8 +77,7 @@ def outputs_to_coco(
         label_to_category: maps a contiguous label to a COCO category id (identity if None).
         mask_threshold: binarisation threshold of the soft masks.
     """
-    from pycocotools import mask as mask_utils
-
+    mask_utils = _pycocotools("mask", "COCO mask results")
     results: list[dict[str, Any]] = []
     for out, image_id in zip(outputs, image_ids):
         boxes = out["boxes"].detach().cpu().double()
@@ -111,8 +123,7 @@ def coco_evaluate(
         ``box_AP``, ``box_AP50``, ... ``mask_AP``, ... ``kp_AP``, ... (``-100`` where pycocotools
         reports -1: no ground truth of that kind). With no results every AP is 0.
     """
-    from pycocotools.cocoeval import COCOeval
-
+    cocoeval = _pycocotools("cocoeval", "COCO AP evaluation")
     out: dict[str, float] = {}
     for iou_type in iou_types:
         if iou_type not in _PREFIX:
@@ -123,7 +134,7 @@ def coco_evaluate(
             continue
         with contextlib.redirect_stdout(io.StringIO()), quiet_pycocotools():
             dt = coco_gt.loadRes([dict(r) for r in results])
-            ev = COCOeval(coco_gt, dt, iou_type)
+            ev = cocoeval.COCOeval(coco_gt, dt, iou_type)
             ev.evaluate()
             ev.accumulate()
             ev.summarize()
@@ -300,14 +311,19 @@ class DetectionTask:
         ``person_keypoints_<split>.json`` for keypoints); flips only in ``train`` mode."""
         root = Path(root)
         kind = "person_keypoints" if "keypoints" in self.iou_types else "instances"
-        return CocoDataset(
-            root / self.images.format(split=split),
-            root / "annotations" / f"{kind}_{split}.json",
-            masks="segm" in self.iou_types,
-            keypoints="keypoints" in self.iou_types,
-            hflip=self.hflip if mode == "train" else 0.0,
-            keep_empty=self.keep_empty or mode != "train",
-        )
+        try:
+            return CocoDataset(
+                root / self.images.format(split=split),
+                root / "annotations" / f"{kind}_{split}.json",
+                masks="segm" in self.iou_types,
+                keypoints="keypoints" in self.iou_types,
+                hflip=self.hflip if mode == "train" else 0.0,
+                keep_empty=self.keep_empty or mode != "train",
+            )
+        except ModuleNotFoundError as exc:
+            if exc.name != "pycocotools":
+                raise
+            raise MissingPackageError(str(exc), name="pycocotools") from None
 
     def build_dataset(self, cfg: Any, split: str, mode: str = "train") -> CocoDataset:
         """The :class:`CocoDataset` of ``split``; a missing folder/file or an empty split is a
