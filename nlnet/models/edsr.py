@@ -99,6 +99,21 @@ class SRNet(nn.Module):
     in_channels: int
     bicubic_residual: bool = False
 
+    def _build_ends(
+        self, in_channels: int, num_classes: int, upscale: int, n_feats: int, **sizes: int
+    ) -> None:
+        """Check the sizes; ``sub_mean``/``add_mean`` (RGB in and out only), ``head``, ``tail``."""
+        sizes = {"num_classes": num_classes, "in_channels": in_channels, **sizes}
+        for key, val in {**sizes, "n_feats": n_feats}.items():
+            if not isinstance(val, int) or val < 1:
+                raise ValueError(f"{key}: expected a positive int, got {val!r}")
+        self.upscale, self.in_channels = upscale, in_channels
+        rgb = in_channels == 3 and num_classes == 3
+        self.sub_mean = MeanShift(DIV2K_RGB_MEAN, -1) if rgb else nn.Identity()
+        self.add_mean = MeanShift(DIV2K_RGB_MEAN, +1) if rgb else nn.Identity()
+        self.head = conv3x3(in_channels, n_feats)
+        self.tail = nn.Sequential(Upsampler(upscale, n_feats), conv3x3(n_feats, num_classes))
+
     def _run(self, x: Tensor, stages: dict[str, Tensor] | None = None) -> Tensor:
         check_input(x, 4, self.in_channels)
         x = self.head(self.sub_mean(x))
@@ -162,19 +177,10 @@ class EDSR(SRNet):
         bicubic_residual: bool = False,
     ) -> None:
         super().__init__()
-        for key, val in (("num_classes", num_classes), ("in_channels", in_channels),
-                         ("n_resblocks", n_resblocks), ("n_feats", n_feats)):  # fmt: skip
-            if not isinstance(val, int) or val < 1:
-                raise ValueError(f"{key}: expected a positive int, got {val!r}")
-        self.upscale, self.in_channels = upscale, in_channels
-        rgb = in_channels == 3 and num_classes == 3
-        self.sub_mean = MeanShift(DIV2K_RGB_MEAN, -1) if rgb else nn.Identity()
-        self.add_mean = MeanShift(DIV2K_RGB_MEAN, +1) if rgb else nn.Identity()
-        self.head = conv3x3(in_channels, n_feats)
+        self._build_ends(in_channels, num_classes, upscale, n_feats, n_resblocks=n_resblocks)
         self.body = nn.Sequential(
             *[ResBlock(n_feats, res_scale) for _ in range(n_resblocks)], conv3x3(n_feats, n_feats)
         )
-        self.tail = nn.Sequential(Upsampler(upscale, n_feats), conv3x3(n_feats, num_classes))
         if bicubic_residual and in_channels != num_classes:
             raise ValueError("bicubic_residual: needs num_classes == in_channels")
         self.bicubic_residual = bool(bicubic_residual)

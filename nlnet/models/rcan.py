@@ -20,11 +20,8 @@ from typing import Any
 from torch import Tensor, nn
 
 from nlnet.models.edsr import (
-    DIV2K_RGB_MEAN,
     SR_BLOCK,
-    MeanShift,
     SRNet,
-    Upsampler,
     conv3x3,
     sr_block_path,
     sr_cfg,
@@ -102,21 +99,12 @@ class RCAN(SRNet):
         ca_reduction: int = 16,
     ) -> None:
         super().__init__()
-        for key, val in (("num_classes", num_classes), ("in_channels", in_channels),
-                         ("n_resgroups", n_resgroups), ("n_resblocks", n_resblocks),
-                         ("n_feats", n_feats), ("ca_reduction", ca_reduction)):  # fmt: skip
-            if not isinstance(val, int) or val < 1:
-                raise ValueError(f"{key}: expected a positive int, got {val!r}")
-        self.upscale, self.in_channels = upscale, in_channels
-        rgb = in_channels == 3 and num_classes == 3
-        self.sub_mean = MeanShift(DIV2K_RGB_MEAN, -1) if rgb else nn.Identity()
-        self.add_mean = MeanShift(DIV2K_RGB_MEAN, +1) if rgb else nn.Identity()
-        self.head = conv3x3(in_channels, n_feats)
+        self._build_ends(in_channels, num_classes, upscale, n_feats, n_resgroups=n_resgroups,
+                         n_resblocks=n_resblocks, ca_reduction=ca_reduction)  # fmt: skip
         self.body = nn.Sequential(
             *[ResidualGroup(n_feats, n_resblocks, ca_reduction) for _ in range(n_resgroups)],
             conv3x3(n_feats, n_feats),
         )
-        self.tail = nn.Sequential(Upsampler(upscale, n_feats), conv3x3(n_feats, num_classes))
 
 
 def build_rcan(with_block: bool, **kwargs: Any) -> RCAN:
