@@ -581,7 +581,7 @@ def prepare_digits(
     tmp.mkdir(parents=True)
     names = cfg.class_names
     out: dict[str, Any] = {
-        "generator": "nlnet.data.digits",
+        "generator": "nlnet.demo.digits",
         "version": GENERATOR_VERSION,
         "fingerprint": cfg.fingerprint(),
         "config": cfg.to_dict(),

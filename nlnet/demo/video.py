@@ -3,7 +3,7 @@
 ``nlnet demo`` shows what the library is for, on data it brings itself
 ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971): Figures 1 and 3, Table 2d):
 
-1. it generates the long-range digits task of :mod:`nlnet.data.digits` (real handwritten digits
+1. it generates the long-range digits task of :mod:`nlnet.demo.digits` (real handwritten digits
    from scikit-learn) as mp4 files in a cache directory, and reads them back through the normal
    data pipeline (:class:`nlnet.data.datasets.VideoFolderDataset`), decoding each clip once;
 2. it pre-trains the tiny 2D backbone on single-digit frames (the role of ImageNet in Section
@@ -22,26 +22,20 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import os
-import platform
-import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from nlnet.data.digits import DigitsTaskConfig, default_cache_dir, prepare_digits, read_manifest
+from nlnet.demo.digits import DigitsTaskConfig, read_manifest
 from nlnet.engine.config import replace as replace_config
 from nlnet.engine.runlog import MetricsLogger
 
-__all__ = ["DemoSettings", "run_demo"]
+__all__ = ["DemoSettings", "ClipTensorDataset", "demo_config", "load_split", "pretrain_2d",
+           "top1", "train_model"]  # fmt: skip
 
 
 TASK_TEXT = {
@@ -215,8 +209,7 @@ def pretrain_2d(
     """
     import tempfile
 
-    import nlnet.models.tiny  # noqa: F401
-    from nlnet.data.digits import generate_frames
+    from nlnet.demo.digits import generate_frames
     from nlnet.engine.loop import train
     from nlnet.models.registry import create_model
 
@@ -240,21 +233,23 @@ def pretrain_2d(
         summary = train(cfg, model=model, train_dataset=data)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items() if not k.startswith("fc.")}
     log = {"frames": len(x), "epochs": settings.pretrain_epochs,
-           "train_top1": accuracy(model, x, data.targets, device),
+           "train_top1": top1(model, x, data.targets, device),
            "train_loss_last": summary["train_loss"],
            "time_s": time.perf_counter() - t0}  # fmt: skip
     return state, log
 
 
 @torch.no_grad()
-def accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device, bs: int = 100):
-    """Top-1 accuracy (in [0, 1]) of ``model`` on ``(x, y)`` in eval mode."""
+def top1(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device, bs: int = 100) -> float:
+    """Top-1 accuracy (in [0, 1]) of ``model`` on ``(x, y)`` in eval mode, counted by the engine's
+    :func:`nlnet.engine.metrics.topk_correct`."""
+    from nlnet.engine.metrics import topk_correct
+
+    if len(x) == 0:
+        return 0.0
     model.eval()
-    correct = 0
-    for i in range(0, len(x), bs):
-        logits = model(x[i : i + bs].to(device))
-        correct += int((logits.argmax(1).cpu() == y[i : i + bs]).sum())
-    return correct / max(len(x), 1)
+    logits = torch.cat([model(x[i : i + bs].to(device)).cpu() for i in range(0, len(x), bs)])
+    return topk_correct(logits, y, ks=(1,))[1] / len(x)
 
 
 def train_model(
@@ -279,7 +274,6 @@ def train_model(
     """
     import tempfile
 
-    import nlnet.models.tiny  # noqa: F401  (registers the tiny family)
     from nlnet.engine.loop import train
     from nlnet.models.registry import create_model
 
@@ -322,340 +316,3 @@ def train_model(
         "checkpoint": summary["checkpoint"] if run_dir is not None else None,
     }
     return model, log
-
-
-# --------------------------------------------------------------------------------------------
-# figures
-# --------------------------------------------------------------------------------------------
-
-
-def plot_curves(logs: dict[str, dict[str, Any]], path: Path) -> None:
-    """Training loss and validation top-1 per epoch for every model (Figure 4 style)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.4))
-    for name, log in logs.items():
-        a1.plot(log["epoch"], log["train_loss"], marker="o", label=name)
-        a2.plot(log["epoch"], [100 * v for v in log["val_top1"]], marker="o", label=name)
-    a1.set_xlabel("epoch")
-    a1.set_ylabel("training loss")
-    a2.set_xlabel("epoch")
-    a2.set_ylabel("validation top-1 (%)")
-    a2.set_ylim(0, 100)
-    for a in (a1, a2):
-        a.grid(alpha=0.3)
-    a2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_attention(
-    model: torch.nn.Module,
-    root: Path,
-    x: torch.Tensor,
-    records: list[dict[str, Any]],
-    class_names: list[str],
-    path: Path,
-    device: torch.device,
-    top_k: int = 20,
-) -> list[dict[str, Any]]:
-    """Figure-3-style picture: per clip, arrows from the cue to its ``top_k`` strongest keys.
-
-    The query is the feature cell at the centre of the cue digit in frame 0 (from the manifest).
-    Returns, per clip, the query, the fraction of its weight on the last frame and on the match.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    from nlnet.analysis.hooks import record_attention
-    from nlnet.analysis.visualize import draw_arrows
-
-    n, T = len(records), x.shape[2]
-    with record_attention(model) as rec, torch.no_grad():
-        logits = model.eval()(x.to(device))
-    name = rec.names[0]
-    attn = rec.maps[name].cpu()
-    mapping = rec.mapping(name, x.shape[2:])
-    fig, axes = plt.subplots(n, T, figsize=(1.5 * T, 1.75 * n), squeeze=False)
-    frames = (x.permute(0, 2, 3, 4, 1) * torch.tensor(STD) + torch.tensor(MEAN)).clamp(0, 1)
-    stats = []
-    for i, r in enumerate(records):
-        y0, x0, y1, x1 = r["cue_box"]
-        q = mapping.query_index((0, (y0 + y1) // 2, (x0 + x1) // 2))
-        w = attn[i, q]
-        draw_arrows(list(axes[i]), frames[i].numpy(), w, mapping, q, top_k=top_k)
-        key_t = torch.tensor([mapping.key_cell(j)[0] for j in range(mapping.num_keys)])
-        last = float(w[key_t == mapping.key_size[0] - 1].sum())
-        my0, mx0, my1, mx1 = r["match_box"]
-        jm = mapping.key_index((T - 1, (my0 + my1) // 2, (mx0 + mx1) // 2))
-        pred = class_names[int(logits[i].argmax())]
-        axes[i][0].set_ylabel(f"target {class_names[r['label']]}\npred {pred}", fontsize=7)
-        stats.append(
-            {"file": r["file"], "query": q, "weight_last_frame": last, "weight_match": float(w[jm])}
-        )
-    fig.suptitle(
-        f"{name}: the cue (frame 0) -> its {top_k} strongest keys across frames", fontsize=9
-    )
-    fig.subplots_adjust(left=0.04, right=0.99, bottom=0.02, top=0.9, wspace=0.05, hspace=0.3)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return stats
-
-
-def attention_statistics(
-    model: torch.nn.Module,
-    x: torch.Tensor,
-    records: list[dict[str, Any]],
-    device: torch.device,
-    batch: int = 100,
-) -> dict[str, float]:
-    """Mean attention weight from the cue to the last-frame digit and back, over test clips.
-
-    The query/key cells are those containing the centres of the boxes recorded in the manifest
-    (``cue_box`` in frame 0, ``match_box`` in the last frame); ``uniform`` is ``1 / N'``.
-    """
-    from nlnet.analysis.hooks import record_attention
-
-    cue_to_last, last_to_cue = [], []
-    T = x.shape[2]
-    model.eval()
-    uniform = float("nan")
-    for s in range(0, len(records), batch):
-        xb = x[s : s + batch].to(device)
-        with record_attention(model, to_cpu=True) as rec, torch.no_grad():
-            model(xb)
-        name = rec.names[0]
-        attn = rec.maps[name]
-        m = rec.mapping(name, xb.shape[2:])
-        uniform = 1.0 / m.num_keys
-        for i, r in enumerate(records[s : s + batch]):
-            y0, x0, y1, x1 = r["cue_box"]
-            my0, mx0, my1, mx1 = r["match_box"]
-            cue = (0, (y0 + y1) // 2, (x0 + x1) // 2)
-            last = (T - 1, (my0 + my1) // 2, (mx0 + mx1) // 2)
-            cue_to_last.append(float(attn[i, m.query_index(cue), m.key_index(last)]))
-            last_to_cue.append(float(attn[i, m.query_index(last), m.key_index(cue)]))
-    return {
-        "clips": len(cue_to_last),
-        "cue_to_last_digit": float(np.mean(cue_to_last)),
-        "last_digit_to_cue": float(np.mean(last_to_cue)),
-        "uniform": uniform,
-    }
-
-
-# --------------------------------------------------------------------------------------------
-# the command
-# --------------------------------------------------------------------------------------------
-
-
-def _threads(arg: str) -> int:
-    cores = os.cpu_count() or 1
-    if arg != "auto":
-        n = int(arg)
-        if n < 1:
-            raise ValueError(f"--threads: expected a positive integer or 'auto', got {arg!r}")
-        return n
-    # On a shared machine more threads than idle cores make PyTorch's CPU kernels far slower.
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = 0.0
-    return max(1, min(cores, int(cores - load + 0.5)))
-
-
-def settings_from_args(args: argparse.Namespace) -> DemoSettings:
-    """The :class:`DemoSettings` of the command-line options (a bad option is a UserError)."""
-    from nlnet.engine.errors import UserError
-
-    settings = DemoSettings.quick(args.seed) if args.quick else DemoSettings.default(args.seed)
-    if args.variants:
-        settings.models = (*settings.models, "c2d_tiny_nl1_space", "c2d_tiny_nl1_time")
-    task_name = getattr(args, "task", "same")
-    if task_name != settings.task.task:
-        settings.task = dataclasses.replace(settings.task, task=task_name)
-    if args.epochs is not None:
-        if args.epochs < 1:
-            raise UserError(f"--epochs: expected a positive integer, got {args.epochs}")
-        settings.epochs = args.epochs
-    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: CUDA is not available on this machine")
-    return settings
-
-
-def results_table(results: dict[str, dict[str, Any]]) -> str:
-    """Model, parameters, multiply-adds, test top-1, gap to C2D, training time."""
-    base = results.get("c2d_tiny", {}).get("test_top1")
-    lines = [
-        f"{'model':<20} {'params':>9} {'MACs':>8} {'top-1':>7} {'vs C2D':>7} {'train':>7}",
-    ]
-    for name, r in results.items():
-        gap = "" if base is None or name == "c2d_tiny" else f"{100 * (r['test_top1'] - base):+.1f}"
-        lines.append(
-            f"{name:<20} {r['params'] / 1e3:>8.0f}k {r['macs'] / 1e6:>7.1f}M "
-            f"{100 * r['test_top1']:>6.1f}% {gap:>7} {r['train_time_s']:>6.0f}s"
-        )
-    return "\n".join(lines)
-
-
-def attention_outputs(
-    settings: DemoSettings,
-    models: dict[str, torch.nn.Module],
-    data: dict[str, tuple[torch.Tensor, torch.Tensor]],
-    manifest: dict[str, Any],
-    root: Path,
-    run_dir: Path,
-    device: torch.device,
-) -> tuple[list[dict[str, Any]], dict[str, dict[str, float]]]:
-    """``attention.png`` for the first non-local model and attention statistics for each."""
-    figure: list[dict[str, Any]] = []
-    nl_name = next((n for n in settings.models if "_nl" in n), None)
-    if nl_name is not None:
-        recs = manifest["splits"]["test"][: settings.figure_clips]
-        figure = plot_attention(
-            models[nl_name], root, data["test"][0][: len(recs)], [{**r} for r in recs],
-            manifest["classes"], run_dir / "attention.png", device,
-        )  # fmt: skip
-    stats = {}
-    for name in (n for n in settings.models if "_nl" in n):
-        n = min(len(data["test"][0]), 300)
-        stats[name] = st = attention_statistics(
-            models[name], data["test"][0][:n], manifest["splits"]["test"][:n], device
-        )
-        print(
-            f"{name}: mean attention cue -> last digit {st['cue_to_last_digit']:.3f}, "
-            f"last digit -> cue {st['last_digit_to_cue']:.3f} (uniform {st['uniform']:.3f})",
-            flush=True,
-        )
-    return figure, stats
-
-
-def train_all(
-    settings: DemoSettings,
-    data: dict[str, tuple[torch.Tensor, torch.Tensor]],
-    device: torch.device,
-    seed: int,
-    progress: bool,
-    init: dict[str, torch.Tensor] | None,
-    run_dir: Path,
-    class_names: list[str],
-) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, torch.nn.Module]]:
-    """Train every model of ``settings`` from the same initialisation; test top-1 and cost."""
-    from nlnet.analysis.cost import model_cost
-
-    task = settings.task
-    results: dict[str, dict[str, Any]] = {}
-    logs: dict[str, dict[str, Any]] = {}
-    models: dict[str, torch.nn.Module] = {}
-    for name in settings.models:
-        model, log = train_model(
-            name, settings, data, device, seed, progress, init, run_dir, class_names
-        )
-        top1 = accuracy(model, *data["test"], device)
-        cost = model_cost(
-            name,
-            (task.num_frames, task.size, task.size),
-            num_classes=task.num_classes,
-            width=settings.width,
-        )
-        results[name] = {
-            "params": cost.params,
-            "macs": cost.macs,
-            "test_top1": top1,
-            "val_top1": log["val_top1"][-1],
-            "train_time_s": log["train_time_s"],
-        }
-        logs[name] = log
-        models[name] = model
-        shutil.copyfile(log["checkpoint"], run_dir / f"{name}.pt")  # for nlnet visualize
-        print(f"{name}: test top-1 {100 * top1:.1f}% ({log['train_time_s']:.0f}s)", flush=True)
-
-    return results, logs, models
-
-
-def run_demo(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the demo; returns the summary that is also written to ``summary.json``."""
-    t_start = time.perf_counter()
-    settings = settings_from_args(args)
-    device = torch.device(args.device)
-    threads = _threads(args.threads)
-    torch.set_num_threads(threads)
-    progress = not args.no_progress
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(args.output_dir) / f"demo-{stamp}-seed{args.seed}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    task = settings.task
-    print(
-        f"nlnet demo: seed {args.seed}, {threads} thread(s), device {device}, run dir {run_dir}\n"
-        f"task ({task.task}): {task.num_frames} frames of {task.size}x{task.size}; "
-        f"{TASK_TEXT[task.task]} ({task.num_classes} classes, chance "
-        f"{100 / task.num_classes:.0f}%)",
-        flush=True,
-    )
-
-    t0 = time.perf_counter()
-    root = prepare_digits(task, cache / f"digits-{task.fingerprint()}", progress=progress)
-    workers = 2 if threads >= 2 else 0  # decode in parallel on idle cores
-    data = {s: load_split(root, s, task, progress, workers) for s in ("train", "val", "test")}
-    data_time = time.perf_counter() - t0
-    manifest = read_manifest(root)
-    class_names = manifest["classes"]
-    print(
-        f"data: {root} ({len(data['train'][0])} train / {len(data['val'][0])} val / "
-        f"{len(data['test'][0])} test clips, {data_time:.0f}s)",
-        flush=True,
-    )
-
-    init, pre_log = None, None
-    if settings.pretrain_frames > 0 and settings.pretrain_epochs > 0:
-        init, pre_log = pretrain_2d(settings, device, args.seed, progress, run_dir)
-        print(
-            f"2D pre-training: {pre_log['frames']} frames x {pre_log['epochs']} epochs, "
-            f"top-1 {100 * pre_log['train_top1']:.0f}% ({pre_log['time_s']:.0f}s)",
-            flush=True,
-        )
-    results, logs, models = train_all(
-        settings, data, device, args.seed, progress, init, run_dir, class_names
-    )
-    plot_curves(logs, run_dir / "curves.png")
-    attention_stats, attn_stats = attention_outputs(
-        settings, models, data, manifest, root, run_dir, device
-    )
-    table = results_table(results)
-    total = time.perf_counter() - t_start
-    print("\n" + table + f"\n\ntotal wall time {total:.0f}s; outputs in {run_dir}", flush=True)
-    try:
-        load = list(os.getloadavg())
-    except OSError:
-        load = None
-    summary = {
-        "seed": args.seed,
-        "quick": bool(args.quick),
-        "device": str(device),
-        "threads": threads,
-        "settings": {
-            **{k: v for k, v in dataclasses.asdict(settings).items() if k != "task"},
-            "task": task.to_dict(),
-        },
-        "dataset": str(root),
-        "class_names": class_names,
-        "data_time_s": data_time,
-        "pretrain": pre_log,
-        "results": results,
-        "curves": logs,
-        "attention_figure": attention_stats,
-        "attention_statistics": attn_stats,
-        "table": table,
-        "total_time_s": total,
-        "load_average": load,
-        "platform": {"python": sys.version.split()[0], "torch": torch.__version__,
-                     "machine": platform.machine(), "cpus": os.cpu_count()},
-    }  # fmt: skip
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    return summary

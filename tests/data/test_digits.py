@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from nlnet.data.digits import (
+from nlnet.demo.digits import (
     COLOR_NAMES,
     DigitsTaskConfig,
     generate_split,
@@ -181,7 +181,7 @@ def test_mp4_cache_roundtrip_and_reuse(tmp_path):
 
 
 def test_pretraining_frames():
-    from nlnet.data.digits import generate_frames
+    from nlnet.demo.digits import generate_frames
 
     cfg = DigitsTaskConfig(**TINY)
     frames, labels = generate_frames(cfg, 20, "train")
