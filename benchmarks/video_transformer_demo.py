@@ -20,7 +20,7 @@ import torch
 
 def main() -> None:
     from nlnet.analysis.cost import count_params
-    from nlnet.demo.digits import default_cache_dir, prepare_digits
+    from nlnet.demo.digits_cache import default_cache_dir, prepare_digits
     from nlnet.demo.video import DemoSettings, load_split, pretrain_2d, top1, train_model
     from nlnet.models import create_model
 

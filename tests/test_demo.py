@@ -64,7 +64,7 @@ def test_quick_demo_smoke(tmp_path):
     assert (out["run_dir"] / "c2d_tiny_nl1.pt").is_file()
     # the dataset the demo trained on is the cached one that a second run reuses (the reuse
     # itself is tested in tests/data/test_digits.py without a second demo run)
-    from nlnet.demo.digits import prepare_digits
+    from nlnet.demo.digits_cache import prepare_digits
     from nlnet.demo.video import DemoSettings
 
     manifests = list((tmp_path / "cache").glob("*/manifest.json"))

@@ -2,8 +2,9 @@
 
 Outside the library core: nothing below this package imports it. Modules:
 
-* :mod:`nlnet.demo.digits` / :mod:`nlnet.demo.digits_dense`: the generated digits video task and
-  the dense (segmentation / detection) digits task, written as real files;
+* :mod:`nlnet.demo.digits` (+ :mod:`nlnet.demo.digits_cache`, its mp4 files) /
+  :mod:`nlnet.demo.digits_dense`: the generated digits video task and the dense (segmentation,
+  detection) digits task, written as real files;
 * :mod:`nlnet.demo.models`: the tiny C2D family (``c2d_tiny``, ``c2d_tiny_nl1``, ...), registered
   when this package is imported (the registry also imports it by name on its first lookup, see
   :data:`nlnet.models.registry.PLUGINS`);

@@ -30,7 +30,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from nlnet.demo.digits import DigitsTaskConfig, read_manifest
+from nlnet.demo.digits import DigitsTaskConfig
+from nlnet.demo.digits_cache import read_manifest
 from nlnet.engine.config import replace as replace_config
 from nlnet.engine.runlog import MetricsLogger
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from nlnet.demo.digits import default_cache_dir, prepare_digits, read_manifest
+from nlnet.demo.digits_cache import default_cache_dir, prepare_digits, read_manifest
 from nlnet.demo.video import TASK_TEXT, DemoSettings, load_split, pretrain_2d, top1, train_model
 from nlnet.demo.video_report import attention_outputs, plot_curves, results_table
 

@@ -12,10 +12,9 @@ from nlnet.demo.digits import (
     DigitsTaskConfig,
     generate_split,
     load_digit_bank,
-    prepare_digits,
-    read_manifest,
     split_digit_indices,
 )
+from nlnet.demo.digits_cache import prepare_digits, read_manifest
 
 TINY = dict(num_frames=3, size=32, num_train=12, num_val=5, num_test=6, distractors=1)
 
