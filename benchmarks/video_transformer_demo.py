@@ -20,8 +20,8 @@ import torch
 
 def main() -> None:
     from nlnet.analysis.cost import count_params
-    from nlnet.data.digits import default_cache_dir, prepare_digits
-    from nlnet.demo import DemoSettings, accuracy, load_split, pretrain_2d, train_model
+    from nlnet.demo.digits_cache import default_cache_dir, prepare_digits
+    from nlnet.demo.video import DemoSettings, load_split, pretrain_2d, top1, train_model
     from nlnet.models import create_model
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -50,14 +50,14 @@ def main() -> None:
         model, log = train_model(
             name, settings, data, device, args.seed, progress=False, init=init if conv else None
         )
-        top1 = accuracy(model, *data["test"], device)
+        acc = top1(model, *data["test"], device)
         probe = create_model(name, num_classes=task.num_classes, width=settings.width)
         rows.append(
             {
                 "model": name,
                 "params": count_params(probe),
                 "pretrained_2d": conv,
-                "test_top1": round(100 * top1, 1),
+                "test_top1": round(100 * acc, 1),
                 "val_top1": round(100 * log["val_top1"][-1], 1),
                 "train_time_s": round(time.perf_counter() - t0, 1),
             }

@@ -18,7 +18,7 @@ def test_c2d_is_a_sum_over_frames_and_the_non_local_model_is_not():
     last frame cannot interact; a spacetime non-local block makes them interact."""
     import torch
 
-    import nlnet.models.tiny  # noqa: F401
+    import nlnet.demo.models  # noqa: F401
     from nlnet.models.registry import create_model
 
     torch.manual_seed(0)
@@ -64,8 +64,8 @@ def test_quick_demo_smoke(tmp_path):
     assert (out["run_dir"] / "c2d_tiny_nl1.pt").is_file()
     # the dataset the demo trained on is the cached one that a second run reuses (the reuse
     # itself is tested in tests/data/test_digits.py without a second demo run)
-    from nlnet.data.digits import prepare_digits
-    from nlnet.demo import DemoSettings
+    from nlnet.demo.digits_cache import prepare_digits
+    from nlnet.demo.video import DemoSettings
 
     manifests = list((tmp_path / "cache").glob("*/manifest.json"))
     assert len(manifests) == 1

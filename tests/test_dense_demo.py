@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from nlnet.data.digits_dense import DenseDigitsConfig
-from nlnet.dense_demo import run_dense_demo
+from nlnet.demo.dense import run_dense_demo
+from nlnet.demo.digits_dense import DenseDigitsConfig
 
 
 def test_dense_demo_tiny(tmp_path):

@@ -1,6 +1,6 @@
 """Train C2D vs. non-local C2D on the built-in digits video task, in minutes on a CPU.
 
-What it does and writes: :mod:`nlnet.demo`.
+What it does and writes: :mod:`nlnet.demo.video`.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--task",
         choices=("same", "pointer", "match", "segmentation", "super-resolution", "unet"),
         default="same",
-        help="which digits task (default: same; see nlnet.data.digits); segmentation: the dense "
-        "demo (nlnet.dense_demo)",
+        help="which digits task (default: same; see nlnet.demo.digits); segmentation: the dense "
+        "demo (nlnet.demo.dense)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument(
@@ -46,12 +46,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.task in ("super-resolution", "unet"):  # the practitioner's use cases
-        from nlnet.sr_demo import cli_main
+        from nlnet.demo.sr import cli_main
 
         return cli_main(args)
     if args.task == "segmentation":
         return _dense(args)
-    from nlnet.demo import run_demo
+    from nlnet.demo.video_run import run_demo
 
     run_demo(args)
     return 0
@@ -63,9 +63,9 @@ def _dense(args: argparse.Namespace) -> int:
 
     import torch
 
-    from nlnet.data.digits_dense import DenseDigitsConfig
-    from nlnet.demo import _threads
-    from nlnet.dense_demo import run_dense_demo
+    from nlnet.demo.dense import run_dense_demo
+    from nlnet.demo.digits_dense import DenseDigitsConfig
+    from nlnet.demo.video_run import _threads
     from nlnet.engine.errors import UserError
 
     try:  # more threads than idle cores make PyTorch's CPU kernels far slower when shared

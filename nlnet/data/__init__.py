@@ -12,7 +12,6 @@ from nlnet.data.datasets import (
     collate_skip_bad,
     read_class_index,
 )
-from nlnet.data.digits import DigitsTaskConfig, generate_frames, generate_split, prepare_digits
 from nlnet.data.sampling import clip_indices, test_clip_indices, train_clip_indices
 from nlnet.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform, TrainTransform
 from nlnet.data.video import (
@@ -30,10 +29,6 @@ from nlnet.data.video import (
 __all__ = [
     "Preprocessing",
     "VideoDataConfig",
-    "DigitsTaskConfig",
-    "generate_frames",
-    "generate_split",
-    "prepare_digits",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "BadVideoWarning",

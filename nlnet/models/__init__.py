@@ -34,7 +34,6 @@ from nlnet.models.resnet3d import (
 from nlnet.models.slowfast import SlowFast  # noqa: F401  (registers slowfast_r50*)
 from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_blocks, non_local_paths
 from nlnet.models.swin import SwinTransformer  # noqa: F401  (registers swin_*)
-from nlnet.models.tiny import TinyC2D  # noqa: F401  (registers the tiny CPU family, c2d_tiny*)
 from nlnet.models.unet import UNet  # noqa: F401  (registers unet2d*, unet3d*)
 from nlnet.models.video_transformer import VideoTransformer  # noqa: F401  (registers vivit_tiny)
 from nlnet.models.vit import VisionTransformer  # noqa: F401  (registers vit_*)

@@ -3,8 +3,9 @@
 Each architecture module registers its names itself, one decorated builder per name, next to
 the architecture (``video_resnets.py``: C2D/I3D; ``image.py``: the COCO/guide ResNets and the
 segmentation nets; ``vit.py``, ``swin.py``, ``video_transformer.py``, ``detection.py``,
-``tiny.py``, ``segmentation.py``), so every name can be found with ``grep``.  Importing
-:mod:`nlnet.models` imports all of them; this module imports none of them.
+``segmentation.py``; the demo's tiny models in ``nlnet/demo/models.py``), so every name can be
+found with ``grep``.  Importing :mod:`nlnet.models` imports all of them but the demo's, which
+the first lookup imports by name (:data:`PLUGINS`); this module imports none of them.
 
 Register a new model with its typed default config (:class:`~nlnet.models.model_cfg.ModelCfg`)::
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import importlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,6 +83,22 @@ class ModelEntry:
 
 _REGISTRY: dict[str, ModelEntry] = {}
 
+#: Modules above this layer that register more names (the tiny CPU models of ``nlnet demo``,
+#: ``c2d_tiny*``, live in :mod:`nlnet.demo.models`). They are imported by name on the first lookup
+#: (:func:`list_models`, :func:`get_model_entry`), the way entry points let a plugin register
+#: itself: the registry never imports them at module level, so the import direction holds.
+PLUGINS: tuple[str, ...] = ("nlnet.demo.models",)
+_plugins_loaded = False
+
+
+def _load_plugins() -> None:
+    """Import the :data:`PLUGINS` modules once (their ``@register_model`` calls run then)."""
+    global _plugins_loaded
+    if not _plugins_loaded:
+        _plugins_loaded = True
+        for module in PLUGINS:
+            importlib.import_module(module)
+
 
 def register_model(
     fn: Callable[..., nn.Module] | None = None,
@@ -123,6 +141,7 @@ def list_models(
             ``"*_r101*"``; a name matching any of them is kept. ``None``: all names.
         exclude: wildcard(s) of names to drop.
     """
+    _load_plugins()
     names = sorted(_REGISTRY)
     if pattern is not None:
         pats = [pattern] if isinstance(pattern, str) else list(pattern)
@@ -135,6 +154,8 @@ def list_models(
 
 def get_model_entry(name: str) -> ModelEntry:
     """The :class:`ModelEntry` of ``name`` (``ValueError`` with suggestions if unknown)."""
+    if not isinstance(name, str) or name not in _REGISTRY:
+        _load_plugins()
     if not isinstance(name, str) or name not in _REGISTRY:
         close = difflib.get_close_matches(str(name), list(_REGISTRY), n=4)
         hint = f"; did you mean {', '.join(close)}?" if close else "; see `nlnet models`"

@@ -5,6 +5,10 @@ Every ``import nlnet.X`` / ``from nlnet.X import`` in the package (function-leve
 read from the source with ``ast``; a module may import only from its own or a lower layer, and
 the graph of module imports has no cycle.  ``make lint`` runs this file.
 
+The registry's plugin hook (``nlnet.models.registry.PLUGINS``: modules imported by name on the
+first model lookup, the demo's tiny models) is not an ``import`` statement; it is checked here
+to load nothing above the models layer but the plugin module and its package.
+
 The top-level ``nlnet/__init__.py`` is the one exception: it re-exports names of every layer
 (``nlnet.create_model``, ``nlnet.predict``, ...) lazily, through its module ``__getattr__`` and for
 type checkers under ``if TYPE_CHECKING:``; it imports no nlnet module when ``import nlnet`` runs.
@@ -30,9 +34,6 @@ LAYERS = {
     "engine": 5,
     "inference": 6,
     "demo": 6,
-    "dense_demo": 6,
-    "sr_demo": 6,
-    "unet_demo": 6,
     "commands": 7,
     "cli": 8,
     "__main__": 9,
@@ -136,3 +137,59 @@ def test_help_imports_no_torch():
     assert out.returncode == 0, out.stderr
     assert "examples:" in out.stdout and "usage: nlnet" in out.stdout
     assert out.stderr.strip().endswith("NO-TORCH"), out.stderr
+
+
+def _graph_with_submodules() -> dict[str, set[str]]:
+    """:func:`_graph` plus the submodules named in ``from package import module``."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = _graph()
+    for m, p in modules.items():
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                graph[m] |= {f"{node.module}.{a.name}" for a in node.names} & set(modules)
+        graph[m].discard(m)
+    return graph
+
+
+def _registry_plugins() -> tuple[str, ...]:
+    tree = ast.parse((PACKAGE / "models" / "registry.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "PLUGINS":
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError("nlnet/models/registry.py: no PLUGINS tuple")
+
+
+def test_registry_plugins_load_nothing_above_models():
+    """A plugin module and its packages may sit above models, but everything they import
+    (function-level imports too, transitively) is at the models layer or below."""
+    graph = _graph_with_submodules()
+    plugins = _registry_plugins()
+    assert plugins, "PLUGINS is empty"
+    for plugin in plugins:
+        assert plugin in graph, f"PLUGINS names {plugin!r}, not a module of the package"
+        parts = plugin.split(".")
+        own = {".".join(parts[:i]) for i in range(2, len(parts) + 1)}  # the packages + itself
+        seen, todo = set(), list(own)
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo += graph.get(m, ())
+        above = sorted(m for m in seen - own if _layer(m) > LAYERS["models"])
+        assert not above, f"{plugin} loads modules above models: {above}"
+
+
+def test_registry_plugin_registers_on_first_lookup():
+    code = (
+        "import sys\n"
+        "from nlnet.models.registry import list_models\n"
+        "names = list_models('c2d_tiny*')\n"
+        "up = [m for m in sys.modules if m.startswith(('nlnet.engine', 'nlnet.data', 'nlnet.commands'))]\n"
+        "print(names, up)\n"
+    )  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True,
+        env={"PYTHONPATH": str(PACKAGE.parent), "PATH": ""},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "'c2d_tiny_nl1'" in out.stdout and out.stdout.strip().endswith("[]"), out.stdout

@@ -51,7 +51,7 @@ def _tiny_data(cfg, tmp: Path) -> tuple[dict, dict]:
             return data, over
         size = 224 if cfg.model.name.startswith(("vit_", "swin_")) else 32
         return {"root": str(helpers.image_tree(tmp / "images")), "size": size}, over
-    from nlnet.data.digits_dense import DenseDigitsConfig, prepare_dense_digits
+    from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
 
     root = prepare_dense_digits(
         DenseDigitsConfig(size=64, num_train=4, num_val=2, num_test=2, seed=5), tmp / "dense"

@@ -78,10 +78,9 @@ def sr_demo_config(name: str, s: SRDemoSettings, run_dir: Path, seed: int, devic
 
 def _crops_figure(path: Path, models: dict[str, nn.Module], test: Any, upscale: int) -> None:
     """Rows of crops: low-res (nearest), bicubic, each model, original."""
-    import matplotlib
+    from nlnet.analysis.plotting import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     def bicubic_error(i: int) -> float:  # crops where up-sampling matters: textured ones
         lr, hr, _ = test[i]
@@ -198,7 +197,7 @@ def threads_for(arg: str) -> int:
 
 
 def cli_main(args: Any) -> int:
-    """``nlnet demo --task super-resolution`` (and ``--task unet``, :mod:`nlnet.unet_demo`)."""
+    """``nlnet demo --task super-resolution`` (and ``--task unet``, :mod:`nlnet.demo.unet`)."""
     from nlnet.engine.errors import UserError
 
     try:
@@ -210,7 +209,7 @@ def cli_main(args: Any) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.output_dir) / f"{args.task}-demo-{stamp}-seed{args.seed}"
     if args.task == "unet":
-        from nlnet.unet_demo import UNetDemoSettings, run_unet_demo
+        from nlnet.demo.unet import UNetDemoSettings, run_unet_demo
 
         s = UNetDemoSettings.quick() if args.quick else UNetDemoSettings()
         if args.epochs:

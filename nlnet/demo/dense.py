@@ -1,7 +1,7 @@
 """The dense demo: semantic segmentation with and without one non-local block, on real digit scans.
 
 ``run_dense_demo("segmentation", seeds)`` writes the dense digits task
-(:mod:`nlnet.data.digits_dense`: PNG images, PNG masks and COCO json) into a cache, reads it back
+(:mod:`nlnet.demo.digits_dense`: PNG images, PNG masks and COCO json) into a cache, reads it back
 with :class:`nlnet.data.segmentation.SegmentationFolder`, trains ``seg_tiny`` (the guide's head on
 a tiny dilated ResNet, receptive field 45 pixels) and ``seg_tiny_nl`` (the same with the head's
 non-local block) from the same initialisation seed, and reports test mIoU and per-class IoU.
@@ -31,8 +31,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from nlnet.data.digits_dense import CATEGORIES, DenseDigitsConfig, prepare_dense_digits
 from nlnet.data.segmentation import SegmentationFolder
+from nlnet.demo.digits_dense import CATEGORIES, DenseDigitsConfig, prepare_dense_digits
 from nlnet.engine.tasks.segmentation import SegmentationTask
 from nlnet.models import create_model
 

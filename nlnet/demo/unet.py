@@ -3,7 +3,7 @@
 The practitioner's first use case puts a non-local block (reduction 2, sub-sampling 2) after the
 last block of a U-Net's encoder, so that a structure's label can use evidence far away in the
 image. ``run_unet_demo(seeds)`` tests that on the built-in dense digits task
-(:mod:`nlnet.data.digits_dense`: 64x64 images of scikit-learn's real handwritten-digit scans,
+(:mod:`nlnet.demo.digits_dense`: 64x64 images of scikit-learn's real handwritten-digit scans,
 no download), where a digit's label -- ``match`` or ``other`` -- depends on a boxed cue digit
 elsewhere in the image, up to ~60 pixels away.
 
@@ -107,8 +107,8 @@ def run_unet_demo(
         ``{"settings", "data_root", "runs": [{"seed", "model", "params", "train_s",
         "metrics"}], "wall_s"}``.
     """
-    from nlnet.data.digits_dense import DenseDigitsConfig, prepare_dense_digits
     from nlnet.data.segmentation import SegmentationFolder
+    from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
     from nlnet.engine.loop import train
     from nlnet.engine.tasks.segmentation import SegmentationTask
     from nlnet.models import create_model

@@ -1,0 +1,319 @@
+"""Train C2D vs. non-local C2D on the built-in digits video task, in minutes on a CPU.
+
+``nlnet demo`` shows what the library is for, on data it brings itself
+("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971): Figures 1 and 3, Table 2d):
+
+1. it generates the long-range digits task of :mod:`nlnet.demo.digits` (real handwritten digits
+   from scikit-learn) as mp4 files in a cache directory, and reads them back through the normal
+   data pipeline (:class:`nlnet.data.datasets.VideoFolderDataset`), decoding each clip once;
+2. it pre-trains the tiny 2D backbone on single-digit frames (the role of ImageNet in Section
+   4.1), then trains, from that same initialisation, the tiny C2D baseline (``c2d_tiny``) and
+   the network with one spacetime non-local block in res4 (``c2d_tiny_nl1``) -- and, with
+   ``--variants``, the space-only and time-only blocks of Table 2d -- with the engine's one
+   training loop (:func:`nlnet.engine.loop.train`) and a compact AdamW / one-cycle recipe
+   (:meth:`DemoSettings.train_config`) on the decoded clips;
+3. it evaluates every model on the test split (digit images never seen in training) and prints
+   a table: model, parameters, multiply-adds, top-1, training time;
+4. it writes into its run directory ``runs/demo-<timestamp>-seed<k>/``: ``curves.png`` (training loss and
+   validation top-1 per epoch), ``attention.png`` (a Figure-3-style picture: for a few test clips,
+   arrows from the cue digit in the first frame to the 20 highest-weighted key positions across
+   the frames), ``summary.json`` and a checkpoint per model (readable by ``nlnet visualize``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from nlnet.demo.digits import DigitsTaskConfig
+from nlnet.demo.digits_cache import read_manifest
+from nlnet.engine.config import replace as replace_config
+from nlnet.engine.runlog import MetricsLogger
+
+__all__ = ["DemoSettings", "ClipTensorDataset", "demo_config", "load_split", "pretrain_2d",
+           "top1", "train_model"]  # fmt: skip
+
+
+TASK_TEXT = {
+    "pointer": "the target is the class of the last-frame digit drawn in the colour of the "
+    "square shown in frame 0",
+    "match": "the target is the colour of the last-frame digit whose class equals the boxed "
+    "cue digit's class in frame 0",
+    "same": "the target is whether the last-frame digit has the class of the boxed cue digit "
+    "in frame 0",
+}
+
+#: Normalisation of the digits clips (intensities are mostly black with bright strokes).
+MEAN = (0.1, 0.1, 0.1)
+STD = (0.25, 0.25, 0.25)
+
+
+@dataclasses.dataclass
+class DemoSettings:
+    """Everything a demo run depends on (recorded in ``summary.json``)."""
+
+    task: DigitsTaskConfig
+    models: tuple[str, ...] = ("c2d_tiny", "c2d_tiny_nl1")
+    width: int = 8
+    epochs: int = 4
+    batch_size: int = 32
+    lr: float = 2e-3
+    weight_decay: float = 1e-4
+    dropout: float = 0.2
+    figure_clips: int = 3
+    pretrain_frames: int = 4000
+    pretrain_epochs: int = 6
+    pretrain_lr: float = 3e-3
+    theta_init_std: float | None = 0.01
+
+    @classmethod
+    def default(cls, seed: int = 0) -> DemoSettings:
+        return cls(task=DigitsTaskConfig(seed=seed))
+
+    @classmethod
+    def quick(cls, seed: int = 0) -> DemoSettings:
+        task = DigitsTaskConfig(
+            num_frames=4, num_train=48, num_val=16, num_test=16, distractors=1, seed=seed
+        )
+        return cls(
+            task=task, width=2, epochs=1, batch_size=16, figure_clips=2, pretrain_frames=64,
+            pretrain_epochs=1,
+        )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# data
+# --------------------------------------------------------------------------------------------
+
+
+def load_split(
+    root: Path, split: str, task: DigitsTaskConfig, progress: bool = True, workers: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode one split through :class:`VideoFolderDataset` into memory.
+
+    The dataset's disk clip cache (``root/.decoded``, :mod:`nlnet.data.cache`) keeps the decoded
+    frames, so a later run with the same data reads them instead of the mp4 files; ``workers``
+    data-loader processes decode in parallel (:func:`nlnet.data.loader.make_loader`).
+
+    Returns:
+        ``(clips, targets)``: float ``(N, 3, T, H, W)`` normalised and int64 ``(N,)``, in the
+        manifest's order (so that item ``i`` matches ``manifest["splits"][split][i]``).
+    """
+    from tqdm import tqdm
+
+    from nlnet.data.datasets import VideoFolderDataset, collate_skip_bad
+    from nlnet.data.loader import make_loader
+
+    ds = VideoFolderDataset(
+        root, split, mode="test", num_frames=task.num_frames, stride=1, test_clips=1,
+        test_scale=task.size, test_crop=None, mean=MEAN, std=STD, cache=False,
+        clip_cache="disk", clip_cache_dir=root / ".decoded", clip_cache_mb=4096,
+    )  # fmt: skip
+    manifest = read_manifest(root)
+    order = {str((root / r["file"]).resolve()): i for i, r in enumerate(manifest["splits"][split])}
+    clips = torch.empty(len(ds), 3, task.num_frames, task.size, task.size)
+    targets = torch.empty(len(ds), dtype=torch.long)
+    loader = make_loader(ds, batch_size=50, collate_fn=collate_skip_bad, workers=workers)
+    bar = tqdm(total=len(ds), desc=f"decoding {split}", unit="clip", leave=False,
+               disable=not progress)  # fmt: skip
+    for batch in loader:
+        if batch["skipped"]:
+            raise RuntimeError(f"could not decode every clip of {split}; delete the cache {root}")
+        for clip, target, video in zip(batch["clip"], batch["target"], batch["index"]):
+            i = order[str(Path(ds.videos[int(video)]).resolve())]
+            clips[i], targets[i] = clip, int(target)
+        bar.update(len(batch["clip"]))
+    bar.close()
+    return clips, targets
+
+
+# --------------------------------------------------------------------------------------------
+# training
+# --------------------------------------------------------------------------------------------
+
+
+class ClipTensorDataset(Dataset):
+    """Decoded clips held in memory, as dataset items ``(clip, target, index)``."""
+
+    def __init__(self, clips: torch.Tensor, targets: torch.Tensor, classes: list[str]) -> None:
+        self.clips, self.targets, self.classes = clips, targets, list(classes)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def __len__(self) -> int:
+        return len(self.clips)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:
+        return self.clips[i], int(self.targets[i]), i
+
+
+def demo_config(
+    settings: DemoSettings,
+    name: str,
+    run_dir: Path,
+    *,
+    num_classes: int,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    schedule: str,
+    seed: int,
+    device: torch.device,
+    progress: bool,
+    num_frames: int,
+) -> Any:
+    """The demo's recipe as an engine config: AdamW, one-cycle (or constant) rate, per-epoch
+    validation, the digits normalisation stored as the checkpoint's preprocessing."""
+    from nlnet.engine.config import config_from_dict
+
+    task = settings.task
+    return config_from_dict({
+        "model": {"name": name, "num_classes": num_classes, "dropout": settings.dropout,
+                  "overrides": {"width": settings.width}},
+        "data": {"type": "folder", "num_frames": num_frames, "stride": 1,
+                 "test_scale": task.size, "mean": list(MEAN), "std": list(STD)},
+        "optim": {"optimizer": "adamw", "schedule": schedule, "lr": lr,
+                  "weight_decay": settings.weight_decay, "epochs": epochs, "steps": [],
+                  "pct_start": 0.15},
+        "train": {"batch_size": batch_size, "seed": seed,
+                  "workers": 0, "log_every": 10_000, "ckpt_every": 0, "sync_bn": False,
+                  "device": str(device), "progress": None if progress else False},
+        "eval": {"clips": 1, "batch_size": 100, "workers": 0},
+        "output_dir": str(run_dir),
+    })  # fmt: skip
+
+
+def pretrain_2d(
+    settings: DemoSettings,
+    device: torch.device,
+    seed: int,
+    progress: bool = True,
+    run_dir: Path | None = None,
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """2D pre-training of the backbone on single-digit frames (Section 4.1's ImageNet step).
+
+    The paper initialises C2D and the non-local models from the same ImageNet-pretrained 2D
+    ResNet. Here the same tiny backbone is first trained to name single digits (train-split
+    images only, random positions and colours) as one-frame clips, through the engine's loop
+    (AdamW, constant rate); both demo models start from these weights, so the comparison stays
+    fair.
+
+    Returns:
+        The backbone state dict (without ``fc``) and a small log.
+    """
+    import tempfile
+
+    from nlnet.demo.digits import generate_frames
+    from nlnet.engine.loop import train
+    from nlnet.models.registry import create_model
+
+    task = settings.task
+    t0 = time.perf_counter()
+    frames, labels = generate_frames(task, settings.pretrain_frames, "train")
+    x = torch.from_numpy(frames).permute(0, 3, 1, 2).float().div(255.0)  # (N, 3, H, W)
+    x = ((x - torch.tensor(MEAN)[:, None, None]) / torch.tensor(STD)[:, None, None])[:, :, None]
+    data = ClipTensorDataset(x, torch.from_numpy(labels), [str(d) for d in task.digits])
+    torch.manual_seed(seed)
+    model = create_model(
+        "c2d_tiny", num_classes=len(task.digits), width=settings.width, dropout=settings.dropout
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = demo_config(
+            settings, "c2d_tiny", Path(run_dir or tmp) / "pretrain_2d",
+            num_classes=len(task.digits), epochs=settings.pretrain_epochs, batch_size=64,
+            lr=settings.pretrain_lr, schedule="multistep", seed=seed + 1, device=device,
+            progress=progress, num_frames=1,
+        )  # fmt: skip
+        summary = train(cfg, model=model, train_dataset=data)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items() if not k.startswith("fc.")}
+    log = {"frames": len(x), "epochs": settings.pretrain_epochs,
+           "train_top1": top1(model, x, data.targets, device),
+           "train_loss_last": summary["train_loss"],
+           "time_s": time.perf_counter() - t0}  # fmt: skip
+    return state, log
+
+
+@torch.no_grad()
+def top1(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device, bs: int = 100) -> float:
+    """Top-1 accuracy (in [0, 1]) of ``model`` on ``(x, y)`` in eval mode, counted by the engine's
+    :func:`nlnet.engine.metrics.topk_correct`."""
+    from nlnet.engine.metrics import topk_correct
+
+    if len(x) == 0:
+        return 0.0
+    model.eval()
+    logits = torch.cat([model(x[i : i + bs].to(device)).cpu() for i in range(0, len(x), bs)])
+    return topk_correct(logits, y, ks=(1,))[1] / len(x)
+
+
+def train_model(
+    name: str,
+    settings: DemoSettings,
+    data: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    device: torch.device,
+    seed: int,
+    progress: bool = True,
+    init: dict[str, torch.Tensor] | None = None,
+    run_dir: Path | None = None,
+    class_names: list[str] | None = None,
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Train one registered model with the engine's loop (AdamW, one-cycle); return it and its
+    per-epoch log.  The checkpoint is ``<run_dir>/<name>/checkpoints/final.pt``.
+
+    ``init`` is the pre-trained backbone (loaded non-strictly: the classifier and the non-local
+    blocks keep their initialisation). With ``settings.theta_init_std`` the ``theta`` embedding
+    of every non-local block starts small, so that the initial attention is nearly uniform and
+    every key receives gradient (a sharp random softmax on pre-trained features starves the
+    keys it ignores).
+    """
+    import tempfile
+
+    from nlnet.engine.loop import train
+    from nlnet.models.registry import create_model
+
+    torch.manual_seed(seed)
+    num_classes = settings.task.num_classes
+    model = create_model(
+        name, num_classes=num_classes, width=settings.width, dropout=settings.dropout
+    )
+    if init is not None:
+        missing, unexpected = model.load_state_dict(init, strict=False)
+        bad = [k for k in missing if not (k.startswith("fc.") or ".non_local." in k)]
+        if bad or unexpected:
+            raise RuntimeError(f"pre-trained weights do not fit {name}: {bad + unexpected}")
+    if settings.theta_init_std:
+        from nlnet.analysis.hooks import find_non_local_blocks
+
+        for _, block in find_non_local_blocks(model):
+            if block.theta is not None:
+                torch.nn.init.normal_(block.theta.weight, std=settings.theta_init_std)
+    names = class_names or [f"class_{i}" for i in range(num_classes)]
+    train_ds, val_ds = (ClipTensorDataset(*data[s], names) for s in ("train", "val"))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(run_dir or tmp) / name
+        cfg = demo_config(
+            settings, name, out, num_classes=num_classes, epochs=settings.epochs,
+            batch_size=settings.batch_size, lr=settings.lr, schedule="onecycle", seed=seed,
+            device=device, progress=progress, num_frames=settings.task.num_frames,
+        )  # fmt: skip
+        steps = len(train_ds) // settings.batch_size
+        cfg = replace_config(cfg, **{"train.eval_every": steps, "train.log_every": steps})
+        summary = train(cfg, model=model, train_dataset=train_ds, val_dataset=val_ds)
+        records = MetricsLogger(out).records()
+    epochs = [r for r in records if r["kind"] == "epoch"]
+    vals = [r for r in records if r["kind"] == "val"]
+    log: dict[str, Any] = {
+        "epoch": [r["epoch"] + 1 for r in epochs],
+        "train_loss": [r["loss"] for r in epochs],
+        "val_top1": [r["video_top1"] / 100 for r in vals],
+        "train_time_s": summary["loop_time_s"],
+        "checkpoint": summary["checkpoint"] if run_dir is not None else None,
+    }
+    return model, log

@@ -1,0 +1,186 @@
+"""``nlnet demo`` (the video task): options -> settings, data, training of every model, report.
+
+What it does and writes: :mod:`nlnet.demo.video`; the figures and the table:
+:mod:`nlnet.demo.video_report`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nlnet.demo.digits_cache import default_cache_dir, prepare_digits, read_manifest
+from nlnet.demo.video import TASK_TEXT, DemoSettings, load_split, pretrain_2d, top1, train_model
+from nlnet.demo.video_report import attention_outputs, plot_curves, results_table
+
+__all__ = ["run_demo", "settings_from_args", "train_all"]
+
+
+def _threads(arg: str) -> int:
+    cores = os.cpu_count() or 1
+    if arg != "auto":
+        n = int(arg)
+        if n < 1:
+            raise ValueError(f"--threads: expected a positive integer or 'auto', got {arg!r}")
+        return n
+    # On a shared machine more threads than idle cores make PyTorch's CPU kernels far slower.
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    return max(1, min(cores, int(cores - load + 0.5)))
+
+
+def settings_from_args(args: argparse.Namespace) -> DemoSettings:
+    """The :class:`DemoSettings` of the command-line options (a bad option is a UserError)."""
+    from nlnet.engine.errors import UserError
+
+    settings = DemoSettings.quick(args.seed) if args.quick else DemoSettings.default(args.seed)
+    if args.variants:
+        settings.models = (*settings.models, "c2d_tiny_nl1_space", "c2d_tiny_nl1_time")
+    task_name = getattr(args, "task", "same")
+    if task_name != settings.task.task:
+        settings.task = dataclasses.replace(settings.task, task=task_name)
+    if args.epochs is not None:
+        if args.epochs < 1:
+            raise UserError(f"--epochs: expected a positive integer, got {args.epochs}")
+        settings.epochs = args.epochs
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: CUDA is not available on this machine")
+    return settings
+
+
+def train_all(
+    settings: DemoSettings,
+    data: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    device: torch.device,
+    seed: int,
+    progress: bool,
+    init: dict[str, torch.Tensor] | None,
+    run_dir: Path,
+    class_names: list[str],
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, torch.nn.Module]]:
+    """Train every model of ``settings`` from the same initialisation; test top-1 and cost."""
+    from nlnet.analysis.cost import model_cost
+
+    task = settings.task
+    results: dict[str, dict[str, Any]] = {}
+    logs: dict[str, dict[str, Any]] = {}
+    models: dict[str, torch.nn.Module] = {}
+    for name in settings.models:
+        model, log = train_model(
+            name, settings, data, device, seed, progress, init, run_dir, class_names
+        )
+        acc = top1(model, *data["test"], device)
+        cost = model_cost(
+            name,
+            (task.num_frames, task.size, task.size),
+            num_classes=task.num_classes,
+            width=settings.width,
+        )
+        results[name] = {
+            "params": cost.params,
+            "macs": cost.macs,
+            "test_top1": acc,
+            "val_top1": log["val_top1"][-1],
+            "train_time_s": log["train_time_s"],
+        }
+        logs[name] = log
+        models[name] = model
+        shutil.copyfile(log["checkpoint"], run_dir / f"{name}.pt")  # for nlnet visualize
+        print(f"{name}: test top-1 {100 * acc:.1f}% ({log['train_time_s']:.0f}s)", flush=True)
+
+    return results, logs, models
+
+
+def run_demo(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the demo; returns the summary that is also written to ``summary.json``."""
+    t_start = time.perf_counter()
+    settings = settings_from_args(args)
+    device = torch.device(args.device)
+    threads = _threads(args.threads)
+    torch.set_num_threads(threads)
+    progress = not args.no_progress
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(args.output_dir) / f"demo-{stamp}-seed{args.seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    task = settings.task
+    print(
+        f"nlnet demo: seed {args.seed}, {threads} thread(s), device {device}, run dir {run_dir}\n"
+        f"task ({task.task}): {task.num_frames} frames of {task.size}x{task.size}; "
+        f"{TASK_TEXT[task.task]} ({task.num_classes} classes, chance "
+        f"{100 / task.num_classes:.0f}%)",
+        flush=True,
+    )
+
+    t0 = time.perf_counter()
+    root = prepare_digits(task, cache / f"digits-{task.fingerprint()}", progress=progress)
+    workers = 2 if threads >= 2 else 0  # decode in parallel on idle cores
+    data = {s: load_split(root, s, task, progress, workers) for s in ("train", "val", "test")}
+    data_time = time.perf_counter() - t0
+    manifest = read_manifest(root)
+    class_names = manifest["classes"]
+    print(
+        f"data: {root} ({len(data['train'][0])} train / {len(data['val'][0])} val / "
+        f"{len(data['test'][0])} test clips, {data_time:.0f}s)",
+        flush=True,
+    )
+
+    init, pre_log = None, None
+    if settings.pretrain_frames > 0 and settings.pretrain_epochs > 0:
+        init, pre_log = pretrain_2d(settings, device, args.seed, progress, run_dir)
+        print(
+            f"2D pre-training: {pre_log['frames']} frames x {pre_log['epochs']} epochs, "
+            f"top-1 {100 * pre_log['train_top1']:.0f}% ({pre_log['time_s']:.0f}s)",
+            flush=True,
+        )
+    results, logs, models = train_all(
+        settings, data, device, args.seed, progress, init, run_dir, class_names
+    )
+    plot_curves(logs, run_dir / "curves.png")
+    attention_stats, attn_stats = attention_outputs(
+        settings, models, data, manifest, root, run_dir, device
+    )
+    table = results_table(results)
+    total = time.perf_counter() - t_start
+    print("\n" + table + f"\n\ntotal wall time {total:.0f}s; outputs in {run_dir}", flush=True)
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = None
+    summary = {
+        "seed": args.seed,
+        "quick": bool(args.quick),
+        "device": str(device),
+        "threads": threads,
+        "settings": {
+            **{k: v for k, v in dataclasses.asdict(settings).items() if k != "task"},
+            "task": task.to_dict(),
+        },
+        "dataset": str(root),
+        "class_names": class_names,
+        "data_time_s": data_time,
+        "pretrain": pre_log,
+        "results": results,
+        "curves": logs,
+        "attention_figure": attention_stats,
+        "attention_statistics": attn_stats,
+        "table": table,
+        "total_time_s": total,
+        "load_average": load,
+        "platform": {"python": sys.version.split()[0], "torch": torch.__version__,
+                     "machine": platform.machine(), "cpus": os.cpu_count()},
+    }  # fmt: skip
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
