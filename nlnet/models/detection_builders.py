@@ -7,6 +7,8 @@ and a CPU-sized Mask R-CNN of the same structure. The registered model names bui
 in :mod:`nlnet.models.detection`.
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable, Sequence
 from typing import Any
 
