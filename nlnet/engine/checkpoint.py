@@ -32,23 +32,31 @@ The one way from a checkpoint to a network is :func:`load_model` (used by ``nlne
 ``predict``, ``visualize`` and ``cost``); :func:`checkpoint_info` gives its class names and
 preprocessing.  Loading verifies the file first (:func:`load_checkpoint`): an empty, truncated,
 corrupted (zip CRC), foreign or weight-less file is a :class:`CheckpointError` naming the file.
+
+Saving and verified loading are in :mod:`nlnet.engine.checkpoint_io`, the generator states in
+:mod:`nlnet.engine.checkpoint_rng`; this module turns a checkpoint into a model (all names
+importable from here).
 """
 
 from __future__ import annotations
 
 import os
-import random
-import tempfile
-import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
+from nlnet.engine.checkpoint_io import (  # noqa: F401 (FORMAT, VERSION: re-exported)
+    FORMAT,
+    VERSION,
+    clean_orphan_temp_files,
+    load_checkpoint,
+    save_checkpoint,
+    unwrap_model,
+)
+from nlnet.engine.checkpoint_rng import get_rng_state, set_rng_state
 from nlnet.engine.errors import CheckpointError, UserError
 
 __all__ = [
@@ -67,9 +75,6 @@ __all__ = [
     "load_model_weights",
     "load_backbone",
 ]
-
-FORMAT = "nlnet-checkpoint"
-VERSION = 2
 
 
 class CheckpointMismatchError(UserError, ValueError):
@@ -98,255 +103,6 @@ def takes_dropout(model_name: str) -> bool:
     except ValueError:  # not registered: the caller passes its own network
         return True
     return entry.default_cfg.get("task") not in DENSE_TASKS and entry.facts.takes_dropout
-
-
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """Return the bare module inside DistributedDataParallel / DataParallel / torch.compile."""
-    while True:
-        if hasattr(model, "module") and isinstance(model.module, nn.Module):
-            model = model.module
-        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module):
-            model = model._orig_mod
-        else:
-            return model
-
-
-# --------------------------------------------------------------------------------------------
-# RNG state as tensors / plain containers (weights_only-loadable)
-# --------------------------------------------------------------------------------------------
-def get_rng_state() -> dict[str, Any]:
-    """Capture the python, numpy, torch (CPU) and CUDA generators as plain containers."""
-    version, internal, gauss = random.getstate()
-    np_state = np.random.get_state(legacy=False)
-    state: dict[str, Any] = {
-        "python": [version, torch.tensor(internal, dtype=torch.int64), gauss],
-        "numpy": {
-            "bit_generator": np_state["bit_generator"],
-            "key": torch.from_numpy(np_state["state"]["key"].astype(np.int64)),
-            "pos": int(np_state["state"]["pos"]),
-            "has_gauss": int(np_state["has_gauss"]),
-            "gauss": float(np_state["gauss"]),
-        },
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = list(torch.cuda.get_rng_state_all())
-    return state
-
-
-def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore generators captured by :func:`get_rng_state`."""
-    if "python" in state:
-        version, internal, gauss = state["python"]
-        random.setstate((int(version), tuple(int(v) for v in internal.tolist()), gauss))
-    if "numpy" in state:
-        s = state["numpy"]
-        np.random.set_state(
-            {
-                "bit_generator": s["bit_generator"],
-                "state": {"key": s["key"].numpy().astype(np.uint32), "pos": int(s["pos"])},
-                "has_gauss": int(s["has_gauss"]),
-                "gauss": float(s["gauss"]),
-            }
-        )
-    if "torch" in state:
-        torch.set_rng_state(state["torch"].cpu())
-    if "cuda" in state and torch.cuda.is_available():
-        cuda_states = state["cuda"]
-        if len(cuda_states) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all([s.cpu() for s in cuda_states])
-
-
-# --------------------------------------------------------------------------------------------
-# save / load
-# --------------------------------------------------------------------------------------------
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def _user_file_mode() -> int:
-    """``0o666`` minus the process umask: the mode ``open()`` gives a new file."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def clean_orphan_temp_files(directory: str | os.PathLike) -> list[Path]:
-    """Delete ``.<name>.*.tmp`` files left by a write that was killed (SIGKILL, power loss).
-
-    Only call this while holding the run directory's lock (no other writer can be mid-write).
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    removed = []
-    for p in directory.glob(".*.pt.*.tmp"):
-        p.unlink(missing_ok=True)
-        removed.append(p)
-    return removed
-
-
-def save_checkpoint(
-    path: str | os.PathLike,
-    *,
-    model: nn.Module,
-    model_name: str,
-    num_classes: int,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: Any = None,
-    scaler: Any = None,
-    epoch: int = 0,
-    iteration: int = 0,
-    batch_in_epoch: int = 0,
-    config: Mapping[str, Any] | None = None,
-    class_names: Iterable[str] | None = None,
-    model_options: Mapping[str, Any] | None = None,
-    preprocessing: Mapping[str, Any] | None = None,
-    rng_state: Mapping[str, Any] | None = None,
-    extra: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write a checkpoint atomically: temporary file in the same directory, fsync, rename.
-
-    A reader never sees a half-written file: either the previous checkpoint or the new one.  The
-    file gets the mode of any new file of the user (``0o666 & ~umask``).
-
-    Args:
-        path: destination file (``.pt``).
-        model: the network (DDP wrappers are unwrapped).
-        model_name: registry name, checked when resuming and used by :func:`load_model`.
-        num_classes: classifier width, checked when resuming.
-        optimizer, scheduler, scaler: training state (optional).
-        epoch, iteration, batch_in_epoch: position of the run (iteration = optimizer steps done;
-            batch_in_epoch = mini-batches of the current epoch already consumed).
-        config: the resolved configuration as plain dicts.
-        class_names: names of the output classes (used by ``nlnet predict``).
-        model_options: keyword arguments of ``create_model`` besides ``num_classes``.
-        preprocessing: ``mean``, ``std``, ``num_frames``, ``stride``, ``size``, ``crop``.
-        rng_state: generator states (default: :func:`get_rng_state` now).
-        extra: more plain data (e.g. the sampler state).
-
-    Returns:
-        The path written.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload: dict[str, Any] = {
-        "format": FORMAT,
-        "version": VERSION,
-        "model_name": str(model_name),
-        "num_classes": int(num_classes),
-        "class_names": list(class_names) if class_names is not None else None,
-        "model_options": dict(model_options or {}),
-        "preprocessing": dict(preprocessing or {}),
-        "model": unwrap_model(model).state_dict(),
-        "epoch": int(epoch),
-        "iteration": int(iteration),
-        "batch_in_epoch": int(batch_in_epoch),
-        "rng": dict(rng_state) if rng_state is not None else get_rng_state(),
-        "config": dict(config) if config is not None else {},
-        "extra": dict(extra) if extra is not None else {},
-    }
-    if optimizer is not None:
-        payload["optimizer"] = optimizer.state_dict()
-    if scheduler is not None:
-        payload["scheduler"] = scheduler.state_dict()
-    if scaler is not None:
-        payload["scaler"] = scaler.state_dict()
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, _user_file_mode())  # mkstemp creates 0o600
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
-        raise
-    _fsync_dir(path.parent)
-    return path
-
-
-_ZIP_MAGIC = b"PK\x03\x04"
-
-
-def _verify_file(path: Path) -> None:
-    """Raise :class:`CheckpointError` for an empty, truncated or corrupted (CRC) file."""
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r}: no such file")
-    if path.stat().st_size == 0:
-        raise CheckpointError(f"checkpoint {str(path)!r}: the file is empty")
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if head != _ZIP_MAGIC:
-        return  # not torch's zip format: torch.load decides (legacy pickle files)
-    try:
-        with zipfile.ZipFile(path) as z:
-            bad = z.testzip()  # reads every member and checks its CRC-32
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r}: truncated or corrupted ({exc}); use another checkpoint"
-        ) from None
-    if bad is not None:
-        raise CheckpointError(
-            f"checkpoint {str(path)!r}: corrupted (CRC mismatch in {bad!r}); use another checkpoint"
-        )
-
-
-def _weights(ckpt: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for key in ("model", "state_dict"):
-        if isinstance(ckpt.get(key), Mapping):
-            return ckpt[key]
-    if ckpt and all(isinstance(v, torch.Tensor) for v in ckpt.values()):
-        return ckpt  # a bare state dict
-    return None
-
-
-def load_checkpoint(
-    path_or_ckpt: str | os.PathLike | Mapping[str, Any], map_location: Any = "cpu"
-) -> dict[str, Any]:
-    """Verify and read a checkpoint with ``torch.load(weights_only=True)`` (no pickled code runs).
-
-    A bare ``state_dict`` file (or ``{"state_dict": ...}``) is accepted too and wrapped as
-    ``{"model": state_dict}``.
-
-    Raises:
-        CheckpointError: missing, empty, truncated, corrupted, not a PyTorch file, holding
-            pickled code, or holding no weights; the message names the file.
-    """
-    if isinstance(path_or_ckpt, Mapping):
-        return dict(path_or_ckpt)
-    path = Path(path_or_ckpt)
-    _verify_file(path)
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # pickle/zip/torch errors: all mean "not a usable checkpoint"
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        if "weights_only" in str(exc) or "Weights only load failed" in str(exc):
-            why = "it contains pickled code, which nlnet never runs (weights_only loading)"
-        else:
-            why = f"not a PyTorch checkpoint ({first})"
-        raise CheckpointError(f"checkpoint {str(path)!r}: {why}") from None
-    if not isinstance(ckpt, Mapping):
-        raise CheckpointError(
-            f"checkpoint {str(path)!r}: expected a dict of weights, got {type(ckpt).__name__}"
-        )
-    weights = _weights(ckpt)
-    if weights is None or not weights:
-        raise CheckpointError(f"checkpoint {str(path)!r}: holds no model weights")
-    if ckpt.get("format") != FORMAT:
-        return {**{k: v for k, v in ckpt.items() if k != "state_dict"}, "model": dict(weights)}
-    return dict(ckpt)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nlnet.functional.instantiations import form
@@ -60,235 +59,38 @@ from nlnet.functional.nonlocal_op import (
     Instantiation,
     check_instantiation,
     check_scale,
-    concatenation_non_local,
-    non_local,
 )
 from nlnet.functional.plan import NonLocalPlan, plan_non_local
-from nlnet.functional.pooling import max_pool
-from nlnet.functional.reassociated import pointwise, reassociated_non_local
+from nlnet.functional.reassociated import pointwise
+from nlnet.layers.block_norm import (
+    NORMS,
+    ChannelAffine,
+    ChannelLayerNorm,
+    NormKind,
+    check_norm_args,
+    make_norm,
+)
+from nlnet.layers.block_options import (
+    MODES,
+    Mode,
+    _check_block_input,
+    _check_int,
+    _check_temporal_groups,
+    _positional_error,
+    resolve_sub_sample,
+)
+from nlnet.layers.block_paths import NonLocalPaths, _non_finite_guard
 from nlnet.layers.gate import GATES, GatedNorm
 
-Mode = Literal["spacetime", "space", "time"]
-MODES: tuple[str, ...] = ("spacetime", "space", "time")
-NormKind = Literal["bn", "gn", "ln", "affine"]
-NORMS: tuple[str | None, ...] = ("bn", "gn", "ln", "affine", None)
-
 _CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
-_BN = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d, 3: nn.BatchNorm3d}
-_LAYOUT = {1: "(B, C, L)", 2: "(B, C, H, W)", 3: "(B, C, T, H, W)"}
 
-# torch.fx.symbolic_trace records these as single calls evaluated at run time (they read sizes
-# and pick paths by size), so a traced block keeps its checks and its size-dependent choices.
-torch.fx.wrap("non_local")
-torch.fx.wrap("concatenation_non_local")
-torch.fx.wrap("max_pool")
-
-
-class ChannelAffine(nn.Module):
-    """Per-channel scale and shift ``gamma_c x + beta_c`` (the released code's affine-only norm).
-
-    Args:
-        num_channels: Channels C (dim 1 of the input).
-        dim: Number of grid dimensions after the channel dim (1, 2 or 3).
-    """
-
-    def __init__(self, num_channels: int, dim: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(num_channels))
-        self.bias = nn.Parameter(torch.zeros(num_channels))
-        self._shape = (1, num_channels) + (1,) * dim
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x * self.weight.view(self._shape) + self.bias.view(self._shape)
-
-
-class ChannelLayerNorm(nn.Module):
-    """LayerNorm over the channels at every position (``(B, C, *grid)``, as ConvNeXt's).
-
-    Args:
-        num_channels: Channels C.
-        eps: Added to the variance.
-    """
-
-    def __init__(self, num_channels: int, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(num_channels))
-        self.bias = nn.Parameter(torch.zeros(num_channels))
-        self.eps = eps
-        self.num_channels = num_channels
-
-    def forward(self, x: Tensor) -> Tensor:
-        y = F.layer_norm(x.movedim(1, -1), (self.num_channels,), self.weight, self.bias, self.eps)
-        return y.movedim(-1, 1)
-
-
-def make_norm(
-    norm: str | None,
-    dim: int,
-    channels: int,
-    *,
-    eps: float = 1e-5,
-    momentum: float | None = 0.1,
-    groups: int | None = None,
-) -> nn.Module:
-    """The norm after ``W_z``: ``"bn"``, ``"gn"`` (GroupNorm), ``"ln"`` (LayerNorm over channels),
-    ``"affine"`` (per-channel scale and shift) or ``None`` (identity). See :class:`NonLocalNd`."""
-    if norm == "bn":
-        return _BN[dim](channels, eps=eps, momentum=momentum)
-    if norm == "gn":
-        return nn.GroupNorm(groups if groups is not None else math.gcd(32, channels), channels, eps)
-    if norm == "ln":
-        return ChannelLayerNorm(channels, eps)
-    if norm == "affine":
-        return ChannelAffine(channels, dim)
-    return nn.Identity()
-
-
-def _check_block_input(
-    x: Tensor,
-    weight: Tensor,
-    dim: int,
-    channels: int,
-    kernel: tuple[int, ...],
-    name: str,
-    allow_empty: bool = True,
-) -> None:
-    """The block's input checks (a leaf call under ``torch.fx``: it reads sizes).
-
-    ``allow_empty=False`` (what a ``torch.fx`` trace records) refuses a grid with an axis of size
-    0: the traced graph has no branch for it, only the eager block returns its empty output.
-    """
-    if not isinstance(x, Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != dim + 2:
-        raise ValueError(
-            f"{name} expects x of shape {_LAYOUT[dim]} ({dim + 2} dims), got shape {tuple(x.shape)}"
-        )
-    if x.shape[1] != channels:
-        raise ValueError(
-            f"{name} was built for in_channels={channels}, got x with {x.shape[1]} channels "
-            f"(shape {tuple(x.shape)})"
-        )
-    if not x.is_floating_point():
-        raise TypeError(f"{name} expects a floating-point x, got dtype {x.dtype}")
-    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
-        raise TypeError(
-            f"{name} has {weight.dtype} parameters but x is {x.dtype}: convert one of them "
-            f"(block.to({x.dtype}) or x.to({weight.dtype})), or run under torch.autocast"
-        )
-    size = tuple(x.shape[2:])
-    if 0 in size and not allow_empty:
-        raise ValueError(
-            f"{name} got an empty grid {size} (x of shape {tuple(x.shape)}) in a torch.fx-traced "
-            "graph, which has no branch for it; the eager block returns an empty output"
-        )
-    for axis, (s, k) in enumerate(zip(size, kernel)):
-        if k > 1 and 0 < s < k:  # size 0 is an empty grid (an empty output), not too small
-            raise ValueError(
-                f"input size {size} is too small for the sub_sample kernel {kernel}: "
-                f"dimension {axis} has {s} < {k} positions"
-            )
-
-
-def _check_temporal_groups(x: Tensor, groups: int) -> None:
-    if x.shape[2] % groups:
-        raise ValueError(
-            f"temporal_groups={groups} must divide the number of frames T, got T = {x.shape[2]}"
-        )
-
-
-def _cell_index(x: Tensor, axis: int, k: int) -> Tensor:
-    """Pooled cell of each position of ``x`` along ``axis`` (floor pooling: remainder -> last)."""
-    size = x.shape[axis]
-    return (torch.arange(size, device=x.device) // k).clamp_max(max(size // k, 1) - 1)
-
-
-def _group_mask(
-    x: Tensor, mode: str, kernel: tuple[int, ...], temporal_groups: int | None
-) -> Tensor:
-    """Boolean (N, N') mask of the pairs allowed by ``mode`` and ``temporal_groups`` (3D)."""
-    size = tuple(x.shape[2:])
-    key_size = tuple(s // k for s, k in zip(size, kernel))
-
-    def coords(shape):  # (3, prod(shape)): t, h, w of each position, row-major
-        grids = torch.meshgrid(*(torch.arange(s, device=x.device) for s in shape), indexing="ij")
-        return torch.stack(grids).reshape(3, -1)
-
-    q, kk = coords(size), coords(key_size)
-    allowed = torch.ones(q.shape[1], kk.shape[1], dtype=torch.bool, device=x.device)
-    if mode == "space":
-        cell_t = _cell_index(x, 2, kernel[0])
-        allowed &= cell_t[q[0]].unsqueeze(1) == kk[0].unsqueeze(0)
-    elif mode == "time":
-        cell_h, cell_w = _cell_index(x, 3, kernel[1]), _cell_index(x, 4, kernel[2])
-        allowed &= cell_h[q[1]].unsqueeze(1) == kk[1].unsqueeze(0)
-        allowed &= cell_w[q[2]].unsqueeze(1) == kk[2].unsqueeze(0)
-    if temporal_groups is not None:
-        # a pooled key frame t' covers frames t' k_t .. t' k_t + k_t - 1, all in one group
-        group_q = q[0] // temporal_groups
-        group_k = (kk[0] * kernel[0]) // temporal_groups
-        allowed &= group_q.unsqueeze(1) == group_k.unsqueeze(0)
-    return allowed
-
-
+# torch.fx.symbolic_trace records these as single calls evaluated at run time (they read sizes),
+# so a traced block keeps its checks.
 torch.fx.wrap("_check_block_input")
 torch.fx.wrap("_check_temporal_groups")
-torch.fx.wrap("_cell_index")
-torch.fx.wrap("_group_mask")
 
 
-def _non_finite_guard(x: Tensor) -> Tensor:
-    """``(B, 1, 1)``: 0 for a sample whose input is finite, NaN for one with a NaN/inf in it."""
-    dt = torch.promote_types(x.dtype, torch.float32)
-    return (x.flatten(1).sum(1, dtype=dt) * 0).view(-1, 1, 1)
-
-
-def _positional_error(name: str, extra: tuple) -> TypeError:
-    first = extra[0]
-    return TypeError(
-        f"{name} takes in_channels as its only positional argument; the others are "
-        f"keyword-only, got {len(extra)} more positional ({', '.join(map(repr, extra))}). Write "
-        f"inter_channels={first!r} for a bottleneck of width {first!r}, or reduction={first!r} "
-        f"for in_channels // {first!r} (the practitioner's guide's NonLocalBlock(C, {first!r}) "
-        f"means reduction={first!r})"
-    )
-
-
-def _check_int(name: str, value, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
-def resolve_sub_sample(sub_sample: bool | int | Sequence[int] | None, dim: int) -> tuple[int, ...]:
-    """Turn the ``sub_sample`` argument into a per-dimension max-pooling kernel.
-
-    Args:
-        sub_sample: ``True`` for the paper's default (2 in 1D, (2, 2) in 2D, (1, 2, 2) in 3D: space
-            only); ``False``, ``None`` or 1 for none; an int ``k`` for a *spatial* factor as in the
-            practitioner's guide ((k,), (k, k), (1, k, k)); or a tuple with one kernel per dimension.
-        dim: 1, 2 or 3.
-
-    Returns:
-        A tuple of ``dim`` positive ints (all ones means no subsampling).
-    """
-    if sub_sample is None or sub_sample is False:
-        return (1,) * dim
-    if sub_sample is True:
-        return (1, 2, 2) if dim == 3 else (2,) * dim
-    if isinstance(sub_sample, int):
-        if sub_sample < 1:
-            raise ValueError(f"sub_sample must be >= 1, got {sub_sample}")
-        return (1, sub_sample, sub_sample) if dim == 3 else (sub_sample,) * dim
-    kernel = tuple(int(k) for k in sub_sample)
-    if len(kernel) != dim or any(k < 1 for k in kernel):
-        raise ValueError(
-            f"sub_sample must be a bool, an int or {dim} positive ints for a {dim}D block, "
-            f"got {sub_sample!r}"
-        )
-    return kernel
-
-
-class NonLocalNd(nn.Module):
+class NonLocalNd(NonLocalPaths, nn.Module):
     """Non-local block z = W_z y + x (Eq. 6) for ``dim``-dimensional feature maps.
 
     Every argument after ``in_channels`` is keyword-only (``NonLocal2d(512, 2)`` is an error:
@@ -373,7 +175,7 @@ class NonLocalNd(nn.Module):
             raise ValueError(f"pool_position must be 'before' or 'after', got {pool_position!r}")
         if not isinstance(bias, bool):
             raise TypeError(f"bias must be True or False, got {bias!r}")
-        self._check_norm_args(norm, in_channels, norm_eps, norm_momentum, norm_groups)
+        check_norm_args(norm, in_channels, norm_eps, norm_momentum, norm_groups)
         if gate not in GATES:
             raise ValueError(f"gate must be one of {GATES}, got {gate!r}")
         if mode not in MODES:
@@ -427,25 +229,6 @@ class NonLocalNd(nn.Module):
             self.norm = GatedNorm(self.norm)
         self.reset_parameters()
 
-    @staticmethod
-    def _check_norm_args(norm, channels: int, eps, momentum, groups) -> None:
-        if norm not in NORMS:
-            raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
-        if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
-            raise ValueError(f"norm_eps must be a finite positive float, got {eps!r}")
-        if momentum is not None and not (
-            isinstance(momentum, (int, float)) and 0.0 <= momentum <= 1.0
-        ):
-            raise ValueError(f"norm_momentum must be in [0, 1] or None, got {momentum!r}")
-        if groups is not None:
-            if norm != "gn":
-                raise ValueError(f"norm_groups applies to norm='gn' only, got norm={norm!r}")
-            _check_int("norm_groups", groups)
-            if channels % groups:
-                raise ValueError(
-                    f"norm_groups={groups} must divide in_channels={channels} for GroupNorm"
-                )
-
     # ------------------------------------------------------------------ set-up
     def reset_parameters(self) -> None:
         """He initialisation of the embeddings; the norm's scale (or W_z itself) set to zero."""
@@ -493,98 +276,6 @@ class NonLocalNd(nn.Module):
         return tuple(s // k for s, k in zip(size, self.kernel))
 
     # ----------------------------------------------------------------- forward
-    def _pool(self, t: Tensor) -> Tensor:
-        """Max pooling, kernel = stride (equal to ``F.max_pool{d}d``, faster on the CPU)."""
-        return max_pool(t, self.kernel)
-
-    @staticmethod
-    def _tokens(t: Tensor) -> Tensor:
-        """``(B, D, *grid) -> (B, N, D)``: the token view of a channel-first map (no copy)."""
-        return t.flatten(2).transpose(1, 2)
-
-    def _embed(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """theta (B, N, d), phi (B, N', d) and g (B, N', d_v) from x ``(B, C, *grid)``.
-
-        The 1x1 convolutions run on the channel-first map and the results are handed on as token
-        views: nothing is copied, and autograd keeps the convolutions' own (cheap) backward.
-        """
-        pool_before = self.subsampled and self.pool_position == "before"
-        x_hat = self._pool(x) if pool_before else x  # (B, C, *key_grid) or x
-        g = self.g(x_hat)  # (B, d, *grid of x_hat)
-        if not self.form.embedded:  # Eq. 2 on x itself (in the projections' dtype under autocast)
-            theta, phi = x.to(g.dtype), x_hat.to(g.dtype)
-        else:
-            theta, phi = self.theta(x), self.phi(x_hat)
-        if self.subsampled and self.pool_position == "after":  # pool the outputs of phi and g
-            phi, g = self._pool(phi), self._pool(g)
-        return self._tokens(theta), self._tokens(phi), self._tokens(g)
-
-    def _grouped(self, theta: Tensor, phi: Tensor, g: Tensor, x: Tensor, impl: str) -> Tensor:
-        """Fast ``space``/``time`` modes: attention inside groups, as batched token sets."""
-        B, T, H, W = x.shape[0], x.shape[2], x.shape[3], x.shape[4]
-        kt, kh, kw = self.kernel
-        Tk, Hk, Wk = T // kt, H // kh, W // kw
-        dq = self.inter_channels if self.form.embedded else self.in_channels
-        dv = self.inter_channels
-        phi5 = phi.reshape(B, Tk, Hk, Wk, dq)
-        g5 = g.reshape(B, Tk, Hk, Wk, dv)
-        kw_ = {"scale": self.scale, "w_f": self.w_f, "impl": impl, "nan_guard": False}
-        if self.mode == "space":
-            if kt > 1:  # keys of the pooled frame containing each query frame
-                cell_t = _cell_index(x, 2, kt)
-                phi5, g5 = phi5.index_select(1, cell_t), g5.index_select(1, cell_t)
-            y = non_local(
-                theta.reshape(B * T, H * W, dq),
-                phi5.reshape(B * T, Hk * Wk, dq),
-                g5.reshape(B * T, Hk * Wk, dv),
-                self.instantiation,
-                **kw_,
-            )
-            return y.reshape(B, T * H * W, dv)
-        # time: keys at the pooled spatial cell containing each query position
-        if kh > 1:
-            cell_h = _cell_index(x, 3, kh)
-            phi5, g5 = phi5.index_select(2, cell_h), g5.index_select(2, cell_h)
-        if kw > 1:
-            cell_w = _cell_index(x, 4, kw)
-            phi5, g5 = phi5.index_select(3, cell_w), g5.index_select(3, cell_w)
-        q = theta.reshape(B, T, H, W, dq).permute(0, 2, 3, 1, 4).reshape(B * H * W, T, dq)
-        k = phi5.permute(0, 2, 3, 1, 4).reshape(B * H * W, Tk, dq)
-        v = g5.permute(0, 2, 3, 1, 4).reshape(B * H * W, Tk, dv)
-        y = non_local(q, k, v, self.instantiation, **kw_)  # (B*H*W, T, dv)
-        return y.reshape(B, H, W, T, dv).permute(0, 3, 1, 2, 4).reshape(B, T * H * W, dv)
-
-    def _concatenation_scores(self, x: Tensor, impl: str) -> Tensor:
-        """Eq. 5 fast path: theta and phi are only ever seen through ``a = w_theta^T theta(x)``
-        and ``b = w_phi^T phi(x_hat)``, so fold ``w_f`` into the embeddings:
-        ``a = (W_theta^T w_theta)^T x + b_theta^T w_theta`` (one C-vector instead of a C x d
-        projection), likewise ``b``. Exact; saves two of the four 1x1 convolutions.
-        """
-        d = self.inter_channels
-        w_theta, w_phi = self.w_f[:d], self.w_f[d:]
-        u_theta = self.theta.weight.flatten(1).t() @ w_theta  # (C,)
-        u_phi = self.phi.weight.flatten(1).t() @ w_phi  # (C,)
-        x_hat = self._pool(x) if self.subsampled else x
-        a = torch.matmul(u_theta, x.flatten(2))  # (B, N)
-        b = torch.matmul(u_phi, x_hat.flatten(2))  # (B, N')
-        if self.theta.bias is not None:
-            a = a + self.theta.bias @ w_theta
-            b = b + self.phi.bias @ w_phi
-        g = self._tokens(self.g(x_hat))  # (B, N', d)
-        return concatenation_non_local(a, b, g, impl=impl)
-
-    def _reference(self, x: Tensor, return_attention: bool) -> tuple[Tensor, Tensor | None]:
-        """The explicit path: embeddings, the N x N' matrix (masked for modes/groups), y."""
-        theta, phi, g = self._embed(x)
-        mask = None
-        if self.mode != "spacetime" or self.temporal_groups is not None:
-            mask = _group_mask(x, self.mode, self.kernel, self.temporal_groups)
-        out = non_local(
-            theta, phi, g, self.instantiation, scale=self.scale, w_f=self.w_f, mask=mask,
-            return_attention=return_attention, impl="reference", nan_guard=False,
-        )  # fmt: skip
-        return out if return_attention else (out, None)
-
     def plan(self, x: Tensor) -> NonLocalPlan:
         """How :meth:`forward` evaluates ``x`` without attention weights: the
         :func:`~nlnet.functional.plan.plan_non_local` of its shape (cached per shape); a
@@ -601,109 +292,6 @@ class NonLocalNd(nn.Module):
             temporal_groups=self.temporal_groups, pool_position=self.pool_position,
             impl=self.impl, device=x.device, training=training,
         )  # fmt: skip
-
-    def _fast(self, x: Tensor, plan: NonLocalPlan) -> Tensor:
-        """y ``(B, N, d_v)`` on the ``tokens``/``scores``/``grouped`` paths (temporal groups
-        folded into the batch)."""
-        tg = self.temporal_groups
-        if tg is not None:  # (B, C, T, H, W) -> (B * T/k, C, k, H, W): groups as samples
-            B, C, T, H, W = x.shape[0], x.shape[1], x.shape[2], x.shape[3], x.shape[4]
-            x = (
-                x.reshape(B, C, T // tg, tg, H, W)
-                .transpose(1, 2)
-                .reshape(B * (T // tg), C, tg, H, W)
-            )
-        if plan.path == "scores":
-            y = self._concatenation_scores(x, plan.op_impl)
-        else:
-            theta, phi, g = self._embed(x)
-            if plan.path == "tokens":
-                y = non_local(
-                    theta, phi, g, self.instantiation, scale=self.scale, w_f=self.w_f,
-                    impl=plan.op_impl, nan_guard=False,
-                )  # fmt: skip
-            else:
-                y = self._grouped(theta, phi, g, x, plan.op_impl)
-        if tg is not None:  # groups are consecutive frames: the t-major token order is kept
-            y = y.reshape(B, T * H * W, self.inter_channels)
-        return y
-
-    def _folded_output(self) -> tuple[Tensor, Tensor] | None:
-        """``(weight, bias)`` of ``BN(W_z y)`` as one 1x1 projection, for an evaluating BatchNorm.
-
-        In eval mode BatchNorm is the per-channel affine map ``s (v - mu) + beta`` with
-        ``s = gamma / sqrt(var + eps)`` from its running statistics, so ``BN(W_z y) =
-        (s W_z) y + (beta - s mu + s b_z)``: one pass over the ``C x N`` output fewer, exact up to
-        round-off; the parameters themselves are not changed (gradients reach them through the
-        product). ``None`` in training or without running statistics.
-        """
-        bn = self.norm
-        if not isinstance(bn, nn.modules.batchnorm._BatchNorm) or bn.training:
-            return None
-        if bn.running_mean is None or bn.running_var is None:
-            return None
-        s = torch.rsqrt(bn.running_var + bn.eps)  # (C,)
-        if bn.weight is not None:
-            s = s * bn.weight
-        shift = -bn.running_mean * s
-        if bn.bias is not None:
-            shift = shift + bn.bias
-        if self.W_z.bias is not None:
-            shift = shift + s * self.W_z.bias
-        return self.W_z.weight.flatten(1) * s.unsqueeze(1), shift
-
-    def _reassociated(
-        self, x: Tensor, w_z: Tensor, b_z: Tensor | None, order: tuple[bool, bool]
-    ) -> Tensor:
-        """``W_z y`` ``(B, C, N)`` on the explicit matrix with the projections re-associated
-        as ``order`` says (exact by linearity; see :mod:`nlnet.functional.reassociated`)."""
-        gaussian = not self.form.embedded
-        pool_before = self.subsampled and self.pool_position == "before"
-        x_hat = self._pool(x) if pool_before else x
-        g = self.g(x_hat)  # (B, d_v, *grid of x_hat)
-        phi = x_hat.to(g.dtype) if gaussian else self.phi(x_hat)
-        if self.subsampled and self.pool_position == "after":
-            phi, g = self._pool(phi), self._pool(g)
-        return reassociated_non_local(
-            x.flatten(2).to(g.dtype), phi.flatten(2), g.flatten(2),
-            None if gaussian else self.theta.weight, None if gaussian else self.theta.bias,
-            w_z, b_z, self.instantiation, scale=self.scale, plan=order,
-        )  # fmt: skip
-
-    def _empty_grid(self, x: Tensor, want_attention: bool) -> Tensor | tuple[Tensor, Tensor]:
-        """The block on a grid with an axis of size 0: no query (N = 0) and no key (N' = 0).
-
-        ``z = norm(W_z y) + x`` is then the empty tensor of the shape of ``x``, as PyTorch's own
-        layers return for empty inputs. The block's steps still run, with the 1x1 convolutions as
-        matmuls on the token views (``nn.Conv`` rejects empty grids) and no pooling (the pooled
-        grid ``s // k`` per axis is empty too), so every parameter gets a zero gradient and
-        BatchNorm treats the empty map as it treats an empty batch (running statistics kept).
-        """
-        key_size = tuple(s // k for s, k in zip(x.shape[2:], self.kernel))
-        x_hat = x[(slice(None), slice(None), *(slice(0, s) for s in key_size))]
-
-        def project(conv: nn.Module, t: Tensor) -> Tensor:  # (B, C, *grid) -> (B, N, out)
-            return F.linear(self._tokens(t), conv.weight.flatten(1), conv.bias)
-
-        if not self.form.embedded:
-            theta, phi = self._tokens(x), self._tokens(x_hat)
-        else:
-            theta, phi = project(self.theta, x), project(self.phi, x_hat)
-        out = non_local(
-            theta, phi, project(self.g, x_hat),
-            self.instantiation, scale=self.scale, w_f=self.w_f, return_attention=want_attention,
-            impl="reference" if want_attention else self.impl, nan_guard=False,
-        )  # fmt: skip
-        y, attn = out if want_attention else (out, None)  # (B, 0, d_v), (B, 0, 0)
-        wz = F.linear(y, self.W_z.weight.flatten(1), self.W_z.bias).transpose(1, 2)
-        wz = wz.reshape(x.shape)
-        if isinstance(self.norm, nn.GroupNorm):  # F.group_norm rejects empty grids
-            shape = (1, -1) + (1,) * self.dim
-            wz = wz * self.norm.weight.view(shape) + self.norm.bias.view(shape)
-        else:
-            wz = self.norm(wz)
-        z = wz + x
-        return (z, attn) if want_attention else z
 
     def forward(self, x: Tensor, return_attention: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Apply the block.

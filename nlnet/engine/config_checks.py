@@ -1,0 +1,167 @@
+"""Validation of an experiment configuration: numbers in range, choices, model overrides.
+
+Every check raises a one-line :class:`~nlnet.engine.errors.ConfigError` naming the dotted key
+and what was expected (a learning rate, weight decay or momentum that is not finite or out of
+range; ``model.overrides`` tried on a ``meta``-device build of the registered model; a typed
+``data`` section checked by its task).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from nlnet.engine.config_schema import Config, ModelConfig, OptimConfig
+from nlnet.engine.errors import ConfigError
+from nlnet.engine.sections import build_section
+
+#: task -> ``"module:callable"`` checking its ``data`` section at load (raises ConfigError);
+#: by name, because the task modules import this one
+DATA_CHECKS: dict[str, str] = {"image": "nlnet.engine.tasks.image:ImageDataConfig.from_mapping"}
+_CHOICES = {
+    ("train", "amp"): ("none", "bf16", "fp16"),
+    ("train", "loss"): ("ce", "bce"),
+    ("optim", "optimizer"): ("sgd", "adamw"),
+    ("optim", "schedule"): ("multistep", "onecycle", "cosine", "poly"),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# dict <-> dataclass
+# --------------------------------------------------------------------------------------------
+def _build(cls: type, data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    return build_section(cls, data, path, _CHOICES)
+
+
+def _check_number(where: str, value: float | None, low: float, high: float = math.inf,
+                  *, low_open: bool = False, high_open: bool = True) -> None:  # fmt: skip
+    """``value`` must be finite and in the interval (``low_open``/``high_open`` exclude ends)."""
+    if value is None:
+        return
+    too_low = value <= low if low_open else value < low
+    too_high = value >= high if high_open else value > high
+    if not math.isfinite(value) or too_low or too_high:
+        lo = f"{'(' if low_open else '['}{low:g}"
+        hi = f"{high:g}{')' if high_open else ']'}" if math.isfinite(high) else "inf)"
+        raise ConfigError(f"{where}: expected a finite number in {lo}, {hi}, got {value!r}")
+
+
+def _validate_optim(o: OptimConfig) -> None:
+    _check_number("optim.lr", o.lr, 0, low_open=True)
+    _check_number("optim.momentum", o.momentum, 0, 1)
+    _check_number("optim.weight_decay", o.weight_decay, 0)
+    _check_number("optim.weight_decay_bn", o.weight_decay_bn, 0)
+    _check_number("optim.gamma", o.gamma, 0, 1, low_open=True, high_open=False)
+    _check_number("optim.warmup_factor", o.warmup_factor, 0, 1, low_open=True, high_open=False)
+    _check_number("optim.clip_grad_norm", o.clip_grad_norm, 0)
+    _check_number("optim.pct_start", o.pct_start, 0, 1, low_open=True)
+    _check_number("optim.max_iters", o.max_iters, 1)
+    _check_number("optim.epochs", o.epochs, 0)
+    _check_number("optim.warmup_iters", o.warmup_iters, 0)
+    _check_number("optim.min_lr", o.min_lr, 0)
+    _check_number("optim.power", o.power, 0, low_open=True)
+    _check_number("optim.layer_decay", o.layer_decay, 0, 1, low_open=True, high_open=False)
+    if list(o.steps) != sorted(o.steps):
+        raise ConfigError(f"optim.steps: expected increasing iterations, got {list(o.steps)}")
+    if o.schedule == "multistep" and o.steps and o.steps[0] < o.warmup_iters:
+        raise ConfigError(
+            f"optim.steps: the first decay ({o.steps[0]}) falls inside the warm-up "
+            f"(optim.warmup_iters={o.warmup_iters})"
+        )
+
+
+def _validate_tools(cfg: Config) -> None:
+    """EMA, precise BN, augmentation and multigrid settings."""
+    _check_number("ema.decay", cfg.ema.decay, 0, 1)
+    _check_number("precise_bn.batches", cfg.precise_bn.batches, 0)
+    a = cfg.augment
+    for key in ("mixup_alpha", "cutmix_alpha"):
+        _check_number(f"augment.{key}", getattr(a, key), 0)
+    _check_number("augment.mix_prob", a.mix_prob, 0, 1, high_open=False)
+    _check_number("augment.label_smoothing", a.label_smoothing, 0, 1)
+    _check_number("augment.randaugment_ops", a.randaugment_ops, 1)
+    _check_number("augment.randaugment_magnitude", a.randaugment_magnitude, 0, 30,
+                  high_open=False)  # fmt: skip
+    if (a.mixup_alpha or a.cutmix_alpha or a.label_smoothing) and cfg.train.loss != "ce":
+        raise ConfigError(
+            "augment.mixup_alpha/cutmix_alpha/label_smoothing: need train.loss=ce (single-label)"
+        )
+    m = cfg.multigrid
+    _check_number("multigrid.epoch_factor", m.epoch_factor, 0, low_open=True)
+    if (m.long_cycle or m.short_cycle) and cfg.task != "video_classification":
+        raise ConfigError(f"multigrid: for task video_classification only, not {cfg.task!r}")
+    if m.long_cycle:
+        stages = list(m.stages)
+        if cfg.optim.epochs <= 0:
+            raise ConfigError("multigrid.long_cycle: set optim.epochs (the baseline's epochs)")
+        if (
+            len(stages) < 2
+            or stages[0] != 0
+            or stages != sorted(set(stages))
+            or (stages[-1] >= cfg.optim.epochs)
+        ):
+            raise ConfigError(
+                "multigrid.stages: expected the start epochs of the learning-rate stages, "
+                f"from 0, increasing, below optim.epochs={cfg.optim.epochs}, got {stages}"
+            )
+    if any(len(f) != 2 or min(f) <= 0 for f in m.long_cycle_factors) or not m.long_cycle_factors:
+        raise ConfigError(
+            "multigrid.long_cycle_factors: expected a list of [t, s] pairs of positive factors, "
+            f"got {[list(f) for f in m.long_cycle_factors]}"
+        )
+    if len(m.short_cycle_factors) != 2 or not all(0 < f <= 1 for f in m.short_cycle_factors):
+        raise ConfigError(
+            "multigrid.short_cycle_factors: expected two spatial factors in (0, 1], got "
+            f"{list(m.short_cycle_factors)}"
+        )
+
+
+def _validate(cfg: Config) -> None:
+    _check_number("model.num_classes", cfg.model.num_classes, 1)
+    _validate_optim(cfg.optim)
+    _validate_tools(cfg)
+    t = cfg.train
+    for key in ("batch_size", "accum_steps", "log_every", "prefetch"):
+        _check_number(f"train.{key}", getattr(t, key), 1)
+    for key in ("workers", "ckpt_every", "eval_every", "stop_after"):
+        _check_number(f"train.{key}", getattr(t, key), 0)
+    _check_number("model.dropout", cfg.model.dropout, 0, 1)
+    for key in ("clips", "crops", "batch_size"):
+        _check_number(f"eval.{key}", getattr(cfg.eval, key), 1)
+    _check_number("eval.workers", cfg.eval.workers, 0)
+    n = cfg.model.num_classes
+    if cfg.class_names is not None and n is not None and len(cfg.class_names) != n:
+        raise ConfigError(
+            f"class_names: expected {n} names (model.num_classes), got {len(cfg.class_names)}"
+        )
+    _validate_model(cfg.model)
+    check = DATA_CHECKS.get(cfg.task)
+    if check is not None:  # a task whose data section is typed (a frozen dataclass)
+        import importlib
+
+        module, attr = check.split(":")
+        target: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            target = getattr(target, part)
+        target(cfg.data)
+
+
+def _validate_model(m: ModelConfig) -> None:
+    """Trial-build a registered model on the meta device: unknown/bad overrides are errors."""
+    if not m.overrides:
+        return
+    try:
+        from nlnet.models.registry import create_model, get_model_entry
+
+        get_model_entry(m.name)
+    except ValueError:
+        return  # not registered: the caller passes its own network (or build_model says so)
+    import torch
+
+    try:
+        with torch.device("meta"):
+            create_model(m.name, num_classes=m.num_classes, **m.overrides)
+    except (TypeError, ValueError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"model.overrides for {m.name!r}: {msg}") from None

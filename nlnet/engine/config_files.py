@@ -1,0 +1,201 @@
+"""YAML config files: named configs, ``_base_`` inheritance, dotted overrides, moved keys.
+
+A YAML file may name a base file (or a list of them) with ``_base_``; the bases are merged first
+(dictionaries recursively, everything else replaced), then the file, then the command-line
+overrides (``optim.lr=0.005``, values parsed as YAML scalars). An override naming a key outside
+the schema of :mod:`nlnet.engine.config_schema` is an error naming the valid keys.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import re
+import typing
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nlnet.engine.config_schema import Config
+from nlnet.engine.errors import ConfigError
+
+_FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+_FREE_FORM = {("data",), ("model", "overrides")}
+
+
+#: Keys that moved: old dotted path -> new dotted path (still read, with a DeprecationWarning).
+MOVED_KEYS: dict[str, str] = {"train.dropout": "model.dropout"}
+
+
+def _moved(key: str) -> str:
+    new = MOVED_KEYS.get(key)
+    if new is None:
+        return key
+    warnings.warn(f"config key {key!r} is deprecated; use {new!r}", DeprecationWarning,
+                  stacklevel=4)  # fmt: skip
+    return new
+
+
+def _migrate(data: dict) -> dict:
+    """Move deprecated keys (:data:`MOVED_KEYS`) of a nested config dict to their new place."""
+    for old, new in MOVED_KEYS.items():
+        (osec, okey), (nsec, nkey) = old.split("."), new.split(".")
+        section = data.get(osec)
+        if not isinstance(section, Mapping) or okey not in section:
+            continue
+        section = dict(section)
+        value = section.pop(okey)
+        data[osec] = section
+        target = dict(data.get(nsec) or {})
+        if nkey in target and target[nkey] != value:
+            raise ConfigError(f"{old} ({value!r}) and {new} ({target[nkey]!r}) disagree; set {new}")
+        target[nkey] = value
+        data[nsec] = target
+        _moved(old)
+    return data
+
+
+# --------------------------------------------------------------------------------------------
+# YAML files, _base_ inheritance, named configs
+# --------------------------------------------------------------------------------------------
+def _config_dirs() -> list[Path]:
+    here = Path(__file__).resolve()
+    dirs = []
+    env = os.environ.get("NLNET_CONFIG_PATH")
+    if env:
+        dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    dirs += [here.parents[2] / "configs", here.parents[1] / "configs"]
+    return [d for d in dirs if d.is_dir()]
+
+
+def list_configs() -> list[str]:
+    """Names of the shipped configs (``kinetics/c2d_r50_nl5``, ...), usable with ``--config``."""
+    names: set[str] = set()
+    for d in _config_dirs():
+        for p in d.rglob("*.yaml"):
+            name = p.relative_to(d).with_suffix("").as_posix()
+            if not name.startswith("_base_/"):
+                names.add(name)
+    return sorted(names)
+
+
+def resolve_config_path(name_or_path: str | os.PathLike) -> Path:
+    """Find a config file: an existing path, or a name relative to the shipped ``configs/``.
+
+    ``kinetics/c2d_r50_nl5`` resolves to ``configs/kinetics/c2d_r50_nl5.yaml``.
+    Set ``NLNET_CONFIG_PATH`` (``os.pathsep``-separated) to search more directories first.
+    """
+    raw = Path(name_or_path)
+    candidates = [raw, raw.with_name(raw.name + ".yaml")]
+    for d in _config_dirs():
+        candidates += [d / raw, d / (str(raw) + ".yaml")]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise FileNotFoundError(
+        f"config {str(name_or_path)!r} not found (as a path or under "
+        f"{', '.join(str(d) for d in _config_dirs()) or 'configs/'}); "
+        f"shipped configs: {', '.join(list_configs()) or 'none'}"
+    )
+
+
+def _deep_merge(base: dict, update: Mapping) -> dict:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(dict(out[key]), value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _load_yaml_tree(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    if path in seen:
+        chain = " -> ".join(str(p) for p in (*seen, path))
+        raise ConfigError(f"_base_ cycle: {chain}")
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    data = dict(data)
+    bases = data.pop("_base_", None)
+    if bases is None:
+        return data
+    if isinstance(bases, str):
+        bases = [bases]
+    merged: dict = {}
+    for base in bases:
+        base_path = (path.parent / base).resolve()
+        if not base_path.is_file():
+            base_path = resolve_config_path(base)
+        merged = _deep_merge(merged, _load_yaml_tree(base_path, (*seen, path)))
+    return _deep_merge(merged, data)
+
+
+# --------------------------------------------------------------------------------------------
+# dotted overrides
+# --------------------------------------------------------------------------------------------
+def parse_overrides(items: Iterable[str]) -> list[tuple[str, Any]]:
+    """Parse ``key.sub=value`` strings; values are YAML scalars (``0.005``, ``[1, 2]``, ``null``)."""
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. optim.lr=0.005")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"override {item!r}: empty key")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+            if isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
+                value = float(value)  # "1e-3": YAML 1.1 would keep it a string
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from exc
+        out.append((key, value))
+    return out
+
+
+def _schema_keys(path: tuple[str, ...]) -> list[str] | None:
+    """Valid keys at ``path`` in the schema, or ``None`` for free-form sections."""
+    if any(path[: len(p)] == p for p in _FREE_FORM):
+        return None
+    cls: Any = Config
+    for part in path:
+        hints = typing.get_type_hints(cls)
+        cls = hints.get(part)
+        if not dataclasses.is_dataclass(cls):
+            return []
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _set_dotted(data: dict, key: str, value: Any) -> None:
+    parts = _moved(key).split(".")
+    node = data
+    for depth, part in enumerate(parts):
+        valid = _schema_keys(tuple(parts[:depth]))
+        if valid is not None and part not in valid:
+            where = ".".join(parts[:depth]) or "config"
+            raise ConfigError(
+                f"unknown config key {'.'.join(parts[: depth + 1])!r}; "
+                f"valid keys in {where}: {', '.join(sorted(valid)) or '(none: not a section)'}"
+            )
+        if depth == len(parts) - 1:
+            node[part] = value
+        else:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+
+
+def apply_overrides(data: dict, overrides: Iterable[str] | Mapping[str, Any]) -> dict:
+    """Apply dotted overrides to a nested dict (in place) and return it."""
+    pairs = overrides.items() if isinstance(overrides, Mapping) else parse_overrides(overrides)
+    for key, value in pairs:
+        _set_dotted(data, key, value)
+    return data

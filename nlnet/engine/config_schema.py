@@ -1,0 +1,218 @@
+"""The section dataclasses of an experiment configuration (:class:`Config` and its parts).
+
+Frozen dataclasses whose defaults follow the training recipe of Wang et al., CVPR 2018,
+Sec. 4.1 (SGD, momentum 0.9, weight decay 1e-4, dropout 0.5, 10-clip testing). Reading them from
+YAML is in :mod:`nlnet.engine.config_files`, their checks in :mod:`nlnet.engine.config_checks`
+and the public entry points in :mod:`nlnet.engine.config`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nlnet.engine.config_tools import (
+    AugmentConfig,
+    EMAConfig,
+    LoggingConfig,
+    MultigridConfig,
+    PreciseBNConfig,
+)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which network to build (passed to ``nlnet.models.create_model``).
+
+    Attributes:
+        name: registry name, e.g. ``c2d_r50_nl5`` (Table 2b: 5 non-local blocks).
+        num_classes: classifier width (400 for Kinetics, 157 for Charades); ``null`` (the
+            default): the number of classes of the training data.
+        pretrained_2d: ImageNet 2D weights to inflate (Section 4.1): a torchvision weights name
+            (``IMAGENET1K_V1``, read from ``$TORCH_HOME/hub/checkpoints``), a path or ``None``.
+        weights: whole-model weights for fine-tuning (image models: ``IMAGENET1K_V1`` for
+            ViT/Swin/ResNet; any model: a file of its own weights); every tensor is loaded
+            except a classifier of another size, which is rebuilt with ``num_classes`` outputs.
+        pretrained: a checkpoint (``.pt`` written by ``nlnet train``) to initialise from, e.g. the
+            32-frame model for the 128-frame fine-tune (Section 5.1) or a Kinetics model for
+            Charades (Section 5.2).
+        reset_head: with ``pretrained``, drop the classifier weights and keep the fresh ones,
+            so a model of another class count can be used as a backbone.
+        head_names: parameter-name prefixes of the classifier; ``null`` (default): the model's
+            own (``ModelFacts.classifier`` of the registry, e.g. ``fc`` or ``head``).
+        dropout: dropout ratio before the classifier (0.5 after global pooling, Section 4.1);
+            passed to models that have one (not the dense models).  Formerly ``train.dropout``
+            (still read, with a ``DeprecationWarning``).
+        overrides: extra keyword arguments for ``create_model`` (free-form).
+    """
+
+    name: str = "c2d_r50"
+    num_classes: int | None = None
+    pretrained_2d: str | None = None
+    weights: str | None = None
+    pretrained: str | None = None
+    reset_head: bool = False
+    head_names: tuple[str, ...] | None = None
+    dropout: float = 0.5
+    overrides: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """SGD and the iteration-based multi-step schedule (Section 4.1).
+
+    Attributes:
+        lr: base learning rate for the whole (global) mini-batch.
+        momentum: SGD momentum (0.9 in the paper).
+        weight_decay: L2 weight decay (1e-4 in the paper).
+        weight_decay_bn: weight decay of BatchNorm scales/shifts; ``None`` means ``weight_decay``.
+        nesterov: Nesterov momentum.
+        max_iters: number of optimizer steps (400k in the paper); ignored when ``epochs`` is set.
+        epochs: if set (> 0), train for this many passes over the data instead of ``max_iters``.
+        steps: iterations at which the learning rate is multiplied by ``gamma``.
+        gamma: decay factor (0.1).
+        warmup_iters: linear warm-up length in iterations (0: none).
+        warmup_factor: learning-rate multiplier at iteration 0 of the warm-up.
+        clip_grad_norm: clip the global gradient norm to this value (0: off).
+        optimizer: ``sgd`` (the paper) or ``adamw`` (``nlnet demo``).
+        schedule: ``multistep`` (warm-up + steps, the paper), ``onecycle`` (``nlnet demo``),
+            ``cosine`` or ``poly`` (after the warm-up, down to ``min_lr`` at ``max_iters``).
+        pct_start: fraction of the one-cycle schedule spent increasing the rate.
+        min_lr: final rate of the ``cosine``/``poly`` schedules.
+        power: exponent of the ``poly`` schedule (``(1 - t/T) ** power``).
+        layer_decay: layer-wise lr decay for transformers (ViT/Swin/video transformers): the
+            block ``i`` of ``L`` gets ``lr * layer_decay ** (L - i)``, the embeddings
+            ``layer_decay ** (L + 1)``, the head 1 (1.0: off).
+    """
+
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    weight_decay_bn: float | None = None
+    nesterov: bool = False
+    max_iters: int = 400_000
+    epochs: int = 0
+    steps: tuple[int, ...] = (150_000, 300_000)
+    gamma: float = 0.1
+    warmup_iters: int = 0
+    warmup_factor: float = 0.1
+    clip_grad_norm: float = 0.0
+    optimizer: str = "sgd"
+    schedule: str = "multistep"
+    pct_start: float = 0.15
+    min_lr: float = 0.0
+    power: float = 0.9
+    layer_decay: float = 1.0
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training loop.
+
+    Attributes:
+        batch_size: clips per process (per GPU) and micro-batch (8 per GPU in Section 4.1).
+        accum_steps: micro-batches accumulated per optimizer step.
+        amp: ``none`` | ``bf16`` | ``fp16`` (mixed precision, CUDA only; ignored on the CPU).
+        freeze_bn: BatchNorm in eval mode with frozen affine parameters (Section 5.1).
+        sync_bn: convert BatchNorm to SyncBatchNorm under DDP on CUDA.
+        loss: ``ce`` (softmax cross-entropy) or ``bce`` (per-category sigmoid, Section 5.2).
+        seed: seed of model init, data order and augmentation.
+        workers: DataLoader worker processes (decoding overlaps the training steps).
+        prefetch: batches each worker keeps ready (``prefetch_factor``; ignored without workers).
+        log_every: iterations between metric records.
+        ckpt_every: iterations between checkpoints (0: only at the end).
+        eval_every: iterations between validation runs (0: only at the end, if ``data.val`` is set).
+        stop_after: stop this invocation after that many iterations, with a checkpoint, as if the
+            job had been pre-empted (0: off); ``--resume`` continues exactly.
+        device: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``.
+        split: dataset split to train on.
+        val_split: split to validate on every ``eval_every`` iterations and at the end (multi-clip
+            testing with ``eval.clips``/``eval.crops``); ``null``: no validation while training.
+        deterministic: ask PyTorch for deterministic kernels (else cuDNN benchmark mode on CUDA).
+        progress: a tqdm progress bar (rank 0 only); ``null`` (default): only when stderr is a
+            terminal, else one log line per ``log_every`` iterations.
+    """
+
+    batch_size: int = 8
+    accum_steps: int = 1
+    amp: str = "none"
+    freeze_bn: bool = False
+    sync_bn: bool = True
+    loss: str = "ce"
+    seed: int = 0
+    workers: int = 4
+    prefetch: int = 2
+    log_every: int = 20
+    ckpt_every: int = 1000
+    eval_every: int = 0
+    stop_after: int = 0
+    device: str = "auto"
+    split: str = "train"
+    val_split: str | None = None
+    deterministic: bool = False
+    progress: bool | None = None
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Multi-clip testing (Section 4.1, "Inference").
+
+    Attributes:
+        clips: clips sampled uniformly over each video (10 in the paper).
+        crops: spatial crops per clip (1: fully-convolutional on the whole resized frame; 3: the
+            three-crop option).
+        batch_size: clips per forward pass.
+        workers: DataLoader worker processes.
+        split: dataset split used by ``nlnet eval``.
+    """
+
+    clips: int = 10
+    crops: int = 1
+    batch_size: int = 1
+    workers: int = 2
+    split: str = "val"
+
+
+@dataclass(frozen=True)
+class Config:
+    """A full experiment: model, data, optimizer, training loop, evaluation, output directory.
+
+    ``data`` is the typed data section of the task named by ``task`` (the task class's
+    ``data_config``, e.g. :class:`nlnet.data.config.VideoDataConfig`), read when the config
+    loads; a task without a ``data_config`` keeps a plain dict.
+
+    Attributes:
+        model: the network (:class:`ModelConfig`).
+        data: the typed data section of the task.
+        optim: optimizer and schedule (:class:`OptimConfig`).
+        train: the training loop (:class:`TrainConfig`).
+        eval: multi-clip testing (:class:`EvalConfig`).
+        ema: an exponential moving average of the weights, evaluated beside them.
+        precise_bn: BatchNorm statistics recomputed over training batches before evaluation.
+        augment: MixUp / CutMix / RandAugment (one draw per clip) and label smoothing.
+        logging: TensorBoard and Weights & Biases beside ``metrics.jsonl``.
+        multigrid: multigrid training of the video task (Wu et al., CVPR 2020).
+        output_dir: the run directory (checkpoints, metrics, curves, summary).
+        name: a free label of the experiment.
+        class_names: the output class names stored in checkpoints (default: the data's classes).
+        task: the task that trains and evaluates (``video_classification``, ``segmentation``,
+            ``detection``, ``super_resolution``, ...).
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: Any = field(default_factory=dict)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    ema: EMAConfig = field(default_factory=EMAConfig)
+    precise_bn: PreciseBNConfig = field(default_factory=PreciseBNConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    multigrid: MultigridConfig = field(default_factory=MultigridConfig)
+    output_dir: str = "runs/default"
+    name: str = ""
+    class_names: tuple[str, ...] | None = None
+    task: str = "video_classification"
+
+
+__all__ = ["Config", "EvalConfig", "ModelConfig", "OptimConfig", "TrainConfig"]

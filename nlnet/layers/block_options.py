@@ -1,0 +1,120 @@
+"""Option and input checks of the non-local block (:mod:`nlnet.layers.nonlocal_block`).
+
+The block's constructor arguments (Sec. 3.3 of Wang et al., CVPR 2018: bottleneck width,
+subsampling kernel, 3D ``mode`` of Table 2d) and the checks its ``forward`` runs on ``x`` before
+any computation. Every check raises one line naming the argument and what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+Mode = Literal["spacetime", "space", "time"]
+MODES: tuple[str, ...] = ("spacetime", "space", "time")
+
+_LAYOUT = {1: "(B, C, L)", 2: "(B, C, H, W)", 3: "(B, C, T, H, W)"}
+
+
+def _check_block_input(
+    x: Tensor,
+    weight: Tensor,
+    dim: int,
+    channels: int,
+    kernel: tuple[int, ...],
+    name: str,
+    allow_empty: bool = True,
+) -> None:
+    """The block's input checks (a leaf call under ``torch.fx``: it reads sizes).
+
+    ``allow_empty=False`` (what a ``torch.fx`` trace records) refuses a grid with an axis of size
+    0: the traced graph has no branch for it, only the eager block returns its empty output.
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != dim + 2:
+        raise ValueError(
+            f"{name} expects x of shape {_LAYOUT[dim]} ({dim + 2} dims), got shape {tuple(x.shape)}"
+        )
+    if x.shape[1] != channels:
+        raise ValueError(
+            f"{name} was built for in_channels={channels}, got x with {x.shape[1]} channels "
+            f"(shape {tuple(x.shape)})"
+        )
+    if not x.is_floating_point():
+        raise TypeError(f"{name} expects a floating-point x, got dtype {x.dtype}")
+    if x.dtype != weight.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(
+            f"{name} has {weight.dtype} parameters but x is {x.dtype}: convert one of them "
+            f"(block.to({x.dtype}) or x.to({weight.dtype})), or run under torch.autocast"
+        )
+    size = tuple(x.shape[2:])
+    if 0 in size and not allow_empty:
+        raise ValueError(
+            f"{name} got an empty grid {size} (x of shape {tuple(x.shape)}) in a torch.fx-traced "
+            "graph, which has no branch for it; the eager block returns an empty output"
+        )
+    for axis, (s, k) in enumerate(zip(size, kernel)):
+        if k > 1 and 0 < s < k:  # size 0 is an empty grid (an empty output), not too small
+            raise ValueError(
+                f"input size {size} is too small for the sub_sample kernel {kernel}: "
+                f"dimension {axis} has {s} < {k} positions"
+            )
+
+
+def _check_temporal_groups(x: Tensor, groups: int) -> None:
+    if x.shape[2] % groups:
+        raise ValueError(
+            f"temporal_groups={groups} must divide the number of frames T, got T = {x.shape[2]}"
+        )
+
+
+def _positional_error(name: str, extra: tuple) -> TypeError:
+    first = extra[0]
+    return TypeError(
+        f"{name} takes in_channels as its only positional argument; the others are "
+        f"keyword-only, got {len(extra)} more positional ({', '.join(map(repr, extra))}). Write "
+        f"inter_channels={first!r} for a bottleneck of width {first!r}, or reduction={first!r} "
+        f"for in_channels // {first!r} (the practitioner's guide's NonLocalBlock(C, {first!r}) "
+        f"means reduction={first!r})"
+    )
+
+
+def _check_int(name: str, value, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+
+
+def resolve_sub_sample(sub_sample: bool | int | Sequence[int] | None, dim: int) -> tuple[int, ...]:
+    """Turn the ``sub_sample`` argument into a per-dimension max-pooling kernel.
+
+    Args:
+        sub_sample: ``True`` for the paper's default (2 in 1D, (2, 2) in 2D, (1, 2, 2) in 3D: space
+            only); ``False``, ``None`` or 1 for none; an int ``k`` for a *spatial* factor as in the
+            practitioner's guide ((k,), (k, k), (1, k, k)); or a tuple with one kernel per dimension.
+        dim: 1, 2 or 3.
+
+    Returns:
+        A tuple of ``dim`` positive ints (all ones means no subsampling).
+    """
+    if sub_sample is None or sub_sample is False:
+        return (1,) * dim
+    if sub_sample is True:
+        return (1, 2, 2) if dim == 3 else (2,) * dim
+    if isinstance(sub_sample, int):
+        if sub_sample < 1:
+            raise ValueError(f"sub_sample must be >= 1, got {sub_sample}")
+        return (1, sub_sample, sub_sample) if dim == 3 else (sub_sample,) * dim
+    kernel = tuple(int(k) for k in sub_sample)
+    if len(kernel) != dim or any(k < 1 for k in kernel):
+        raise ValueError(
+            f"sub_sample must be a bool, an int or {dim} positive ints for a {dim}D block, "
+            f"got {sub_sample!r}"
+        )
+    return kernel
+
+
+__all__ = ["MODES", "Mode", "resolve_sub_sample"]
