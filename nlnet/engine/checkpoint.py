@@ -94,7 +94,7 @@ DENSE_TASKS = (
 
 def takes_dropout(model_name: str) -> bool:
     """Whether ``create_model(model_name)`` takes ``train.dropout``: a fact of the model
-    (``ModelFacts.takes_dropout``; never the dense models of :data:`DENSE_TASKS`); an
+    (``ModelCfg.takes_dropout``; never the dense models of :data:`DENSE_TASKS`); an
     unregistered name: yes, as before."""
     from nlnet.models.registry import get_model_entry
 
@@ -102,7 +102,7 @@ def takes_dropout(model_name: str) -> bool:
         entry = get_model_entry(model_name)
     except ValueError:  # not registered: the caller passes its own network
         return True
-    return entry.default_cfg.get("task") not in DENSE_TASKS and entry.facts.takes_dropout
+    return entry.default_cfg.task not in DENSE_TASKS and entry.default_cfg.takes_dropout
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ class ModelConfig:
         reset_head: with ``pretrained``, drop the classifier weights and keep the fresh ones,
             so a model of another class count can be used as a backbone.
         head_names: parameter-name prefixes of the classifier; ``null`` (default): the model's
-            own (``ModelFacts.classifier`` of the registry, e.g. ``fc`` or ``head``).
+            own (``ModelCfg.classifier`` of the registry, e.g. ``fc`` or ``head``).
         dropout: dropout ratio before the classifier (0.5 after global pooling, Section 4.1);
             passed to models that have one (not the dense models).  Formerly ``train.dropout``
             (still read, with a ``DeprecationWarning``).

@@ -66,7 +66,7 @@ def build_model(cfg: Any) -> nn.Module:
 
 def head_names(cfg: Any) -> tuple[str, ...]:
     """The classifier's parameter prefixes: ``model.head_names`` if given, else the model's own
-    (``ModelFacts.classifier`` in the registry); ``("fc",)`` for a network not registered."""
+    (``ModelCfg.classifier`` in the registry); ``("fc",)`` for a network not registered."""
     if cfg.model.head_names:
         return tuple(cfg.model.head_names)
     from nlnet.models.registry import model_facts

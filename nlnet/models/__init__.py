@@ -18,7 +18,6 @@ from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.rcan import RCAN  # noqa: F401  (registers rcan*)
 from nlnet.models.registry import (
     ModelEntry,
-    ModelFacts,
     create_model,
     get_model_entry,
     list_models,
@@ -44,7 +43,6 @@ __all__ = [
     "InflationReport",
     "ModelCfg",
     "ModelEntry",
-    "ModelFacts",
     "PLACEMENTS",
     "ResNet3d",
     "SegmentationHead",

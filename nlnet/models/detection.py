@@ -93,6 +93,8 @@ def _cfg(task: str, depth: int, blocks: str | None, num_classes: int) -> ModelCf
         first_conv="backbone.body.conv1",
         classifier=_HEADS[task],
         family="detection",
+        weights_format="backbone",  # torchvision names the backbone's weights
+        takes_dropout=False,
         depth=depth,
         # create_model(pretrained_2d=...) / model.pretrained_2d -> the builder's backbone weights
         pretrained_2d_arg="weights_backbone",
@@ -110,6 +112,8 @@ def _tiny_cfg(blocks: str | None) -> ModelCfg:
         first_conv="backbone.body.stem.0",
         classifier=_HEADS["instance_segmentation"],
         family="detection",
+        weights_format="backbone",  # torchvision names the backbone's weights
+        takes_dropout=False,
         blocks=blocks,
     )
 

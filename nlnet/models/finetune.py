@@ -5,7 +5,7 @@ ImageNet weights by name (``"IMAGENET1K_V1"``, read through :mod:`nlnet.models.w
 ``$TORCH_HOME``; 2D ResNets copied or inflated to 3D as in Section 4.1 of "Non-local Neural
 Networks", Wang et al., CVPR 2018; ViT/Swin renamed), or from a file/state dict of the model's
 own layout (e.g. a checkpoint). What the classifier is comes from the model's facts
-(:class:`nlnet.models.facts.ModelFacts`), never from a config default.
+(:class:`nlnet.models.model_cfg.ModelCfg`), never from a config default.
 """
 
 from __future__ import annotations

@@ -230,6 +230,8 @@ _IMAGE_CFG = {
     "input_size": (3, 224, 224),
     "task": "image_classification",
     "family": "resnet2d",
+    "weights_format": "inflate",
+    "takes_dropout": False,
     "first_conv": "conv1",
     "classifier": ("fc",),
     "test_overrides": {"width_per_group": 4},
@@ -272,6 +274,8 @@ _SEG_CFG = {
     "input_size": (3, 512, 1024),
     "task": "segmentation",
     "family": "segmentation",
+    "weights_format": "inflate",  # the dilated ResNet backbone (head keys are new)
+    "takes_dropout": False,
     "first_conv": "conv1",
     "classifier": ("head.classifier",),
     "new_keys": ("head.",),

@@ -1,9 +1,13 @@
 """The typed per-model default config of the registry (timm's ``PretrainedCfg`` is the example).
 
-Every registered name carries one :class:`ModelCfg`: the facts about the model that the rest
-of nlnet reads instead of guessing -- which task it serves, the size and normalisation of one
-input sample, where its first convolution and its classifier are, and how the registry-wide
-tests build a narrow copy of it.  A plain ``dict`` given to ``register_model(default_cfg=...)``
+Every registered name carries one :class:`ModelCfg`, the single home of the facts about the
+model that the rest of nlnet reads instead of guessing -- which task it serves, the size and
+normalisation of one input sample (an image or a clip, Section 4 of "Non-local Neural
+Networks", Wang et al., CVPR 2018, arXiv:1711.07971), where its first convolution and its
+classifier are, which torchvision weights it takes and how (Section 4.1), and how the
+registry-wide tests build a narrow copy of it.  Each architecture file fills the fields of its
+family where it registers its names; the derived ones are set once in ``__post_init__``.  It is
+also ``model.pretrained_cfg`` (timm's attribute name) of every model ``create_model`` builds.  A plain ``dict`` given to ``register_model(default_cfg=...)``
 is turned into a :class:`ModelCfg`; an unknown key is a ``TypeError`` at registration.
 """
 
@@ -15,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["ModelCfg", "IMAGENET_MEAN", "IMAGENET_STD", "INPUT_KINDS"]
+__all__ = ["ModelCfg", "IMAGENET_MEAN", "IMAGENET_STD", "INPUT_KINDS", "WEIGHTS_FORMATS"]
 
 #: ImageNet statistics on the [0, 1] scale (the 2D initialisation of Section 4.1 expects them).
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
@@ -23,6 +27,9 @@ IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 #: What one input sample is: ``(C, T, H, W)`` clips or ``(C, H, W)`` images.
 INPUT_KINDS: tuple[str, ...] = ("clip", "image", "volume")
+
+#: How torchvision weights reach a model (:attr:`ModelCfg.weights_format`).
+WEIGHTS_FORMATS: tuple[str, ...] = ("inflate", "vit", "swin", "backbone", "native")
 
 
 def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -63,6 +70,17 @@ class ModelCfg:
             CPU tests (e.g. ``{"width": 4}``).
         test_input_size: one sample's size for those tests; ``None``: ``input_size``.
         upscale: output/input size ratio of a super-resolution model, ``None`` for others.
+        name: the registry name (set by ``register_model``).
+        weights_arch: the torchvision model whose weights names (``"IMAGENET1K_V1"``) this model
+            takes as a whole (fine-tuning, ``create_model(weights=...)``), ``None`` if none;
+            derived once here: ``torchvision_arch`` if set, else ``resnet{depth}`` (50/101) for
+            the ``"inflate"``/``"backbone"`` formats.
+        weights_format: how torchvision weights reach the model: ``"inflate"`` (2D ResNet, copied
+            or inflated to 3D, Section 4.1), ``"vit"``/``"swin"`` (renamed), ``"backbone"`` (the
+            builder takes them as its backbone, detectors) or ``"native"`` (only state dicts of
+            this very model); ``"inflate"`` without a ``weights_arch`` becomes ``"native"``.
+        dynamic_time: the clip length may change at run time (export's dynamic axis).
+        takes_dropout: the builder takes ``dropout`` (before the classifier; ``train.dropout``).
     """
 
     task: str
@@ -85,6 +103,11 @@ class ModelCfg:
     test_overrides: Mapping[str, Any] = field(default_factory=dict)
     test_input_size: tuple[int, ...] | None = None
     upscale: int | None = None
+    name: str = ""
+    weights_arch: str | None = None
+    weights_format: str = "native"
+    dynamic_time: bool = True
+    takes_dropout: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.task, str) or not self.task:
@@ -106,6 +129,11 @@ class ModelCfg:
                 f"ModelCfg.mean/std: expected {size[0]} values (one per input channel), "
                 f"got {self.mean!r}, {self.std!r}"
             )
+        if self.weights_format not in WEIGHTS_FORMATS:
+            raise ValueError(
+                f"ModelCfg.weights_format: expected one of {WEIGHTS_FORMATS}, "
+                f"got {self.weights_format!r}"
+            )
         test_size = None if self.test_input_size is None else tuple(self.test_input_size)
         set_ = object.__setattr__  # frozen: normalise once, here
         set_(self, "input_size", size)
@@ -118,6 +146,22 @@ class ModelCfg:
         set_(self, "weight_meta", _frozen_map(self.weight_meta))
         set_(self, "test_overrides", _frozen_map(self.test_overrides))
         set_(self, "test_input_size", test_size)
+        arch = self.weights_arch or self.torchvision_arch
+        if arch is None and self.weights_format in ("inflate", "backbone"):
+            arch = f"resnet{self.depth}" if self.depth in (50, 101) else None
+        set_(self, "weights_arch", arch)
+        if self.weights_format == "inflate" and arch is None:
+            set_(self, "weights_format", "native")  # no torchvision counterpart
+
+    def weights_meta(self, weights: Any = "DEFAULT") -> dict[str, Any]:
+        """torchvision's ``meta`` of a weights name for this model (categories, recipe, ...),
+        plus ``url``; an empty dict when the model takes no torchvision weights."""
+        if self.weights_arch is None:
+            return {}
+        from nlnet.models.weights import resolve_weights
+
+        enum = resolve_weights(weights, self.weights_arch, what="weights")
+        return {**dict(getattr(enum, "meta", {})), "url": getattr(enum, "url", None)}
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | ModelCfg) -> ModelCfg:

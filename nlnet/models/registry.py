@@ -30,7 +30,6 @@ from typing import Any
 
 from torch import nn
 
-from nlnet.models.facts import ModelFacts, facts_from_cfg
 from nlnet.models.model_cfg import ModelCfg
 
 __all__ = [
@@ -40,7 +39,6 @@ __all__ = [
     "list_models",
     "get_model_entry",
     "BLOCK_OPTIONS",
-    "ModelFacts",
     "model_facts",
 ]
 
@@ -75,10 +73,9 @@ class ModelEntry:
     default_cfg: ModelCfg
 
     @property
-    def facts(self) -> ModelFacts:
-        """The model's facts (classifier, input kind, preprocessing, weights): see
-        :mod:`nlnet.models.facts`."""
-        return facts_from_cfg(self.name, self.default_cfg)
+    def facts(self) -> ModelCfg:
+        """The model's facts: the same object as :attr:`default_cfg` (one home, ModelCfg)."""
+        return self.default_cfg
 
 
 _REGISTRY: dict[str, ModelEntry] = {}
@@ -125,7 +122,8 @@ def register_model(
         desc = description or " ".join(line.strip() for line in first.splitlines()) or key
         if default_cfg is None:
             raise TypeError(f"register_model: {key!r} needs a default_cfg (a ModelCfg)")
-        _REGISTRY[key] = ModelEntry(key, f, desc, ModelCfg.from_mapping(default_cfg))
+        cfg = ModelCfg.from_mapping(default_cfg)
+        _REGISTRY[key] = ModelEntry(key, f, desc, cfg if cfg.name == key else cfg.replace(name=key))
         return f
 
     return deco(fn) if fn is not None else deco
@@ -163,13 +161,13 @@ def get_model_entry(name: str) -> ModelEntry:
     return _REGISTRY[name]
 
 
-def model_facts(name: str) -> ModelFacts:
-    """The :class:`~nlnet.models.facts.ModelFacts` of a registered model (``ValueError`` if
+def model_facts(name: str) -> ModelCfg:
+    """The :class:`~nlnet.models.model_cfg.ModelCfg` of a registered model (``ValueError`` if
     unknown): classifier name, input kind, default preprocessing, torchvision weights."""
-    return get_model_entry(name).facts
+    return get_model_entry(name).default_cfg
 
 
-def _pretrained_advice(facts: ModelFacts) -> str:
+def _pretrained_advice(facts: ModelCfg) -> str:
     name = facts.name
     if facts.weights_format == "inflate" and facts.input_kind == "clip":
         return (
@@ -263,7 +261,7 @@ def create_model(
         from nlnet.models.finetune import load_finetune_weights
 
         load_finetune_weights(model, facts, weights)
-    model.pretrained_cfg = facts  # timm's attribute name: the facts travel with the model
+    model.pretrained_cfg = facts  # timm's attribute name: the ModelCfg travels with the model
     return model
 
 

@@ -186,6 +186,7 @@ _TINY_SEG_CFG = {
     "input_size": (3, 64, 64),
     "task": "segmentation",
     "family": "segmentation",
+    "takes_dropout": False,
     "first_conv": "backbone.conv1",
     "classifier": ("head.classifier",),
     "new_keys": ("head.",),

@@ -248,24 +248,26 @@ _SWIN_CFG = ModelCfg(
     first_conv="patch_embed",
     classifier=("head",),
     family="swin",
+    weights_format="swin",
+    takes_dropout=False,
     test_overrides=_TINY_SWIN,
     test_input_size=(3, 64, 64),
 )
 
 
-@register_model(default_cfg=_SWIN_CFG)
+@register_model(default_cfg=_SWIN_CFG.replace(weights_arch="swin_t"))
 def swin_t(weights: Any = None, **kwargs: Any) -> nn.Module:
     """Swin-T from nlnet window attention (torchvision weights load)"""
     return _swin("swin_t", weights, **kwargs)
 
 
-@register_model(default_cfg=_SWIN_CFG)
+@register_model(default_cfg=_SWIN_CFG.replace(weights_arch="swin_s"))
 def swin_s(weights: Any = None, **kwargs: Any) -> nn.Module:
     """Swin-S from nlnet window attention (torchvision weights load)"""
     return _swin("swin_s", weights, **kwargs)
 
 
-@register_model(default_cfg=_SWIN_CFG)
+@register_model(default_cfg=_SWIN_CFG.replace(weights_arch="swin_b"))
 def swin_b(weights: Any = None, **kwargs: Any) -> nn.Module:
     """Swin-B from nlnet window attention (torchvision weights load)"""
     return _swin("swin_b", weights, **kwargs)

@@ -33,6 +33,7 @@ def _cfg(arch: str, depth: int, blocks: str | None) -> ModelCfg:
         first_conv="conv1",
         classifier=("fc",),
         family="resnet3d",
+        weights_format="inflate",  # 2D ResNet weights inflated to 3D (Section 4.1)
         arch=arch,
         depth=depth,
         blocks=blocks,

@@ -206,6 +206,7 @@ _TINY_CFG = {
     "input_size": (3, 4, 32, 32),
     "task": "video_classification",
     "family": "video_transformer",
+    "dynamic_time": False,
     "first_conv": "patch_embed",
     "classifier": ("head",),
     "test_overrides": {"width": 2},

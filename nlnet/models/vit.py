@@ -305,24 +305,25 @@ _VIT_CFG = ModelCfg(
     first_conv="patch_embed",
     classifier=("head",),
     family="vit",
+    weights_format="vit",
     test_overrides=_TINY_VIT,
     test_input_size=(3, 224, 224),
 )
 
 
-@register_model(default_cfg=_VIT_CFG)
+@register_model(default_cfg=_VIT_CFG.replace(weights_arch="vit_b_16"))
 def vit_b_16(weights: Any = None, **kwargs: Any) -> nn.Module:
     """ViT-B/16 from nlnet layers (torchvision weights load)"""
     return _vit("vit_b_16", weights, **kwargs)
 
 
-@register_model(default_cfg=_VIT_CFG)
+@register_model(default_cfg=_VIT_CFG.replace(weights_arch="vit_b_32"))
 def vit_b_32(weights: Any = None, **kwargs: Any) -> nn.Module:
     """ViT-B/32 from nlnet layers (torchvision weights load)"""
     return _vit("vit_b_32", weights, **kwargs)
 
 
-@register_model(default_cfg=_VIT_CFG)
+@register_model(default_cfg=_VIT_CFG.replace(weights_arch="vit_l_16"))
 def vit_l_16(weights: Any = None, **kwargs: Any) -> nn.Module:
     """ViT-L/16 from nlnet layers (torchvision weights load)"""
     return _vit("vit_l_16", weights, **kwargs)

@@ -44,12 +44,14 @@ def test_weights_with_another_class_count_give_a_fresh_head(name):
             assert value.shape[0] % k == 0 and value.shape[0] != source[key].shape[0], key
         else:
             assert torch.equal(value, source[key]), f"{name}: {key} not loaded"
-    assert model.pretrained_cfg == facts
+    assert model.pretrained_cfg is facts  # the ModelCfg travels with the model
 
 
 def test_model_facts_name_each_models_classifier_and_input():
     for name in list_models():
         facts = model_facts(name)
+        assert facts is get_model_entry(name).facts is get_model_entry(name).default_cfg
+        assert facts.name == name  # one home: the registry's ModelCfg
         with torch.device("meta"):
             model = create_model(name)
         modules = dict(model.named_modules())

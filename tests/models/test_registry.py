@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import nlnet.models.registry as registry
-from nlnet.models.model_cfg import ModelCfg
+from nlnet.models.model_cfg import WEIGHTS_FORMATS, ModelCfg
 from nlnet.models.registry import create_model, get_model_entry, list_models, register_model
 from nlnet.models.surgery import non_local_blocks, non_local_paths
 
@@ -225,6 +225,27 @@ def test_every_name_is_one_grepable_builder_with_a_valid_cfg(name):
     assert cfg.input_kind in kinds
     assert cfg["task"] == cfg.get("task") == cfg.task and "classifier" in cfg  # as a mapping
     assert len(cfg.mean) == len(cfg.std) == cfg.input_size[0]
+    assert cfg.name == name and entry.facts is cfg  # the facts' one home
+    assert cfg.weights_format in WEIGHTS_FORMATS
+    if cfg.weights_format == "inflate":  # 2D weights by name need a torchvision counterpart
+        assert cfg.weights_arch is not None
+    if cfg.weights_arch is None:
+        assert cfg.weights_meta() == {}
+
+
+def test_model_cfg_derives_the_weights_facts_once():
+    base = {"task": "image_classification", "num_classes": 4, "input_size": (3, 8, 8)}
+    cfg = ModelCfg(**base, depth=101, weights_format="inflate")
+    assert (cfg.weights_arch, cfg.weights_format) == ("resnet101", "inflate")
+    assert cfg.replace(name="x") == ModelCfg(**base, depth=101, weights_format="inflate", name="x")
+    no_arch = ModelCfg(**base, depth=18, weights_format="inflate")  # no torchvision counterpart
+    assert (no_arch.weights_arch, no_arch.weights_format) == (None, "native")
+    named = ModelCfg(**base, torchvision_arch="resnet152", weights_format="inflate")
+    assert named.weights_arch == "resnet152"
+    assert ModelCfg(**base, depth=50).weights_arch is None  # native: no torchvision weights
+    assert (ModelCfg(**base).dynamic_time, ModelCfg(**base).takes_dropout) == (True, True)
+    with pytest.raises(ValueError, match="weights_format"):
+        ModelCfg(**base, weights_format="onnx")
 
 
 def _check_cfg_facts(model: nn.Module, cfg: ModelCfg) -> None:

@@ -5,7 +5,7 @@ The data follow torchvision's ``ImageFolder`` conventions (``root/<split>/<class
 classes sorted by folder name); ``data.builtin: digits`` uses scikit-learn's 8x8 digit images
 (upscaled, three channels) instead, so a smoke run needs no files.  Preprocessing is the usual
 ImageNet recipe: random resized crop and horizontal flip for training, resize + center crop for
-testing, normalised with the model's mean/std (``ModelFacts`` of the registry) unless the data
+testing, normalised with the model's mean/std (``ModelCfg`` of the registry) unless the data
 section gives its own.  The non-local block in a 2D ResNet (Section 6 of "Non-local Neural
 Networks", Wang et al., CVPR 2018, arXiv:1711.07971) is the same block as in the video models.
 """
@@ -140,7 +140,7 @@ class ImageClassificationTask:
                 facts = model_facts(cfg.model.name)
                 mean, std = mean or facts.mean, std or facts.std
             except ValueError:
-                from nlnet.models.facts import IMAGENET_MEAN, IMAGENET_STD
+                from nlnet.models.model_cfg import IMAGENET_MEAN, IMAGENET_STD
 
                 mean, std = mean or IMAGENET_MEAN, std or IMAGENET_STD
         self.mean, self.std = [float(v) for v in mean], [float(v) for v in std]
