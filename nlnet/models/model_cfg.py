@@ -174,6 +174,19 @@ class ModelCfg:
             raise TypeError(f"default_cfg: unknown key(s) {unknown}; valid keys: {sorted(known)}")
         return cls(**dict(values))
 
+    # immutable, so a copy is itself; pickled as plain keyword arguments (a model deep-copied
+    # for EMA or saved whole carries its ``pretrained_cfg``; mapping proxies do not pickle)
+    def __copy__(self) -> ModelCfg:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ModelCfg:
+        return self
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        values = {k: getattr(self, k) for k in _FIELDS}
+        plain = {k: dict(v) if isinstance(v, MappingProxyType) else v for k, v in values.items()}
+        return _rebuild, (plain,)
+
     def replace(self, **changes: Any) -> ModelCfg:
         """A copy with ``changes`` applied (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
@@ -201,3 +214,8 @@ class ModelCfg:
 
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelCfg))
+
+
+def _rebuild(values: dict[str, Any]) -> ModelCfg:
+    """A :class:`ModelCfg` from its pickled fields (:meth:`ModelCfg.__reduce__`)."""
+    return ModelCfg(**values)

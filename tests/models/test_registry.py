@@ -248,6 +248,18 @@ def test_model_cfg_derives_the_weights_facts_once():
         ModelCfg(**base, weights_format="onnx")
 
 
+def test_model_cfg_travels_with_a_copied_or_pickled_model():
+    import copy
+    import pickle
+
+    cfg = get_model_entry("c2d_r50").default_cfg
+    assert copy.deepcopy(cfg) is cfg and copy.copy(cfg) is cfg  # immutable: shared
+    again = pickle.loads(pickle.dumps(cfg))
+    assert again == cfg and again.test_overrides["width"] == 4 and again.name == "c2d_r50"
+    model = create_model("c2d_tiny", width=2)
+    assert copy.deepcopy(model).pretrained_cfg is model.pretrained_cfg
+
+
 def _check_cfg_facts(model: nn.Module, cfg: ModelCfg) -> None:
     """The model's first convolution and classifier are where its ModelCfg says."""
     first = model.get_submodule(cfg.first_conv)
