@@ -111,6 +111,21 @@ def _load_backbone(body: nn.Module, spec: Any, arch: str) -> None:
     body.load_state_dict(state, strict=False)  # fc.* keeps its (unused) initialisation
 
 
+def _with_blocks(
+    model: nn.Module,
+    depth: int,
+    backbone_block: bool,
+    fpn_levels: Sequence[int] | None,
+    block_options: dict[str, Any] | None,
+) -> nn.Module:
+    """``model`` with one block in res4 (``backbone_block``, Table 5) and/or one per FPN level."""
+    if backbone_block:
+        insert_non_local(model, backbone_non_local_path(depth), dim=2, **(block_options or {}))
+    if fpn_levels is not None:
+        insert_fpn_blocks(model, fpn_levels, block_options)
+    return model
+
+
 def build_mask_rcnn(
     depth: int = 50,
     num_classes: int = 91,
@@ -160,11 +175,7 @@ def build_mask_rcnn(
         num_classes=num_classes,
         **detector_kwargs,
     )
-    if backbone_block:
-        insert_non_local(model, backbone_non_local_path(depth), dim=2, **(block_options or {}))
-    if fpn_levels is not None:
-        insert_fpn_blocks(model, fpn_levels, block_options)
-    return model
+    return _with_blocks(model, depth, backbone_block, fpn_levels, block_options)
 
 
 def build_faster_rcnn(
@@ -187,11 +198,7 @@ def build_faster_rcnn(
         depth, width_per_group, None, weights_backbone, trainable_backbone_layers, frozen_bn
     )
     model = FasterRCNN(backbone, num_classes=num_classes, **detector_kwargs)
-    if backbone_block:
-        insert_non_local(model, backbone_non_local_path(depth), dim=2, **(block_options or {}))
-    if fpn_levels is not None:
-        insert_fpn_blocks(model, fpn_levels, block_options)
-    return model
+    return _with_blocks(model, depth, backbone_block, fpn_levels, block_options)
 
 
 def build_keypoint_rcnn(
