@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from nlnet.engine.config_checks import DATA_CHECKS, _build, _validate  # noqa: F401 (re-export)
+from nlnet.engine.config_checks import _build, _validate  # noqa: F401 (re-export)
 from nlnet.engine.config_files import (
     MOVED_KEYS,  # noqa: F401 (re-export)
     _load_yaml_tree,

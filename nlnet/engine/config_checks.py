@@ -16,9 +16,6 @@ from nlnet.engine.config_schema import Config, ModelConfig, OptimConfig
 from nlnet.engine.errors import ConfigError
 from nlnet.engine.sections import build_section
 
-#: task -> ``"module:callable"`` checking its ``data`` section at load (raises ConfigError);
-#: by name, because the task modules import this one
-DATA_CHECKS: dict[str, str] = {"image": "nlnet.engine.tasks.image:ImageDataConfig.from_mapping"}
 _CHOICES = {
     ("train", "amp"): ("none", "bf16", "fp16"),
     ("train", "loss"): ("ce", "bce"),
@@ -136,15 +133,6 @@ def _validate(cfg: Config) -> None:
             f"class_names: expected {n} names (model.num_classes), got {len(cfg.class_names)}"
         )
     _validate_model(cfg.model)
-    check = DATA_CHECKS.get(cfg.task)
-    if check is not None:  # a task whose data section is typed (a frozen dataclass)
-        import importlib
-
-        module, attr = check.split(":")
-        target: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            target = getattr(target, part)
-        target(cfg.data)
 
 
 def _validate_model(m: ModelConfig) -> None:

@@ -118,6 +118,8 @@ def test_save_roundtrip_and_replace(tmp_path):
         ("video_classification", "data.flp=false", "flip"),
         ("segmentation", "data.ignore_idx=0", "ignore_index"),
         ("detection", "data.hflp=0.5", "hflip"),
+        ("image", "data.hflp=false", "hflip"),
+        ("super_resolution", "data.pach=32", "patch"),
     ],
 )
 def test_a_data_key_typo_is_a_config_error_listing_the_valid_keys(task, typo, valid, tmp_path):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,28 +56,33 @@ class ImageDataConfig:
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
 
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> ImageDataConfig:
-        """Build and check; an unknown key or a bad value is a ``ConfigError`` naming it."""
-        from nlnet.engine.config import ConfigError, _build
+    def __post_init__(self) -> None:
+        from nlnet.engine.errors import ConfigError
 
-        cfg = _build(cls, dict(data or {}), ("data",))
-        if (cfg.root is None) == (cfg.builtin is None):
+        if (self.root is None) == (self.builtin is None):
             raise ConfigError("data: task image needs exactly one of data.root (an image "
                               "folder: root/<split>/<class>/*.png) or data.builtin: digits")  # fmt: skip
-        if cfg.builtin is not None and cfg.builtin not in _BUILTINS:
+        if self.builtin is not None and self.builtin not in _BUILTINS:
             raise ConfigError(f"data.builtin: expected one of {', '.join(_BUILTINS)}, "
-                              f"got {cfg.builtin!r}")  # fmt: skip
-        if cfg.size < 8 or (cfg.resize is not None and cfg.resize < cfg.size):
+                              f"got {self.builtin!r}")  # fmt: skip
+        if self.size < 8 or (self.resize is not None and self.resize < self.size):
             raise ConfigError(f"data.size/resize: expected size >= 8 and resize >= size, got "
-                              f"{cfg.size}/{cfg.resize}")  # fmt: skip
-        if not 0 < cfg.min_scale <= 1:
-            raise ConfigError(f"data.min_scale: expected a number in (0, 1], got {cfg.min_scale}")
+                              f"{self.size}/{self.resize}")  # fmt: skip
+        if not 0 < self.min_scale <= 1:
+            raise ConfigError(f"data.min_scale: expected a number in (0, 1], got {self.min_scale}")
         for key in ("mean", "std"):
-            v = getattr(cfg, key)
+            v = getattr(self, key)
             if v is not None and (len(v) != 3 or (key == "std" and min(v) <= 0)):
                 raise ConfigError(f"data.{key}: expected 3 numbers (std > 0), got {list(v)}")
-        return cfg
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> ImageDataConfig:
+        """Build and check; an unknown key or a bad value is a ``ConfigError`` naming it."""
+        if isinstance(data, cls):
+            return data
+        from nlnet.engine.sections import build_section
+
+        return build_section(cls, dict(data or {}), ("data",))
 
 
 def digits_images(split: str, seed: int = 0) -> tuple[list[Any], list[int], list[str]]:
@@ -127,6 +132,7 @@ class ImageClassificationTask:
     """Images -> class scores; cross-entropy; top-1/top-5 accuracy (see the module docstring)."""
 
     name = "image"
+    data_config = ImageDataConfig
 
     def __init__(self, cfg: Any) -> None:
         from nlnet.data.datasets import collate_skip_bad
