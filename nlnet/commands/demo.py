@@ -65,11 +65,11 @@ def _dense(args: argparse.Namespace) -> int:
 
     from nlnet.demo.dense import run_dense_demo
     from nlnet.demo.digits_dense import DenseDigitsConfig
-    from nlnet.demo.video_run import _threads
+    from nlnet.demo.threads import threads_for
     from nlnet.engine.errors import UserError
 
     try:  # more threads than idle cores make PyTorch's CPU kernels far slower when shared
-        torch.set_num_threads(_threads(args.threads))
+        torch.set_num_threads(threads_for(args.threads))
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if args.device.startswith("cuda") and not torch.cuda.is_available():

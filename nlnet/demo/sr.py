@@ -29,6 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nlnet.demo.threads import threads_for
+
 __all__ = ["SRDemoSettings", "run_sr_demo", "sr_demo_config", "format_sr_table"]
 
 MODELS: tuple[str, str] = ("edsr_baseline", "edsr_baseline_nl")
@@ -176,24 +178,6 @@ def format_sr_table(runs: Sequence[dict[str, Any]]) -> str:
         lines.append(f"{r['seed']:>4} {r['model']:<17} {m['psnr_y']:>7.2f} {m['ssim_y']:>7.4f} "
                      f"{m['bicubic_psnr_y']:>7.2f} {gain:>+6.2f} {r['train_s']:>7.0f}")  # fmt: skip
     return "\n".join(lines)
-
-
-def threads_for(arg: str) -> int:
-    """``--threads``: an int, or ``auto`` = the idle cores (at least 1) of a shared machine."""
-    if arg != "auto":
-        try:
-            n = int(arg)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ValueError(f"--threads: expected a positive integer or 'auto', got {arg!r}")
-        return n
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = 0.0
-    cores = os.cpu_count() or 1
-    return max(1, min(cores, int(cores - load + 0.5)))
 
 
 def cli_main(args: Any) -> int:

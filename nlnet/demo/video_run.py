@@ -20,25 +20,11 @@ from typing import Any
 import torch
 
 from nlnet.demo.digits_cache import default_cache_dir, prepare_digits, read_manifest
+from nlnet.demo.threads import threads_for
 from nlnet.demo.video import TASK_TEXT, DemoSettings, load_split, pretrain_2d, top1, train_model
 from nlnet.demo.video_report import attention_outputs, plot_curves, results_table
 
 __all__ = ["run_demo", "settings_from_args", "train_all"]
-
-
-def _threads(arg: str) -> int:
-    cores = os.cpu_count() or 1
-    if arg != "auto":
-        n = int(arg)
-        if n < 1:
-            raise ValueError(f"--threads: expected a positive integer or 'auto', got {arg!r}")
-        return n
-    # On a shared machine more threads than idle cores make PyTorch's CPU kernels far slower.
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = 0.0
-    return max(1, min(cores, int(cores - load + 0.5)))
 
 
 def settings_from_args(args: argparse.Namespace) -> DemoSettings:
@@ -108,7 +94,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.perf_counter()
     settings = settings_from_args(args)
     device = torch.device(args.device)
-    threads = _threads(args.threads)
+    threads = threads_for(args.threads)
     torch.set_num_threads(threads)
     progress = not args.no_progress
     stamp = time.strftime("%Y%m%d-%H%M%S")
