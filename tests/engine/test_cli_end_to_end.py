@@ -14,25 +14,17 @@ import sys
 import time
 from pathlib import Path
 
-import av  # PyAV (a hard dependency) writes the test videos
 import numpy as np
 import pytest
 import torch
+
+from nlnet.data.video import write_video
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _write_mp4(path: Path, frames: np.ndarray, fps: int = 10) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=fps)
-        stream.width, stream.height = frames.shape[2], frames.shape[1]
-        stream.pix_fmt = "yuv420p"
-        for f in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+    write_video(path, frames, fps=fps, codec="mpeg4")
 
 
 def _make_tree(root: Path) -> None:

@@ -10,24 +10,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from nlnet.data.video import write_video
+
 #: torchvision architectures whose fake ImageNet files the shipped configs need
 CONFIG_ARCHS = ("resnet50", "resnet101")
 
 
 def write_mp4(path: Path, frames: np.ndarray, fps: int = 10) -> None:
-    """Frames (T, H, W, 3) uint8 as an mp4 (PyAV, a hard dependency)."""
-    import av
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=fps)
-        stream.width, stream.height = frames.shape[2], frames.shape[1]
-        stream.pix_fmt = "yuv420p"
-        for f in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(f, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+    """Frames (T, H, W, 3) uint8 as an mp4 (the library's own writer, MPEG-4 Part 2)."""
+    write_video(path, frames, fps=fps, codec="mpeg4")
 
 
 def video_tree(root: Path, per_class: int = 2, classes: tuple[str, ...] = ("left", "right"),
