@@ -16,6 +16,7 @@ import pytest
 import torch
 from caffe2_reference import make_released_blobs, released_forward
 
+import nlnet
 from nlnet.cli import main
 from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model
 
@@ -112,6 +113,13 @@ def test_preprocessing_of_the_released_models_is_stored_and_used(tmp_path):
     assert (cfg["data"]["num_frames"], cfg["data"]["stride"]) == (8, 8)
     assert (cfg["eval"]["clips"], cfg["eval"]["crops"]) == (10, 3)
     assert cfg["data"]["test_scale"] == 256 and cfg["data"]["test_crop"] == 256
+    # what `nlnet predict` / `nlnet.predict` feed the model: the released normalisation and views
+    transform = nlnet.preprocessing(out)
+    assert (transform.num_frames, transform.clips, transform.crops) == (8, 10, 3)
+    frames = torch.full((70, 256, 300, 3), 114, dtype=torch.uint8)  # ~ the released mean
+    views = transform(frames)
+    assert views.shape == (30, 3, 8, 256, 256)
+    torch.testing.assert_close(views, torch.full_like(views, (114 - 114.75) / 57.375))
 
 
 def test_caffe2_pooling_gives_55x55_at_224_and_the_padded_one_does_not_match(tmp_path):
