@@ -53,7 +53,12 @@ def _run_demo(tmp_path: Path, *extra: str, timeout: int) -> dict:
     return {"summary": summary, "stdout": proc.stdout, "run_dir": run_dir}
 
 
-def test_quick_demo_smoke(tmp_path):
+def test_quick_demo_smoke_and_the_same_figures_with_jobs_side_by_side(tmp_path):
+    """A quick run with one job; then ``--threads 2``, which trains the models side by side in
+    worker processes, one thread each (nlnet.demo.parallel): its weights and figures equal the
+    one-job run's bit for bit."""
+    import torch
+
     out = _run_demo(tmp_path, "--quick", "--threads", "1", timeout=300)
     s = out["summary"]
     assert s["quick"] is True
@@ -73,6 +78,30 @@ def test_quick_demo_smoke(tmp_path):
     root = prepare_digits(DemoSettings.quick(0).task, manifests[0].parent)
     assert root == manifests[0].parent and Path(s["dataset"]).resolve() == root.resolve()
     assert manifests[0].stat().st_mtime_ns == stamp
+    one, two = out, _run_demo(tmp_path / "two", "--quick", "--threads", "2", timeout=300)
+    assert two["summary"]["threads"] == 2
+    for name, r in one["summary"]["results"].items():
+        assert two["summary"]["results"][name]["test_top1"] == r["test_top1"], name
+        a, b = (torch.load(o["run_dir"] / f"{name}.pt", weights_only=False)["model"]
+                for o in (one, two))  # fmt: skip
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+
+
+def test_jobs_run_inline_on_one_thread_and_deliver_errors():
+    import torch
+
+    from nlnet.demo.parallel import Jobs
+
+    before = torch.get_num_threads()
+    with Jobs(1) as jobs:
+        assert not jobs.parallel
+        assert jobs.submit(torch.get_num_threads).result() == 1
+        failed = jobs.submit(int, "not a number")
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="not a number"):
+        failed.result()
+    with pytest.raises(ValueError, match="n: expected a positive number of jobs"):
+        Jobs(0)
 
 
 @pytest.mark.slow

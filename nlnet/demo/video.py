@@ -35,8 +35,8 @@ from nlnet.demo.digits_cache import read_manifest
 from nlnet.engine.config import replace as replace_config
 from nlnet.engine.runlog import MetricsLogger
 
-__all__ = ["DemoSettings", "ClipTensorDataset", "demo_config", "load_split", "pretrain_2d",
-           "top1", "train_model"]  # fmt: skip
+__all__ = ["DemoSettings", "ClipTensorDataset", "build_model", "decoded_splits", "demo_config",
+           "load_split", "pretrain_2d", "top1", "train_job", "train_model"]  # fmt: skip
 
 
 TASK_TEXT = {
@@ -257,35 +257,20 @@ def top1(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device, bs: i
     return topk_correct(logits, y, ks=(1,))[1] / len(x)
 
 
-def train_model(
-    name: str,
-    settings: DemoSettings,
-    data: dict[str, tuple[torch.Tensor, torch.Tensor]],
-    device: torch.device,
-    seed: int,
-    progress: bool = True,
-    init: dict[str, torch.Tensor] | None = None,
-    run_dir: Path | None = None,
-    class_names: list[str] | None = None,
-) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Train one registered model with the engine's loop (AdamW, one-cycle); return it and its
-    per-epoch log.  The checkpoint is ``<run_dir>/<name>/checkpoints/final.pt``.
+def build_model(
+    name: str, settings: DemoSettings, init: dict[str, torch.Tensor] | None = None
+) -> torch.nn.Module:
+    """A registered demo model of ``settings``' width and classes, from the pre-trained backbone.
 
-    ``init`` is the pre-trained backbone (loaded non-strictly: the classifier and the non-local
-    blocks keep their initialisation). With ``settings.theta_init_std`` the ``theta`` embedding
-    of every non-local block starts small, so that the initial attention is nearly uniform and
-    every key receives gradient (a sharp random softmax on pre-trained features starves the
-    keys it ignores).
+    ``init`` is loaded non-strictly: the classifier and the non-local blocks keep their
+    initialisation. With ``settings.theta_init_std`` the ``theta`` embedding of every non-local
+    block starts small, so that the initial attention is nearly uniform and every key receives
+    gradient (a sharp random softmax on pre-trained features starves the keys it ignores).
     """
-    import tempfile
-
-    from nlnet.engine.loop import train
     from nlnet.models.registry import create_model
 
-    torch.manual_seed(seed)
-    num_classes = settings.task.num_classes
     model = create_model(
-        name, num_classes=num_classes, width=settings.width, dropout=settings.dropout
+        name, num_classes=settings.task.num_classes, width=settings.width, dropout=settings.dropout
     )
     if init is not None:
         missing, unexpected = model.load_state_dict(init, strict=False)
@@ -298,6 +283,30 @@ def train_model(
         for _, block in find_non_local_blocks(model):
             if block.theta is not None:
                 torch.nn.init.normal_(block.theta.weight, std=settings.theta_init_std)
+    return model
+
+
+def train_model(
+    name: str,
+    settings: DemoSettings,
+    data: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    device: torch.device,
+    seed: int,
+    progress: bool = True,
+    init: dict[str, torch.Tensor] | None = None,
+    run_dir: Path | None = None,
+    class_names: list[str] | None = None,
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Train one registered model (:func:`build_model` from ``init``) with the engine's loop
+    (AdamW, one-cycle); return it and its per-epoch log.  The checkpoint is
+    ``<run_dir>/<name>/checkpoints/final.pt``."""
+    import tempfile
+
+    from nlnet.engine.loop import train
+
+    torch.manual_seed(seed)
+    model = build_model(name, settings, init)
+    num_classes = settings.task.num_classes
     names = class_names or [f"class_{i}" for i in range(num_classes)]
     train_ds, val_ds = (ClipTensorDataset(*data[s], names) for s in ("train", "val"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -321,3 +330,40 @@ def train_model(
         "checkpoint": summary["checkpoint"] if run_dir is not None else None,
     }
     return model, log
+
+
+_SPLITS: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
+
+
+def decoded_splits(
+    root: Path, task: DigitsTaskConfig, progress: bool = False
+) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The three splits of ``root`` decoded into memory (:func:`load_split`), once per process."""
+    key = f"{Path(root).resolve()}:{task.fingerprint()}"
+    if key not in _SPLITS:
+        _SPLITS[key] = {s: load_split(root, s, task, progress) for s in ("train", "val", "test")}
+    return _SPLITS[key]
+
+
+def train_job(
+    name: str,
+    settings: DemoSettings,
+    root: Path,
+    device: torch.device,
+    seed: int,
+    init: dict[str, torch.Tensor] | None,
+    run_dir: Path,
+    class_names: list[str],
+) -> dict[str, Any]:
+    """One model's training and test top-1, as a job of :class:`nlnet.demo.parallel.Jobs`.
+
+    It reads the clips of ``root`` itself (in a worker process: from the dataset's decoded-clip
+    cache, filled by the main process), so only paths and the small backbone travel.
+
+    Returns:
+        ``{"state": cpu state dict, "log": train_model's log, "test_top1": float}``.
+    """
+    data = decoded_splits(root, settings.task)
+    model, log = train_model(name, settings, data, device, seed, False, init, run_dir, class_names)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return {"state": state, "log": log, "test_top1": top1(model, *data["test"], device)}

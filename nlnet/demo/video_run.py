@@ -20,8 +20,16 @@ from typing import Any
 import torch
 
 from nlnet.demo.digits_cache import default_cache_dir, prepare_digits, read_manifest
+from nlnet.demo.parallel import Jobs
 from nlnet.demo.threads import threads_for
-from nlnet.demo.video import TASK_TEXT, DemoSettings, load_split, pretrain_2d, top1, train_model
+from nlnet.demo.video import (
+    TASK_TEXT,
+    DemoSettings,
+    build_model,
+    decoded_splits,
+    pretrain_2d,
+    train_job,
+)
 from nlnet.demo.video_report import attention_outputs, plot_curves, results_table
 
 __all__ = ["run_demo", "settings_from_args", "train_all"]
@@ -48,26 +56,32 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
 
 def train_all(
     settings: DemoSettings,
+    root: Path,
     data: dict[str, tuple[torch.Tensor, torch.Tensor]],
     device: torch.device,
     seed: int,
-    progress: bool,
     init: dict[str, torch.Tensor] | None,
     run_dir: Path,
     class_names: list[str],
+    jobs: Jobs,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, torch.nn.Module]]:
-    """Train every model of ``settings`` from the same initialisation; test top-1 and cost."""
+    """Train every model of ``settings`` from the same initialisation, side by side as ``jobs``
+    (:func:`nlnet.demo.video.train_job`); test top-1 and cost."""
     from nlnet.analysis.cost import model_cost
 
     task = settings.task
+    futures = {
+        name: jobs.submit(train_job, name, settings, root, device, seed, init, run_dir, class_names)
+        for name in settings.models
+    }
     results: dict[str, dict[str, Any]] = {}
     logs: dict[str, dict[str, Any]] = {}
     models: dict[str, torch.nn.Module] = {}
-    for name in settings.models:
-        model, log = train_model(
-            name, settings, data, device, seed, progress, init, run_dir, class_names
-        )
-        acc = top1(model, *data["test"], device)
+    for name, future in futures.items():
+        out = future.result()
+        model = build_model(name, settings)
+        model.load_state_dict(out["state"])
+        log = out["log"]
         cost = model_cost(
             name,
             (task.num_frames, task.size, task.size),
@@ -77,15 +91,17 @@ def train_all(
         results[name] = {
             "params": cost.params,
             "macs": cost.macs,
-            "test_top1": acc,
+            "test_top1": out["test_top1"],
             "val_top1": log["val_top1"][-1],
             "train_time_s": log["train_time_s"],
         }
         logs[name] = log
-        models[name] = model
+        models[name] = model.to(device).eval()
         shutil.copyfile(log["checkpoint"], run_dir / f"{name}.pt")  # for nlnet visualize
-        print(f"{name}: test top-1 {100 * acc:.1f}% ({log['train_time_s']:.0f}s)", flush=True)
-
+        print(
+            f"{name}: test top-1 {100 * out['test_top1']:.1f}% ({log['train_time_s']:.0f}s)",
+            flush=True,
+        )
     return results, logs, models
 
 
@@ -95,7 +111,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     settings = settings_from_args(args)
     device = torch.device(args.device)
     threads = threads_for(args.threads)
-    torch.set_num_threads(threads)
+    torch.set_num_threads(
+        1
+    )  # one thread per job (nlnet.demo.parallel): the same figures on any machine
     progress = not args.no_progress
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(args.output_dir) / f"demo-{stamp}-seed{args.seed}"
@@ -110,30 +128,32 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         flush=True,
     )
 
-    t0 = time.perf_counter()
-    root = prepare_digits(task, cache / f"digits-{task.fingerprint()}", progress=progress)
-    workers = 2 if threads >= 2 else 0  # decode in parallel on idle cores
-    data = {s: load_split(root, s, task, progress, workers) for s in ("train", "val", "test")}
-    data_time = time.perf_counter() - t0
-    manifest = read_manifest(root)
-    class_names = manifest["classes"]
-    print(
-        f"data: {root} ({len(data['train'][0])} train / {len(data['val'][0])} val / "
-        f"{len(data['test'][0])} test clips, {data_time:.0f}s)",
-        flush=True,
-    )
-
-    init, pre_log = None, None
-    if settings.pretrain_frames > 0 and settings.pretrain_epochs > 0:
-        init, pre_log = pretrain_2d(settings, device, args.seed, progress, run_dir)
+    jobs = threads if device.type == "cpu" else 1
+    with Jobs(min(jobs, len(settings.models))) as pool:
+        pre = None
+        if settings.pretrain_frames > 0 and settings.pretrain_epochs > 0:
+            pre = pool.submit(pretrain_2d, settings, device, args.seed, False, run_dir)
+        t0 = time.perf_counter()
+        root = prepare_digits(task, cache / f"digits-{task.fingerprint()}", progress=progress)
+        data = decoded_splits(root, task, progress)
+        data_time = time.perf_counter() - t0
+        manifest = read_manifest(root)
+        class_names = manifest["classes"]
         print(
-            f"2D pre-training: {pre_log['frames']} frames x {pre_log['epochs']} epochs, "
-            f"top-1 {100 * pre_log['train_top1']:.0f}% ({pre_log['time_s']:.0f}s)",
+            f"data: {root} ({len(data['train'][0])} train / {len(data['val'][0])} val / "
+            f"{len(data['test'][0])} test clips, {data_time:.0f}s)",
             flush=True,
         )
-    results, logs, models = train_all(
-        settings, data, device, args.seed, progress, init, run_dir, class_names
-    )
+        init, pre_log = pre.result() if pre is not None else (None, None)
+        if pre_log is not None:
+            print(
+                f"2D pre-training: {pre_log['frames']} frames x {pre_log['epochs']} epochs, "
+                f"top-1 {100 * pre_log['train_top1']:.0f}% ({pre_log['time_s']:.0f}s)",
+                flush=True,
+            )
+        results, logs, models = train_all(
+            settings, root, data, device, args.seed, init, run_dir, class_names, pool
+        )
     plot_curves(logs, run_dir / "curves.png")
     attention_stats, attn_stats = attention_outputs(
         settings, models, data, manifest, root, run_dir, device
