@@ -29,6 +29,7 @@ __all__ = [
     "get_task",
     "register_task",
     "task_class",
+    "task_names",
 ]
 
 
@@ -86,6 +87,11 @@ def register_task(name: str, factory: str | Callable[..., Task]) -> None:
     """Register a task under ``name``: a task class (built with its ``from_config(cfg)``), a
     function ``factory(cfg) -> Task``, or ``"module:attribute"`` naming either."""
     _TASKS[name] = factory
+
+
+def task_names() -> list[str]:
+    """The registered task names, sorted (the values ``task:`` accepts)."""
+    return sorted(_TASKS)
 
 
 def _factory(name: str) -> Callable[..., Task]:
