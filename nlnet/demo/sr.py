@@ -140,15 +140,15 @@ def run_sr_demo(
         models: dict[str, nn.Module] = {}
         for name in MODELS:
             cfg = sr_demo_config(name, s, out / f"seed{seed}" / name, seed, device)
-            task = SuperResolutionTask(cfg)
+            task = SuperResolutionTask.from_config(cfg)
             if test is None:
-                test = task.build_dataset(cfg, "test", "test")
+                test = task.build_dataset("test", "test")
             torch.manual_seed(seed)
             model = create_model(name, **cfg.model.overrides)
             start = time.perf_counter()
             train(cfg, model=model, force=True)
             train_s = time.perf_counter() - start
-            metrics = task.evaluate(model, test, cfg, torch.device(device))
+            metrics = task.evaluate(model, test, torch.device(device))
             runs.append({"seed": seed, "model": name, "train_s": train_s, "metrics": metrics,
                          "params": sum(p.numel() for p in model.parameters())})  # fmt: skip
             log(f"seed {seed} {name}: PSNR-Y {metrics['psnr_y']:.2f} dB "

@@ -140,7 +140,7 @@ def evaluate(
         task = get_task(cfg, collate_fn)
         split = split or cfg.eval.split
         if dataset is None:
-            dataset = task.build_dataset(cfg, split, "test")
+            dataset = task.build_dataset(split, "test")
         n = task.num_classes(dataset)
         if n is not None and n != int(ckpt.get("num_classes") or n):
             raise DataError(
@@ -148,7 +148,7 @@ def evaluate(
                 f"{ckpt['num_classes']}"
             )
         amp = cfg.train.amp if info.device.type == "cuda" else "none"
-        metrics = task.evaluate(model, dataset, cfg, info.device, amp=amp,
+        metrics = task.evaluate(model, dataset, info.device, amp=amp,
                                 progress=use_progress_bar(cfg.train.progress) and info.is_main,
                                 desc=f"eval {split}")  # fmt: skip
         metrics["split"] = split

@@ -72,7 +72,7 @@ class Run(RunSetup):
         for hook in self.hooks:
             hook.before_eval(self)
         metrics = self.task.evaluate(
-            st.model, self.val_dataset, self.cfg, self.device, amp=self.amp,
+            st.model, self.val_dataset, self.device, amp=self.amp,
             progress=self.progress, desc="val",
         )  # fmt: skip
         for hook in self.hooks:

@@ -110,9 +110,9 @@ class RunSetup:
         """Datasets of the task; ``model.num_classes`` inferred from the data or checked."""
         cfg, tc = self.cfg, self.cfg.train
         if train_dataset is None:
-            train_dataset = self.task.build_dataset(cfg, tc.split, "train")
+            train_dataset = self.task.build_dataset(tc.split, "train")
         if val_dataset is None and tc.val_split:
-            val_dataset = self.task.build_dataset(cfg, tc.val_split, "test")
+            val_dataset = self.task.build_dataset(tc.val_split, "test")
         n = self.task.num_classes(train_dataset)
         if cfg.model.num_classes is None:
             if n is None:
@@ -126,10 +126,10 @@ class RunSetup:
                     f"classes; remove model.num_classes (inferred) or set it to {k}"
                 )
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
-        setup = getattr(self.task, "setup", None)  # optional: the final config (classes known)
+        setup = getattr(self.task, "setup", None)  # optional: the final class count
         if setup is not None:
-            setup(cfg)
-        self.meta = self.task.metadata(cfg, train_dataset)
+            setup(cfg.model.num_classes)
+        self.meta = self.task.metadata(train_dataset)
         self.hooks = build_hooks(cfg, self.user_hooks)
         # a hook may set the size of each step (multigrid): batch_factor(epoch, iteration)
         self.plan = next((h for h in self.hooks if hasattr(h, "batch_factor")), None)

@@ -84,8 +84,8 @@ def test_results_are_coco_format(root):
 @pytest.mark.slow  # a narrow Mask R-CNN still has a 12.8M-parameter box head: ~1 min on 2 cores
 def test_detection_task_trains_and_evaluates(root):
     torch.manual_seed(0)
-    task = DetectionTask(("bbox", "segm"))
-    train, val = task.build_datasets({"data": {"root": str(root)}})
+    task = DetectionTask(("bbox", "segm"), data={"root": str(root)})
+    train, val = task.build_datasets()
     model = create_model(
         "maskrcnn_r50_fpn_nl", num_classes=4, width_per_group=4, min_size=48, max_size=48
     )
@@ -110,7 +110,7 @@ def test_task_errors():
     with pytest.raises(ValueError, match="iou_types"):
         DetectionTask(("boxes",))
     with pytest.raises(ValueError, match="data.root"):
-        DetectionTask().build_datasets({"data": {}})
+        DetectionTask().build_datasets()
     with pytest.raises(FileNotFoundError, match="annotation_file"):
         load_coco("/nonexistent/instances.json")
 

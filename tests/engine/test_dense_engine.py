@@ -75,9 +75,8 @@ def test_detection_task_from_config_options(root, tmp_path):
         get_task(dense_cfg("detection", "maskrcnn_tiny", root, tmp_path / "c",
                            **{"data.iou_types": ["boxes"]}))  # fmt: skip
     with pytest.raises(DataError, match="split 'nosuch'"):
-        task.build_dataset(dense_cfg("detection", "maskrcnn_tiny", root, tmp_path / "d"),
-                           "nosuch")  # fmt: skip
-    ds = task.build_dataset(dense_cfg("detection", "maskrcnn_tiny", root, tmp_path / "d"), "train")
+        task.build_dataset("nosuch")
+    ds = task.build_dataset("train")
     assert task.num_classes(ds) == 4
     images, targets, dropped = task.collate([ds[0], None, ds[1]])
     assert len(images) == len(targets) == 2 and dropped == 1 and task.skipped((0, 0, 1)) == 1
@@ -265,8 +264,8 @@ def _check_flip(cfg) -> None:
     from nlnet.engine.tasks import get_task
 
     task = get_task(cfg)
-    plain = task.build_dataset(cfg, "train", "test")
-    flip = task.build_dataset(cfg, "train", "train")
+    plain = task.build_dataset("train", "test")
+    flip = task.build_dataset("train", "train")
     flip.hflip = 1.0
     (_, a), (_, b) = plain[0], flip[0]
     ka, kb = a["keypoints"], b["keypoints"]

@@ -55,8 +55,9 @@ def tiny_root(tmp_path_factory):
 @pytest.mark.parametrize("name", ["seg_tiny", "seg_tiny_nl"])
 def test_training_steps_decrease_the_loss(tiny_root, name):
     torch.manual_seed(0)
-    task = SegmentationTask(4, ["background", "cue", "match", "other"])
-    train, val = task.build_datasets({"data": {"root": str(tiny_root)}})
+    task = SegmentationTask(4, ["background", "cue", "match", "other"],
+                            data={"root": str(tiny_root)})  # fmt: skip
+    train, val = task.build_datasets()
     batch = task.collate([train[i] for i in range(8)])
     model = create_model(name)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -80,4 +81,4 @@ def test_training_steps_decrease_the_loss(tiny_root, name):
 
 def test_build_datasets_needs_a_root():
     with pytest.raises(ValueError, match="data.root"):
-        SegmentationTask(4).build_datasets({"data": {}})
+        SegmentationTask(4).build_datasets()

@@ -102,8 +102,10 @@ def test_data_section_errors_are_config_errors(tmp_path):
         SuperResolutionData.from_mapping({"source": "folder"})
     with pytest.raises(ConfigError, match="data.source"):
         SuperResolutionData.from_mapping({"source": "web"})
-    task = SuperResolutionTask(_cfg(tmp_path, source="folder", root=str(tmp_path / "none")))
+    task = SuperResolutionTask.from_config(
+        _cfg(tmp_path, source="folder", root=str(tmp_path / "none"))
+    )
     from nlnet.engine.errors import DataError
 
     with pytest.raises(DataError, match="no such folder"):
-        task.build_dataset(None, "train")
+        task.build_dataset("train")

@@ -6,6 +6,12 @@ the loss and the evaluation.  A task implements :class:`Task` and is registered 
 :func:`register_task`; see docs/ARCHITECTURE.md.  Modules: ``video`` (clip classification,
 Sections 4-5.2), ``segmentation`` (semantic segmentation, mIoU), ``detection`` (COCO boxes,
 masks and keypoints with pycocotools, Section 6).
+
+A task is built from the config sections it needs, the way detectron2's ``@configurable``
+classes are: its ``from_config(cfg)`` classmethod is the only place that reads the whole
+config, and passes typed sections (the task's ``data_config`` dataclass, ``EvalConfig``,
+``AugmentConfig``...) and values to ``__init__`` as keyword arguments.  The methods never see
+the config, so a task can also be built directly from sections, without any ``Config``.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ __all__ = [
     "get_task",
     "register_task",
     "task_class",
+    "task_names",
 ]
 
 
@@ -30,25 +37,30 @@ __all__ = [
 class Task(Protocol):
     """What the loop needs from a task (video classification is the first implementation).
 
-    ``build_dataset(cfg, split, mode)``: the dataset of a split (``mode`` ``train``/``test``);
+    ``from_config(cfg)`` (classmethod): the task of an engine config; the only method that
+    reads the whole config (``__init__`` takes typed sections as keyword arguments).
+    ``build_dataset(split, mode)``: the dataset of a split (``mode`` ``train``/``test``);
     raise :class:`~nlnet.engine.errors.DataError` when it cannot be used (names the cause).
     ``num_classes(dataset)``: the classes of a dataset, or ``None`` if it does not say.
     ``collate(items)``: a batch from dataset items (bad items dropped).
     ``skipped(batch)``: how many items of the batch were dropped as bad.
     ``loss(model, batch, device)``: ``(mean loss, items)``; ``(None, 0)`` for an empty batch.
-    ``evaluate(model, dataset, cfg, device, amp, progress, desc)``: a metrics dict.
-    ``metadata(cfg, dataset)``: ``class_names`` and ``preprocessing`` stored in checkpoints.
+    ``evaluate(model, dataset, device, *, amp, progress, desc)``: a metrics dict.
+    ``metadata(dataset)``: ``class_names`` and ``preprocessing`` stored in checkpoints.
     ``summary(metrics)``: one line for the console.
     ``data_config`` (class attribute): the frozen dataclass of the config's ``data`` section.
-    Optional: ``setup(cfg)`` (called once the config is final, ``model.num_classes`` known),
-    ``pop_terms()`` (loss terms logged beside the loss), ``words`` (names of a training item and
-    its source file in the loop's messages, e.g. ``("clip", "video")``).
+    Optional: ``setup(num_classes)`` (called once the class count is final: given by
+    ``model.num_classes`` or inferred from the training data), ``pop_terms()`` (loss terms
+    logged beside the loss), ``words`` (names of a training item and its source file in the
+    loop's messages, e.g. ``("clip", "video")``).
     """
 
     name: str
     data_config: type
 
-    def build_dataset(self, cfg: Any, split: str, mode: str) -> Dataset: ...
+    @classmethod
+    def from_config(cls, cfg: Any) -> Task: ...
+    def build_dataset(self, split: str, mode: str) -> Dataset: ...
     def num_classes(self, dataset: Any) -> int | None: ...
     def collate(self, items: list[Any]) -> Any: ...
     def skipped(self, batch: Any) -> int: ...
@@ -56,24 +68,30 @@ class Task(Protocol):
         self, model: nn.Module, batch: Any, device: torch.device
     ) -> tuple[torch.Tensor | None, int]: ...
     def evaluate(
-        self, model: nn.Module, dataset: Dataset, cfg: Any, device: torch.device, **kw: Any
+        self, model: nn.Module, dataset: Dataset, device: torch.device, **kw: Any
     ) -> dict[str, Any]: ...
-    def metadata(self, cfg: Any, dataset: Any) -> dict[str, Any]: ...
+    def metadata(self, dataset: Any) -> dict[str, Any]: ...
     def summary(self, metrics: dict[str, Any]) -> str: ...
 
 
 _TASKS: dict[str, str | Callable[..., Task]] = {
     "video_classification": "nlnet.engine.tasks.video:VideoClassificationTask",
-    "segmentation": "nlnet.engine.tasks.segmentation:SegmentationTask.from_config",
-    "detection": "nlnet.engine.tasks.detection:DetectionTask.from_config",
+    "segmentation": "nlnet.engine.tasks.segmentation:SegmentationTask",
+    "detection": "nlnet.engine.tasks.detection:DetectionTask",
     "super_resolution": "nlnet.engine.tasks.super_resolution:SuperResolutionTask",
     "image": "nlnet.engine.tasks.image:ImageClassificationTask",
 }
 
 
 def register_task(name: str, factory: str | Callable[..., Task]) -> None:
-    """Register a task factory (a class or ``"module:attribute"``) under ``name``."""
+    """Register a task under ``name``: a task class (built with its ``from_config(cfg)``), a
+    function ``factory(cfg) -> Task``, or ``"module:attribute"`` naming either."""
     _TASKS[name] = factory
+
+
+def task_names() -> list[str]:
+    """The registered task names, sorted (the values ``task:`` accepts)."""
+    return sorted(_TASKS)
 
 
 def _factory(name: str) -> Callable[..., Task]:
@@ -83,7 +101,7 @@ def _factory(name: str) -> Callable[..., Task]:
     if isinstance(factory, str):
         module, attr = factory.split(":")
         factory = importlib.import_module(module)
-        for part in attr.split("."):  # "module:Class.from_config"
+        for part in attr.split("."):  # "module:Class" or "module:Class.from_config"
             factory = getattr(factory, part)
     return factory
 
@@ -100,13 +118,16 @@ def task_class(name: str) -> type:
 
 
 def get_task(cfg: Any, collate_fn: Callable | None = None) -> Task:
-    """The task named by ``cfg.task`` (``collate_fn`` replaces its batch collation)."""
+    """The task named by ``cfg.task``, built by its class's ``from_config(cfg)`` (or by a
+    registered factory function); ``collate_fn`` replaces its batch collation."""
     try:
         factory = _factory(cfg.task)
     except KeyError as exc:
         from nlnet.engine.errors import ConfigError
 
         raise ConfigError(str(exc.args[0])) from None
+    if isinstance(factory, type) and hasattr(factory, "from_config"):
+        factory = factory.from_config
     task = factory(cfg)
     if collate_fn is not None:
         task.collate = collate_fn

@@ -186,9 +186,8 @@ class DetectionDataConfig:
             )
 
 
-def _data(cfg: Any) -> DetectionDataConfig:
-    """The typed data section of an engine config (or of ``{"data": {...}}``)."""
-    data = cfg.get("data", cfg) if isinstance(cfg, Mapping) else getattr(cfg, "data", cfg)
+def _data(data: Any) -> DetectionDataConfig:
+    """The typed data section from itself or from a mapping of its keys."""
     if isinstance(data, DetectionDataConfig):
         return data
     known = {f.name for f in fields(DetectionDataConfig)}
@@ -256,11 +255,17 @@ class DetectionTask:
     torchvision's loss terms; each term's mean over a logging window is logged too
     (:meth:`pop_terms`).
 
+    Built by :meth:`from_config` from the config's sections, or directly from them:
+
     Args:
-        iou_types: what to load and evaluate (``"bbox"``, ``"segm"``, ``"keypoints"``).
-        hflip: probability of a horizontal flip of a training image.
-        keep_empty: keep images without annotations in the training set.
-        images: image folder of a split under the root (``{split}`` is replaced).
+        iou_types: what to load and evaluate (``"bbox"``, ``"segm"``, ``"keypoints"``); default
+            ``data.iou_types``, else ``("bbox", "segm")`` (:meth:`from_config`: the model's).
+        data: the ``data`` section (:class:`DetectionDataConfig`, or a mapping of its keys):
+            ``root``, ``images`` (a split's image folder under the root, ``{split}`` replaced),
+            ``hflip`` (training flip probability), ``keep_empty`` (keep training images without
+            annotations), the train/val splits.
+        eval_batch_size: images per batch when :meth:`evaluate` is given a dataset
+            (``eval.batch_size``).
     """
 
     name = "detection"
@@ -268,36 +273,39 @@ class DetectionTask:
     words = ("image", "image")  # a training item, its source (the loop's messages)
 
     def __init__(
-        self, iou_types: Sequence[str] = ("bbox", "segm"), *, hflip: float = 0.0,
-        keep_empty: bool = True, images: str = "{split}/images",
-    ) -> None:  # fmt: skip
+        self,
+        iou_types: Sequence[str] | None = None,
+        *,
+        data: DetectionDataConfig | Mapping[str, Any] | None = None,
+        eval_batch_size: int = 4,
+    ) -> None:
+        self.data = _data(data if data is not None else {})
+        if iou_types is None:
+            iou_types = self.data.iou_types or ("bbox", "segm")
         bad = [t for t in iou_types if t not in _PREFIX]
         if bad or not iou_types:
             raise ValueError(
                 f"iou_types: expected some of bbox, segm, keypoints, got {iou_types!r}"
             )
-        if not 0.0 <= float(hflip) <= 1.0:
-            raise ValueError(f"hflip: expected a probability in [0, 1], got {hflip!r}")
         self.iou_types = tuple(iou_types)
-        self.hflip = float(hflip)
-        self.keep_empty = bool(keep_empty)
-        if "{split}" not in images:
-            raise ValueError(f"images: expected a folder template with {{split}}, got {images!r}")
-        self.images = images
+        self.hflip = float(self.data.hflip)
+        self.keep_empty = bool(self.data.keep_empty)
+        self.images = self.data.images
+        self.eval_batch_size = int(eval_batch_size)
         self.class_names: list[str] | None = None
         self._terms: dict[str, float] = {}
         self._terms_count = 0
 
     @classmethod
     def from_config(cls, cfg: Any) -> DetectionTask:
-        """The task of an engine config (``data.iou_types``, ``data.hflip``, ``data.keep_empty``)."""
+        """The task of an engine config: ``data`` (``iou_types``, default from the model
+        ``model.name``; ``hflip``, ``keep_empty``, ``images``, ``root``) and ``eval.batch_size``."""
         try:
-            data = _data(cfg)
+            data = _data(cfg.data)
             return cls(
                 data.iou_types or default_iou_types(cfg.model.name),
-                hflip=data.hflip,
-                keep_empty=data.keep_empty,
-                images=data.images,
+                data=data,
+                eval_batch_size=cfg.eval.batch_size,
             )
         except ValueError as exc:
             from nlnet.engine.errors import ConfigError
@@ -325,10 +333,10 @@ class DetectionTask:
                 raise
             raise MissingPackageError(str(exc), name="pycocotools") from None
 
-    def build_dataset(self, cfg: Any, split: str, mode: str = "train") -> CocoDataset:
+    def build_dataset(self, split: str, mode: str = "train") -> CocoDataset:
         """The :class:`CocoDataset` of ``split``; a missing folder/file or an empty split is a
         :class:`~nlnet.engine.errors.DataError`."""
-        root = _data(cfg).root
+        root = self.data.root
         if root is None:
             raise DataError("data.root: expected the dataset folder (COCO json + images)")
         try:
@@ -341,12 +349,11 @@ class DetectionTask:
             self.class_names = ["__background__", *dataset.class_names]
         return dataset
 
-    def build_datasets(self, cfg: Any) -> tuple[Dataset, Dataset]:
-        """Train and validation sets from ``cfg.data`` (``root``, ``train_split``, ``val_split``)."""
-        data = _data(cfg)
+    def build_datasets(self) -> tuple[Dataset, Dataset]:
+        """Train and validation sets (``data.root``, ``train_split``, ``val_split``)."""
         return (
-            self.build_dataset(cfg, data.train_split, "train"),
-            self.build_dataset(cfg, data.val_split, "test"),
+            self.build_dataset(self.data.train_split, "train"),
+            self.build_dataset(self.data.val_split, "test"),
         )
 
     def num_classes(self, dataset: Any) -> int | None:
@@ -398,14 +405,14 @@ class DetectionTask:
         return evaluator.results
 
     def evaluate(
-        self, model: nn.Module, data: Any, cfg: Any = None, device: Any = None, **_: Any
+        self, model: nn.Module, data: Any, device: Any = None, **_: Any
     ) -> dict[str, float]:
-        """COCO AP/AR (percent) of ``model`` over a :class:`CocoDataset` or a loader of one:
-        ``box_AP``..., ``mask_AP``... and/or ``kp_AP``... as in Tables 5 and 6."""
+        """COCO AP/AR (percent) of ``model`` over a :class:`CocoDataset` (in batches of
+        ``eval_batch_size``) or a loader of one: ``box_AP``..., ``mask_AP``... and/or
+        ``kp_AP``... as in Tables 5 and 6."""
         loader = data
         if isinstance(data, Dataset):
-            batch_size = cfg.eval.batch_size if cfg is not None else 4
-            loader = DataLoader(data, batch_size=batch_size, collate_fn=self.collate)
+            loader = DataLoader(data, batch_size=self.eval_batch_size, collate_fn=self.collate)
         model = unwrap_model(model)  # a DDP wrapper: evaluate the bare network
         metrics = inference_on_dataset(
             model, loader, CocoEvaluator(loader.dataset, self.iou_types), _forward_images
@@ -413,7 +420,7 @@ class DetectionTask:
         metrics.pop("time_s")
         return metrics
 
-    def metadata(self, cfg: Any, dataset: Any) -> dict[str, Any]:
+    def metadata(self, dataset: Any) -> dict[str, Any]:
         """Class names (background first) and the input convention stored in checkpoints."""
         names = ["__background__", *dataset.class_names] if dataset is not None else None
         return {

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from nlnet.engine.config_schema import EvalConfig
 from nlnet.engine.errors import DataError
 
 __all__ = ["ImageDataConfig", "ImageClassificationTask", "ImageItems", "digits_images"]
@@ -129,16 +130,51 @@ class ImageItems(Dataset):
 
 
 class ImageClassificationTask:
-    """Images -> class scores; cross-entropy; top-1/top-5 accuracy (see the module docstring)."""
+    """Images -> class scores; cross-entropy; top-1/top-5 accuracy (see the module docstring).
+
+    Built by :meth:`from_config` from the config's sections, or directly from them:
+
+    Args:
+        data: the ``data`` section (:class:`ImageDataConfig`, or a mapping of its keys).
+        mean, std: normalisation (default ``data.mean``/``data.std``, else ImageNet's);
+            :meth:`from_config` gives the model's (``ModelCfg``) when the data section does not.
+        seed: the seed of the built-in digits' train/val split (``train.seed``).
+        evaluation: the ``eval`` section (``batch_size`` and ``workers`` of the test loader).
+        class_names: the names stored in checkpoints (default: the dataset's classes).
+    """
 
     name = "image"
     data_config = ImageDataConfig
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(
+        self,
+        *,
+        data: ImageDataConfig | Mapping[str, Any],
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        seed: int = 0,
+        evaluation: EvalConfig | None = None,
+        class_names: Sequence[str] | None = None,
+    ) -> None:
         from nlnet.data.datasets import collate_skip_bad
+        from nlnet.models.model_cfg import IMAGENET_MEAN, IMAGENET_STD
 
-        self.data = ImageDataConfig.from_mapping(cfg.data)
-        mean, std = self.data.mean, self.data.std
+        self.data = ImageDataConfig.from_mapping(data)
+        mean = mean or self.data.mean or IMAGENET_MEAN
+        std = std or self.data.std or IMAGENET_STD
+        self.mean, self.std = [float(v) for v in mean], [float(v) for v in std]
+        self.resize = self.data.resize or int(math.ceil(self.data.size * 8 / 7))
+        self.seed = int(seed)
+        self.evaluation = evaluation if evaluation is not None else EvalConfig()
+        self.class_names = tuple(class_names) if class_names else None
+        self.collate = collate_skip_bad
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> ImageClassificationTask:
+        """The task of an engine config: ``data``, the model's mean/std where ``data`` has
+        none (``model.name``), ``train.seed``, ``eval`` and ``class_names``."""
+        data = ImageDataConfig.from_mapping(cfg.data)
+        mean, std = data.mean, data.std
         if mean is None or std is None:
             from nlnet.models.registry import model_facts
 
@@ -146,12 +182,9 @@ class ImageClassificationTask:
                 facts = model_facts(cfg.model.name)
                 mean, std = mean or facts.mean, std or facts.std
             except ValueError:
-                from nlnet.models.model_cfg import IMAGENET_MEAN, IMAGENET_STD
-
-                mean, std = mean or IMAGENET_MEAN, std or IMAGENET_STD
-        self.mean, self.std = [float(v) for v in mean], [float(v) for v in std]
-        self.resize = self.data.resize or int(math.ceil(self.data.size * 8 / 7))
-        self.collate = collate_skip_bad
+                pass  # an unregistered model: ImageNet's statistics (``__init__``)
+        return cls(data=data, mean=mean, std=std, seed=cfg.train.seed, evaluation=cfg.eval,
+                   class_names=cfg.class_names)  # fmt: skip
 
     def transform(self, mode: str) -> Any:
         """torchvision transforms of a split (``train``: random resized crop + flip)."""
@@ -165,10 +198,10 @@ class ImageClassificationTask:
             aug = [T.Resize(self.resize, antialias=True), T.CenterCrop(d.size)]
         return T.Compose([*aug, T.ToTensor(), T.Normalize(self.mean, self.std)])
 
-    def build_dataset(self, cfg: Any, split: str, mode: str = "train") -> Dataset:
+    def build_dataset(self, split: str, mode: str = "train") -> Dataset:
         """The images of ``split`` (``root/<split>`` or the built-in digits split)."""
         if self.data.builtin == "digits":
-            imgs, targets, classes = digits_images(split, cfg.train.seed)
+            imgs, targets, classes = digits_images(split, self.seed)
             return ImageItems(imgs, targets, classes, self.transform(mode))
         from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 
@@ -201,15 +234,16 @@ class ImageClassificationTask:
         return F.cross_entropy(logits.float(), target.long()), int(images.shape[0])
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, dataset: Dataset, cfg: Any, device: torch.device,
+    def evaluate(self, model: nn.Module, dataset: Dataset, device: torch.device,
                  **_: Any) -> dict[str, Any]:  # fmt: skip
         """``top1``/``top5`` accuracy (percent) and ``skipped`` over the dataset."""
         from nlnet.engine.metrics import topk_accuracy
 
         was_training = model.training
         model.eval()
-        loader = DataLoader(dataset, batch_size=cfg.eval.batch_size, collate_fn=self.collate,
-                            num_workers=cfg.eval.workers)  # fmt: skip
+        ev = self.evaluation
+        loader = DataLoader(dataset, batch_size=ev.batch_size, collate_fn=self.collate,
+                            num_workers=ev.workers)  # fmt: skip
         scores, targets, skipped = [], [], 0
         try:
             for batch in loader:
@@ -228,8 +262,8 @@ class ImageClassificationTask:
         return {"top1": acc["top1"], "top5": acc[f"top{ks[1]}"], "count": int(s.shape[0]),
                 "skipped": skipped}  # fmt: skip
 
-    def metadata(self, cfg: Any, dataset: Any) -> dict[str, Any]:
-        names = cfg.class_names or getattr(dataset, "classes", None)
+    def metadata(self, dataset: Any) -> dict[str, Any]:
+        names = self.class_names or getattr(dataset, "classes", None)
         prep = {"mean": self.mean, "std": self.std, "size": self.data.size,
                 "resize": self.resize, "input_kind": "image"}  # fmt: skip
         return {"class_names": [str(n) for n in names] if names else None, "preprocessing": prep}

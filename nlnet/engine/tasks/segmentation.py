@@ -133,9 +133,8 @@ class SegmentationDataConfig:
         object.__setattr__(self, "std", tuple(float(v) for v in self.std))
 
 
-def _data(cfg: Any) -> SegmentationDataConfig:
-    """The typed data section of an engine config (or of ``{"data": {...}}``)."""
-    data = cfg.get("data", cfg) if isinstance(cfg, Mapping) else getattr(cfg, "data", cfg)
+def _data(data: Any) -> SegmentationDataConfig:
+    """The typed data section from itself or from a mapping of its keys."""
     if isinstance(data, SegmentationDataConfig):
         return data
     known = {f.name for f in fields(SegmentationDataConfig)}
@@ -182,14 +181,19 @@ class SegmentationTask:
 
     Selected by ``task: segmentation``; ``data`` holds ``root`` (``root/<split>/{images,masks}``)
     and optionally ``ignore_index``, ``mean``, ``std``; ``model.num_classes`` is the number of
-    pixel classes (a folder of masks does not say it).
+    pixel classes (a folder of masks does not say it).  Built by :meth:`from_config` from the
+    config's sections, or directly from them:
 
     Args:
         num_classes: classes per pixel (0..K-1).
         class_names: names for the per-class IoU keys (default ``"0".."K-1"``).
-        ignore_index: label of unlabelled pixels (skipped by the loss and the metrics).
+        data: the ``data`` section (:class:`SegmentationDataConfig`, or a mapping of its keys):
+            ``root``, the train/val splits, ``ignore_index`` (unlabelled pixels, skipped by the
+            loss and the metrics), ``mean``/``std`` (image normalisation, stored in checkpoints
+            as the preprocessing).
         class_weights: optional per-class weights of the cross-entropy.
-        mean, std: image normalisation (stored in checkpoints as the preprocessing).
+        eval_batch_size: images per batch when :meth:`evaluate` is given a dataset
+            (``eval.batch_size``).
     """
 
     name = "segmentation"
@@ -201,40 +205,40 @@ class SegmentationTask:
         num_classes: int,
         class_names: Sequence[str] | None = None,
         *,
-        ignore_index: int = 255,
+        data: SegmentationDataConfig | Mapping[str, Any] | None = None,
         class_weights: Sequence[float] | None = None,
-        mean: Sequence[float] = (0.5, 0.5, 0.5),
-        std: Sequence[float] = (0.25, 0.25, 0.25),
+        eval_batch_size: int = 16,
     ) -> None:
         if num_classes < 2:
             raise ValueError(f"num_classes: expected >= 2, got {num_classes}")
+        self.data = _data(data if data is not None else {})
         self.classes = int(num_classes)
         self.class_names = (
             list(class_names) if class_names else [str(i) for i in range(num_classes)]
         )
-        self.ignore_index = ignore_index
+        self.ignore_index = self.data.ignore_index
         self.class_weights = None if class_weights is None else torch.tensor(class_weights)
-        self.mean, self.std = [float(v) for v in mean], [float(v) for v in std]
+        self.mean, self.std = [float(v) for v in self.data.mean], [float(v) for v in self.data.std]
+        self.eval_batch_size = int(eval_batch_size)
 
     @classmethod
     def from_config(cls, cfg: Any) -> SegmentationTask:
-        """The task of an engine config (``model.num_classes``, ``class_names``, ``data``)."""
+        """The task of an engine config (``model.num_classes``, ``class_names``, ``data``,
+        ``eval.batch_size``)."""
         if cfg.model.num_classes is None:
             from nlnet.engine.errors import ConfigError
 
             raise ConfigError("model.num_classes: segmentation needs the number of pixel classes")
-        data = _data(cfg)
         return cls(
             cfg.model.num_classes,
             cfg.class_names,
-            ignore_index=data.ignore_index,
-            mean=data.mean,
-            std=data.std,
+            data=_data(cfg.data),
+            eval_batch_size=cfg.eval.batch_size,
         )
 
-    def build_dataset(self, cfg: Any, split: str, mode: str = "train") -> Dataset:
+    def build_dataset(self, split: str, mode: str = "train") -> Dataset:
         """The :class:`SegmentationFolder` of ``split`` (bad files skipped and counted)."""
-        root = _data(cfg).root
+        root = self.data.root
         if root is None:
             raise DataError("data.root: expected the dataset folder (root/<split>/{images,masks})")
         try:
@@ -245,12 +249,11 @@ class SegmentationTask:
         except FileNotFoundError as exc:
             raise DataError(f"data (split {split!r}): {exc}") from None
 
-    def build_datasets(self, cfg: Any) -> tuple[Dataset, Dataset]:
+    def build_datasets(self) -> tuple[Dataset, Dataset]:
         """Train and validation folders (``data.train_split``/``val_split``, default train/val)."""
-        data = _data(cfg)
         return (
-            self.build_dataset(cfg, data.train_split),
-            self.build_dataset(cfg, data.val_split, "test"),
+            self.build_dataset(self.data.train_split),
+            self.build_dataset(self.data.val_split, "test"),
         )
 
     def num_classes(self, dataset: Any) -> int | None:
@@ -286,21 +289,18 @@ class SegmentationTask:
         inference_on_dataset(model, loader, evaluator, _forward_images)
         return evaluator.conf
 
-    def evaluate(
-        self, model: nn.Module, data: Any, cfg: Any = None, device: Any = None, **_: Any
-    ) -> dict[str, Any]:
-        """``mIoU``, ``pixel_acc`` and per-class ``iou_<name>`` (percent) over a dataset or
-        a loader."""
+    def evaluate(self, model: nn.Module, data: Any, device: Any = None, **_: Any) -> dict[str, Any]:
+        """``mIoU``, ``pixel_acc`` and per-class ``iou_<name>`` (percent) over a dataset (in
+        batches of ``eval_batch_size``) or a loader."""
         loader = data
         if isinstance(data, Dataset):
-            batch_size = cfg.eval.batch_size if cfg is not None else 16
-            loader = DataLoader(data, batch_size=batch_size, collate_fn=self.collate)
+            loader = DataLoader(data, batch_size=self.eval_batch_size, collate_fn=self.collate)
         evaluator = ConfusionEvaluator(self.classes, self.ignore_index, self.class_names)
         metrics = inference_on_dataset(model, loader, evaluator, _forward_images)
         metrics.pop("time_s")
         return metrics
 
-    def metadata(self, cfg: Any, dataset: Any) -> dict[str, Any]:
+    def metadata(self, dataset: Any) -> dict[str, Any]:
         return {
             "class_names": self.class_names,
             "preprocessing": {"mean": self.mean, "std": self.std},

@@ -18,6 +18,7 @@ images. The same numbers for plain bicubic up-sampling of the input are reported
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -108,21 +109,36 @@ def sr_metrics(sr: torch.Tensor, hr: torch.Tensor, border: int) -> tuple[float, 
 
 
 class SuperResolutionTask:
-    """Super-resolution for the engine (see the module docstring)."""
+    """Super-resolution for the engine (see the module docstring).
+
+    Built by :meth:`from_config` from the config's sections, or directly from them:
+
+    Args:
+        data: the ``data`` section (:class:`SuperResolutionData`, or a mapping of its keys).
+        upscale: the model's up-sampling factor (:meth:`from_config`: ``model.overrides.upscale``,
+            else the registry's default for ``model.name``, else 2).
+    """
 
     name = "super_resolution"
     data_config = SuperResolutionData
     words = ("patch", "image")  # a training item, its source (the loop's messages)
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(
+        self, *, data: SuperResolutionData | Mapping[str, Any] | None = None, upscale: int = 2
+    ) -> None:
+        self.data = SuperResolutionData.from_mapping(data)
+        self.upscale = int(upscale)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> SuperResolutionTask:
+        """The task of an engine config: ``data`` and the factor of ``model``."""
         from nlnet.models.registry import get_model_entry
 
-        self.data = SuperResolutionData.from_mapping(cfg.data)
         try:
             default = get_model_entry(cfg.model.name).default_cfg.get("upscale", 2)
         except ValueError:
             default = 2
-        self.upscale = int(dict(cfg.model.overrides).get("upscale", default))
+        return cls(data=cfg.data, upscale=dict(cfg.model.overrides).get("upscale", default))
 
     def _photos(self, split: str) -> list:
         from nlnet.data.super_resolution import builtin_photos, folder_photos
@@ -134,7 +150,7 @@ class SuperResolutionTask:
         except (ValueError, FileNotFoundError, OSError) as exc:
             raise DataError(f"data (split {split!r}): {exc}") from None
 
-    def build_dataset(self, cfg: Any, split: str, mode: str = "train") -> Dataset:
+    def build_dataset(self, split: str, mode: str = "train") -> Dataset:
         """Training patches (``mode="train"``) or test tiles of ``split``."""
         from nlnet.data.super_resolution import SRImages, SRPatches
 
@@ -172,7 +188,7 @@ class SuperResolutionTask:
 
     @torch.no_grad()
     def evaluate(
-        self, model: nn.Module, dataset: Dataset, cfg: Any = None, device: Any = None, **_: Any
+        self, model: nn.Module, dataset: Dataset, device: Any = None, **_: Any
     ) -> dict[str, Any]:
         """Mean ``psnr_y`` / ``ssim_y`` of the model and of bicubic up-sampling (one image at a
         time: test images may differ in size)."""
@@ -198,7 +214,7 @@ class SuperResolutionTask:
             "images": len(rows),
         }  # fmt: skip
 
-    def metadata(self, cfg: Any, dataset: Any) -> dict[str, Any]:
+    def metadata(self, dataset: Any) -> dict[str, Any]:
         return {
             "class_names": None,
             "preprocessing": {"mean": [0.0] * 3, "std": [1.0] * 3, "upscale": self.upscale},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -10,6 +11,8 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from nlnet.data.config import Preprocessing, VideoDataConfig
+from nlnet.engine.config_schema import EvalConfig
+from nlnet.engine.config_tools import AugmentConfig
 from nlnet.engine.errors import DataError
 
 __all__ = ["VideoClassificationTask", "compute_loss", "resample_clip"]
@@ -69,38 +72,81 @@ class VideoClassificationTask:
     :mod:`nlnet.engine.tasks.video_eval`).  Training batches go through the ``augment``
     section's MixUp / CutMix / RandAugment (:class:`~nlnet.engine.tools.augment.ClipAugment`)
     and the loss takes ``augment.label_smoothing``.
+
+    Built by :meth:`from_config` from the config's sections, or directly from them:
+
+    Args:
+        data: the ``data`` section (:class:`~nlnet.data.config.VideoDataConfig`, or a mapping
+            of its keys).
+        evaluation: the ``eval`` section: ``clips`` x ``crops`` test views (Section 4.1),
+            ``batch_size`` and ``workers`` of the test loader.
+        augment: the ``augment`` section (MixUp / CutMix / RandAugment, label smoothing).
+        loss: ``train.loss``: ``ce`` (softmax cross-entropy) or ``bce`` (multi-label, Sec. 5.2).
+        num_classes: the model's classes (``None``: given to :meth:`setup` once inferred from
+            the training data).
+        class_names: the names stored in checkpoints (default: the dataset's classes).
     """
 
     name = "video_classification"
     data_config = VideoDataConfig
     words = ("clip", "video")  # a training item, its source (the loop's messages)
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(
+        self,
+        *,
+        data: VideoDataConfig | Mapping[str, Any],
+        evaluation: EvalConfig | None = None,
+        augment: AugmentConfig | None = None,
+        loss: str = "ce",
+        num_classes: int | None = None,
+        class_names: Sequence[str] | None = None,
+    ) -> None:
         from nlnet.data.datasets import collate_skip_bad
 
-        self.loss_name = cfg.train.loss
+        self.data = VideoDataConfig.from_mapping(data)
+        self.evaluation = evaluation if evaluation is not None else EvalConfig()
+        self.augment_config = augment if augment is not None else AugmentConfig()
+        self.loss_name = loss
+        self.class_names = tuple(class_names) if class_names else None
         self.collate = collate_skip_bad
-        self.label_smoothing = float(cfg.augment.label_smoothing)
+        self.label_smoothing = float(self.augment_config.label_smoothing)
         self.augment = None
+        self.classes: int | None = None
         self.clip_shape: tuple[int, int] | None = None  # (T, S) of a multigrid step
+        if num_classes is not None:
+            self.setup(num_classes)
 
-    def setup(self, cfg: Any) -> None:
-        """The training augmentation, once ``model.num_classes`` is known."""
+    @classmethod
+    def from_config(cls, cfg: Any) -> VideoClassificationTask:
+        """The task of an engine config: ``data``, ``eval``, ``augment``, ``train.loss``,
+        ``model.num_classes`` and ``class_names``."""
+        return cls(
+            data=cfg.data,
+            evaluation=cfg.eval,
+            augment=cfg.augment,
+            loss=cfg.train.loss,
+            num_classes=cfg.model.num_classes,
+            class_names=cfg.class_names,
+        )
+
+    def setup(self, num_classes: int) -> None:
+        """The training augmentation, once the class count is known (MixUp / CutMix targets
+        are ``(B, num_classes)`` probabilities)."""
         from nlnet.engine.tools.augment import ClipAugment
 
-        data = cfg.data if isinstance(cfg.data, VideoDataConfig) else VideoDataConfig(**cfg.data)
-        augment = ClipAugment(cfg.augment, cfg.model.num_classes, data.mean, data.std)
+        self.classes = int(num_classes)
+        data = self.data
+        augment = ClipAugment(self.augment_config, self.classes, data.mean, data.std)
         self.augment = augment if augment.active else None
 
-    def build_dataset(self, cfg: Any, split: str, mode: str) -> Dataset:
-        """``build_dataset(cfg.data, split, mode)`` with ``eval.clips``/``eval.crops``; a split
-        without one usable video is a :class:`DataError` naming the cause."""
+    def build_dataset(self, split: str, mode: str) -> Dataset:
+        """``build_dataset(data, split, mode)`` with the ``eval`` section's clips and crops; a
+        split without one usable video is a :class:`DataError` naming the cause."""
         from nlnet.data.datasets import build_dataset
 
+        ev = self.evaluation
         try:
-            dataset = build_dataset(
-                cfg.data, split, mode=mode, clips=cfg.eval.clips, crops=cfg.eval.crops
-            )
+            dataset = build_dataset(self.data, split, mode=mode, clips=ev.clips, crops=ev.crops)
         except (ValueError, FileNotFoundError) as exc:
             raise DataError(f"data (split {split!r}): {exc}") from None
         reason = dataset.unusable_reason()
@@ -137,7 +183,6 @@ class VideoClassificationTask:
         self,
         model: nn.Module,
         dataset: Dataset,
-        cfg: Any,
         device: torch.device,
         *,
         amp: str = "none",
@@ -147,8 +192,9 @@ class VideoClassificationTask:
         """Multi-clip testing: clip- and video-level top-k (or mAP for ``train.loss=bce``)."""
         from nlnet.engine.tasks.video_eval import build_eval_loader, run_evaluation
 
+        ev = self.evaluation
         loader = build_eval_loader(
-            dataset, cfg.eval.batch_size, cfg.eval.workers, self.collate, device.type == "cuda"
+            dataset, ev.batch_size, ev.workers, self.collate, device.type == "cuda"
         )
         return run_evaluation(
             model,
@@ -160,13 +206,14 @@ class VideoClassificationTask:
             desc=desc,
         )
 
-    def metadata(self, cfg: Any, dataset: Any) -> dict[str, Any]:
-        """Class names (config, else the dataset's) and the test-time preprocessing
-        (:class:`~nlnet.data.config.Preprocessing` of the data config)."""
-        names = cfg.class_names or getattr(dataset, "classes", None)
-        if names is not None and len(names) != cfg.model.num_classes:
+    def metadata(self, dataset: Any) -> dict[str, Any]:
+        """Class names (``class_names``, else the dataset's; dropped unless one per class)
+        and the test-time preprocessing (:class:`~nlnet.data.config.Preprocessing` of the
+        data section)."""
+        names = self.class_names or getattr(dataset, "classes", None)
+        if names is not None and len(names) != self.classes:
             names = None
-        prep = Preprocessing.from_data(VideoDataConfig.from_mapping(cfg.data)).to_dict()
+        prep = Preprocessing.from_data(self.data).to_dict()
         return {"class_names": [str(n) for n in names] if names else None, "preprocessing": prep}
 
     def summary(self, metrics: dict[str, Any]) -> str:

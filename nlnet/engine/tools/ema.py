@@ -54,7 +54,7 @@ class EMAHook(HookBase):
         if not self.evaluate or self.ema is None or run.val_dataset is None:
             return {}
         metrics = run.task.evaluate(
-            self.ema.module, run.val_dataset, run.cfg, run.device, amp=run.amp,
+            self.ema.module, run.val_dataset, run.device, amp=run.amp,
             progress=run.progress, desc="val ema",
         )  # fmt: skip
         return {f"ema_{k}": v for k, v in metrics.items() if k != "time_s"}

@@ -1,0 +1,132 @@
+"""Tasks take their own typed sections: ``from_config(cfg)`` is the only method that reads the
+whole config, and a task built directly from sections (no ``Config``) trains and evaluates."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+from engine_standins import TinyVideoNet
+
+from nlnet.data.config import VideoDataConfig
+from nlnet.engine import tasks
+from nlnet.engine.config import config_from_dict
+from nlnet.engine.config_schema import EvalConfig
+from nlnet.engine.config_tools import AugmentConfig
+from nlnet.engine.tasks import Task, get_task, register_task, task_class, task_names
+from nlnet.engine.tasks.video import VideoClassificationTask
+
+#: the smallest valid config of each registered task (what its ``from_config`` must read)
+CONFIGS = {
+    "video_classification": {"model": {"num_classes": 3}},
+    "image": {"data": {"builtin": "digits", "size": 16}},
+    "segmentation": {"model": {"name": "seg_tiny", "num_classes": 4}},
+    "detection": {"model": {"name": "keypointrcnn_r101_fpn"}},
+    "super_resolution": {"model": {"name": "edsr_baseline_nl", "overrides": {"upscale": 3}}},
+}
+
+
+def test_every_registered_task_has_a_config_here():
+    assert set(task_names()) == set(CONFIGS)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_from_config_is_the_only_method_that_takes_the_config(name):
+    cls = task_class(name)
+    assert inspect.ismethod(cls.from_config) and cls.from_config.__self__ is cls  # classmethod
+    cfg = config_from_dict({"task": name, **CONFIGS[name]})
+    task = get_task(cfg)
+    assert type(task) is cls and isinstance(task, Task)
+    methods = {"__init__": cls.__init__}
+    methods.update(
+        (n, m) for n, m in inspect.getmembers(cls, callable)
+        if not n.startswith("_") and n != "from_config"
+    )  # fmt: skip
+    for required in ("build_dataset", "evaluate", "metadata", "loss", "num_classes", "summary"):
+        assert required in methods, (name, required)
+    for method_name, method in methods.items():
+        params = inspect.signature(method).parameters
+        assert not {"cfg", "config"} & set(params), f"{cls.__name__}.{method_name}{params}"
+    # the sections reached the task: one value of each kind it was given
+    if name == "video_classification":
+        assert task.data is cfg.data and task.evaluation is cfg.eval and task.classes == 3
+    elif name == "segmentation":
+        assert task.data is cfg.data and task.classes == 4
+    elif name == "detection":
+        assert task.data is cfg.data and task.iou_types == ("bbox", "keypoints")  # the model's
+    elif name == "super_resolution":
+        assert task.data is cfg.data and task.upscale == 3
+    else:
+        assert task.data is cfg.data and task.mean == pytest.approx([0.485, 0.456, 0.406])
+
+
+def test_a_registered_class_is_built_by_its_from_config(monkeypatch):
+    calls = []
+
+    class Recorded(VideoClassificationTask):
+        @classmethod
+        def from_config(cls, cfg):
+            calls.append(cfg.task)
+            return super().from_config(cfg)
+
+    monkeypatch.setitem(tasks._TASKS, "recorded_video", Recorded)
+    register_task("recorded_video", Recorded)
+    cfg = config_from_dict({"task": "recorded_video", "data": {"num_frames": 4}})
+    task = get_task(cfg)
+    assert calls == ["recorded_video"] and type(task) is Recorded
+    assert task.data.num_frames == 4  # the task's data_config read the section
+
+
+def _write_videos(root) -> None:
+    """Classes ``left``/``right`` (a bright bar on that side): 2 training and 1 test video
+    each, 8 frames of 16x16."""
+    from nlnet.data.video import write_video
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 2), ("val", 1)):
+        for c, name in enumerate(("left", "right")):
+            for i in range(n):
+                frames = rng.integers(0, 60, size=(8, 16, 16, 3), dtype=np.uint8)
+                frames[:, :, slice(0, 6) if c == 0 else slice(10, 16)] = 220
+                write_video(root / split / name / f"{name}{i}.mp4", frames, fps=4)
+
+
+def test_a_task_built_from_sections_alone_trains_and_evaluates(tmp_path):
+    """No ``Config`` anywhere: typed sections in, dataset, loss, multi-clip testing (Section
+    4.1) and checkpoint metadata out; the same metrics as the task ``from_config`` builds."""
+    _write_videos(tmp_path / "videos")
+    data = VideoDataConfig(type="folder", root=str(tmp_path / "videos"), num_frames=4, stride=1,
+                           train_scale=(16, 16), crop=16, test_scale=16, cache=False, seed=0)  # fmt: skip
+    evaluation = EvalConfig(clips=2, crops=1, batch_size=2, workers=0)
+    task = VideoClassificationTask(data=data, evaluation=evaluation,
+                                   augment=AugmentConfig(mixup_alpha=0.4), loss="ce")  # fmt: skip
+    train = task.build_dataset("train", "train")
+    assert task.augment is None and task.num_classes(train) == 2  # classes from the folders
+    task.setup(task.num_classes(train))
+    assert task.augment is not None  # MixUp needs the class count: built by setup
+    torch.manual_seed(0)
+    model = TinyVideoNet(num_classes=2)
+    batch = task.collate([train[i] for i in range(len(train))])
+    loss, n = task.loss(model, batch, torch.device("cpu"))
+    assert n == 4 and torch.isfinite(loss)
+    loss.backward()
+    val = task.build_dataset("val", "test")
+    assert len(val) == 2 * 2  # 2 videos x eval.clips
+    metrics = task.evaluate(model, val, torch.device("cpu"))
+    assert metrics["video_count"] == 2 and metrics["clip_count"] == 4
+    assert 0.0 <= metrics["video_top1"] <= 100.0
+    meta = task.metadata(train)
+    assert meta["class_names"] == ["left", "right"] and meta["preprocessing"]["num_frames"] == 4
+    # the engine's path: the same sections through a config give the same task
+    cfg = config_from_dict({"data": {**{k: getattr(data, k) for k in ("type", "root", "num_frames",
+                            "stride", "train_scale", "crop", "test_scale", "cache", "seed")}},
+                            "eval": {"clips": 2, "crops": 1, "batch_size": 2, "workers": 0},
+                            "augment": {"mixup_alpha": 0.4}, "model": {"num_classes": 2}})  # fmt: skip
+    via_config = VideoClassificationTask.from_config(cfg)
+    again = via_config.evaluate(model, via_config.build_dataset("val", "test"), torch.device("cpu"))
+    assert {k: v for k, v in again.items() if k != "time_s"} == {
+        k: v for k, v in metrics.items() if k != "time_s"
+    }
+    assert via_config.metadata(train) == meta
