@@ -1,11 +1,9 @@
-"""nlnet demo --task super-resolution / --task unet: the quick settings end to end (slow), the
-CLI's choices and errors (fast)."""
+"""nlnet demo --task super-resolution / --task unet: the quick settings end to end (seconds), the
+CLI's choices and errors."""
 
 from __future__ import annotations
 
 import json
-
-import pytest
 
 from nlnet.cli import main
 
@@ -15,7 +13,6 @@ def _summary(tmp_path, task: str) -> tuple[dict, list]:
     return json.loads((run / "summary.json").read_text()), list(run.iterdir())
 
 
-@pytest.mark.slow
 def test_super_resolution_demo_quick(tmp_path, capsys):
     rc = main(["demo", "--task", "super-resolution", "--quick", "--threads", "1",
                "--output-dir", str(tmp_path)])  # fmt: skip
@@ -28,7 +25,6 @@ def test_super_resolution_demo_quick(tmp_path, capsys):
     assert "PSNR-Y" in capsys.readouterr().out
 
 
-@pytest.mark.slow
 def test_unet_demo_quick(tmp_path, capsys):
     rc = main(["demo", "--task", "unet", "--quick", "--threads", "1", "--output-dir",
                str(tmp_path), "--cache-dir", str(tmp_path / "cache")])  # fmt: skip

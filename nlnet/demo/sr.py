@@ -31,7 +31,7 @@ from torch import nn
 
 from nlnet.demo.threads import threads_for
 
-__all__ = ["SRDemoSettings", "run_sr_demo", "sr_demo_config", "format_sr_table"]
+__all__ = ["SRDemoSettings", "fit_and_test", "run_sr_demo", "sr_demo_config", "format_sr_table"]
 
 MODELS: tuple[str, str] = ("edsr_baseline", "edsr_baseline_nl")
 
@@ -113,6 +113,34 @@ def _crops_figure(path: Path, models: dict[str, nn.Module], test: Any, upscale: 
     plt.close(fig)
 
 
+def fit_and_test(
+    name: str, s: SRDemoSettings, seed: int, run_dir: Path, device: str
+) -> dict[str, Any]:
+    """One model of one seed: train through the engine's loop, test on the test tiles.
+
+    A job of :class:`nlnet.demo.parallel.Jobs` (one thread; the models train side by side).
+
+    Returns:
+        ``{"seed", "model", "params", "train_s", "metrics", "state"}`` (``state`` on the CPU).
+    """
+    from nlnet.engine.loop import train
+    from nlnet.engine.tasks.super_resolution import SuperResolutionTask
+    from nlnet.models import create_model
+
+    cfg = sr_demo_config(name, s, run_dir, seed, device)
+    task = SuperResolutionTask.from_config(cfg)
+    test = task.build_dataset("test", "test")
+    torch.manual_seed(seed)
+    model = create_model(name, **cfg.model.overrides)
+    start = time.perf_counter()
+    train(cfg, model=model, force=True)
+    train_s = time.perf_counter() - start
+    metrics = task.evaluate(model, test, torch.device(device))
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return {"seed": seed, "model": name, "train_s": train_s, "metrics": metrics,
+            "params": sum(p.numel() for p in model.parameters()), "state": state}  # fmt: skip
+
+
 def run_sr_demo(
     seeds: Sequence[int] = (0,),
     *,
@@ -120,48 +148,49 @@ def run_sr_demo(
     settings: SRDemoSettings | None = None,
     device: str = "cpu",
     pictures: bool = True,
+    jobs: int = 1,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Train both models for each seed; test PSNR/SSIM on Y against bicubic.
 
+    ``jobs`` runs (seed, model) trainings side by side, one PyTorch thread each
+    (:class:`nlnet.demo.parallel.Jobs`): the figures do not depend on it.
+
     Returns:
         ``{"settings", "runs": [{"seed", "model", "params", "train_s", "metrics"}], "wall_s"}``.
     """
-    from nlnet.engine.loop import train
-    from nlnet.engine.tasks.super_resolution import SuperResolutionTask
+    from nlnet.demo.parallel import Jobs
     from nlnet.models import create_model
 
     s = settings or SRDemoSettings()
     out = Path(out_dir)
     t0 = time.perf_counter()
-    runs: list[dict[str, Any]] = []
-    test = None
-    for seed in seeds:
+    with Jobs(jobs if device == "cpu" else 1) as pool:
+        futures = [pool.submit(fit_and_test, name, s, seed, out / f"seed{seed}" / name, device)
+                   for seed in seeds for name in MODELS]  # fmt: skip
+        runs = [f.result() for f in futures]
+    for r in runs:
+        m = r["metrics"]
+        log(f"seed {r['seed']} {r['model']}: PSNR-Y {m['psnr_y']:.2f} dB "
+            f"(bicubic {m['bicubic_psnr_y']:.2f}), {r['train_s']:.0f} s")  # fmt: skip
+    if pictures:  # the last seed's models
+        from nlnet.engine.tasks.super_resolution import SuperResolutionTask
+
         models: dict[str, nn.Module] = {}
-        for name in MODELS:
-            cfg = sr_demo_config(name, s, out / f"seed{seed}" / name, seed, device)
-            task = SuperResolutionTask.from_config(cfg)
-            if test is None:
-                test = task.build_dataset("test", "test")
-            torch.manual_seed(seed)
-            model = create_model(name, **cfg.model.overrides)
-            start = time.perf_counter()
-            train(cfg, model=model, force=True)
-            train_s = time.perf_counter() - start
-            metrics = task.evaluate(model, test, torch.device(device))
-            runs.append({"seed": seed, "model": name, "train_s": train_s, "metrics": metrics,
-                         "params": sum(p.numel() for p in model.parameters())})  # fmt: skip
-            log(f"seed {seed} {name}: PSNR-Y {metrics['psnr_y']:.2f} dB "
-                f"(bicubic {metrics['bicubic_psnr_y']:.2f}), {train_s:.0f} s")  # fmt: skip
-            models[name] = model.cpu()
-        if pictures:
-            _crops_figure(out / "crops.png", models, test, s.upscale)
+        for r in runs[-len(MODELS) :]:
+            cfg = sr_demo_config(r["model"], s, out, r["seed"], "cpu")
+            models[r["model"]] = create_model(r["model"], **cfg.model.overrides)
+            models[r["model"]].load_state_dict(r["state"])
+        test = SuperResolutionTask.from_config(cfg).build_dataset("test", "test")
+        _crops_figure(out / "crops.png", models, test, s.upscale)
+    for r in runs:
+        del r["state"]
     try:
         load = list(os.getloadavg())
     except OSError:
         load = None
     summary = {"settings": asdict(s), "runs": runs, "wall_s": time.perf_counter() - t0,
-               "threads": torch.get_num_threads(), "loadavg_end": load}  # fmt: skip
+               "jobs": jobs, "loadavg_end": load}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
     log(format_sr_table(runs))
@@ -185,9 +214,10 @@ def cli_main(args: Any) -> int:
     from nlnet.engine.errors import UserError
 
     try:
-        torch.set_num_threads(threads_for(args.threads))
+        jobs = threads_for(args.threads)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    torch.set_num_threads(1)  # one thread per job (nlnet.demo.parallel)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UserError("--device cuda: CUDA is not available on this machine")
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -202,6 +232,6 @@ def cli_main(args: Any) -> int:
         run_unet_demo([args.seed], out_dir=out, settings=s, data_root=root, device=args.device)
     else:
         s = SRDemoSettings.quick() if args.quick else SRDemoSettings()
-        run_sr_demo([args.seed], out_dir=out, settings=s, device=args.device)
+        run_sr_demo([args.seed], out_dir=out, settings=s, device=args.device, jobs=jobs)
     print(f"outputs in {out}")
     return 0
