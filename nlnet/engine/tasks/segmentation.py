@@ -14,7 +14,7 @@ pixels of true class ``t`` predicted as ``p`` (pixels labelled ``ignore_index`` 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -23,7 +23,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from nlnet.data.segmentation import SegmentationFolder, collate_segmentation
-from nlnet.engine.errors import DataError
+from nlnet.data.volumes import VolumeFolder, collate_volumes
+from nlnet.engine.errors import DataError, MissingPackageError
 from nlnet.engine.evaluation import inference_on_dataset
 
 __all__ = [
@@ -112,8 +113,18 @@ class SegmentationDataConfig:
         train_split: split trained on by :meth:`SegmentationTask.build_datasets`.
         val_split: split validated on by :meth:`SegmentationTask.build_datasets`.
         ignore_index: mask value excluded from the loss and the metrics.
-        mean: per-channel normalisation mean on the [0, 1] scale.
-        std: per-channel normalisation standard deviation on the [0, 1] scale.
+        mean: per-channel normalisation mean on the [0, 1] scale (``kind: image``).
+        std: per-channel normalisation standard deviation on the [0, 1] scale (``kind: image``).
+        kind: ``image`` (2D PNG/JPEG folders, :class:`~nlnet.data.segmentation.SegmentationFolder`)
+            or ``volume`` (3D ``.npy``/NIfTI folders, :class:`~nlnet.data.volumes.VolumeFolder`:
+            per-case z-score over the nonzero voxels instead of ``mean``/``std``).
+        patch: ``kind: volume`` training patch ``(d, h, w)``, cropped at random (sizes multiples
+            of the network's stride, e.g. 8 for ``unet3d``); empty: whole volumes.
+        flip: ``kind: volume`` training: probability of mirroring each spatial axis.
+        label_map: ``kind: volume``: mask values to replace, e.g. ``{4: 3}`` for BraTS's labels
+            ``{0, 1, 2, 4}``.
+        modalities: ``kind: volume``: NIfTI file suffixes of the channels in order
+            (``<case>_<m>.nii.gz``, e.g. ``[t1, t1ce, t2, flair]``); empty: one file per case.
     """
 
     root: str | None = None
@@ -122,6 +133,11 @@ class SegmentationDataConfig:
     ignore_index: int = 255
     mean: tuple[float, ...] = (0.5, 0.5, 0.5)
     std: tuple[float, ...] = (0.25, 0.25, 0.25)
+    kind: str = "image"
+    patch: tuple[int, ...] = ()
+    flip: float = 0.5
+    label_map: dict = field(default_factory=dict)
+    modalities: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.mean) != len(self.std) or any(v <= 0 for v in self.std):
@@ -131,6 +147,23 @@ class SegmentationDataConfig:
             )
         object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
         object.__setattr__(self, "std", tuple(float(v) for v in self.std))
+        if self.kind not in ("image", "volume"):
+            raise ValueError(f"data.kind: expected image or volume, got {self.kind!r}")
+        if self.kind == "image":
+            for key in ("patch", "label_map", "modalities"):
+                if getattr(self, key):
+                    raise ValueError(f"data.{key}: only for data.kind volume")
+        if self.patch and (len(self.patch) != 3 or min(self.patch) < 1):
+            raise ValueError(f"data.patch: expected 3 positive sizes (d, h, w), got {self.patch!r}")
+        if not 0 <= self.flip <= 1:
+            raise ValueError(f"data.flip: expected a probability in [0, 1], got {self.flip!r}")
+        try:
+            label_map = {int(k): int(v) for k, v in dict(self.label_map).items()}
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"data.label_map: expected integer labels {{from: to}}, got {self.label_map!r}"
+            ) from None
+        object.__setattr__(self, "label_map", label_map)
 
 
 def _data(data: Any) -> SegmentationDataConfig:
@@ -176,12 +209,41 @@ def _forward_images(model: nn.Module, batch: Sequence[Any]) -> torch.Tensor | No
     return model(batch[0].to(next(model.parameters()).device))
 
 
+def _stride(model: nn.Module) -> int:
+    """The total stride of a U-Net (``2 ** depth``; through DDP/compile wrappers), else 1."""
+    for attr in ("module", "_orig_mod"):
+        model = getattr(model, attr, model)
+    depth = getattr(model, "depth", None)
+    return 2**depth if isinstance(depth, int) else 1
+
+
+def forward_padded(model: nn.Module, volumes: torch.Tensor) -> torch.Tensor:
+    """Logits of ``volumes`` ``(B, C, *spatial)`` zero-padded at the end of each spatial axis to
+    a multiple of the network's stride, cropped back to the input size (whole-volume testing)."""
+    size = volumes.shape[2:]
+    m = _stride(model)
+    pad = [(-n) % m for n in size]
+    if any(pad):
+        volumes = F.pad(volumes, [v for p in reversed(pad) for v in (0, p)])
+    logits = model(volumes)
+    return logits[(slice(None), slice(None), *(slice(0, n) for n in size))]
+
+
+def _forward_volumes(model: nn.Module, batch: Sequence[Any]) -> torch.Tensor | None:
+    if batch[0].shape[0] == 0:
+        return None
+    return forward_padded(model, batch[0].to(next(model.parameters()).device))
+
+
 class SegmentationTask:
     """Semantic segmentation for the engine: image + mask folders, cross-entropy, mIoU.
 
     Selected by ``task: segmentation``; ``data`` holds ``root`` (``root/<split>/{images,masks}``)
-    and optionally ``ignore_index``, ``mean``, ``std``; ``model.num_classes`` is the number of
-    pixel classes (a folder of masks does not say it).  Built by :meth:`from_config` from the
+    and optionally ``ignore_index``, ``mean``, ``std``, or with ``kind: volume`` 3D volumes
+    (``patch``, ``flip``, ``label_map``, ``modalities``: :mod:`nlnet.data.volumes`; a 3D U-Net
+    trains on random patches and is tested on whole volumes, padded to a multiple of its
+    stride); ``model.num_classes`` is the number of pixel classes (a folder of masks does not
+    say it).  Built by :meth:`from_config` from the
     config's sections, or directly from them:
 
     Args:
@@ -220,6 +282,8 @@ class SegmentationTask:
         self.class_weights = None if class_weights is None else torch.tensor(class_weights)
         self.mean, self.std = [float(v) for v in self.data.mean], [float(v) for v in self.data.std]
         self.eval_batch_size = int(eval_batch_size)
+        if self.data.kind == "volume":
+            self.words = ("volume", "case")
 
     @classmethod
     def from_config(cls, cfg: Any) -> SegmentationTask:
@@ -237,17 +301,30 @@ class SegmentationTask:
         )
 
     def build_dataset(self, split: str, mode: str = "train") -> Dataset:
-        """The :class:`SegmentationFolder` of ``split`` (bad files skipped and counted)."""
+        """The :class:`SegmentationFolder` of ``split`` (bad files skipped and counted), or for
+        ``data.kind: volume`` the :class:`VolumeFolder` (random ``data.patch`` crops and flips
+        in ``train`` mode, whole volumes otherwise)."""
         root = self.data.root
         if root is None:
             raise DataError("data.root: expected the dataset folder (root/<split>/{images,masks})")
+        d = self.data
         try:
+            if d.kind == "volume":
+                train = mode == "train"
+                return VolumeFolder(
+                    root, split, modalities=d.modalities, label_map=d.label_map,
+                    num_classes=self.classes, ignore_index=self.ignore_index,
+                    patch=d.patch if train else None, flip=d.flip if train else 0.0,
+                    skip_bad=True,
+                )  # fmt: skip
             return SegmentationFolder(
                 root, split, mean=self.mean, std=self.std, num_classes=self.classes,
                 ignore_index=self.ignore_index, skip_bad=True,
             )  # fmt: skip
         except FileNotFoundError as exc:
             raise DataError(f"data (split {split!r}): {exc}") from None
+        except ModuleNotFoundError as exc:
+            raise MissingPackageError(str(exc), name=exc.name) from None
 
     def build_datasets(self) -> tuple[Dataset, Dataset]:
         """Train and validation folders (``data.train_split``/``val_split``, default train/val)."""
@@ -259,9 +336,11 @@ class SegmentationTask:
     def num_classes(self, dataset: Any) -> int | None:
         return self.classes
 
-    @staticmethod
-    def collate(batch: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """``(images, masks, index)`` of the usable items, plus how many were dropped."""
+    def collate(self, batch: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """``(images, masks, index)`` of the usable items, plus how many were dropped (volumes
+        padded to the batch's largest, :func:`~nlnet.data.volumes.collate_volumes`)."""
+        if self.data.kind == "volume":
+            return (*collate_volumes(batch, self.ignore_index), sum(i is None for i in batch))
         return (*collate_segmentation(batch), sum(item is None for item in batch))
 
     @staticmethod
@@ -276,7 +355,9 @@ class SegmentationTask:
         if images.shape[0] == 0:
             return None, 0
         device = device or next(model.parameters()).device
-        logits = model(images.to(device))  # (B, K, H, W)
+        images = images.to(device)
+        volume = self.data.kind == "volume"
+        logits = forward_padded(model, images) if volume else model(images)  # (B, K, *spatial)
         w = None if self.class_weights is None else self.class_weights.to(device, logits.dtype)
         loss = F.cross_entropy(
             logits.float(), masks.to(device), weight=w, ignore_index=self.ignore_index
@@ -286,7 +367,7 @@ class SegmentationTask:
     def confusion(self, model: nn.Module, loader: Any, device: Any = None) -> torch.Tensor:
         """The confusion matrix of ``model`` over ``loader`` (its mode restored afterwards)."""
         evaluator = ConfusionEvaluator(self.classes, self.ignore_index, self.class_names)
-        inference_on_dataset(model, loader, evaluator, _forward_images)
+        inference_on_dataset(model, loader, evaluator, self._forward)
         return evaluator.conf
 
     def evaluate(self, model: nn.Module, data: Any, device: Any = None, **_: Any) -> dict[str, Any]:
@@ -296,15 +377,21 @@ class SegmentationTask:
         if isinstance(data, Dataset):
             loader = DataLoader(data, batch_size=self.eval_batch_size, collate_fn=self.collate)
         evaluator = ConfusionEvaluator(self.classes, self.ignore_index, self.class_names)
-        metrics = inference_on_dataset(model, loader, evaluator, _forward_images)
+        metrics = inference_on_dataset(model, loader, evaluator, self._forward)
         metrics.pop("time_s")
         return metrics
 
+    @property
+    def _forward(self) -> Any:
+        return _forward_volumes if self.data.kind == "volume" else _forward_images
+
     def metadata(self, dataset: Any) -> dict[str, Any]:
-        return {
-            "class_names": self.class_names,
-            "preprocessing": {"mean": self.mean, "std": self.std},
-        }
+        if self.data.kind == "volume":
+            prep = {"kind": "volume", "normalize": "zscore_nonzero", "patch": list(self.data.patch),
+                    "label_map": {str(k): v for k, v in self.data.label_map.items()}}  # fmt: skip
+        else:
+            prep = {"mean": self.mean, "std": self.std}
+        return {"class_names": self.class_names, "preprocessing": prep}
 
     @staticmethod
     def summary(metrics: dict[str, Any]) -> str:
