@@ -146,7 +146,7 @@ class VolumeFolder(Dataset):
         root: dataset root.
         split: sub-folder (``"train"``, ``"val"``, ...).
         modalities: NIfTI file-name suffixes of the channels, in order (``<case>_<m>.nii.gz``);
-            empty: one image file per case.
+            empty: one image file per case (always so for ``.npy`` files).
         label_map: mask values to replace (e.g. ``{4: 3}`` for BraTS), others kept.
         num_classes: when given, a (mapped) mask value outside ``[0, num_classes)`` other than
             ``ignore_index`` is an error naming the file.
@@ -269,29 +269,32 @@ class VolumeFolder(Dataset):
 
 
 def _find_cases(image_dir: Path, modalities: tuple[str, ...]) -> tuple[list[str], list[list[Path]]]:
-    """Case names and their image files (one per modality, or one per case)."""
+    """Case names and their image files: a ``.npy`` file (or, without ``modalities``, any file)
+    is one case; NIfTI files ``<case>_<modality>`` are grouped in ``modalities`` order."""
     files = sorted(p for p in image_dir.iterdir() if _suffix(p))
     if not files:
         raise FileNotFoundError(f"root: no volumes ({', '.join(VOLUME_EXTENSIONS)}) in {image_dir}")
-    if not modalities:
-        return [_stem(p) for p in files], [[p] for p in files]
-    by_case: dict[str, dict[str, Path]] = {}
+    cases: dict[str, list[Path]] = {}
+    grouped: dict[str, dict[str, Path]] = {}
     for p in files:
         stem = _stem(p)
+        if _suffix(p) == ".npy" or not modalities:
+            cases[stem] = [p]
+            continue
         mod = next((m for m in modalities if stem.endswith(f"_{m}")), None)
-        if mod is not None:
-            by_case.setdefault(stem[: -len(mod) - 1], {})[mod] = p
-    if not by_case:
-        raise FileNotFoundError(
-            f"root: no files named <case>_<modality> for modalities {list(modalities)} in "
-            f"{image_dir}"
-        )
-    cases = sorted(by_case)
-    for case in cases:
-        missing = [m for m in modalities if m not in by_case[case]]
+        if mod is None:
+            raise FileNotFoundError(
+                f"root: {p.name} is not named <case>_<modality> for data.modalities "
+                f"{list(modalities)} (clear data.modalities for one file per case)"
+            )
+        grouped.setdefault(stem[: -len(mod) - 1], {})[mod] = p
+    for case, mods in grouped.items():
+        missing = [m for m in modalities if m not in mods]
         if missing:
             raise FileNotFoundError(f"root: case {case!r} lacks modality {missing[0]!r}")
-    return cases, [[by_case[c][m] for m in modalities] for c in cases]
+        cases[case] = [mods[m] for m in modalities]
+    names = sorted(cases)
+    return names, [cases[c] for c in names]
 
 
 def collate_volumes(

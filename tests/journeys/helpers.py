@@ -50,6 +50,42 @@ def image_tree(root: Path, per_class: int = 3, classes: tuple[str, ...] = ("dark
     return root
 
 
+def volume_tree(root: Path, cases: int = 2, shape: tuple[int, ...] = (4, 12, 16, 20),
+                splits: tuple[str, ...] = ("train", "val", "test"), nifti: bool = False,
+                seed: int = 0) -> Path:  # fmt: skip
+    """``root/<split>/{images,masks}``: ``cases`` BraTS-like volumes per split, a zero border
+    (the "outside of the brain") around noise of mean 100, a bright cube labelled 4 (BraTS's
+    enhancing tumour) inside a region labelled 2, labels {0, 2, 4}. ``.npy`` files
+    ``(C, D, H, W)`` / ``(D, H, W)``, or with ``nifti`` one ``<case>_m<c>.nii.gz`` per channel
+    and ``<case>_seg.nii.gz`` (nibabel)."""
+    rng = np.random.default_rng(seed)
+    c, d, h, w = shape
+    for split in splits:
+        (root / split / "images").mkdir(parents=True, exist_ok=True)
+        (root / split / "masks").mkdir(parents=True, exist_ok=True)
+        for i in range(cases):
+            vol = np.zeros(shape, np.float32)
+            vol[:, 1:-1, 1:-1, 1:-1] = rng.normal(100, 10, (c, d - 2, h - 2, w - 2))
+            mask = np.zeros((d, h, w), np.uint8)
+            z, y, x = (int(rng.integers(2, n - 6)) for n in (d, h, w))
+            mask[z : z + 4, y : y + 4, x : x + 4] = 2
+            mask[z + 1 : z + 3, y + 1 : y + 3, x + 1 : x + 3] = 4
+            vol[:, mask == 4] += 50
+            name = f"case{i}"
+            if not nifti:
+                np.save(root / split / "images" / f"{name}.npy", vol)
+                np.save(root / split / "masks" / f"{name}.npy", mask)
+                continue
+            import nibabel
+
+            for k in range(c):
+                nibabel.save(nibabel.Nifti1Image(vol[k], np.eye(4)),
+                             root / split / "images" / f"{name}_m{k}.nii.gz")  # fmt: skip
+            nibabel.save(nibabel.Nifti1Image(mask, np.eye(4)),
+                         root / split / "masks" / f"{name}_seg.nii.gz")  # fmt: skip
+    return root
+
+
 def fake_weight_file(torch_home: Path, arch: str, name: str = "IMAGENET1K_V1") -> Path:
     """A file at the real torch hub cache path of ``<arch> <name>`` holding the real keys and
     shapes, each tensor one broadcast constant (a few kB on disk whatever the model size).

@@ -51,6 +51,11 @@ def _tiny_data(cfg, tmp: Path) -> tuple[dict, dict]:
             return data, over
         size = 224 if cfg.model.name.startswith(("vit_", "swin_")) else 32
         return {"root": str(helpers.image_tree(tmp / "images")), "size": size}, over
+    if data.get("kind") == "volume":  # 3D segmentation: tiny .npy volumes, 16^3 patches
+        root = helpers.volume_tree(tmp / "volumes", shape=(4, 12, 16, 20))
+        over.update({"model.num_classes": 4, "class_names": None})
+        return {"kind": "volume", "root": str(root), "patch": [16, 16, 16],
+                "label_map": {4: 3}}, over  # fmt: skip
     from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
 
     root = prepare_dense_digits(

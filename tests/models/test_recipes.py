@@ -188,7 +188,7 @@ NOT_PAPER = {
     "smoke/folder_c2d_r50_nl5", "smoke/multilabel_i3d_r50", "smoke/seg_tiny_digits",
     "smoke/maskrcnn_tiny_digits", "dense/seg_r50", "dense/seg_r50_nl",
     # the practitioner's use cases (docs/usecases.md) and a training tool the paper predates
-    "dense/unet2d", "dense/unet2d_nl", "sr/edsr_x2", "sr/edsr_x2_nl", "sr/rcan_x2",
+    "dense/unet2d", "dense/unet2d_nl", "dense/unet3d", "dense/unet3d_nl", "sr/edsr_x2", "sr/edsr_x2_nl", "sr/rcan_x2",
     "sr/rcan_x2_nl", "kinetics/c2d_r50_nl5_multigrid",
     # first runs on one's own data and ImageNet fine-tuning of the image families
     "smoke/folder_tiny", "smoke/image_digits_vit_tiny", "image/resnet50_nl_finetune",
