@@ -67,7 +67,7 @@ def volume_tree(root: Path, cases: int = 2, shape: tuple[int, ...] = (4, 12, 16,
             vol = np.zeros(shape, np.float32)
             vol[:, 1:-1, 1:-1, 1:-1] = rng.normal(100, 10, (c, d - 2, h - 2, w - 2))
             mask = np.zeros((d, h, w), np.uint8)
-            z, y, x = (int(rng.integers(2, n - 6)) for n in (d, h, w))
+            z, y, x = (int(rng.integers(1, n - 4)) for n in (d, h, w))
             mask[z : z + 4, y : y + 4, x : x + 4] = 2
             mask[z + 1 : z + 3, y + 1 : y + 3, x + 1 : x + 3] = 4
             vol[:, mask == 4] += 50
