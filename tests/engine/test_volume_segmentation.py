@@ -1,0 +1,117 @@
+"""3D segmentation through the engine: ``nlnet train --config dense/unet3d_nl`` on tiny volumes
+(a narrow unet3d_nl via ``model.overrides``), its checkpoint, ``nlnet eval`` on whole volumes,
+``nlnet export``, and data-key mistakes as one-line config errors."""
+
+from __future__ import annotations
+
+import json
+
+import helpers  # tests/journeys/helpers.py (pytest pythonpath)
+import pytest
+import torch
+
+from nlnet.engine.checkpoint import checkpoint_info, load_model
+
+#: volumes (C, D, H, W) whose sizes are not multiples of the narrow U-Net's stride (4)
+SHAPE = (4, 10, 16, 18)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return helpers.volume_tree(tmp_path_factory.mktemp("vol"), shape=SHAPE, splits=("train", "val"))
+
+
+def _over(root, out) -> list[str]:
+    return [f"data.root={root}", f"output_dir={out}", "data.patch=[8,8,8]",
+            "model.overrides={base_channels: 4, depth: 2}", "optim.epochs=0",
+            "optim.max_iters=2", "train.batch_size=2", "train.workers=0", "train.device=cpu",
+            "train.progress=false", "eval.workers=0"]  # fmt: skip
+
+
+def test_unet3d_config_trains_evaluates_whole_volumes_and_exports(root, tmp_path, capsys):
+    from nlnet.cli import main
+
+    out = tmp_path / "run"
+    torch.manual_seed(0)
+    assert main(["train", "--config", "dense/unet3d_nl", *_over(root, out)]) == 0
+    ckpt = out / "checkpoints" / "final.pt"
+    info = checkpoint_info(ckpt)
+    assert info.model_name == "unet3d_nl"
+    assert info.model_options == {"base_channels": 4, "depth": 2}
+    assert info.class_names == ["background", "necrosis", "edema", "enhancing"]
+    assert info.preprocessing["kind"] == "volume" and info.preprocessing["patch"] == [8, 8, 8]
+    model = load_model(ckpt)
+    assert model(torch.randn(1, 4, 8, 16, 16)).shape == (1, 4, 8, 16, 16)
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(ckpt), "eval.workers=0"]) == 0
+    text = capsys.readouterr().out
+    metrics = json.loads(text[("\n" + text).rindex("\n{") :])
+    assert metrics["split"] == "val"
+    for key in ("mIoU", "mDice", "dice_enhancing", "iou_edema", "dice_background"):
+        assert 0 <= metrics[key] <= 100, (key, metrics)
+    # whole 10x16x18 volumes (padded to 12x16x20 for the network, cropped back): the voxel
+    # accuracy is over every labelled voxel of both cases, the pad never counts
+    assert metrics["dice_background"] > 0
+    exported = tmp_path / "model.pt2"
+    assert main(["export", "--checkpoint", str(ckpt), "--format", "exported", "--output",
+                 str(exported), "--input-size", "4x8x16x16"]) == 0  # fmt: skip
+    program = torch.export.load(str(exported))
+    x = torch.randn(2, 4, 8, 16, 16)
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(program.module()(x), model(x), atol=1e-4)
+
+
+def test_whole_volume_evaluation_ignores_the_pad(root):
+    """Evaluation of a constant predictor counts exactly the case's voxels (not the pad)."""
+    from nlnet.engine.tasks.segmentation import SegmentationTask
+
+    class Constant(torch.nn.Module):  # predicts class 0 everywhere; needs multiples of 8
+        depth = 3
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, x):
+            assert all(n % 8 == 0 for n in x.shape[2:]), x.shape
+            logits = torch.zeros(x.shape[0], 4, *x.shape[2:])
+            logits[:, 0] = 1
+            return logits + self.w
+
+    task = SegmentationTask(4, data={"root": str(root), "kind": "volume", "label_map": {4: 3}})
+    val = task.build_dataset("val", "test")
+    conf = task.confusion(Constant(), torch.utils.data.DataLoader(val, 2, collate_fn=task.collate))
+    masks = torch.stack([val[i][1] for i in range(len(val))])
+    assert int(conf.sum()) == masks.numel() == 2 * 10 * 16 * 18
+    assert conf[:, 0].tolist() == [int((masks == c).sum()) for c in range(4)]
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("data.pach=[8,8,8]", "unknown config key 'data.pach'; valid keys in data: "),
+        ("data.kind=volum", "data.kind: expected image or volume, got 'volum'"),
+        ("data.patch=[8,8]", "data.patch: expected 3 positive sizes"),
+        ("data.label_map={four: 3}", "data.label_map: expected integer labels"),
+    ],
+)
+def test_data_key_mistakes_are_one_line_config_errors(override, message, root, tmp_path, capsys):
+    from nlnet.cli import main
+
+    out = tmp_path / "never"
+    assert main(["train", "--config", "dense/unet3d_nl", *_over(root, out), override]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    if "pach" in override:
+        assert "patch" in err and "label_map" in err and "modalities" in err
+    assert not out.exists()  # before any run directory
+
+
+def test_volume_keys_need_kind_volume(tmp_path, capsys):
+    from nlnet.cli import main
+
+    argv = ["train", "--config", "dense/unet2d_nl", f"output_dir={tmp_path / 'x'}",
+            "data.label_map={4: 3}"]  # fmt: skip
+    assert main(argv) == 2
+    assert "data.label_map: only for data.kind volume" in capsys.readouterr().err
