@@ -142,9 +142,15 @@ def _check_kind(model_name: str) -> None:
     from nlnet.models.registry import model_facts
 
     try:
-        task = model_facts(model_name).task
+        facts = model_facts(model_name)
     except ValueError as exc:
         raise CheckpointError(f"--checkpoint: {exc}") from None
+    task = facts.task
+    if facts.input_kind == "volume":
+        raise CheckpointError(
+            f"--checkpoint: nlnet visualize takes video/image classification and 2D segmentation "
+            f"checkpoints; {model_name!r} segments 3D volumes (see nlnet eval for its Dice)"
+        )
     if task in ("instance_segmentation", "keypoints"):
         raise CheckpointError(
             f"--checkpoint: nlnet visualize takes video/image classification and segmentation "

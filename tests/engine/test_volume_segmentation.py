@@ -52,6 +52,12 @@ def test_unet3d_config_trains_evaluates_whole_volumes_and_exports(root, tmp_path
     # whole 10x16x18 volumes (padded to 12x16x20 for the network, cropped back): the voxel
     # accuracy is over every labelled voxel of both cases, the pad never counts
     assert metrics["dice_background"] > 0
+    capsys.readouterr()
+    png = tmp_path / "slice.png"
+    png.write_bytes(b"")
+    assert main(["visualize", "--checkpoint", str(ckpt), "--video", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "segments 3D volumes" in err, err
     exported = tmp_path / "model.pt2"
     assert main(["export", "--checkpoint", str(ckpt), "--format", "exported", "--output",
                  str(exported), "--input-size", "4x8x16x16"]) == 0  # fmt: skip
