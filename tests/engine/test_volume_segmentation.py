@@ -121,3 +121,26 @@ def test_volume_keys_need_kind_volume(tmp_path, capsys):
             "data.label_map={4: 3}"]  # fmt: skip
     assert main(argv) == 2
     assert "data.label_map: only for data.kind volume" in capsys.readouterr().err
+
+
+def test_whole_volume_training_pads_cases_of_different_sizes(tmp_path):
+    """Without ``data.patch`` a batch holds whole cases of different sizes: padded to the
+    largest (ignored voxels) and to the stride; the loss counts only the cases' voxels."""
+    from nlnet.engine.tasks.segmentation import SegmentationTask
+    from nlnet.models import create_model
+
+    helpers.volume_tree(tmp_path, cases=1, shape=(4, 9, 12, 10), splits=("train",), seed=1)
+    other = helpers.volume_tree(tmp_path / "b", cases=1, shape=(4, 12, 8, 13), splits=("train",))
+    for sub in ("images", "masks"):
+        (other / "train" / sub / "case0.npy").rename(tmp_path / "train" / sub / "case1.npy")
+    task = SegmentationTask(4, data={"root": str(tmp_path), "kind": "volume", "label_map": {4: 3}})
+    train = task.build_dataset("train")
+    batch = task.collate([train[0], train[1]])
+    assert batch[0].shape == (2, 4, 12, 12, 13) and batch[1].shape == (2, 12, 12, 13)
+    assert int((batch[1] != 255).sum()) == 9 * 12 * 10 + 12 * 8 * 13
+    torch.manual_seed(0)
+    model = create_model("unet3d_nl", num_classes=4, base_channels=2, depth=2)
+    loss, n = task.loss(model, batch)
+    assert n == 2 and torch.isfinite(loss)
+    loss.backward()
+    assert model.classifier.weight.grad.abs().sum() > 0
