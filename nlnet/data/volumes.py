@@ -77,12 +77,24 @@ def read_nifti(path: str | os.PathLike) -> np.ndarray:
         raise ModuleNotFoundError(
             f"{Path(path).name}: NIfTI volumes need nibabel: {NIFTI_HINT}", name="nibabel"
         ) from None
-    return np.asanyarray(nibabel.load(str(path)).dataobj)
+    try:
+        return np.asanyarray(nibabel.load(str(path)).dataobj)
+    except (nibabel.filebasedimages.ImageFileError, EOFError) as exc:
+        raise ValueError(f"{path}: not a readable NIfTI file ({exc})") from None
 
 
 def read_volume(path: Path) -> np.ndarray:
-    """A ``.npy`` or NIfTI file as a NumPy array."""
-    return np.load(path) if _suffix(path) == ".npy" else read_nifti(path)
+    """A ``.npy`` or NIfTI file as a NumPy array.
+
+    Raises:
+        ValueError: an unreadable file (a bad case: skipped by ``skip_bad``).
+    """
+    if _suffix(path) != ".npy":
+        return read_nifti(path)
+    try:
+        return np.load(path)
+    except EOFError:
+        raise ValueError(f"{path}: empty or truncated .npy file") from None
 
 
 def zscore_nonzero(volume: torch.Tensor) -> torch.Tensor:
@@ -238,7 +250,7 @@ class VolumeFolder(Dataset):
             bad = ((mask < 0) | (mask >= self.num_classes)) & (mask != self.ignore_index)
             if bad.any():
                 raise ValueError(
-                    f"mask {path}: value {int(raw[bad][0])} outside [0, {self.num_classes}) "
+                    f"mask {path}: value {int(mask[bad][0])} outside [0, {self.num_classes}) "
                     f"and not ignore_index={self.ignore_index} (map it with data.label_map)"
                 )
         return mask

@@ -119,6 +119,11 @@ def test_layout_errors_name_the_case(tmp_path):
     (root / "train" / "images" / "extra.npy").write_bytes(b"")
     with pytest.raises(FileNotFoundError, match="'extra' has no mask"):
         VolumeFolder(root, "train")
+    (root / "train" / "masks" / "extra.npy").write_bytes(b"")  # an empty (bad) case
+    with pytest.raises(ValueError, match="empty or truncated"):
+        VolumeFolder(root, "train")[1]
+    with pytest.warns(UserWarning, match="skipping case extra"):
+        assert VolumeFolder(root, "train", skip_bad=True)[1] is None
     with pytest.raises(FileNotFoundError, match="val/images"):
         VolumeFolder(root, "val")
 
