@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from nlnet.cli import main
 
 
@@ -37,7 +39,20 @@ def test_unet_demo_quick(tmp_path, capsys):
     assert "mDice" in capsys.readouterr().out
 
 
-def test_demo_threads_error_is_one_line(tmp_path, capsys):
-    rc = main(["demo", "--task", "unet", "--threads", "zero", "--output-dir", str(tmp_path)])
+@pytest.mark.parametrize("task", ["unet", "super-resolution", "same"])
+def test_demo_threads_error_is_one_line(tmp_path, capsys, task):
+    rc = main(["demo", "--task", task, "--threads", "zero", "--output-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "--threads" in err
+    assert not list(tmp_path.iterdir())  # refused before any work
+
+
+def test_jobs_auto_is_the_usable_cores_and_threads_auto_the_idle_ones(monkeypatch):
+    import os
+
+    from nlnet.demo import threads
+
+    monkeypatch.setattr(threads, "usable_cores", lambda: 4)
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.6, 0.0, 0.0))
+    assert threads.jobs_for("auto") == 4 and threads.jobs_for("3") == 3
+    assert threads.threads_for("auto") == 1 and threads.threads_for("2") == 2

@@ -39,12 +39,23 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     parser.add_argument(
-        "--threads", default="auto", help="CPU threads (default: auto = idle cores, at least 1)"
+        "--threads",
+        default="auto",
+        help="CPU cores (default: auto). The video, super-resolution and U-Net demos train their "
+        "models side by side, one PyTorch thread each (auto = the usable cores), so their figures "
+        "do not depend on it; the segmentation demo: threads of one process (auto = idle cores)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def main(args: argparse.Namespace) -> int:
+    from nlnet.demo.threads import jobs_for
+    from nlnet.engine.errors import UserError
+
+    try:
+        jobs_for(args.threads)  # the one check of --threads, before any work
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     if args.task in ("super-resolution", "unet"):  # the practitioner's use cases
         from nlnet.demo.sr import cli_main
 

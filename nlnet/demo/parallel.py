@@ -34,7 +34,7 @@ class Jobs:
     paths to large data instead). Use as a context manager.
 
     Args:
-        n: how many jobs may run at once (``threads_for(--threads)``); 1 runs everything in this
+        n: how many jobs may run at once (``jobs_for(--threads)``); 1 runs everything in this
             process when its result is asked for.
     """
 

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nlnet.demo.threads import threads_for
+from nlnet.demo.threads import jobs_for
 
 __all__ = ["SRDemoSettings", "fit_and_test", "run_sr_demo", "sr_demo_config", "format_sr_table"]
 
@@ -214,7 +214,7 @@ def cli_main(args: Any) -> int:
     from nlnet.engine.errors import UserError
 
     try:
-        jobs = threads_for(args.threads)
+        jobs = jobs_for(args.threads)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     torch.set_num_threads(1)  # one thread per job (nlnet.demo.parallel)

@@ -21,7 +21,7 @@ import torch
 
 from nlnet.demo.digits_cache import default_cache_dir, prepare_digits, read_manifest
 from nlnet.demo.parallel import Jobs
-from nlnet.demo.threads import threads_for
+from nlnet.demo.threads import jobs_for
 from nlnet.demo.video import (
     TASK_TEXT,
     DemoSettings,
@@ -110,7 +110,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     t_start = time.perf_counter()
     settings = settings_from_args(args)
     device = torch.device(args.device)
-    threads = threads_for(args.threads)
+    threads = jobs_for(args.threads)
     torch.set_num_threads(
         1
     )  # one thread per job (nlnet.demo.parallel): the same figures on any machine
