@@ -28,7 +28,45 @@ __all__ = ["SegmentationFolder", "collate_segmentation", "IMAGE_EXTENSIONS"]
 IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 
 
-class SegmentationFolder(Dataset):
+def check_labels(
+    mask: np.ndarray, num_classes: int | None, ignore_index: int, source: object, hint: str = ""
+) -> None:
+    """Raise ``ValueError`` naming ``source`` if a mask value is neither a class in
+    ``[0, num_classes)`` nor ``ignore_index`` (nothing to check without ``num_classes``)."""
+    if num_classes is None:
+        return
+    bad = ((mask < 0) | (mask >= num_classes)) & (mask != ignore_index)
+    if bad.any():
+        raise ValueError(
+            f"mask {source}: value {int(mask[bad][0])} outside [0, {num_classes}) and not "
+            f"ignore_index={ignore_index}{hint}"
+        )
+
+
+class SkipBadItems:
+    """``dataset[i]`` is ``self._load(i)``, or ``None`` with a warning when ``self.skip_bad``
+    and the item's files cannot be read (``OSError``/``ValueError``): the collate function
+    drops it and counts it."""
+
+    skip_bad: bool
+
+    def _load(self, index: int):  # pragma: no cover - implemented by the dataset
+        raise NotImplementedError
+
+    def _item_name(self, index: int) -> str:  # pragma: no cover - implemented by the dataset
+        raise NotImplementedError
+
+    def __getitem__(self, index: int):
+        if not self.skip_bad:
+            return self._load(index)
+        try:
+            return self._load(index)
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"skipping {self._item_name(index)}: {exc}", stacklevel=2)
+            return None
+
+
+class SegmentationFolder(SkipBadItems, Dataset):
     """Images and label masks from ``root/<split>/{images,masks}``.
 
     Args:
@@ -102,23 +140,11 @@ class SegmentationFolder(Dataset):
             mask = np.asarray(im)
         if mask.ndim != 2:
             raise ValueError(f"mask {self.masks[index]}: expected a single-channel PNG")
-        if self.num_classes is not None:
-            bad = (mask >= self.num_classes) & (mask != self.ignore_index)
-            if bad.any():
-                raise ValueError(
-                    f"mask {self.masks[index]}: value {int(mask[bad][0])} outside "
-                    f"[0, {self.num_classes}) and not ignore_index={self.ignore_index}"
-                )
+        check_labels(mask, self.num_classes, self.ignore_index, self.masks[index])
         return mask
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int] | None:
-        if not self.skip_bad:
-            return self._load(index)
-        try:
-            return self._load(index)
-        except (OSError, ValueError) as exc:
-            warnings.warn(f"skipping {self.images[index]}: {exc}", stacklevel=2)
-            return None
+    def _item_name(self, index: int) -> str:
+        return str(self.images[index])
 
     def _load(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         image = torch.from_numpy(self.read_image(index).copy()).permute(2, 0, 1).float() / 255.0

@@ -31,7 +31,6 @@ counts in the loss or the metrics).
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -39,6 +38,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
+
+from nlnet.data.segmentation import SkipBadItems, check_labels
 
 __all__ = [
     "VOLUME_EXTENSIONS",
@@ -151,7 +152,7 @@ def random_flip(
     return volume.flip([a + 1 for a in axes]), mask.flip(axes)
 
 
-class VolumeFolder(Dataset):
+class VolumeFolder(SkipBadItems, Dataset):
     """Volumes and voxel label masks from ``root/<split>/{images,masks}`` (module docstring).
 
     Args:
@@ -246,23 +247,13 @@ class VolumeFolder(Dataset):
         mask = raw.copy()
         for src, dst in self.label_map.items():
             mask[raw == src] = dst
-        if self.num_classes is not None:
-            bad = ((mask < 0) | (mask >= self.num_classes)) & (mask != self.ignore_index)
-            if bad.any():
-                raise ValueError(
-                    f"mask {path}: value {int(mask[bad][0])} outside [0, {self.num_classes}) "
-                    f"and not ignore_index={self.ignore_index} (map it with data.label_map)"
-                )
+        check_labels(
+            mask, self.num_classes, self.ignore_index, path, " (map it with data.label_map)"
+        )
         return mask
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int] | None:
-        if not self.skip_bad:
-            return self._load(index)
-        try:
-            return self._load(index)
-        except (OSError, ValueError) as exc:
-            warnings.warn(f"skipping case {self.cases[index]}: {exc}", stacklevel=2)
-            return None
+    def _item_name(self, index: int) -> str:
+        return f"case {self.cases[index]}"
 
     def _load(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         volume = torch.from_numpy(np.ascontiguousarray(self.read_volume(index)))
