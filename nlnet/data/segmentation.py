@@ -43,6 +43,18 @@ def check_labels(
         )
 
 
+def split_dirs(root: Path, split: str) -> tuple[Path, Path]:
+    """``root/<split>/images`` and ``root/<split>/masks``; a missing one is a
+    ``FileNotFoundError`` naming it."""
+    image_dir, mask_dir = root / split / "images", root / split / "masks"
+    for d in (image_dir, mask_dir):
+        if not d.is_dir():
+            raise FileNotFoundError(
+                f"root: expected the folder {d} (layout root/<split>/images and root/<split>/masks)"
+            )
+    return image_dir, mask_dir
+
+
 class SkipBadItems:
     """``dataset[i]`` is ``self._load(i)``, or ``None`` with a warning when ``self.skip_bad``
     and the item's files cannot be read (``OSError``/``ValueError``): the collate function
@@ -100,13 +112,7 @@ class SegmentationFolder(SkipBadItems, Dataset):
         self.root = Path(root)
         self.skip_bad = skip_bad
         self.split = split
-        image_dir, mask_dir = self.root / split / "images", self.root / split / "masks"
-        for d in (image_dir, mask_dir):
-            if not d.is_dir():
-                raise FileNotFoundError(
-                    f"root: expected the folder {d} (layout root/<split>/images and "
-                    "root/<split>/masks)"
-                )
+        image_dir, mask_dir = split_dirs(self.root, split)
         self.images = sorted(p for p in image_dir.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
         if not self.images:
             raise FileNotFoundError(f"root: no images in {image_dir}")

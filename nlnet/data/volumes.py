@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from nlnet.data.segmentation import SkipBadItems, check_labels
+from nlnet.data.segmentation import SkipBadItems, check_labels, split_dirs
 
 __all__ = [
     "VOLUME_EXTENSIONS",
@@ -187,13 +187,7 @@ class VolumeFolder(SkipBadItems, Dataset):
         skip_bad: bool = False,
     ) -> None:
         self.root, self.split, self.skip_bad = Path(root), split, skip_bad
-        image_dir, mask_dir = self.root / split / "images", self.root / split / "masks"
-        for d in (image_dir, mask_dir):
-            if not d.is_dir():
-                raise FileNotFoundError(
-                    f"root: expected the folder {d} (layout root/<split>/images and "
-                    "root/<split>/masks)"
-                )
+        image_dir, mask_dir = split_dirs(self.root, split)
         self.cases, self.images = _find_cases(image_dir, tuple(modalities))
         masks = {_stem(p): p for p in mask_dir.iterdir() if _suffix(p)}
         self.masks = []
