@@ -111,3 +111,18 @@ def test_full_demo_meets_the_margin(tmp_path):
     res = s["results"]
     gap = res["c2d_tiny_nl1"]["test_top1"] - res["c2d_tiny"]["test_top1"]
     assert gap >= 0.20, s["table"]
+
+
+def test_jobs_stop_the_other_workers_when_one_fails():
+    """A failing job ends the ``with Jobs(...)`` block at once: the other workers are killed,
+    not waited for."""
+    import time
+
+    from nlnet.demo.parallel import Jobs
+
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="not a number"):
+        with Jobs(2) as jobs:
+            jobs.submit(time.sleep, 120)
+            jobs.submit(int, "not a number").result()
+    assert time.perf_counter() - start < 60

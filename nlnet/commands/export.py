@@ -97,7 +97,10 @@ def _input_shape(args: argparse.Namespace, info: Any) -> tuple[int, ...]:
         except ValueError:
             size = ()
         if len(size) not in (3, 4) or min(size) < 1:
-            raise ValueError(f"--input-size: expected CxTxHxW or CxHxW, got {args.input_size!r}")
+            raise ValueError(
+                f"--input-size: expected CxTxHxW (clip), CxDxHxW (volume) or CxHxW, got "
+                f"{args.input_size!r}"
+            )
         return (args.batch, *size)
     size = list(get_model_entry(info.model_name).default_cfg.input_size)
     if not size:
@@ -204,7 +207,7 @@ def export_metadata(info: Any) -> dict[str, Any]:
         "preprocessing": prep,
         "input_name": INPUT_NAME,
         "output_name": OUTPUT_NAME,
-        "input_layout": "NCTHW" if facts.input_kind == "clip" else "NCHW",
+        "input_layout": {"clip": "NCTHW", "volume": "NCDHW"}.get(facts.input_kind, "NCHW"),
         "task": facts.task,
         "multi_label": info.multi_label,
     }

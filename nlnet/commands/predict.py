@@ -48,10 +48,11 @@ def checkpoint_kind(model_name: str) -> str:
     except ValueError as exc:
         raise UserError(f"--checkpoint: {exc}") from None
     if facts.task not in ("video_classification", "image_classification"):
+        also = "" if facts.input_kind == "volume" else ", or nlnet visualize for its attention"
         raise UserError(
             f"--checkpoint: nlnet predict takes video or image classification checkpoints; "
-            f"{model_name!r} is a {_DENSE.get(facts.task, facts.task)} model (use nlnet eval, or "
-            "nlnet visualize for its attention)"
+            f"{model_name!r} is a {_DENSE.get(facts.task, facts.task)} model (use nlnet eval"
+            f"{also})"
         )
     return facts.input_kind
 

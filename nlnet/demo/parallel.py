@@ -22,7 +22,11 @@ __all__ = ["Jobs"]
 T = TypeVar("T")
 
 
-def _one_thread() -> None:
+def _worker_init() -> None:
+    """One PyTorch thread; Ctrl-C is the main process's to handle (it stops the workers)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
 
 
@@ -47,7 +51,7 @@ class Jobs:
             import torch.multiprocessing  # noqa: F401  (registers the tensor pickler)
 
             context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(n, mp_context=context, initializer=_one_thread)
+            self._pool = ProcessPoolExecutor(n, mp_context=context, initializer=_worker_init)
 
     @property
     def parallel(self) -> bool:
@@ -70,13 +74,19 @@ class Jobs:
             torch.set_num_threads(threads)
         return future
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+    def close(self, stop: bool = False) -> None:
+        """Wait for the running jobs, or with ``stop`` kill the workers at once (an error or
+        Ctrl-C in this process: their results would not be used)."""
+        if self._pool is None:
+            return
+        if stop:
+            for process in list(getattr(self._pool, "_processes", {}).values()):
+                process.kill()
+        self._pool.shutdown(wait=not stop, cancel_futures=True)
+        self._pool = None
 
     def __enter__(self) -> Jobs:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self.close(stop=exc_type is not None)

@@ -96,13 +96,13 @@ class DemoSettings:
 
 
 def load_split(
-    root: Path, split: str, task: DigitsTaskConfig, progress: bool = True, workers: int = 0
+    root: Path, split: str, task: DigitsTaskConfig, progress: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode one split through :class:`VideoFolderDataset` into memory.
 
     The dataset's disk clip cache (``root/.decoded``, :mod:`nlnet.data.cache`) keeps the decoded
-    frames, so a later run with the same data reads them instead of the mp4 files; ``workers``
-    data-loader processes decode in parallel (:func:`nlnet.data.loader.make_loader`).
+    frames, so a later run with the same data (or a demo job in a worker process) reads them
+    instead of the mp4 files.
 
     Returns:
         ``(clips, targets)``: float ``(N, 3, T, H, W)`` normalised and int64 ``(N,)``, in the
@@ -122,7 +122,7 @@ def load_split(
     order = {str((root / r["file"]).resolve()): i for i, r in enumerate(manifest["splits"][split])}
     clips = torch.empty(len(ds), 3, task.num_frames, task.size, task.size)
     targets = torch.empty(len(ds), dtype=torch.long)
-    loader = make_loader(ds, batch_size=50, collate_fn=collate_skip_bad, workers=workers)
+    loader = make_loader(ds, batch_size=50, collate_fn=collate_skip_bad)
     bar = tqdm(total=len(ds), desc=f"decoding {split}", unit="clip", leave=False,
                disable=not progress)  # fmt: skip
     for batch in loader:

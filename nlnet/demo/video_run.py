@@ -57,7 +57,6 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
 def train_all(
     settings: DemoSettings,
     root: Path,
-    data: dict[str, tuple[torch.Tensor, torch.Tensor]],
     device: torch.device,
     seed: int,
     init: dict[str, torch.Tensor] | None,
@@ -105,54 +104,61 @@ def train_all(
     return results, logs, models
 
 
+def data_and_backbone(
+    settings: DemoSettings, args: argparse.Namespace, run_dir: Path, pool: Jobs
+) -> tuple[Path, dict[str, Any], float, dict[str, torch.Tensor] | None, dict[str, Any] | None]:
+    """The clips (written, decoded) while the 2D pre-training runs as a job.
+
+    Returns:
+        ``(root, decoded splits, data seconds, backbone state or None, pre-training log or None)``.
+    """
+    task, device, progress = settings.task, torch.device(args.device), not args.no_progress
+    pre = None
+    if settings.pretrain_frames > 0 and settings.pretrain_epochs > 0:
+        pre = pool.submit(pretrain_2d, settings, device, args.seed, False, run_dir)
+    t0 = time.perf_counter()
+    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    root = prepare_digits(task, cache / f"digits-{task.fingerprint()}", progress=progress)
+    data = decoded_splits(root, task, progress)
+    data_time = time.perf_counter() - t0
+    sizes = " / ".join(f"{len(data[s][0])} {s}" for s in ("train", "val", "test"))
+    print(f"data: {root} ({sizes} clips, {data_time:.0f}s)", flush=True)
+    init, pre_log = pre.result() if pre is not None else (None, None)
+    if pre_log is not None:
+        print(
+            f"2D pre-training: {pre_log['frames']} frames x {pre_log['epochs']} epochs, "
+            f"top-1 {100 * pre_log['train_top1']:.0f}% ({pre_log['time_s']:.0f}s)",
+            flush=True,
+        )
+    return root, data, data_time, init, pre_log
+
+
 def run_demo(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the demo; returns the summary that is also written to ``summary.json``."""
+    """Run the demo; returns the summary that is also written to ``summary.json``.
+
+    Every job (2D pre-training, each model) has one PyTorch thread; ``--threads`` jobs run side by
+    side (:class:`nlnet.demo.parallel.Jobs`), so the figures are the same on any machine.
+    """
     t_start = time.perf_counter()
     settings = settings_from_args(args)
     device = torch.device(args.device)
-    threads = jobs_for(args.threads)
-    torch.set_num_threads(
-        1
-    )  # one thread per job (nlnet.demo.parallel): the same figures on any machine
-    progress = not args.no_progress
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(args.output_dir) / f"demo-{stamp}-seed{args.seed}"
+    jobs = jobs_for(args.threads) if device.type == "cpu" else 1
+    torch.set_num_threads(1)
+    run_dir = Path(args.output_dir) / f"demo-{time.strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     task = settings.task
     print(
-        f"nlnet demo: seed {args.seed}, {threads} thread(s), device {device}, run dir {run_dir}\n"
-        f"task ({task.task}): {task.num_frames} frames of {task.size}x{task.size}; "
+        f"nlnet demo: seed {args.seed}, {jobs} job(s) of one thread, device {device}, run dir "
+        f"{run_dir}\ntask ({task.task}): {task.num_frames} frames of {task.size}x{task.size}; "
         f"{TASK_TEXT[task.task]} ({task.num_classes} classes, chance "
         f"{100 / task.num_classes:.0f}%)",
         flush=True,
     )
-
-    jobs = threads if device.type == "cpu" else 1
     with Jobs(min(jobs, len(settings.models))) as pool:
-        pre = None
-        if settings.pretrain_frames > 0 and settings.pretrain_epochs > 0:
-            pre = pool.submit(pretrain_2d, settings, device, args.seed, False, run_dir)
-        t0 = time.perf_counter()
-        root = prepare_digits(task, cache / f"digits-{task.fingerprint()}", progress=progress)
-        data = decoded_splits(root, task, progress)
-        data_time = time.perf_counter() - t0
+        root, data, data_time, init, pre_log = data_and_backbone(settings, args, run_dir, pool)
         manifest = read_manifest(root)
-        class_names = manifest["classes"]
-        print(
-            f"data: {root} ({len(data['train'][0])} train / {len(data['val'][0])} val / "
-            f"{len(data['test'][0])} test clips, {data_time:.0f}s)",
-            flush=True,
-        )
-        init, pre_log = pre.result() if pre is not None else (None, None)
-        if pre_log is not None:
-            print(
-                f"2D pre-training: {pre_log['frames']} frames x {pre_log['epochs']} epochs, "
-                f"top-1 {100 * pre_log['train_top1']:.0f}% ({pre_log['time_s']:.0f}s)",
-                flush=True,
-            )
         results, logs, models = train_all(
-            settings, root, data, device, args.seed, init, run_dir, class_names, pool
+            settings, root, device, args.seed, init, run_dir, manifest["classes"], pool
         )
     plot_curves(logs, run_dir / "curves.png")
     attention_stats, attn_stats = attention_outputs(
@@ -161,21 +167,17 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     table = results_table(results)
     total = time.perf_counter() - t_start
     print("\n" + table + f"\n\ntotal wall time {total:.0f}s; outputs in {run_dir}", flush=True)
-    try:
-        load = list(os.getloadavg())
-    except OSError:
-        load = None
     summary = {
         "seed": args.seed,
         "quick": bool(args.quick),
         "device": str(device),
-        "threads": threads,
+        "threads": jobs,
         "settings": {
             **{k: v for k, v in dataclasses.asdict(settings).items() if k != "task"},
             "task": task.to_dict(),
         },
         "dataset": str(root),
-        "class_names": class_names,
+        "class_names": manifest["classes"],
         "data_time_s": data_time,
         "pretrain": pre_log,
         "results": results,
@@ -184,7 +186,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "attention_statistics": attn_stats,
         "table": table,
         "total_time_s": total,
-        "load_average": load,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "platform": {"python": sys.version.split()[0], "torch": torch.__version__,
                      "machine": platform.machine(), "cpus": os.cpu_count()},
     }  # fmt: skip

@@ -19,13 +19,23 @@ from nlnet.engine.tasks import Task, get_task, register_task, task_class, task_n
 from nlnet.engine.tasks.video import VideoClassificationTask
 
 #: the smallest valid config of each registered task (what its ``from_config`` must read)
+#: (non-default values, so that a ``from_config`` that drops one is caught below)
 CONFIGS = {
-    "video_classification": {"model": {"num_classes": 3}},
-    "image": {"data": {"builtin": "digits", "size": 16}},
-    "segmentation": {"model": {"name": "seg_tiny", "num_classes": 4}},
-    "detection": {"model": {"name": "keypointrcnn_r101_fpn"}},
+    "video_classification": {
+        "model": {"num_classes": 3}, "class_names": ["a", "b", "c"],
+        "train": {"loss": "ce"}, "augment": {"label_smoothing": 0.1},
+    },
+    "image": {
+        "data": {"builtin": "digits", "size": 16}, "train": {"seed": 7},
+        "class_names": [str(i) for i in range(10)],
+    },
+    "segmentation": {
+        "model": {"name": "seg_tiny", "num_classes": 4}, "eval": {"batch_size": 5, "workers": 1},
+        "class_names": ["bg", "x", "y", "z"],
+    },
+    "detection": {"model": {"name": "keypointrcnn_r101_fpn"}, "eval": {"batch_size": 3}},
     "super_resolution": {"model": {"name": "edsr_baseline_nl", "overrides": {"upscale": 3}}},
-}
+}  # fmt: skip
 
 
 def test_every_registered_task_has_a_config_here():
@@ -52,14 +62,20 @@ def test_from_config_is_the_only_method_that_takes_the_config(name):
     # the sections reached the task: one value of each kind it was given
     if name == "video_classification":
         assert task.data is cfg.data and task.evaluation is cfg.eval and task.classes == 3
+        assert task.loss_name == "ce" and task.label_smoothing == 0.1
+        assert task.augment_config is cfg.augment and task.class_names == ("a", "b", "c")
     elif name == "segmentation":
         assert task.data is cfg.data and task.classes == 4
+        assert (task.eval_batch_size, task.eval_workers) == (5, 1)
+        assert list(task.class_names) == ["bg", "x", "y", "z"]
     elif name == "detection":
         assert task.data is cfg.data and task.iou_types == ("bbox", "keypoints")  # the model's
+        assert task.eval_batch_size == 3
     elif name == "super_resolution":
         assert task.data is cfg.data and task.upscale == 3
     else:
         assert task.data is cfg.data and task.mean == pytest.approx([0.485, 0.456, 0.406])
+        assert task.seed == 7 and task.evaluation is cfg.eval and len(task.class_names) == 10
 
 
 def test_a_registered_class_is_built_by_its_from_config(monkeypatch):

@@ -62,6 +62,8 @@ def test_unet3d_config_trains_evaluates_whole_volumes_and_exports(root, tmp_path
     assert main(["export", "--checkpoint", str(ckpt), "--format", "exported", "--output",
                  str(exported), "--input-size", "4x8x16x16"]) == 0  # fmt: skip
     program = torch.export.load(str(exported))
+    beside = json.loads(exported.with_name(exported.name + ".json").read_text())
+    assert beside["input_layout"] == "NCDHW"
     x = torch.randn(2, 4, 8, 16, 16)
     model.eval()
     with torch.no_grad():

@@ -120,7 +120,8 @@ class SegmentationDataConfig:
             per-case z-score over the nonzero voxels instead of ``mean``/``std``).
         patch: ``kind: volume`` training patch ``(d, h, w)``, cropped at random (sizes multiples
             of the network's stride, e.g. 8 for ``unet3d``); empty: whole volumes.
-        flip: ``kind: volume`` training: probability of mirroring each spatial axis.
+        flip: ``kind: volume`` training: probability of mirroring each spatial axis (default
+            0.5 for volumes; images are not flipped).
         label_map: ``kind: volume``: mask values to replace, e.g. ``{4: 3}`` for BraTS's labels
             ``{0, 1, 2, 4}``.
         modalities: ``kind: volume``: NIfTI file suffixes of the channels in order
@@ -135,7 +136,7 @@ class SegmentationDataConfig:
     std: tuple[float, ...] = (0.25, 0.25, 0.25)
     kind: str = "image"
     patch: tuple[int, ...] = ()
-    flip: float = 0.5
+    flip: float | None = None
     label_map: dict = field(default_factory=dict)
     modalities: tuple[str, ...] = ()
 
@@ -150,12 +151,12 @@ class SegmentationDataConfig:
         if self.kind not in ("image", "volume"):
             raise ValueError(f"data.kind: expected image or volume, got {self.kind!r}")
         if self.kind == "image":
-            for key in ("patch", "label_map", "modalities"):
-                if getattr(self, key):
+            for key in ("patch", "label_map", "modalities", "flip"):
+                if getattr(self, key) not in ((), {}, None):
                     raise ValueError(f"data.{key}: only for data.kind volume")
         if self.patch and (len(self.patch) != 3 or min(self.patch) < 1):
             raise ValueError(f"data.patch: expected 3 positive sizes (d, h, w), got {self.patch!r}")
-        if not 0 <= self.flip <= 1:
+        if self.flip is not None and not 0 <= self.flip <= 1:
             raise ValueError(f"data.flip: expected a probability in [0, 1], got {self.flip!r}")
         try:
             label_map = {int(k): int(v) for k, v in dict(self.label_map).items()}
@@ -256,6 +257,7 @@ class SegmentationTask:
         class_weights: optional per-class weights of the cross-entropy.
         eval_batch_size: images per batch when :meth:`evaluate` is given a dataset
             (``eval.batch_size``).
+        eval_workers: data-loader processes of that evaluation (``eval.workers``).
     """
 
     name = "segmentation"
@@ -270,6 +272,7 @@ class SegmentationTask:
         data: SegmentationDataConfig | Mapping[str, Any] | None = None,
         class_weights: Sequence[float] | None = None,
         eval_batch_size: int = 16,
+        eval_workers: int = 0,
     ) -> None:
         if num_classes < 2:
             raise ValueError(f"num_classes: expected >= 2, got {num_classes}")
@@ -282,6 +285,7 @@ class SegmentationTask:
         self.class_weights = None if class_weights is None else torch.tensor(class_weights)
         self.mean, self.std = [float(v) for v in self.data.mean], [float(v) for v in self.data.std]
         self.eval_batch_size = int(eval_batch_size)
+        self.eval_workers = int(eval_workers)
         if self.data.kind == "volume":
             self.words = ("volume", "case")
 
@@ -298,6 +302,7 @@ class SegmentationTask:
             cfg.class_names,
             data=_data(cfg.data),
             eval_batch_size=cfg.eval.batch_size,
+            eval_workers=cfg.eval.workers,
         )
 
     def build_dataset(self, split: str, mode: str = "train") -> Dataset:
@@ -314,7 +319,8 @@ class SegmentationTask:
                 return VolumeFolder(
                     root, split, modalities=d.modalities, label_map=d.label_map,
                     num_classes=self.classes, ignore_index=self.ignore_index,
-                    patch=d.patch if train else None, flip=d.flip if train else 0.0,
+                    patch=d.patch if train else None,
+                    flip=(0.5 if d.flip is None else d.flip) if train else 0.0,
                     skip_bad=True,
                 )  # fmt: skip
             return SegmentationFolder(
@@ -375,7 +381,10 @@ class SegmentationTask:
         batches of ``eval_batch_size``) or a loader."""
         loader = data
         if isinstance(data, Dataset):
-            loader = DataLoader(data, batch_size=self.eval_batch_size, collate_fn=self.collate)
+            loader = DataLoader(
+                data, batch_size=self.eval_batch_size, collate_fn=self.collate,
+                num_workers=self.eval_workers,
+            )  # fmt: skip
         evaluator = ConfusionEvaluator(self.classes, self.ignore_index, self.class_names)
         metrics = inference_on_dataset(model, loader, evaluator, self._forward)
         metrics.pop("time_s")
