@@ -61,21 +61,3 @@ def test_nlnet_demo_segmentation_user_errors_are_one_line(tmp_path, capsys):
     assert main([*base, "--threads", "0"]) == 2
     err = capsys.readouterr().err
     assert "--threads" in err and "Traceback" not in err
-
-
-def test_dense_demo_block_starts_with_a_similarity_score(tmp_path):
-    """The demo's recipe builds seg_tiny_nl with phi_init="theta" (docs/dense.md, seed
-    dependence) and records it in the engine config, so a checkpoint names it."""
-    import torch
-
-    from nlnet.demo.dense import MODEL_OPTIONS, dense_demo_config
-    from nlnet.models import create_model
-
-    block = create_model("seg_tiny_nl", **MODEL_OPTIONS["seg_tiny_nl"]).head.non_local
-    assert torch.equal(block.phi.weight, block.theta.weight)
-    cfg = dense_demo_config("seg_tiny_nl", tmp_path, tmp_path / "run", num_classes=4, epochs=1,
-                            batch_size=2, lr=1e-3, seed=0)  # fmt: skip
-    assert cfg.model.overrides == {"phi_init": "theta"}
-    plain = dense_demo_config("seg_tiny", tmp_path, tmp_path / "run", num_classes=4, epochs=1,
-                              batch_size=2, lr=1e-3, seed=0)  # fmt: skip
-    assert plain.model.overrides == {}
