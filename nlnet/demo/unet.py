@@ -41,14 +41,19 @@ CLASS_NAMES: list[str] = ["background", "cue", "match", "other"]
 
 @dataclass(frozen=True)
 class UNetDemoSettings:
-    """Sizes and recipe (measured times: docs/usecases.md)."""
+    """Sizes and recipe (measured times: docs/usecases.md).
+
+    The recipe is the dense demo's (:data:`nlnet.demo.dense.DEMO_LR`, ``DEMO_EPOCHS``, 2000
+    images): the relation to the cue is learned only after a plateau, which 12 epochs of 1000
+    images at a peak rate of 3e-3 did not leave (docs/usecases.md).
+    """
 
     base_channels: int = 8
     depth: int = 2
-    epochs: int = 12
+    epochs: int = 16
     batch_size: int = 32
-    lr: float = 3e-3
-    num_train: int = 1000
+    lr: float = 1e-2
+    num_train: int = 2000
     num_test: int = 300
 
     @classmethod
