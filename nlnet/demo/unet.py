@@ -43,16 +43,15 @@ CLASS_NAMES: list[str] = ["background", "cue", "match", "other"]
 class UNetDemoSettings:
     """Sizes and recipe (measured figures and times: docs/usecases.md).
 
-    The relation to the cue is learned only after a training-loss plateau (docs/dense.md, "Seed
-    dependence"); the U-Net leaves it later than the segmentation head. The segmentation demo's
-    schedule (one-cycle to 1e-2, 16 epochs of 2000 images) with batch 16 gives twice the steps of
-    batch 32 for about the same CPU time: with batch 32 two of seeds 0-2 stayed on the plateau.
+    The segmentation demo's schedule (:data:`nlnet.demo.dense.DEMO_LR`, ``DEMO_EPOCHS``) on 2000
+    images: the relation to the cue is learned only after a training-loss plateau (docs/dense.md,
+    "Seed dependence"). The U-Net leaves it on some seeds only (seed 0 of 0-2 with this recipe).
     """
 
     base_channels: int = 8
     depth: int = 2
     epochs: int = 16
-    batch_size: int = 16
+    batch_size: int = 32
     lr: float = 1e-2
     num_train: int = 2000
     num_test: int = 300
