@@ -75,7 +75,7 @@ def _dense(args: argparse.Namespace) -> int:
 
     import torch
 
-    from nlnet.demo.dense import run_dense_demo
+    from nlnet.demo.dense import DEMO_EPOCHS, run_dense_demo
     from nlnet.demo.digits_dense import DenseDigitsConfig
     from nlnet.demo.threads import threads_for
     from nlnet.engine.errors import UserError
@@ -88,7 +88,7 @@ def _dense(args: argparse.Namespace) -> int:
         raise UserError("--device cuda: CUDA is not available on this machine")
 
     data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if args.quick else None
-    epochs = args.epochs or (1 if args.quick else 12)
+    epochs = args.epochs or (1 if args.quick else DEMO_EPOCHS)
     out = Path(args.output_dir) / f"dense-demo-{time.strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"
     run_dense_demo(
         "segmentation", [args.seed], out_dir=out, data=data, epochs=epochs,

@@ -124,6 +124,11 @@ class NonLocalNd(NonLocalPaths, nn.Module):
             (the released code's temporal grouping); ``T`` must be a multiple of it.
         scale: Logit scale of the softmax forms: ``True`` = 1/sqrt(d) (released code), ``False`` =
             the paper's equations, or a finite positive float.
+        phi_init: ``"he"`` (default): ``phi`` gets its own He initialisation; ``"theta"``: ``phi``
+            starts as a copy of ``theta`` (trained separately afterwards), so the initial score
+            ``theta(x_i)^T phi(x_j) = (W x_i)^T (W x_j)`` is a similarity of the embedded features,
+            as the plain Gaussian of Eq. 2 is of the features themselves, instead of an arbitrary
+            bilinear form. Needs an instantiation with ``theta`` and ``phi`` (Eqs. 3-5).
         impl: ``"auto"`` (fastest exact path for the size), ``"fast"`` or ``"reference"``.
 
     Shape:
@@ -154,6 +159,7 @@ class NonLocalNd(NonLocalPaths, nn.Module):
         temporal_groups: int | None = None,
         scale: bool | float = True,
         impl: Impl = "auto",
+        phi_init: Literal["he", "theta"] = "he",
     ) -> None:
         super().__init__()
         if args:
@@ -186,6 +192,8 @@ class NonLocalNd(NonLocalPaths, nn.Module):
             )
         if impl not in ("auto", "fast", "reference"):
             raise ValueError(f"impl must be 'auto', 'fast' or 'reference', got {impl!r}")
+        if phi_init not in ("he", "theta"):
+            raise ValueError(f"phi_init must be 'he' or 'theta', got {phi_init!r}")
         kernel = resolve_sub_sample(sub_sample, dim)
         if temporal_groups is not None:
             if dim != 3:
@@ -208,6 +216,12 @@ class NonLocalNd(NonLocalPaths, nn.Module):
         self.scale = scale
         self.impl = impl
         self.form = form(instantiation)  # how the instantiation behaves (one table row)
+        if phi_init == "theta" and not self.form.embedded:
+            raise ValueError(
+                f"phi_init='theta' needs theta and phi embeddings; instantiation="
+                f"{instantiation!r} has none"
+            )
+        self.phi_init = phi_init
 
         conv = _CONV[dim]
         if not self.form.embedded:  # Eq. 2: no embedding, f on x itself (Fig. 2 caption)
@@ -231,12 +245,18 @@ class NonLocalNd(NonLocalPaths, nn.Module):
 
     # ------------------------------------------------------------------ set-up
     def reset_parameters(self) -> None:
-        """He initialisation of the embeddings; the norm's scale (or W_z itself) set to zero."""
+        """He initialisation of the embeddings (``phi`` a copy of ``theta`` with
+        ``phi_init="theta"``); the norm's scale (or W_z itself) set to zero."""
         for m in (self.theta, self.phi, self.g, self.W_z):
             if m is not None:
                 nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
+        if self.phi_init == "theta":  # a similarity at the start (see ``phi_init``)
+            with torch.no_grad():
+                self.phi.weight.copy_(self.theta.weight)
+                if self.phi.bias is not None:
+                    self.phi.bias.copy_(self.theta.bias)
         if self.w_f is not None:
             nn.init.normal_(self.w_f, std=math.sqrt(1.0 / self.w_f.numel()))
         if isinstance(self.norm, GatedNorm):

@@ -59,6 +59,7 @@ BLOCK_OPTIONS: tuple[str, ...] = (
     "norm_groups",
     "gate",
     "temporal_groups",
+    "phi_init",
 )
 
 

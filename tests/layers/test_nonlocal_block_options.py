@@ -206,3 +206,37 @@ def test_new_options_reach_blocks_through_the_model_registry():
     blocks = [m for m in model.modules() if isinstance(m, NonLocalNd)]
     assert blocks and all(b.theta.bias is None for b in blocks)
     assert all(isinstance(b.norm, nn.GroupNorm) and b.temporal_groups == 2 for b in blocks)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_phi_init_theta_starts_phi_as_theta(bias):
+    """phi_init="theta": phi is a copy of theta (a similarity score at the start), the other
+    weights are those of the default block with the same seed, and phi trains on its own."""
+    torch.manual_seed(0)
+    ref = NonLocal2d(8, bias=bias)
+    torch.manual_seed(0)
+    block = NonLocal2d(8, bias=bias, phi_init="theta")
+    assert torch.equal(block.phi.weight, block.theta.weight)
+    assert not torch.equal(ref.phi.weight, ref.theta.weight)
+    for name in ("theta", "g", "W_z"):  # the same random stream as the default block
+        assert torch.equal(getattr(block, name).weight, getattr(ref, name).weight)
+    assert block.phi.weight.data_ptr() != block.theta.weight.data_ptr()  # not shared
+    # the initial score matrix theta(x)^T phi(x) is symmetric positive semi-definite
+    x = torch.randn(2, 8, 4, 4)
+    t = block.theta(x).flatten(2)
+    p = block.phi(x).flatten(2)
+    scores = t.transpose(1, 2) @ p
+    torch.testing.assert_close(scores, scores.transpose(1, 2))
+    if not bias:
+        assert torch.linalg.eigvalsh(scores).min() > -1e-4
+    block.norm.weight.data.fill_(1.0)
+    block(x).sum().backward()
+    torch.optim.SGD(block.parameters(), lr=0.1).step()
+    assert not torch.equal(block.phi.weight, block.theta.weight)
+
+
+def test_phi_init_checks():
+    with pytest.raises(ValueError, match="phi_init"):
+        NonLocal2d(8, phi_init="same")
+    with pytest.raises(ValueError, match="phi_init='theta' needs theta and phi"):
+        NonLocal2d(8, instantiation="gaussian", phi_init="theta")
