@@ -41,10 +41,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
         default="auto",
-        help="CPU cores (default: auto). The video and super-resolution demos train their models "
-        "side by side, one PyTorch thread each (auto = the usable cores), so their figures do not "
-        "depend on it; the U-Net demo uses one thread; the segmentation demo: threads of one "
-        "process (auto = idle cores)",
+        help="CPU cores (default: auto). The video, super-resolution and U-Net demos train their "
+        "models side by side, one PyTorch thread each (auto = the usable cores), so their figures "
+        "do not depend on it; the segmentation demo: threads of one process (auto = idle cores)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 

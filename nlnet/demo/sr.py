@@ -190,7 +190,7 @@ def run_sr_demo(
     except OSError:
         load = None
     summary = {"settings": asdict(s), "runs": runs, "wall_s": time.perf_counter() - t0,
-               "jobs": jobs, "loadavg_end": load}  # fmt: skip
+               "jobs": jobs if device == "cpu" else 1, "loadavg_end": load}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
     log(format_sr_table(runs))
@@ -229,7 +229,9 @@ def cli_main(args: Any) -> int:
         if args.epochs:
             s = UNetDemoSettings(**{**asdict(s), "epochs": args.epochs})
         root = Path(args.cache_dir) / "dense-unet" if args.cache_dir else None
-        run_unet_demo([args.seed], out_dir=out, settings=s, data_root=root, device=args.device)
+        run_unet_demo(
+            [args.seed], out_dir=out, settings=s, data_root=root, device=args.device, jobs=jobs
+        )
     else:
         s = SRDemoSettings.quick() if args.quick else SRDemoSettings()
         run_sr_demo([args.seed], out_dir=out, settings=s, device=args.device, jobs=jobs)

@@ -97,6 +97,36 @@ def _picture(path: Path, models: dict[str, nn.Module], test: Any) -> None:
     )
 
 
+def fit_and_test(
+    name: str, s: UNetDemoSettings, root: Path, run_dir: Path, seed: int, device: str
+) -> dict[str, Any]:
+    """One model of one seed: train on ``root``'s train split through the engine's loop, test on
+    its test split. A job of :class:`nlnet.demo.parallel.Jobs` (one thread, side by side).
+
+    Returns:
+        ``{"seed", "model", "params", "train_s", "metrics", "state"}`` (``state`` on the CPU).
+    """
+    from nlnet.data.segmentation import SegmentationFolder
+    from nlnet.engine.loop import train
+    from nlnet.engine.tasks.segmentation import SegmentationTask
+    from nlnet.models import create_model
+
+    seg = SegmentationTask(len(CLASS_NAMES), CLASS_NAMES, data={"root": str(root)})
+    train_set = seg.build_dataset("train")
+    test = SegmentationFolder(root, "test", num_classes=len(CLASS_NAMES))
+    loader = DataLoader(test, batch_size=64, collate_fn=seg.collate)
+    cfg = _config(name, s, root, run_dir, seed, device)
+    torch.manual_seed(seed)
+    model = create_model(name, num_classes=len(CLASS_NAMES), **cfg.model.overrides)
+    start = time.perf_counter()
+    train(cfg, model=model, train_dataset=train_set, force=True)
+    train_s = time.perf_counter() - start
+    metrics = seg.evaluate(model, loader, device=torch.device(device))
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return {"seed": seed, "model": name, "train_s": train_s, "metrics": metrics,
+            "params": sum(p.numel() for p in model.parameters()), "state": state}  # fmt: skip
+
+
 def run_unet_demo(
     seeds: Sequence[int] = (0,),
     *,
@@ -105,9 +135,13 @@ def run_unet_demo(
     data_root: str | os.PathLike | None = None,
     device: str = "cpu",
     pictures: bool = True,
+    jobs: int = 1,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Train ``unet2d`` and ``unet2d_nl`` for each seed; test mIoU and Dice.
+
+    ``jobs`` trainings run side by side, one PyTorch thread each
+    (:class:`nlnet.demo.parallel.Jobs`): the figures do not depend on it.
 
     Returns:
         ``{"settings", "data_root", "runs": [{"seed", "model", "params", "train_s",
@@ -115,44 +149,41 @@ def run_unet_demo(
     """
     from nlnet.data.segmentation import SegmentationFolder
     from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
-    from nlnet.engine.loop import train
-    from nlnet.engine.tasks.segmentation import SegmentationTask
+    from nlnet.demo.parallel import Jobs
     from nlnet.models import create_model
 
     s = settings or UNetDemoSettings()
     t0 = time.perf_counter()
     data = DenseDigitsConfig(num_train=s.num_train, num_val=4, num_test=s.num_test)
     root = prepare_dense_digits(data, data_root)
-    seg = SegmentationTask(len(CLASS_NAMES), CLASS_NAMES, data={"root": str(root)})
-    train_set = seg.build_dataset("train")
-    test = SegmentationFolder(root, "test", num_classes=len(CLASS_NAMES))
-    loader = DataLoader(test, batch_size=64, collate_fn=seg.collate)
     out = Path(out_dir)
-    runs: list[dict[str, Any]] = []
-    for seed in seeds:
+    jobs = jobs if device == "cpu" else 1
+    with Jobs(jobs) as pool:
+        futures = [pool.submit(fit_and_test, name, s, root, out / f"seed{seed}" / name, seed,
+                               device) for seed in seeds for name in MODELS]  # fmt: skip
+        runs = [f.result() for f in futures]
+    for r in runs:
+        m = r["metrics"]
+        log(f"seed {r['seed']} {r['model']}: mIoU {m['mIoU']:.1f}, mDice {m['mDice']:.1f} "
+            f"({r['train_s']:.0f} s)")  # fmt: skip
+    if pictures:  # the last seed's models
         models: dict[str, nn.Module] = {}
-        for name in MODELS:
-            cfg = _config(name, s, root, out / f"seed{seed}" / name, seed, device)
-            torch.manual_seed(seed)
-            model = create_model(name, num_classes=len(CLASS_NAMES), **cfg.model.overrides)
-            start = time.perf_counter()
-            train(cfg, model=model, train_dataset=train_set, force=True)
-            train_s = time.perf_counter() - start
-            metrics = seg.evaluate(model, loader, device=torch.device(device))
-            runs.append({"seed": seed, "model": name, "train_s": train_s, "metrics": metrics,
-                         "params": sum(p.numel() for p in model.parameters())})  # fmt: skip
-            log(f"seed {seed} {name}: mIoU {metrics['mIoU']:.1f}, mDice {metrics['mDice']:.1f} "
-                f"({train_s:.0f} s)")  # fmt: skip
-            models[name] = model
-        if pictures:
-            _picture(out / "predictions.png", models, test)
+        for r in runs[-len(MODELS) :]:
+            models[r["model"]] = create_model(
+                r["model"], num_classes=len(CLASS_NAMES), base_channels=s.base_channels,
+                depth=s.depth,
+            )  # fmt: skip
+            models[r["model"]].load_state_dict(r["state"])
+        test = SegmentationFolder(root, "test", num_classes=len(CLASS_NAMES))
+        _picture(out / "predictions.png", models, test)
+    for r in runs:
+        del r["state"]
     try:
         load = list(os.getloadavg())
     except OSError:
         load = None
     summary = {"settings": asdict(s), "data_root": str(root), "runs": runs,
-               "wall_s": time.perf_counter() - t0, "threads": torch.get_num_threads(),
-               "loadavg_end": load}  # fmt: skip
+               "wall_s": time.perf_counter() - t0, "jobs": jobs, "loadavg_end": load}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
     log(format_unet_table(runs))
