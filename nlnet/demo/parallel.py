@@ -74,6 +74,11 @@ class Jobs:
             torch.set_num_threads(threads)
         return future
 
+    def starmap(self, fn: Callable[..., T], calls: list[tuple[Any, ...]]) -> list[T]:
+        """``[fn(*args) for args in calls]``, the calls side by side; results in call order."""
+        futures = [self.submit(fn, *args) for args in calls]
+        return [f.result() for f in futures]
+
     def close(self, stop: bool = False) -> None:
         """Wait for the running jobs, or with ``stop`` kill the workers at once (an error or
         Ctrl-C in this process: their results would not be used)."""

@@ -166,9 +166,9 @@ def run_sr_demo(
     out = Path(out_dir)
     t0 = time.perf_counter()
     with Jobs(jobs if device == "cpu" else 1) as pool:
-        futures = [pool.submit(fit_and_test, name, s, seed, out / f"seed{seed}" / name, device)
-                   for seed in seeds for name in MODELS]  # fmt: skip
-        runs = [f.result() for f in futures]
+        calls = [(name, s, seed, out / f"seed{seed}" / name, device)
+                 for seed in seeds for name in MODELS]  # fmt: skip
+        runs = pool.starmap(fit_and_test, calls)
     for r in runs:
         m = r["metrics"]
         log(f"seed {r['seed']} {r['model']}: PSNR-Y {m['psnr_y']:.2f} dB "

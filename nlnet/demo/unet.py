@@ -159,9 +159,9 @@ def run_unet_demo(
     out = Path(out_dir)
     jobs = jobs if device == "cpu" else 1
     with Jobs(jobs) as pool:
-        futures = [pool.submit(fit_and_test, name, s, root, out / f"seed{seed}" / name, seed,
-                               device) for seed in seeds for name in MODELS]  # fmt: skip
-        runs = [f.result() for f in futures]
+        calls = [(name, s, root, out / f"seed{seed}" / name, seed, device)
+                 for seed in seeds for name in MODELS]  # fmt: skip
+        runs = pool.starmap(fit_and_test, calls)
     for r in runs:
         m = r["metrics"]
         log(f"seed {r['seed']} {r['model']}: mIoU {m['mIoU']:.1f}, mDice {m['mDice']:.1f} "
