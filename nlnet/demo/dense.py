@@ -19,7 +19,6 @@ the demo's recipe as a config: AdamW (weight decay 1e-4), one-cycle rate (10% wa
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ from torch.utils.data import DataLoader
 
 from nlnet.data.segmentation import SegmentationFolder
 from nlnet.demo.digits_dense import CATEGORIES, DenseDigitsConfig, prepare_dense_digits
+from nlnet.demo.summary import write_summary
 from nlnet.engine.tasks.segmentation import SegmentationTask
 from nlnet.models import create_model
 
@@ -183,14 +183,13 @@ def run_dense_demo(
             runs[-1]["pictures"] = _pictures(
                 out / f"seed{seed}" / "predictions.png", models, test_set
             )
-    summary = {
+    summary = write_summary(out, {
         "task": task,
         "data_root": str(root),
         "runs": runs,
         "wall_s": time.perf_counter() - t0,
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
+        "threads": torch.get_num_threads(),
+    })  # fmt: skip
     log(format_table(runs))
     return summary
 

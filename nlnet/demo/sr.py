@@ -17,7 +17,6 @@ crops of the test photographs, from the last seed) and each model's weights.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -160,6 +159,7 @@ def run_sr_demo(
         ``{"settings", "runs": [{"seed", "model", "params", "train_s", "metrics"}], "wall_s"}``.
     """
     from nlnet.demo.parallel import Jobs
+    from nlnet.demo.summary import write_summary
     from nlnet.models import create_model
 
     s = settings or SRDemoSettings()
@@ -185,14 +185,11 @@ def run_sr_demo(
         _crops_figure(out / "crops.png", models, test, s.upscale)
     for r in runs:
         del r["state"]
-    try:
-        load = list(os.getloadavg())
-    except OSError:
-        load = None
-    summary = {"settings": asdict(s), "runs": runs, "wall_s": time.perf_counter() - t0,
-               "jobs": jobs if device == "cpu" else 1, "loadavg_end": load}  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
+    jobs = jobs if device == "cpu" else 1
+    wall = time.perf_counter() - t0
+    summary = write_summary(
+        out, {"settings": asdict(s), "runs": runs, "wall_s": wall, "jobs": jobs}
+    )
     log(format_sr_table(runs))
     return summary
 

@@ -20,7 +20,6 @@ the block's attention from a ``match`` pixel, last seed) and each model's weight
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -150,6 +149,7 @@ def run_unet_demo(
     from nlnet.data.segmentation import SegmentationFolder
     from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
     from nlnet.demo.parallel import Jobs
+    from nlnet.demo.summary import write_summary
     from nlnet.models import create_model
 
     s = settings or UNetDemoSettings()
@@ -178,14 +178,11 @@ def run_unet_demo(
         _picture(out / "predictions.png", models, test)
     for r in runs:
         del r["state"]
-    try:
-        load = list(os.getloadavg())
-    except OSError:
-        load = None
-    summary = {"settings": asdict(s), "data_root": str(root), "runs": runs,
-               "wall_s": time.perf_counter() - t0, "jobs": jobs, "loadavg_end": load}  # fmt: skip
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
+    wall = time.perf_counter() - t0
+    summary = write_summary(
+        out,
+        {"settings": asdict(s), "data_root": str(root), "runs": runs, "wall_s": wall, "jobs": jobs},
+    )
     log(format_unet_table(runs))
     return summary
 
