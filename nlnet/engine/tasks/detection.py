@@ -14,7 +14,7 @@ import contextlib
 import io
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -187,14 +187,13 @@ class DetectionDataConfig:
 
 
 def _data(data: Any) -> DetectionDataConfig:
-    """The typed data section from itself or from a mapping of its keys."""
+    """The typed data section from itself or from a mapping of its keys (a ``ConfigError``
+    naming an unknown key or a bad value: :func:`nlnet.engine.sections.build_section`)."""
     if isinstance(data, DetectionDataConfig):
         return data
-    known = {f.name for f in fields(DetectionDataConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"data: unknown key(s) {unknown}; valid keys: {', '.join(sorted(known))}")
-    return DetectionDataConfig(**data)
+    from nlnet.engine.sections import build_section
+
+    return build_section(DetectionDataConfig, dict(data or {}), ("data",))
 
 
 def default_iou_types(model_name: str | None) -> tuple[str, ...]:

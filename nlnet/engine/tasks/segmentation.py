@@ -14,7 +14,7 @@ pixels of true class ``t`` predicted as ``p`` (pixels labelled ``ignore_index`` 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -168,14 +168,13 @@ class SegmentationDataConfig:
 
 
 def _data(data: Any) -> SegmentationDataConfig:
-    """The typed data section from itself or from a mapping of its keys."""
+    """The typed data section from itself or from a mapping of its keys (a ``ConfigError``
+    naming an unknown key or a bad value: :func:`nlnet.engine.sections.build_section`)."""
     if isinstance(data, SegmentationDataConfig):
         return data
-    known = {f.name for f in fields(SegmentationDataConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"data: unknown key(s) {unknown}; valid keys: {', '.join(sorted(known))}")
-    return SegmentationDataConfig(**data)
+    from nlnet.engine.sections import build_section
+
+    return build_section(SegmentationDataConfig, dict(data or {}), ("data",))
 
 
 class ConfusionEvaluator:

@@ -19,7 +19,7 @@ images. The same numbers for plain bicubic up-sampling of the input are reported
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -73,14 +73,9 @@ class SuperResolutionData:
         """Parse ``cfg.data``; unknown keys and bad values are a :class:`ConfigError`."""
         if isinstance(data, cls):
             return data
-        data = dict(data or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(
-                f"data.{unknown[0]}: not a super_resolution data key (expected {sorted(known)})"
-            )
-        return cls(**data)
+        from nlnet.engine.sections import build_section
+
+        return build_section(cls, dict(data or {}), ("data",))
 
 
 def rgb_to_y(rgb: np.ndarray | torch.Tensor) -> np.ndarray:
