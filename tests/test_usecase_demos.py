@@ -28,11 +28,13 @@ def test_super_resolution_demo_quick(tmp_path, capsys):
 
 
 def test_unet_demo_quick(tmp_path, capsys):
-    rc = main(["demo", "--task", "unet", "--quick", "--threads", "1", "--output-dir",
+    """Two jobs side by side (worker processes); the picture is drawn from their weights."""
+    rc = main(["demo", "--task", "unet", "--quick", "--threads", "2", "--output-dir",
                str(tmp_path), "--cache-dir", str(tmp_path / "cache")])  # fmt: skip
     assert rc == 0
     summary, files = _summary(tmp_path, "unet")
     assert [r["model"] for r in summary["runs"]] == ["unet2d", "unet2d_nl"]
+    assert summary["jobs"] == 2
     for r in summary["runs"]:
         assert 0 <= r["metrics"]["mDice"] <= 100 and "dice_match" in r["metrics"]
     assert any(f.name == "predictions.png" for f in files)
