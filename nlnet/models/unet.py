@@ -260,7 +260,9 @@ def _cfg(dim: int, blocks: str | None) -> dict[str, Any]:
         "classifier": ("classifier",),
         "blocks": blocks,
         "new_keys": (),
-        "test_overrides": {"base_channels": 4, "depth": 2} if dim == 2 else {"width": 2, "depth": 2},
+        "test_overrides": {"base_channels": 4, "depth": 2}
+        if dim == 2
+        else {"width": 2, "depth": 2},
         "test_input_size": (3, 32, 32) if dim == 2 else (4, 8, 16, 16),
     }
 
@@ -293,7 +295,9 @@ def unet3d(**kwargs: Any) -> nn.Module:
     return build_unet(3, False, **{**_UNET3D, **_width_alias(kwargs)})
 
 
-@register_model(description="3D U-Net (Cicek et al. 2016)" + _NL_DESC, default_cfg=_cfg(3, "bottleneck"))
+@register_model(
+    description="3D U-Net (Cicek et al. 2016)" + _NL_DESC, default_cfg=_cfg(3, "bottleneck")
+)
 def unet3d_nl(**kwargs: Any) -> nn.Module:
     """Cicek et al.'s 3D U-Net with the guide's block (3D, 2x2x2 key pooling) after the
     bottleneck (512 channels)."""

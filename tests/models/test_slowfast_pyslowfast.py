@@ -52,7 +52,9 @@ def test_fully_conv_head_is_pyslowfasts_test_head_on_the_same_features():
     model.head.kind = "fully_conv"
     model.train()
     y = torch.rand(2, 3, 8, 64, 64)
-    torch.testing.assert_close(model(y), model.head.projection(model.forward_features(y).mean((2, 3, 4))))
+    torch.testing.assert_close(
+        model(y), model.head.projection(model.forward_features(y).mean((2, 3, 4)))
+    )
     with pytest.raises(ValueError, match="head: expected one of"):
         create_model("slowfast_r50", head="pyslowfast", **over)
 
@@ -73,7 +75,13 @@ def test_slowfast_kinetics_configs_follow_pyslowfast(name, model_name, alpha, ke
     assert cfg.task == "video_classification" and cfg.model.name == model_name
     o, d, e = cfg.optim, cfg.data, cfg.eval
     # SOLVER: BASE_LR 0.1, cosine, MAX_EPOCH 196, WARMUP_EPOCHS 34 from WARMUP_START_LR 0.01
-    assert (o.lr, o.schedule, o.epochs, o.momentum, o.weight_decay) == (0.1, "cosine", 196, 0.9, 1e-4)
+    assert (o.lr, o.schedule, o.epochs, o.momentum, o.weight_decay) == (
+        0.1,
+        "cosine",
+        196,
+        0.9,
+        1e-4,
+    )
     assert o.nesterov and o.weight_decay_bn == 0.0 and o.min_lr == 0.0
     assert o.lr * o.warmup_factor == pytest.approx(0.01)
     assert o.warmup_iters == pytest.approx(34 * 246_000 / 64, rel=1e-3)  # 34 epochs of 64 clips
