@@ -14,11 +14,14 @@ with :func:`nlnet.models.surgery.insert_non_local`:
   Table 6 adds the backbone block as well.
 
 * The practitioner's "detection in large images" use case: several blocks (``sub_sample=2``) in
-  the FPN, one per chosen level (``fpn_levels``, a list of indices 0..3 = P2..P5): each goes
-  after the 3x3 output convolution of its level (``backbone.fpn.layer_blocks.<i>``), so the
-  top-down pathway and the RPN/RoI heads see attended features at several scales. The
-  ``*_nlfpn`` models put them at P3, P4 and P5 (P2's 200x336 grid at 800x1333 would make a
-  67k x 17k attention matrix per image).
+  the FPN, one per chosen level (``fpn_levels``, a list of indices 0..3 = P2..P5), on every
+  builder (Mask, Faster and Keypoint R-CNN). Each goes on the level's lateral output, after its
+  1x1 convolution (``backbone.fpn.inner_blocks.<i>``) and before the top-down sum, so the
+  top-down pathway carries it to every finer level: a block at P5 changes P2..P6, one at P3
+  changes P2 and P3 (torchvision's ``FeaturePyramidNetwork.forward`` sums the lateral maps; a
+  block after a 3x3 output convolution would change its own level only). The ``*_nlfpn``
+  models put them at P3, P4 and P5 (P2's 200x336 grid at 800x1333 would make a 67k x 17k
+  attention matrix per image).
 
 Every block starts as the identity (BN after ``W_z`` with gamma = 0, Sec. 4.1), so a model with
 blocks computes exactly what the plain torchvision detector with the same weights computes, and

@@ -2,7 +2,9 @@
 
 torchvision's Mask R-CNN, Faster R-CNN and Keypoint R-CNN on a ResNet-FPN backbone, built without
 any download, with 2D non-local blocks in the backbone (Table 5: right before the last residual
-block of res4), the keypoint head (Table 6: after every second convolution) or the FPN levels;
+block of res4), the keypoint head (Table 6: after every second convolution) or the FPN levels
+(on the lateral outputs, before the top-down sum, so that the coarser levels' blocks reach every
+finer level);
 and a CPU-sized Mask R-CNN of the same structure. The registered model names built from these are
 in :mod:`nlnet.models.detection`.
 """
@@ -48,15 +50,23 @@ FPN_LEVELS: tuple[int, ...] = (1, 2, 3)
 def insert_fpn_blocks(
     model: nn.Module, levels: Sequence[int], block_options: dict[str, Any] | None = None
 ) -> nn.Module:
-    """One 2D block after the output convolution of each FPN level in ``levels`` (0 = P2 ..
-    3 = P5), with ``sub_sample=2`` (the guide's setting) unless ``block_options`` say otherwise."""
-    n = len(model.backbone.fpn.layer_blocks)
+    """One 2D block on the lateral output of each FPN level in ``levels`` (0 = P2 .. 3 = P5),
+    with ``sub_sample=2`` (the guide's setting) unless ``block_options`` say otherwise.
+
+    A block goes after the level's lateral 1x1 convolution (``backbone.fpn.inner_blocks.<i>``),
+    before the top-down sum: torchvision's ``FeaturePyramidNetwork`` adds that lateral map to
+    the up-sampled coarser sum and passes the result on to every finer level, so a block at
+    level ``i`` changes P_i and every finer level (and P6, pooled from P5, for the top block).
+    A block after a level's 3x3 output convolution (``layer_blocks``) would change that level
+    only: the top-down pathway sums the lateral maps, not the outputs.
+    """
+    n = len(model.backbone.fpn.inner_blocks)
     levels = list(levels)
     if not levels or any(not isinstance(i, int) or not 0 <= i < n for i in levels):
         raise ValueError(
             f"fpn_levels: expected a non-empty list of levels in 0..{n - 1}, got {levels}"
         )
-    paths = [f"backbone.fpn.layer_blocks.{i}" for i in levels]
+    paths = [f"backbone.fpn.inner_blocks.{i}" for i in levels]
     return insert_non_local(model, paths, dim=2, **{"sub_sample": 2, **(block_options or {})})
 
 
@@ -158,7 +168,8 @@ def build_mask_rcnn(
             again (the COCO configs set it, so that ``load_model`` rebuilds the frozen BN).
         block_options: options of :class:`~nlnet.layers.nonlocal_block.NonLocal2d` (default:
             embedded Gaussian, C/2 channels, 2x2 max-pool subsampling, BN with gamma = 0).
-        fpn_levels: also one block after each of these FPN levels (0..3 = P2..P5), see
+        fpn_levels: also one block on the lateral output of each of these FPN levels
+            (0..3 = P2..P5, before the top-down sum, so it reaches every finer level), see
             :func:`insert_fpn_blocks`; ``None``: none.
         **detector_kwargs: passed to torchvision's ``MaskRCNN`` (``min_size``, ``max_size``,
             ``box_detections_per_img``, ...).
@@ -207,6 +218,7 @@ def build_keypoint_rcnn(
     *,
     head_blocks: bool = True,
     backbone_block: bool = False,
+    fpn_levels: Sequence[int] | None = None,
     num_keypoints: int = 17,
     width_per_group: int = 64,
     norm_layer: Callable[..., nn.Module] | None = None,
@@ -223,6 +235,8 @@ def build_keypoint_rcnn(
         num_classes: 2 (background, person) for COCO keypoints.
         head_blocks: 4 blocks in the keypoint head, after every 2 convolutions.
         backbone_block: also one block in res4 of the backbone (Table 6, last row).
+        fpn_levels: also one block on the lateral output of each of these FPN levels
+            (0..3 = P2..P5), see :func:`insert_fpn_blocks`; ``None``: none.
         num_keypoints: 17 for COCO.
         width_per_group, norm_layer, weights_backbone, trainable_backbone_layers,
             frozen_bn, block_options, **detector_kwargs: as in
@@ -250,9 +264,7 @@ def build_keypoint_rcnn(
             relu = model.get_submodule(path)
             relu.add_module("non_local", NonLocal2d(channels, **{**VIDEO_DEFAULTS, **opts}))
             relu.register_forward_hook(_non_local_unless_empty)
-    if backbone_block:
-        insert_non_local(model, backbone_non_local_path(depth), dim=2, **opts)
-    return model
+    return _with_blocks(model, depth, backbone_block, fpn_levels, opts)
 
 
 def _non_local_unless_empty(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
@@ -330,7 +342,8 @@ def build_tiny_mask_rcnn(
         representation_size: box head width (1024 in the full model).
         image_size: ``min_size`` and ``max_size`` of torchvision's transform.
         block_options: options of the :class:`~nlnet.layers.nonlocal_block.NonLocal2d`.
-        fpn_levels: also one block after each of these FPN levels (:func:`insert_fpn_blocks`).
+        fpn_levels: also one block on the lateral output of each of these FPN levels
+            (:func:`insert_fpn_blocks`).
         **detector_kwargs: more ``MaskRCNN`` options (they override the small defaults).
     """
     if layers[2] < 2 and backbone_block:

@@ -16,6 +16,16 @@ Two ResNet-50 pathways over the same clip (Sec. 3, Table 1):
   ``alpha`` frames (onto the Slow frames) and concatenates it to the Slow map, ``(B, 2304,
   T / alpha, H / 32, W / 32)``; the head's global average of that map is the same as the
   concatenated averages of the two pathways.
+* ``head="fully_conv"`` is PySlowFast's test head (``ResNetBasicHead`` in
+  ``slowfast/models/head_helper.py``, eval mode): an average pool of ``T x 7 x 7`` with stride
+  1 (its ``pool_size`` is the training crop / 32 = 7 for 224), the projection at every
+  remaining position, a softmax per position and the mean over positions. On 256 x 256 test
+  crops that is 2 x 2 positions. Pooling the time axis of the Fast-averaged map is the same as
+  pooling each pathway over its own frames, so this equals PySlowFast's head on the two res5
+  maps; it returns the log of the averaged probabilities (``softmax`` of the output gives them
+  back exactly, so the evaluator's softmax is unchanged). In training mode, and with the
+  default ``head="global"``, the head is the global average (on 224 x 224 training crops both
+  heads pool the whole 7 x 7 map).
 
 The model takes one clip ``(B, 3, T, H, W)`` (the Fast pathway's frames) and picks the Slow
 frames itself, as PySlowFast's ``PackPathway`` does (``T / alpha`` frames evenly spaced over the
@@ -48,6 +58,7 @@ from torch import Tensor, nn
 from nlnet.layers.nonlocal_block import NonLocal3d
 from nlnet.models.checks import check_input
 from nlnet.models.registry import _split_block_options, register_model
+from nlnet.models.video_parts import HEADS, fully_conv_head
 
 __all__ = [
     "SlowFast",
@@ -57,6 +68,7 @@ __all__ = [
 ]
 
 torch.fx.wrap("check_input")
+torch.fx.wrap("fully_conv_head")
 
 #: Non-local placement of PySlowFast's SLOWFAST_NLN configs: ``{stage: block indices}`` (Slow).
 SLOWFAST_NL5: dict[int, tuple[int, ...]] = {3: (1, 3), 4: (1, 3, 5)}
@@ -182,15 +194,23 @@ class FuseFastToSlow(nn.Module):
 
 
 class Head(nn.Module):
-    """Global average pool of both pathways' channels, dropout, linear ``projection``."""
+    """Global average pool of both pathways' channels, dropout, linear ``projection``; with
+    ``head="fully_conv"`` in eval mode PySlowFast's fully-convolutional test head instead."""
 
-    def __init__(self, cins: Sequence[int], num_classes: int, dropout: float) -> None:
+    def __init__(
+        self, cins: Sequence[int], num_classes: int, dropout: float, head: str = "global"
+    ) -> None:
         super().__init__()
+        if head not in HEADS:
+            raise ValueError(f"head: expected one of {HEADS}, got {head!r}")
+        self.kind = head
         self.avgpool = nn.AdaptiveAvgPool3d(1)
         self.dropout = nn.Dropout(dropout)
         self.projection = nn.Linear(sum(cins), num_classes)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.kind == "fully_conv" and not self.training:
+            return fully_conv_head(x, self.projection.weight, self.projection.bias)
         return self.projection(self.dropout(self.avgpool(x).flatten(1)))
 
 
@@ -208,6 +228,9 @@ class SlowFast(nn.Module):
         dropout: before the classifier (0.5).
         nonlocal_inds: ``{stage (2..5): unit indices}`` of Slow-pathway blocks.
         block_options: options of those :class:`~nlnet.layers.nonlocal_block.NonLocal3d`.
+        head: ``"global"`` (global average pool, the default) or ``"fully_conv"``: in eval
+            mode PySlowFast's test head (``T x 7 x 7`` stride-1 pool, softmax per position,
+            averaged; returns the log of the averaged probabilities).
 
     Input ``(B, 3, T, H, W)`` with ``T`` a multiple of ``alpha``; output logits.
     """
@@ -225,6 +248,7 @@ class SlowFast(nn.Module):
         dropout: float = 0.5,
         nonlocal_inds: Mapping[int, Sequence[int]] | None = None,
         block_options: Mapping[str, Any] | None = None,
+        head: str = "global",
     ) -> None:
         super().__init__()
         for key, val in (("num_classes", num_classes), ("width", width), ("alpha", alpha),
@@ -259,7 +283,7 @@ class SlowFast(nn.Module):
                     f"s{stage}_fuse", FuseFastToSlow(cout[1], fusion_ratio, fusion_kernel, alpha)
                 )
                 cin = [cout[0] + fusion_ratio * cout[1], cout[1]]
-        self.head = Head((w * 32, w * 32 // bi), num_classes, dropout)
+        self.head = Head((w * 32, w * 32 // bi), num_classes, dropout, head)
         self.layers_cfg = tuple(layers)
         for m in self.modules():
             if isinstance(m, nn.Conv3d) and not _in_block(m, self):
@@ -301,7 +325,8 @@ class SlowFast(nn.Module):
         return torch.cat([slow, fast], 1)
 
     def forward_head(self, x: Tensor) -> Tensor:
-        """Global average pool, dropout and ``head.projection``: logits ``(B, K)``."""
+        """Global average pool, dropout and ``head.projection``: logits ``(B, K)`` (with
+        ``head="fully_conv"`` in eval mode: the log of PySlowFast's averaged probabilities)."""
         return self.head(x)
 
     def forward(self, x: Tensor) -> Tensor:

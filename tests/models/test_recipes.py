@@ -190,6 +190,9 @@ NOT_PAPER = {
     # the practitioner's use cases (docs/usecases.md) and a training tool the paper predates
     "dense/unet2d", "dense/unet2d_nl", "dense/unet3d", "dense/unet3d_nl", "sr/edsr_x2", "sr/edsr_x2_nl", "sr/rcan_x2",
     "sr/rcan_x2_nl", "kinetics/c2d_r50_nl5_multigrid",
+    # PySlowFast's SlowFast R50 recipes (the configs cite its MODEL_ZOO.md, not the paper)
+    "kinetics/slowfast_r50_4x16", "kinetics/slowfast_r50_4x16_nl5", "kinetics/slowfast_r50_8x8",
+    "kinetics/slowfast_r50_8x8_nl5",
     # first runs on one's own data and ImageNet fine-tuning of the image families
     "smoke/folder_tiny", "smoke/image_digits_vit_tiny", "image/resnet50_nl_finetune",
     "image/swin_t_finetune", "image/vit_b_16_finetune",

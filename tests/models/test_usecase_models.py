@@ -48,8 +48,8 @@ def test_guide_configurations_of_the_blocks():
     )
     assert (p3, b3.in_channels, b3.inter_channels, b3.kernel) == (
         "bottleneck.non_local",
+        512,  # the 3D U-Net's bottleneck (Cicek et al. 2016, Fig. 1)
         256,
-        128,
         (2, 2, 2),
     )
     ((pe, be),) = non_local_blocks(edsr)
@@ -65,6 +65,43 @@ def test_guide_configurations_of_the_blocks():
     assert {b.instantiation for _, b in non_local_blocks(sf)} == {"dot_product"}
     assert len(list(edsr.body)) == 17 and edsr.head.out_channels == 64  # 16 blocks + conv, 64 ch
     assert len(rcan.body) == 11 and len(rcan.body[0].body) == 21  # 10 groups x 20 RCABs
+
+
+def _conv_channels(module: nn.Module, kind: type = nn.Conv3d) -> list[tuple[int, int]]:
+    return [(m.in_channels, m.out_channels) for m in module.modules() if type(m) is kind]
+
+
+def test_unet3d_is_cicek_et_al_with_the_published_parameter_count():
+    """Cicek et al. 2016 (Fig. 1): channels double before each pooling, a 512-channel
+    bottleneck, 19,069,955 parameters for 3 input channels and 3 classes."""
+    with torch.device("meta"):
+        model = create_model("unet3d", in_channels=3, num_classes=3)
+        half = create_model("unet3d", in_channels=3, num_classes=3, width=16)
+        nl = create_model("unet3d_nl", in_channels=3, num_classes=3)
+    assert sum(p.numel() for p in model.parameters()) == 19_069_955
+    analysis = _conv_channels(model.encoder) + _conv_channels(model.bottleneck)
+    assert analysis == [(3, 32), (32, 64), (64, 64), (64, 128), (128, 128), (128, 256),
+                        (256, 256), (256, 512)]  # fmt: skip
+    assert _conv_channels(model.up, nn.ConvTranspose3d) == [(512, 512), (256, 256), (128, 128)]
+    assert _conv_channels(model.decoder) == [(768, 256), (256, 256), (384, 128), (128, 128),
+                                             (192, 64), (64, 64)]  # fmt: skip
+    assert (model.classifier.in_channels, model.classifier.out_channels) == (64, 3)
+    # width: the first convolution's width; everything scales with it
+    assert _conv_channels(half.encoder)[0] == (3, 16) and _conv_channels(half.bottleneck)[-1] == (
+        128,
+        256,
+    )
+    with pytest.raises(ValueError, match="width"):
+        create_model("unet3d", width=16, base_channels=16)
+    # the guide's block at the bottleneck, and nothing else differs
+    ((path, block),) = non_local_blocks(nl)
+    assert (path, block.in_channels) == ("bottleneck.non_local", 512)
+    blocks = sum(p.numel() for p in block.parameters())
+    assert sum(p.numel() for p in nl.parameters()) == 19_069_955 + blocks
+    # the 2D U-Net keeps Ronneberger et al.'s layout (level i at 64 * 2**i, bottleneck 1024)
+    with torch.device("meta"):
+        unet2 = create_model("unet2d")
+    assert _conv_channels(unet2.bottleneck, nn.Conv2d) == [(512, 1024), (1024, 1024)]
 
 
 @pytest.mark.parametrize("upscale", [2, 3, 4])
@@ -199,12 +236,12 @@ def test_fpn_levels_option_of_the_detectors():
 
     model = _tiny("maskrcnn_tiny_nlfpn")
     assert [p for p, _ in non_local_blocks(model)] == [
-        f"backbone.fpn.layer_blocks.{i}.non_local" for i in (1, 2, 3)
+        f"backbone.fpn.inner_blocks.{i}.non_local" for i in (1, 2, 3)
     ]
     assert {b.kernel for _, b in non_local_blocks(model)} == {(2, 2)}
     custom = build_tiny_mask_rcnn(backbone_block=True, fpn_levels=[0])
     assert [p for p, _ in non_local_blocks(custom)] == [
-        "backbone.body.layer3.0.non_local", "backbone.fpn.layer_blocks.0.non_local"
+        "backbone.body.layer3.0.non_local", "backbone.fpn.inner_blocks.0.non_local"
     ]  # fmt: skip
     with pytest.raises(ValueError, match="fpn_levels"):
         build_tiny_mask_rcnn(fpn_levels=[4])
@@ -220,6 +257,39 @@ def test_fpn_levels_option_of_the_detectors():
     with torch.no_grad():
         (out,) = faster([torch.rand(3, 64, 64)])
     assert set(out) == {"boxes", "labels", "scores"} and len(non_local_blocks(faster)) == 3
+
+
+def _fpn_levels_out(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    with torch.no_grad():
+        return {k: v.clone() for k, v in model.backbone(x).items()}
+
+
+@pytest.mark.parametrize("builder", ["mask", "faster", "keypoint", "tiny"])
+def test_fpn_block_at_the_coarsest_level_reaches_every_finer_level(builder):
+    """A block at P5 (level 3) changes P2..P4 (and P5, P6) once it is not the identity: the
+    top-down pathway carries the lateral map it sits on. A block at P3 changes P2 and P3 only."""
+    from nlnet.models import detection as det
+
+    narrow = {"width_per_group": 4, "min_size": 64, "max_size": 64}
+    make = {
+        "mask": lambda lv: det.build_mask_rcnn(50, backbone_block=False, fpn_levels=lv, **narrow),
+        "faster": lambda lv: det.build_faster_rcnn(50, fpn_levels=lv, **narrow),
+        "keypoint": lambda lv: det.build_keypoint_rcnn(
+            50, head_blocks=False, fpn_levels=lv, **narrow
+        ),
+        "tiny": lambda lv: det.build_tiny_mask_rcnn(backbone_block=False, fpn_levels=lv),
+    }[builder]
+    x = torch.rand(1, 3, 64, 64)
+    for level, changed in ((3, {"0", "1", "2", "3", "pool"}), (1, {"0", "1"})):
+        torch.manual_seed(0)
+        model = make([level]).eval()
+        ((path, block),) = non_local_blocks(model)
+        assert path == f"backbone.fpn.inner_blocks.{level}.non_local"
+        before = _fpn_levels_out(model, x)
+        nn.init.constant_(block.norm.weight, 1.0)  # BN gamma != 0: the block is not the identity
+        after = _fpn_levels_out(model, x)
+        moved = {k for k in before if not torch.allclose(before[k], after[k])}
+        assert moved == changed, (level, moved)
 
 
 def test_edsr_bicubic_residual_option():
