@@ -52,6 +52,27 @@ def test_unet3d_config_trains_evaluates_whole_volumes_and_exports(root, tmp_path
     # whole 10x16x18 volumes (padded to 12x16x20 for the network, cropped back): the voxel
     # accuracy is over every labelled voxel of both cases, the pad never counts
     assert metrics["dice_background"] > 0
+    # BraTS regions (the config's data.regions): per-case Dice averaged over the 2 val cases,
+    # recomputed here from the model's whole-volume predictions
+    assert metrics["cases"] == 2
+    val = sorted((root / "val" / "masks").glob("*.npy"))
+    expected = {"wt": [], "tc": [], "et": []}
+    for case in val:
+        import numpy as np
+
+        from nlnet.data.volumes import zscore_nonzero
+
+        image = torch.from_numpy(np.load(root / "val" / "images" / case.name))
+        true = np.load(case)  # raw labels {0, 2, 4}
+        with torch.no_grad():
+            x = torch.nn.functional.pad(zscore_nonzero(image)[None], (0, 2, 0, 0, 0, 2))
+            pred = model.eval()(x)[0, :, :10, :16, :18].argmax(0).numpy()  # classes, 4 -> 3
+        for name, raw, cls in (("wt", [2, 4], [1, 2, 3]), ("tc", [4], [1, 3]), ("et", [4], [3])):
+            t, q = np.isin(true, raw), np.isin(pred, cls)
+            total = t.sum() + q.sum()
+            expected[name].append(100.0 if total == 0 else 200.0 * (t & q).sum() / total)
+    for name, values in expected.items():
+        assert metrics[f"dice_{name}"] == pytest.approx(sum(values) / len(values), abs=1e-6)
     capsys.readouterr()
     png = tmp_path / "slice.png"
     png.write_bytes(b"")
