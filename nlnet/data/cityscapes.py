@@ -26,7 +26,12 @@ import torch
 
 from nlnet.data.segmentation import SegmentationFolder, check_labels
 
-__all__ = ["CITYSCAPES_CLASSES", "CITYSCAPES_TRAIN_IDS", "CityscapesFolder", "label_ids_to_train_ids"]
+__all__ = [
+    "CITYSCAPES_CLASSES",
+    "CITYSCAPES_TRAIN_IDS",
+    "CityscapesFolder",
+    "label_ids_to_train_ids",
+]
 
 #: the 19 evaluated classes, in train-id order (cityscapesScripts' labels.py, spaces as ``_``)
 CITYSCAPES_CLASSES: tuple[str, ...] = (

@@ -96,7 +96,9 @@ class SegmentationAugment:
         generator: torch.Generator | None = None,
     ) -> None:
         if scale_range and (len(scale_range) != 2 or not 0 < scale_range[0] <= scale_range[1]):
-            raise ValueError(f"scale_range: expected (lo, hi) with 0 < lo <= hi, got {scale_range!r}")
+            raise ValueError(
+                f"scale_range: expected (lo, hi) with 0 < lo <= hi, got {scale_range!r}"
+            )
         if crop and (len(crop) != 2 or min(crop) < 1):
             raise ValueError(f"crop: expected 2 positive sizes (h, w), got {crop!r}")
         if not 0 <= flip <= 1:

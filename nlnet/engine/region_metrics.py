@@ -117,7 +117,9 @@ def case_region_metrics(
         hd95: also the 95th-percentile Hausdorff distance (needs MONAI).
     """
     if pred.shape != target.shape:
-        raise ValueError(f"pred: shape {tuple(pred.shape)} differs from target {tuple(target.shape)}")
+        raise ValueError(
+            f"pred: shape {tuple(pred.shape)} differs from target {tuple(target.shape)}"
+        )
     valid = target != ignore_index
     out: dict[str, float] = {}
     for name, ids in regions.items():

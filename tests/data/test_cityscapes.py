@@ -42,7 +42,9 @@ def write_cityscapes(root, size=(16, 32), per_city=2, seed=0):
                 ids = rng.integers(0, 34, size, dtype=np.uint8)
                 Image.fromarray(ids).save(gt_dir / f"{stem}_gtFine_labelIds.png")
                 Image.fromarray(rgb).save(gt_dir / f"{stem}_gtFine_color.png")
-                Image.fromarray(ids.astype(np.uint16) * 1000).save(gt_dir / f"{stem}_gtFine_instanceIds.png")
+                Image.fromarray(ids.astype(np.uint16) * 1000).save(
+                    gt_dir / f"{stem}_gtFine_instanceIds.png"
+                )
                 (gt_dir / f"{stem}_gtFine_polygons.json").write_text("{}")
     return root
 

@@ -82,7 +82,9 @@ def test_flip_mirrors_image_and_mask_together():
 
 def test_augment_scale_flip_crop_keeps_the_pair_aligned():
     image, mask = _pair(32, 48, block=16)
-    aug = SegmentationAugment((0.5, 2.0), (24, 24), flip=0.5, generator=torch.Generator().manual_seed(4))
+    aug = SegmentationAugment(
+        (0.5, 2.0), (24, 24), flip=0.5, generator=torch.Generator().manual_seed(4)
+    )
     seen_pad = False
     for _ in range(30):
         i, m = aug(image, mask)

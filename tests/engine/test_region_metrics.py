@@ -99,7 +99,9 @@ def test_evaluators_merge_and_refuse_a_key_twice():
 
 
 def test_hd95_through_monai():
-    pytest.importorskip("monai.metrics", reason="MONAI not installed (pip install 'nlnet[medical]')")
+    pytest.importorskip(
+        "monai.metrics", reason="MONAI not installed (pip install 'nlnet[medical]')"
+    )
     from nlnet.engine.region_metrics import hausdorff95
 
     a = torch.zeros(6, 8, 8, dtype=torch.bool)

@@ -43,7 +43,13 @@ def test_key_mistakes_are_one_line_config_errors(config, override, message, tmp_
 
 def test_defaults_keep_the_old_behaviour():
     d = SegmentationDataConfig()
-    assert (d.layout, d.scale_range, d.crop, d.flip, d.sliding_window) == ("folder", (), (), None, False)
+    assert (d.layout, d.scale_range, d.crop, d.flip, d.sliding_window) == (
+        "folder",
+        (),
+        (),
+        None,
+        False,
+    )
     task = SegmentationTask(2, data={"root": "x"})
     assert task.data.regions == {} and not task.data.hd95
 
@@ -51,8 +57,12 @@ def test_defaults_keep_the_old_behaviour():
 def test_the_task_builds_the_augmentation_for_training_only(tmp_path):
     from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
 
-    root = prepare_dense_digits(DenseDigitsConfig(size=48, num_train=4, num_val=2, num_test=2), tmp_path)
-    task = SegmentationTask(4, data={"root": str(root), "scale_range": [1.5, 2.0], "crop": 24, "flip": 1.0})
+    root = prepare_dense_digits(
+        DenseDigitsConfig(size=48, num_train=4, num_val=2, num_test=2), tmp_path
+    )
+    task = SegmentationTask(
+        4, data={"root": str(root), "scale_range": [1.5, 2.0], "crop": 24, "flip": 1.0}
+    )
     assert task.data.crop == (24, 24)  # one size: a square crop
     train, val = task.build_datasets()
     assert isinstance(train.transform, SegmentationAugment) and val.transform is None

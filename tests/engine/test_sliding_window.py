@@ -102,7 +102,9 @@ def test_segmentation_evaluation_uses_windows_when_the_image_exceeds_the_crop(tm
     from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
     from nlnet.engine.tasks.segmentation import SegmentationTask
 
-    root = prepare_dense_digits(DenseDigitsConfig(size=48, num_train=2, num_val=3, num_test=2), tmp_path)
+    root = prepare_dense_digits(
+        DenseDigitsConfig(size=48, num_train=2, num_val=3, num_test=2), tmp_path
+    )
     data = {"root": str(root), "crop": [16, 24], "sliding_window": True, "window_overlap": 0.25}
     windowed = SegmentationTask(5, data=data, eval_batch_size=3)
     whole = SegmentationTask(5, data={"root": str(root)}, eval_batch_size=3)

@@ -45,7 +45,9 @@ def check_dense_keys(d: Any) -> None:
             raise ValueError(f"data.crop: expected [h, w] positive sizes, got {list(d.crop)!r}")
         _set(d, "crop", (d.crop[0], d.crop[-1]))
     if not 0 <= d.window_overlap < 1:
-        raise ValueError(f"data.window_overlap: expected a fraction in [0, 1), got {d.window_overlap!r}")
+        raise ValueError(
+            f"data.window_overlap: expected a fraction in [0, 1), got {d.window_overlap!r}"
+        )
     if d.sliding_window and not (d.crop if d.kind == "image" else d.patch):
         size = "data.crop" if d.kind == "image" else "data.patch"
         raise ValueError(f"data.sliding_window: needs {size} (the window size)")
