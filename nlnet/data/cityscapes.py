@@ -17,12 +17,9 @@ evaluate: parking, rail track, guard rail, bridge, tunnel, pole group, caravan, 
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from nlnet.data.segmentation import SegmentationFolder, check_labels
 
@@ -63,52 +60,42 @@ def label_ids_to_train_ids(label_ids: np.ndarray, ignore_index: int = 255) -> np
 class CityscapesFolder(SegmentationFolder):
     """The Cityscapes ``leftImg8bit``/``gtFine`` folders of one split (module docstring).
 
-    Args:
-        root: the folder holding ``leftImg8bit/`` and ``gtFine/``.
-        split: ``train``, ``val`` or ``test`` (any sub-folder name).
-        mean, std, num_classes, ignore_index, transform, skip_bad: as
-            :class:`~nlnet.data.segmentation.SegmentationFolder` (masks are checked after the
-            mapping to train ids, so ``num_classes`` is 19).
+    Takes the arguments of :class:`~nlnet.data.segmentation.SegmentationFolder`, ``root`` being
+    the folder that holds ``leftImg8bit/`` and ``gtFine/`` and ``split`` its sub-folder
+    (``train``, ``val``, ``test``); masks are checked after the mapping to train ids, so
+    ``num_classes`` is 19.
 
     Raises:
         FileNotFoundError: a missing split folder, no images, or an image without its
             ``gtFine_labelIds`` mask.
     """
 
-    def __init__(
-        self,
-        root: str | os.PathLike,
-        split: str = "train",
-        *,
-        mean: Sequence[float] = (0.5, 0.5, 0.5),
-        std: Sequence[float] = (0.25, 0.25, 0.25),
-        num_classes: int | None = None,
-        ignore_index: int = 255,
-        transform: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-        | None = None,
-        skip_bad: bool = False,
-    ) -> None:
-        self.root, self.split, self.skip_bad = Path(root), split, skip_bad
-        image_dir, mask_dir = self.root / "leftImg8bit" / split, self.root / "gtFine" / split
+    @staticmethod
+    def find_pairs(root: Path, split: str) -> tuple[list[Path], list[Path]]:
+        """The ``leftImg8bit`` images of ``split`` (all cities) and their ``gtFine_labelIds``
+        masks, in order.
+
+        Raises:
+            FileNotFoundError: a missing split folder, no images, or an image without its mask.
+        """
+        image_dir, mask_dir = root / "leftImg8bit" / split, root / "gtFine" / split
         for d in (image_dir, mask_dir):
             if not d.is_dir():
                 raise FileNotFoundError(
                     f"root: expected the folder {d} (Cityscapes layout root/leftImg8bit/<split>/"
                     f"<city> and root/gtFine/<split>/<city>)"
                 )
-        self.images = sorted(image_dir.glob(f"*/*{IMAGE_SUFFIX}"))
-        if not self.images:
+        images = sorted(image_dir.glob(f"*/*{IMAGE_SUFFIX}"))
+        if not images:
             raise FileNotFoundError(f"root: no <city>/*{IMAGE_SUFFIX} images in {image_dir}")
-        self.masks = []
-        for image in self.images:
+        masks = []
+        for image in images:
             stem = image.name[: -len(IMAGE_SUFFIX)]
             mask = mask_dir / image.parent.name / f"{stem}{MASK_SUFFIX}"
             if not mask.is_file():
                 raise FileNotFoundError(f"root: {image.name} has no mask {mask}")
-            self.masks.append(mask)
-        self.mean = torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
-        self.std = torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)
-        self.num_classes, self.ignore_index, self.transform = num_classes, ignore_index, transform
+            masks.append(mask)
+        return images, masks
 
     def read_mask(self, index: int) -> np.ndarray:
         """The mask of item ``index`` in train ids (``ignore_index`` where not evaluated)."""
