@@ -104,3 +104,33 @@ def test_segmentation_task_trains_on_the_cityscapes_layout_with_augmentation(tre
     assert n == 4 and torch.isfinite(loss)
     metrics = task.evaluate(model, val)
     assert "iou_traffic_light" in metrics and 0 <= metrics["pixel_acc"] <= 100
+
+
+def test_cityscapes_config_trains_and_evaluates_by_sliding_window(tree, tmp_path, capsys):
+    """``nlnet train --config dense/seg_r50_nl`` on the generated tree (a tiny model of the same
+    head, crops that fit it), then ``nlnet eval`` on 16x32 images by 16x16 windows."""
+    import json
+
+    from nlnet.cli import main
+    from nlnet.engine.config import load_config
+
+    data = load_config("dense/seg_r50_nl").data
+    assert (data.layout, data.scale_range, data.crop, data.flip) == (
+        "cityscapes",
+        (0.5, 2.0),
+        (512, 1024),
+        0.5,
+    )
+    out = tmp_path / "run"
+    argv = ["train", "--config", "dense/seg_r50_nl", f"data.root={tree}", f"output_dir={out}",
+            "model.name=seg_tiny_nl", "model.pretrained_2d=null", "data.crop=[16,16]",
+            "optim.max_iters=2", "optim.steps=[]", "train.batch_size=2", "train.workers=0",
+            "train.device=cpu", "train.progress=false", "eval.workers=0", "train.ckpt_every=0"]  # fmt: skip
+    torch.manual_seed(0)
+    assert main(argv) == 0
+    capsys.readouterr()
+    ckpt = out / "checkpoints" / "final.pt"
+    assert main(["eval", "--checkpoint", str(ckpt), "data.sliding_window=true"]) == 0
+    text = capsys.readouterr().out
+    metrics = json.loads(text[("\n" + text).rindex("\n{") :])
+    assert 0 <= metrics["pixel_acc"] <= 100 and "iou_bicycle" in metrics
