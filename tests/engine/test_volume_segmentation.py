@@ -167,3 +167,37 @@ def test_whole_volume_training_pads_cases_of_different_sizes(tmp_path):
     assert n == 2 and torch.isfinite(loss)
     loss.backward()
     assert model.classifier.weight.grad.abs().sum() > 0
+
+
+def test_sliding_window_over_volumes_equals_whole_volume_for_a_local_model(root):
+    """``data.sliding_window`` with ``data.patch``: 8^3 windows over the 10x16x18 cases (the
+    pad of a batch included); a per-voxel model gives the whole-volume metrics."""
+    from nlnet.engine.sliding_window import window_starts
+    from nlnet.engine.tasks.segmentation import SegmentationTask
+
+    class PatchOnly(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.net, self.calls = torch.nn.Conv3d(4, 4, 1), 0
+
+        def forward(self, x):
+            if x.shape[2:] != (8, 8, 8):
+                return self.net(x)
+            self.calls += 1
+            return self.net(x)
+
+    data = {"root": str(root), "kind": "volume", "label_map": {4: 3}, "patch": [8, 8, 8],
+            "regions": {"wt": [1, 2, 4], "et": [4]}}  # fmt: skip
+    whole = SegmentationTask(4, data=data, eval_batch_size=2)
+    windowed = SegmentationTask(4, data={**data, "sliding_window": True}, eval_batch_size=2)
+    val = whole.build_dataset("val", "test")
+    model = PatchOnly()
+    got = windowed.evaluate(model, val)
+    count = 1
+    for n in SHAPE[1:]:
+        count *= len(window_starts(n, 8, 0.25))
+    assert model.calls == count  # one batch of the 2 cases, one call per window
+    model.calls = 0
+    assert got == pytest.approx(whole.evaluate(model, val), nan_ok=True)
+    assert model.calls == 0 and got["cases"] == 2
