@@ -119,3 +119,19 @@ def test_hd95_through_monai():
     )
     assert set(got) == {"dice_wt", "dice_tc", "dice_et", "hd95_wt", "hd95_tc", "hd95_et"}
     assert all(v >= 0 for v in got.values())
+
+
+def test_hd95_without_monai_is_one_clear_error(monkeypatch):
+    """Where MONAI is missing, asking for ``data.hd95`` names the extra (a user error, exit 2),
+    when the task is built rather than after a whole evaluation."""
+    import sys
+
+    from nlnet.engine.errors import MissingPackageError
+    from nlnet.engine.tasks.segmentation import SegmentationTask
+
+    monkeypatch.setitem(sys.modules, "monai", None)  # import monai... -> ImportError
+    monkeypatch.setitem(sys.modules, "monai.metrics", None)
+    data = {"kind": "volume", "regions": dict(BRATS_REGIONS), "hd95": True}
+    with pytest.raises(MissingPackageError, match=r"MONAI: pip install 'nlnet\[medical\]'"):
+        SegmentationTask(4, data=data)
+    SegmentationTask(4, data={**data, "hd95": False})  # Dice alone needs no MONAI

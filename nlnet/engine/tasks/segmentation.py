@@ -127,8 +127,8 @@ class SegmentationDataConfig:
             per-case z-score over the nonzero voxels instead of ``mean``/``std``).
         patch: ``kind: volume`` training patch ``(d, h, w)``, cropped at random (sizes multiples
             of the network's stride, e.g. 8 for ``unet3d``); empty: whole volumes.
-        flip: ``kind: volume`` training: probability of mirroring each spatial axis (default
-            0.5 for volumes; images are not flipped).
+        flip: training: for volumes the probability of mirroring each spatial axis (default
+            0.5), for images of a horizontal flip of image and mask (default: never).
         label_map: ``kind: volume``: mask values to replace, e.g. ``{4: 3}`` for BraTS's labels
             ``{0, 1, 2, 4}``.
         modalities: ``kind: volume``: NIfTI file suffixes of the channels in order
