@@ -21,6 +21,7 @@ Regions are given in the *raw* label values of the masks (BraTS's 1/2/4) and map
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -92,10 +93,12 @@ def hausdorff95(pred: torch.Tensor, true: torch.Tensor) -> float:
     if p != t:
         return math.sqrt(sum(n**2 for n in pred.shape))
     compute_hausdorff_distance = monai_hausdorff()
-    d = compute_hausdorff_distance(
-        pred[None, None].float().cpu(), true[None, None].float().cpu(),
-        include_background=True, percentile=95,
-    )  # fmt: skip
+    with warnings.catch_warnings():  # MONAI's own deprecation notices about its internals
+        warnings.simplefilter("ignore", FutureWarning)
+        d = compute_hausdorff_distance(
+            pred[None, None].float().cpu(), true[None, None].float().cpu(),
+            include_background=True, percentile=95,
+        )  # fmt: skip
     return float(d.view(-1)[0])
 
 
