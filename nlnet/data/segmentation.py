@@ -112,22 +112,32 @@ class SegmentationFolder(SkipBadItems, Dataset):
         self.root = Path(root)
         self.skip_bad = skip_bad
         self.split = split
-        image_dir, mask_dir = split_dirs(self.root, split)
-        self.images = sorted(p for p in image_dir.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
-        if not self.images:
-            raise FileNotFoundError(f"root: no images in {image_dir}")
-        masks = {p.stem: p for p in mask_dir.iterdir() if p.suffix.lower() == ".png"}
-        missing = [p.name for p in self.images if p.stem not in masks]
-        if missing:
-            raise FileNotFoundError(
-                f"root: {len(missing)} image(s) without a mask in {mask_dir}, e.g. {missing[0]}"
-            )
-        self.masks = [masks[p.stem] for p in self.images]
+        self.images, self.masks = self.find_pairs(self.root, split)
         self.mean = torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32).view(-1, 1, 1)
         self.num_classes = num_classes
         self.ignore_index = ignore_index
         self.transform = transform
+
+    @staticmethod
+    def find_pairs(root: Path, split: str) -> tuple[list[Path], list[Path]]:
+        """The image files of ``split`` and their masks, in order (a layout's one difference:
+        :class:`~nlnet.data.cityscapes.CityscapesFolder` overrides it).
+
+        Raises:
+            FileNotFoundError: a missing folder, no images, or an image without a mask.
+        """
+        image_dir, mask_dir = split_dirs(root, split)
+        images = sorted(p for p in image_dir.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
+        if not images:
+            raise FileNotFoundError(f"root: no images in {image_dir}")
+        masks = {p.stem: p for p in mask_dir.iterdir() if p.suffix.lower() == ".png"}
+        missing = [p.name for p in images if p.stem not in masks]
+        if missing:
+            raise FileNotFoundError(
+                f"root: {len(missing)} image(s) without a mask in {mask_dir}, e.g. {missing[0]}"
+            )
+        return images, [masks[p.stem] for p in images]
 
     def __len__(self) -> int:
         return len(self.images)

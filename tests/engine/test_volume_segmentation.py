@@ -52,6 +52,27 @@ def test_unet3d_config_trains_evaluates_whole_volumes_and_exports(root, tmp_path
     # whole 10x16x18 volumes (padded to 12x16x20 for the network, cropped back): the voxel
     # accuracy is over every labelled voxel of both cases, the pad never counts
     assert metrics["dice_background"] > 0
+    # BraTS regions (the config's data.regions): per-case Dice averaged over the 2 val cases,
+    # recomputed here from the model's whole-volume predictions
+    assert metrics["cases"] == 2
+    val = sorted((root / "val" / "masks").glob("*.npy"))
+    expected = {"wt": [], "tc": [], "et": []}
+    for case in val:
+        import numpy as np
+
+        from nlnet.data.volumes import zscore_nonzero
+
+        image = torch.from_numpy(np.load(root / "val" / "images" / case.name))
+        true = np.load(case)  # raw labels {0, 2, 4}
+        with torch.no_grad():
+            x = torch.nn.functional.pad(zscore_nonzero(image)[None], (0, 2, 0, 0, 0, 2))
+            pred = model.eval()(x)[0, :, :10, :16, :18].argmax(0).numpy()  # classes, 4 -> 3
+        for name, raw, cls in (("wt", [2, 4], [1, 2, 3]), ("tc", [4], [1, 3]), ("et", [4], [3])):
+            t, q = np.isin(true, raw), np.isin(pred, cls)
+            total = t.sum() + q.sum()
+            expected[name].append(100.0 if total == 0 else 200.0 * (t & q).sum() / total)
+    for name, values in expected.items():
+        assert metrics[f"dice_{name}"] == pytest.approx(sum(values) / len(values), abs=1e-6)
     capsys.readouterr()
     png = tmp_path / "slice.png"
     png.write_bytes(b"")
@@ -146,3 +167,37 @@ def test_whole_volume_training_pads_cases_of_different_sizes(tmp_path):
     assert n == 2 and torch.isfinite(loss)
     loss.backward()
     assert model.classifier.weight.grad.abs().sum() > 0
+
+
+def test_sliding_window_over_volumes_equals_whole_volume_for_a_local_model(root):
+    """``data.sliding_window`` with ``data.patch``: 8^3 windows over the 10x16x18 cases (the
+    pad of a batch included); a per-voxel model gives the whole-volume metrics."""
+    from nlnet.engine.sliding_window import window_starts
+    from nlnet.engine.tasks.segmentation import SegmentationTask
+
+    class PatchOnly(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.net, self.calls = torch.nn.Conv3d(4, 4, 1), 0
+
+        def forward(self, x):
+            if x.shape[2:] != (8, 8, 8):
+                return self.net(x)
+            self.calls += 1
+            return self.net(x)
+
+    data = {"root": str(root), "kind": "volume", "label_map": {4: 3}, "patch": [8, 8, 8],
+            "regions": {"wt": [1, 2, 4], "et": [4]}}  # fmt: skip
+    whole = SegmentationTask(4, data=data, eval_batch_size=2)
+    windowed = SegmentationTask(4, data={**data, "sliding_window": True}, eval_batch_size=2)
+    val = whole.build_dataset("val", "test")
+    model = PatchOnly()
+    got = windowed.evaluate(model, val)
+    count = 1
+    for n in SHAPE[1:]:
+        count *= len(window_starts(n, 8, 0.25))
+    assert model.calls == count  # one batch of the 2 cases, one call per window
+    model.calls = 0
+    assert got == pytest.approx(whole.evaluate(model, val), nan_ok=True)
+    assert model.calls == 0 and got["cases"] == 2

@@ -22,10 +22,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from nlnet.data.segmentation import SegmentationFolder, collate_segmentation
+from nlnet.data.segmentation import collate_segmentation
 from nlnet.data.volumes import VolumeFolder, collate_volumes
 from nlnet.engine.errors import DataError, MissingPackageError
 from nlnet.engine.evaluation import inference_on_dataset
+from nlnet.engine.region_metrics import monai_hausdorff
+from nlnet.engine.tasks.seg_options import (
+    check_dense_keys,
+    evaluator_with_regions,
+    image_folder,
+    window_forward,
+)
 
 __all__ = [
     "SegmentationDataConfig",
@@ -120,12 +127,29 @@ class SegmentationDataConfig:
             per-case z-score over the nonzero voxels instead of ``mean``/``std``).
         patch: ``kind: volume`` training patch ``(d, h, w)``, cropped at random (sizes multiples
             of the network's stride, e.g. 8 for ``unet3d``); empty: whole volumes.
-        flip: ``kind: volume`` training: probability of mirroring each spatial axis (default
-            0.5 for volumes; images are not flipped).
+        flip: training: for volumes the probability of mirroring each spatial axis (default
+            0.5), for images of a horizontal flip of image and mask (default: never).
         label_map: ``kind: volume``: mask values to replace, e.g. ``{4: 3}`` for BraTS's labels
             ``{0, 1, 2, 4}``.
         modalities: ``kind: volume``: NIfTI file suffixes of the channels in order
             (``<case>_<m>.nii.gz``, e.g. ``[t1, t1ce, t2, flair]``); empty: one file per case.
+        layout: ``kind: image``: ``folder`` (``<split>/{images,masks}``) or ``cityscapes``
+            (``leftImg8bit``/``gtFine`` label ids -> the 19 train ids,
+            :class:`~nlnet.data.cityscapes.CityscapesFolder`).
+        scale_range: ``kind: image`` training: ``[lo, hi]`` random scale factor of image and
+            mask (e.g. ``[0.5, 2.0]``); empty: none.
+        crop: ``kind: image`` training crop ``[h, w]`` at a random position (pad: 0 in the
+            image, ``ignore_index`` in the mask); empty: whole images.
+        sliding_window: evaluation on windows of ``crop`` (images) or ``patch`` (volumes),
+            logits averaged where they overlap
+            (:func:`~nlnet.engine.sliding_window.sliding_window_inference`); default: whole
+            images / volumes in one pass.
+        window_overlap: overlap of neighbouring windows, in ``[0, 1)`` (MONAI's default 0.25).
+        regions: ``kind: volume``: per-case region Dice ``dice_<name>`` averaged over cases,
+            each region a list of raw mask labels (before ``label_map``), e.g. BraTS's
+            ``{wt: [1, 2, 4], tc: [1, 4], et: [4]}`` (:mod:`nlnet.engine.region_metrics`).
+        hd95: ``kind: volume``: also the regions' 95th-percentile Hausdorff distance
+            ``hd95_<name>`` (needs MONAI: ``pip install 'nlnet[medical]'``).
     """
 
     root: str | None = None
@@ -139,6 +163,13 @@ class SegmentationDataConfig:
     flip: float | None = None
     label_map: dict = field(default_factory=dict)
     modalities: tuple[str, ...] = ()
+    layout: str = "folder"
+    scale_range: tuple[float, ...] = ()
+    crop: tuple[int, ...] = ()
+    sliding_window: bool = False
+    window_overlap: float = 0.25
+    regions: dict = field(default_factory=dict)
+    hd95: bool = False
 
     def __post_init__(self) -> None:
         if len(self.mean) != len(self.std) or any(v <= 0 for v in self.std):
@@ -151,9 +182,10 @@ class SegmentationDataConfig:
         if self.kind not in ("image", "volume"):
             raise ValueError(f"data.kind: expected image or volume, got {self.kind!r}")
         if self.kind == "image":
-            for key in ("patch", "label_map", "modalities", "flip"):
+            for key in ("patch", "label_map", "modalities", "regions"):
                 if getattr(self, key) not in ((), {}, None):
                     raise ValueError(f"data.{key}: only for data.kind volume")
+        check_dense_keys(self)
         if self.patch and (len(self.patch) != 3 or min(self.patch) < 1):
             raise ValueError(f"data.patch: expected 3 positive sizes (d, h, w), got {self.patch!r}")
         if self.flip is not None and not 0 <= self.flip <= 1:
@@ -280,6 +312,10 @@ class SegmentationTask:
         self.class_names = (
             list(class_names) if class_names else [str(i) for i in range(num_classes)]
         )
+        if not class_names and self.data.layout == "cityscapes" and num_classes == 19:
+            from nlnet.data.cityscapes import CITYSCAPES_CLASSES
+
+            self.class_names = list(CITYSCAPES_CLASSES)
         self.ignore_index = self.data.ignore_index
         self.class_weights = None if class_weights is None else torch.tensor(class_weights)
         self.mean, self.std = [float(v) for v in self.data.mean], [float(v) for v in self.data.std]
@@ -287,6 +323,13 @@ class SegmentationTask:
         self.eval_workers = int(eval_workers)
         if self.data.kind == "volume":
             self.words = ("volume", "case")
+        if set(self.data.regions) & set(self.class_names):
+            raise ValueError("data.regions: a region has a class's name (rename the region)")
+        if self.data.hd95:
+            try:
+                monai_hausdorff()
+            except ModuleNotFoundError as exc:
+                raise MissingPackageError(str(exc), name=exc.name) from None
 
     @classmethod
     def from_config(cls, cfg: Any) -> SegmentationTask:
@@ -322,9 +365,9 @@ class SegmentationTask:
                     flip=(0.5 if d.flip is None else d.flip) if train else 0.0,
                     skip_bad=True,
                 )  # fmt: skip
-            return SegmentationFolder(
-                root, split, mean=self.mean, std=self.std, num_classes=self.classes,
-                ignore_index=self.ignore_index, skip_bad=True,
+            return image_folder(
+                d, root, split, mode == "train", mean=self.mean, std=self.std,
+                num_classes=self.classes, ignore_index=self.ignore_index, skip_bad=True,
             )  # fmt: skip
         except FileNotFoundError as exc:
             raise DataError(f"data (split {split!r}): {exc}") from None
@@ -384,14 +427,21 @@ class SegmentationTask:
                 data, batch_size=self.eval_batch_size, collate_fn=self.collate,
                 num_workers=self.eval_workers,
             )  # fmt: skip
-        evaluator = ConfusionEvaluator(self.classes, self.ignore_index, self.class_names)
+        evaluator = evaluator_with_regions(
+            ConfusionEvaluator(self.classes, self.ignore_index, self.class_names),
+            self.data, self.ignore_index,
+        )  # fmt: skip
         metrics = inference_on_dataset(model, loader, evaluator, self._forward)
         metrics.pop("time_s")
         return metrics
 
     @property
     def _forward(self) -> Any:
-        return _forward_volumes if self.data.kind == "volume" else _forward_images
+        d = self.data
+        base = _forward_volumes if d.kind == "volume" else _forward_images
+        if not d.sliding_window:
+            return base
+        return window_forward(base, d.patch if d.kind == "volume" else d.crop, d.window_overlap)
 
     def metadata(self, dataset: Any) -> dict[str, Any]:
         if self.data.kind == "volume":
