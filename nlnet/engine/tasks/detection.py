@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from nlnet.data.coco import (
+from nlnet.data.detection.coco import (
     CocoDataset,
     collate_detection,
     import_pycocotools,
@@ -221,20 +221,20 @@ class CocoEvaluator:
     def reset(self) -> None:
         self.results: list[dict[str, Any]] = []
 
-    def process(self, batch: Sequence[Any], outputs: list[dict[str, Any]] | None) -> None:
+    def process(self, batch: Mapping[str, Any], outputs: list[dict[str, Any]] | None) -> None:
         if outputs is not None:
-            ids = [int(t["image_id"]) for t in batch[1]]
+            ids = [int(t["image_id"]) for t in batch["target"]]
             self.results += outputs_to_coco(outputs, ids, self.dataset.label_to_category)
 
     def evaluate(self) -> dict[str, float]:
         return coco_evaluate(self.dataset.coco, self.results, self.iou_types)
 
 
-def _forward_images(model: nn.Module, batch: Sequence[Any]) -> list[dict[str, Any]] | None:
-    if not batch[0]:
+def _forward_images(model: nn.Module, batch: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    if not batch["image"]:
         return None
     device = next(model.parameters()).device
-    return model([im.to(device) for im in batch[0]])
+    return model([im.to(device) for im in batch["image"]])
 
 
 class DetectionTask:
@@ -361,21 +361,22 @@ class DetectionTask:
         return len(cats) + 1 if cats is not None else None
 
     @staticmethod
-    def collate(batch: Sequence[Any]) -> tuple[list[Any], list[Any], int]:
-        """Lists of the usable images and targets, plus how many items were dropped."""
-        return (*collate_detection(batch), sum(item is None for item in batch))
+    def collate(batch: Sequence[Any]) -> dict[str, Any]:
+        """``{"image", "target", "skipped"}``: lists of the usable images and targets, and how
+        many items were dropped (:func:`~nlnet.data.detection.coco.collate_detection`)."""
+        return collate_detection(batch)
 
     @staticmethod
-    def skipped(batch: Any) -> int:
-        return int(batch[2]) if len(batch) > 2 else 0
+    def skipped(batch: Mapping[str, Any]) -> int:
+        return int(batch.get("skipped", 0))
 
     # -- training -------------------------------------------------------------------------------
     def loss(
-        self, model: nn.Module, batch: Sequence[Any], device: torch.device | None = None
+        self, model: nn.Module, batch: Mapping[str, Any], device: torch.device | None = None
     ) -> tuple[torch.Tensor | None, int]:
-        """Sum of the detector's training losses for a batch ``(images, targets[, dropped])``;
+        """Sum of the detector's training losses for a batch ``{"image", "target", ...}``;
         ``(None, 0)`` for an empty batch."""
-        images, targets = batch[0], batch[1]
+        images, targets = batch["image"], batch["target"]
         if not images:
             return None, 0
         device = device or next(model.parameters()).device
