@@ -2,7 +2,6 @@
 the other tasks' datasets (:mod:`nlnet.data.segmentation`, :mod:`nlnet.data.detection`,
 :mod:`nlnet.data.super_resolution`), the loader and the one per-item seed."""
 
-from nlnet.data.video.config import Preprocessing, VideoDataConfig
 from nlnet.data.video.builder import (
     BadVideoWarning,
     MultiLabelVideoDataset,
@@ -14,6 +13,7 @@ from nlnet.data.video.builder import (
     collate_skip_bad,
     read_class_index,
 )
+from nlnet.data.video.config import Preprocessing, VideoDataConfig
 from nlnet.data.video.sampling import (
     RandomClipSampler,
     UniformClipSampler,

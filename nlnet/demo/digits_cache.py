@@ -25,8 +25,8 @@ MANIFEST = "manifest.json"
 def _write_mp4(path: Path, clip: np.ndarray, fps: int = 8) -> None:
     """Write a uint8 (T, H, W, 3) clip as a (near-)lossless H.264 mp4."""
     try:
-        from nlnet.data.video_io.backends import write_video  # the data pipeline's writer, when present
-    except ImportError:  # pragma: no cover - exercised only before nlnet.data.video_io.backends exists
+        from nlnet.data.video_io.writer import write_video  # the data pipeline's writer
+    except ImportError:  # pragma: no cover - only without nlnet.data.video_io
         write_video = None
     if write_video is not None:
         try:

@@ -10,15 +10,15 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from nlnet.data.video.builder import build_dataset, clear_memory_index, collate_skip_bad
 from nlnet.data.video_io import backends as video_mod
+from nlnet.data.video_io.backends import write_video
 from nlnet.data.video_io.clip_cache import (
     DiskClipCache,
     MemoryClipCache,
     build_clip_cache,
     clip_key,
 )
-from nlnet.data.video.builder import build_dataset, clear_memory_index, collate_skip_bad
-from nlnet.data.video_io.backends import write_video
 
 TINY = {"type": "folder", "num_frames": 4, "stride": 1, "train_scale": [20, 24], "crop": 16,
         "test_scale": 20, "mean": [0, 0, 0], "std": [1, 1, 1],

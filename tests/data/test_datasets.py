@@ -12,8 +12,6 @@ import torch
 from torch.utils.data import DataLoader
 
 from nlnet.data.video import builder as ds_mod
-from nlnet.data.video_io import frame_index as index_mod
-from nlnet.data.video_io import backends as video_mod
 from nlnet.data.video.builder import (
     BadVideoWarning,
     MultiLabelVideoDataset,
@@ -26,6 +24,8 @@ from nlnet.data.video.builder import (
 from nlnet.data.video.config import VideoDataConfig
 from nlnet.data.video.sampling import RandomClipSampler, UniformClipSampler
 from nlnet.data.video.sampling import test_clip_indices as sample_test_clips
+from nlnet.data.video_io import backends as video_mod
+from nlnet.data.video_io import frame_index as index_mod
 from nlnet.data.video_io.backends import write_video
 
 
@@ -130,7 +130,12 @@ def test_test_mode_views_decode_the_paper_clips(folder_root):
         assert item["clip"].shape == (3, 4, 24, 24)  # 3-crop of the 24-pixel short side
         assert frame_ids(item["clip"]) == expected[clip_k].tolist()
     full = build_dataset({"type": "folder", "root": str(folder_root), **TINY}, "val")
-    assert full[0]["clip"].shape == (3, 4, 24, 30)  # fully-convolutional: whole 32x40 frame -> 24x30
+    assert full[0]["clip"].shape == (
+        3,
+        4,
+        24,
+        30,
+    )  # fully-convolutional: whole 32x40 frame -> 24x30
 
 
 def test_list_layout_ucf_style(folder_root, tmp_path):

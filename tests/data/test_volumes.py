@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from nlnet.data.segmentation.volumes import VolumeFolder, collate_volumes, random_flip, zscore_nonzero
+from nlnet.data.segmentation.volumes import (
+    VolumeFolder,
+    collate_volumes,
+    random_flip,
+    zscore_nonzero,
+)
 from nlnet.engine.tasks.segmentation import confusion_matrix
 
 SHAPE = (4, 10, 16, 18)  # (C, D, H, W): sizes that are not multiples of a U-Net's stride

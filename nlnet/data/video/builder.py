@@ -70,28 +70,28 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nlnet.data.video.dataset import ClipTransform, VideoClipDataset
 from nlnet.data.video.config import DATA_TYPES, VideoDataConfig
-from nlnet.data.video_io.frame_index import (
-    build_frame_index,
-    clear_memory_index,
-    index_file_for,
-)
+from nlnet.data.video.dataset import ClipTransform, VideoClipDataset
 from nlnet.data.video.items import BadVideoWarning, collate_skip_bad
 from nlnet.data.video.layouts import (
     MultiLabelVideoDataset,
     VideoFolderDataset,
     VideoListDataset,
 )
+from nlnet.data.video.lists import (
+    annotation_file,
+    infer_num_classes,
+    read_class_index,
+)
 from nlnet.data.video.policy import BadVideoPolicy
 from nlnet.data.video.sampling import ClipSampler, RandomClipSampler, UniformClipSampler
 from nlnet.data.video.transforms import TestTransform, TrainTransform
 from nlnet.data.video_io.clip_cache import build_clip_cache
 from nlnet.data.video_io.decoder import ClipDecoder
-from nlnet.data.video.lists import (
-    annotation_file,
-    infer_num_classes,
-    read_class_index,
+from nlnet.data.video_io.frame_index import (
+    build_frame_index,
+    clear_memory_index,
+    index_file_for,
 )
 
 __all__ = [

@@ -14,12 +14,12 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from nlnet.data.video_io.decoder import ClipDecoder
+from nlnet.data.seeding import item_generator
 from nlnet.data.video.policy import BadVideoPolicy
 from nlnet.data.video.sampling import ClipSampler
-from nlnet.data.seeding import item_generator
 from nlnet.data.video.transforms import TestTransform, TrainTransform
 from nlnet.data.video_io.backends import VideoDecodeError
+from nlnet.data.video_io.decoder import ClipDecoder
 
 __all__ = ["ClipTransform", "VideoClipDataset"]
 
@@ -143,7 +143,11 @@ class VideoClipDataset(Dataset):
     # -- items ---------------------------------------------------------------------------------
     def _frames(self, video: int, clip: int, generator: torch.Generator | None) -> torch.Tensor:
         key = (video, clip)
-        if not self.sampler.random and self._last_decoded is not None and self._last_decoded[0] == key:
+        if (
+            not self.sampler.random
+            and self._last_decoded is not None
+            and self._last_decoded[0] == key
+        ):
             return self._last_decoded[1]  # the other crops of the same clip
         idx = self.sampler(self.frame_counts[video], clip, generator)
         frames = self.decoder(self.videos[video], idx)

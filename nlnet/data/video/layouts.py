@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from nlnet.data.class_folders import split_classes, visible_dirs
-from nlnet.data.video.dataset import VideoClipDataset
 from nlnet.data.video.config import VIDEO_EXTENSIONS
-from nlnet.data.video_io.frame_index import index_file_for
+from nlnet.data.video.dataset import VideoClipDataset
 from nlnet.data.video.lists import max_label, parse_list, read_class_index
+from nlnet.data.video_io.frame_index import index_file_for
 
 __all__ = ["VIDEO_EXTENSIONS", "MultiLabelVideoDataset", "VideoFolderDataset", "VideoListDataset"]
 

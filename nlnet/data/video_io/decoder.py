@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 import nlnet.data.video_io.backends as _video
+from nlnet.data.video_io.backends import BACKENDS, resolve_backend
 from nlnet.data.video_io.clip_cache import ClipCache, clip_key
 from nlnet.data.video_io.frame_index import build_frame_index
-from nlnet.data.video_io.backends import BACKENDS, resolve_backend
 
 __all__ = ["ClipDecoder"]
 

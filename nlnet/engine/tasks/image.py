@@ -104,8 +104,9 @@ def digits_images(split: str, seed: int = 0) -> tuple[list[Any], list[int], list
 
 
 class ImageItems(Dataset):
-    """``(image (3, S, S), target, index)`` items; an unreadable file gives ``None`` (dropped
-    by the collate function and counted)."""
+    """``{"clip": image (3, S, S), "target", "index"}`` items (the keys of the video items,
+    collated by :func:`nlnet.data.video.items.collate_skip_bad`); an unreadable file gives
+    ``None`` (dropped by the collate function and counted)."""
 
     def __init__(self, samples: Sequence[Any], targets: Sequence[int], classes: Sequence[str],
                  transform: Any) -> None:  # fmt: skip
@@ -123,7 +124,7 @@ class ImageItems(Dataset):
         sample = self.samples[index]
         try:
             img = default_loader(sample) if isinstance(sample, (str, os.PathLike)) else sample
-            return self.transform(img), self.targets[index], index
+            return {"clip": self.transform(img), "target": self.targets[index], "index": index}
         except (OSError, ValueError, SyntaxError) as exc:  # PIL raises these for broken files
             self.bad[index] = f"{type(exc).__name__}: {exc}"
             return None
