@@ -143,7 +143,7 @@ def load_split(
 
 
 class ClipTensorDataset(Dataset):
-    """Decoded clips held in memory, as dataset items ``(clip, target, index)``."""
+    """Decoded clips held in memory, as dataset items ``{"clip", "target", "index"}``."""
 
     def __init__(self, clips: torch.Tensor, targets: torch.Tensor, classes: list[str]) -> None:
         self.clips, self.targets, self.classes = clips, targets, list(classes)
@@ -155,8 +155,8 @@ class ClipTensorDataset(Dataset):
     def __len__(self) -> int:
         return len(self.clips)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:
-        return self.clips[i], int(self.targets[i]), i
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"clip": self.clips[i], "target": int(self.targets[i]), "index": i}
 
 
 def demo_config(
