@@ -129,7 +129,7 @@ def run_evaluation(
 
     Args:
         model: the network (eval mode during the pass, its mode restored).
-        loader: batches of ``nlnet.data.collate_skip_bad`` or ``(clip, target, index)``.
+        loader: batches of ``nlnet.data.collate_skip_bad`` (dicts).
         device: where the model lives.
         multi_label: sigmoid scores and mAP instead of softmax and top-k.
         amp: ``none`` | ``bf16`` | ``fp16``.
