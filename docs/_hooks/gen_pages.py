@@ -263,8 +263,9 @@ def config_sections() -> list[tuple[str, type]]:
     walk("", Config)
     engine = importlib.import_module("nlnet.engine")
     modules = [i.name for i in pkgutil.walk_packages(engine.__path__, "nlnet.engine.")]
-    if importlib.util.find_spec("nlnet.data.video.config") is not None:  # typed data sections
-        modules.append("nlnet.data.video.config")
+    data = importlib.import_module("nlnet.data")  # typed data sections: each task's config.py
+    modules += [i.name for i in pkgutil.walk_packages(data.__path__, "nlnet.data.")
+                if i.name.endswith(".config")]  # fmt: skip
     for name in modules:
         if name.rsplit(".", 1)[-1].startswith("_"):
             continue
