@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from nlnet.data.seeding import item_generator, item_seed
+from nlnet.data.video.batches import BadVideoWarning
 from nlnet.data.video.builder import VideoClipDataset, build_parts
 from nlnet.data.video.config import VideoDataConfig
-from nlnet.data.video.items import BadVideoWarning
 from nlnet.data.video.policy import BadVideoPolicy
 from nlnet.data.video.sampling import RandomClipSampler, UniformClipSampler
 from nlnet.engine.distributed import item_seed as engine_item_seed

@@ -7,7 +7,7 @@ classes, a per-category sigmoid); testing averages softmax scores of 10 clips pe
 Where the parts live: the dataset composed from a clip sampler, a decoder, a transform and a
 bad-video policy is :class:`nlnet.data.video.dataset.VideoClipDataset`; the layouts below are in
 :mod:`nlnet.data.video.layouts`, list and class-index parsing in :mod:`nlnet.data.video.lists`, the frame-count
-index in :mod:`nlnet.data.video_io.frame_index`, items and batches in :mod:`nlnet.data.video.items`. This module
+index in :mod:`nlnet.data.video_io.frame_index`, items and batches in :mod:`nlnet.data.video.batches`. This module
 holds the config keys and the builder (:func:`build_dataset`), and re-exports the names.
 
 Three layouts are read:
@@ -70,9 +70,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nlnet.data.video.batches import BadVideoWarning, collate_skip_bad
 from nlnet.data.video.config import DATA_TYPES, VideoDataConfig
 from nlnet.data.video.dataset import ClipTransform, VideoClipDataset
-from nlnet.data.video.items import BadVideoWarning, collate_skip_bad
 from nlnet.data.video.layouts import (
     MultiLabelVideoDataset,
     VideoFolderDataset,

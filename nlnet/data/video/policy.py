@@ -2,8 +2,8 @@
 
 A video is bad when its frame count could not be read, when it is shorter than ``min_frames``, or
 when decoding one of its clips fails later. A bad video's items are ``None`` (dropped and counted
-by :func:`nlnet.data.video.items.collate_skip_bad`); the file is named in one
-:class:`nlnet.data.video.items.BadVideoWarning` per process, and :meth:`BadVideoPolicy.unusable_reason`
+by :func:`nlnet.data.video.batches.collate_skip_bad`); the file is named in one
+:class:`nlnet.data.video.batches.BadVideoWarning` per process, and :meth:`BadVideoPolicy.unusable_reason`
 names the common cause when no video is left, so that training stops before it starts.
 """
 
@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from nlnet.data.video.items import BadVideoWarning
+from nlnet.data.video.batches import BadVideoWarning
 from nlnet.data.video.sampling import is_too_short
 
 __all__ = ["BadVideoPolicy"]

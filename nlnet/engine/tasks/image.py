@@ -105,7 +105,7 @@ def digits_images(split: str, seed: int = 0) -> tuple[list[Any], list[int], list
 
 class ImageItems(Dataset):
     """``{"clip": image (3, S, S), "target", "index"}`` items (the keys of the video items,
-    collated by :func:`nlnet.data.video.items.collate_skip_bad`); an unreadable file gives
+    collated by :func:`nlnet.data.video.batches.collate_skip_bad`); an unreadable file gives
     ``None`` (dropped by the collate function and counted)."""
 
     def __init__(self, samples: Sequence[Any], targets: Sequence[int], classes: Sequence[str],

@@ -44,7 +44,7 @@ def scores_from_logits(logits: torch.Tensor, multi_label: bool) -> torch.Tensor:
 
 def unpack_batch(batch: Mapping[str, Any] | None) -> tuple[torch.Tensor | None, Any, Any, int]:
     """``(clip, target, index, skipped)`` from a collated batch, the dict of
-    :func:`nlnet.data.video.items.collate_skip_bad`."""
+    :func:`nlnet.data.video.batches.collate_skip_bad`."""
     if batch is None:
         return None, None, None, 0
     return (
