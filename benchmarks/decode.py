@@ -1,7 +1,7 @@
 """Decoding throughput: PyAV against torchcodec, full decode against seek-to-clip.
 
 Writes synthetic Kinetics-like videos (default: 300 frames of 256x340 and of 256x320, H.264, a
-keyframe every 60 frames), then measures for every available backend of :mod:`nlnet.data.video`:
+keyframe every 60 frames), then measures for every available backend of :mod:`nlnet.data.video_io.backends`:
 
 * ``probe ms``: opening the file and counting its frames (packet headers only);
 * ``full fps``: frames per second of a sequential decode of the whole file;
@@ -11,9 +11,9 @@ keyframe every 60 frames), then measures for every available backend of :mod:`nl
 * ``seek gain``: ``clip/s seek`` / ``clip/s full``;
 * ``vs pyav``: ``clip/s seek`` relative to PyAV.
 
-and then dataset items per second (``nlnet.data.datasets``: decoding plus the Section 4.1
+and then dataset items per second (``nlnet.data.video.builder``: decoding plus the Section 4.1
 transforms at the paper's sizes) for training and test clips (``--no-pipeline`` skips this),
-and the decoded-clip cache (``data.clip_cache``, :mod:`nlnet.data.cache`) side by side with the
+and the decoded-clip cache (``data.clip_cache``, :mod:`nlnet.data.video_io.clip_cache`) side by side with the
 plain decoders: the same ``--clips`` fixed test clips read twice through a dataset with no
 cache, the memory cache and the disk cache (``cold``: the pass that fills it; ``warm``: the
 pass that reads it back), plus torchvision's and pytorchvideo's own readers on the same clips
@@ -44,8 +44,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nlnet.data.sampling import train_clip_indices
-from nlnet.data.video import available_backends, open_video, write_video
+from nlnet.data.video.sampling import train_clip_indices
+from nlnet.data.video_io.backends import available_backends, open_video, write_video
 
 
 def make_video(path: Path, frames: int, height: int, width: int, gop: int, fps: float) -> Path:
@@ -112,7 +112,7 @@ def bench_pipeline(path: Path, backend: str, args: argparse.Namespace) -> tuple[
     import shutil
     import warnings
 
-    from nlnet.data.datasets import build_dataset
+    from nlnet.data.video.builder import build_dataset
 
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp) / "train" / "c" / path.name
@@ -180,7 +180,7 @@ def bench_cache(path: Path, backend: str, args: argparse.Namespace) -> dict[str,
     import shutil
     import warnings
 
-    from nlnet.data.datasets import build_dataset
+    from nlnet.data.video.builder import build_dataset
 
     out: dict[str, tuple] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -213,7 +213,7 @@ def _view_indices(ds, i: int) -> tuple[int, torch.Tensor]:
 
 
 def print_cache_table(videos: list[tuple[str, Path]], args: argparse.Namespace) -> None:
-    from nlnet.data.sampling import clip_indices
+    from nlnet.data.video.sampling import UniformClipSampler
 
     print()
     print(f"decoded-clip cache (data.clip_cache): {args.clips} fixed test clips, read twice")
@@ -230,8 +230,8 @@ def print_cache_table(videos: list[tuple[str, Path]], args: argparse.Namespace) 
                       f"{warm / base:>7.1f}x")  # fmt: skip
         with open_video(path, "pyav", 1) as r:
             n = r.num_frames
-        clips = [clip_indices(n, args.clip_len, args.stride, "test", clip_index=k,
-                              num_clips=args.clips) for k in range(args.clips)]  # fmt: skip
+        sampler = UniformClipSampler(args.clip_len, args.stride, args.clips)
+        clips = [sampler(n, k) for k in range(args.clips)]
         for name, fn in readers.items():
             t = timed(lambda fn=fn, p=path, cl=clips: [fn(p, idx) for idx in cl], 2)
             print(f"{label:<22} {name:<24} {args.clips / t:>12.2f} {'':>12} {'':>8}")

@@ -33,9 +33,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from nlnet.data.sampling import clip_indices
-from nlnet.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform
-from nlnet.data.video import VideoDecodeError, open_video
+from nlnet.data.video.sampling import UniformClipSampler
+from nlnet.data.video.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform
+from nlnet.data.video_io.backends import VideoDecodeError, open_video
 from nlnet.engine.checkpoint import CheckpointInfo, checkpoint_info, load_checkpoint
 from nlnet.engine.checkpoint import load_model as _load_checkpoint_model
 from nlnet.engine.distributed import resolve_device
@@ -134,7 +134,7 @@ class VideoTransform:
 
         Args:
             video: a video file (decoded with PyAV), or its frames as decoded: a ``uint8``
-                ``(frames, H, W, 3)`` tensor (e.g. from :func:`nlnet.data.video.read_frames`).
+                ``(frames, H, W, 3)`` tensor (e.g. from :func:`nlnet.data.video_io.backends.read_frames`).
 
         Returns:
             ``(clips * crops, 3, num_frames, H', W')`` float32, normalised.
@@ -164,12 +164,8 @@ class VideoTransform:
     def _indices(self, num_frames: int) -> list[torch.Tensor]:
         if num_frames < 1:
             raise ValueError("video: it has no frame")
-        return [
-            clip_indices(
-                num_frames, self.num_frames, self.stride, "test", clip_index=k, num_clips=self.clips
-            )  # fmt: skip
-            for k in range(self.clips)
-        ]
+        sampler = UniformClipSampler(self.num_frames, self.stride, self.clips)
+        return [sampler(num_frames, k) for k in range(self.clips)]
 
 
 @dataclass(frozen=True)

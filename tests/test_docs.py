@@ -192,7 +192,7 @@ def example_files(tmp_path_factory):
     """The scratch directory of the examples: ``final.pt`` (a tiny checkpoint), ``video.mp4``."""
     import torch
 
-    from nlnet.data.video import write_video
+    from nlnet.data.video_io.backends import write_video
     from nlnet.engine.checkpoint import save_checkpoint
     from nlnet.models.registry import create_model
 

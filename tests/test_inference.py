@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import nlnet
-from nlnet.data.datasets import VideoClipDataset
-from nlnet.data.video import read_frames, write_video
+from nlnet.data.video.builder import VideoClipDataset, build_parts
+from nlnet.data.video.config import VideoDataConfig
+from nlnet.data.video_io.backends import read_frames, write_video
 from nlnet.engine.checkpoint import save_checkpoint
 from nlnet.engine.errors import CheckpointError, DataError
 from nlnet.inference import Prediction, VideoTransform
@@ -69,11 +70,10 @@ def test_preprocessing_matches_the_evaluation_dataset(files):
     )
     views = transform(files["video"])
     assert views.shape == (3, 3, 4, 24, 30)  # shorter side 32 -> 24, 40 -> 30
-    dataset = VideoClipDataset(
-        [files["video"]], [0], NAMES, mode="test", num_frames=4, stride=2, test_scale=24,
-        test_clips=3, mean=PREP["mean"], std=PREP["std"], cache_file=None,
-    )  # fmt: skip
-    expected = torch.stack([dataset[i].clip for i in range(len(dataset))])
+    data = VideoDataConfig(num_frames=4, stride=2, test_scale=24, mean=PREP["mean"],
+                           std=PREP["std"])  # fmt: skip
+    dataset = VideoClipDataset([files["video"]], [0], NAMES, **build_parts(data, False, clips=3))
+    expected = torch.stack([dataset[i]["clip"] for i in range(len(dataset))])
     assert torch.equal(views, expected)
     frames = read_frames(files["video"], range(11))
     assert torch.equal(transform(frames), views)  # decoded frames = the file

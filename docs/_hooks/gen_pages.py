@@ -77,7 +77,7 @@ def _first_sentence(text: str) -> str:
 
 
 def data_keys_from_docstring(doc: str) -> dict[str, str]:
-    """``key -> meaning`` of the key table in :mod:`nlnet.data.datasets`' docstring."""
+    """``key -> meaning`` of the key table in :mod:`nlnet.data.video.builder`' docstring."""
     out: dict[str, str] = {}
     lines = doc.split("keys (a plain dict", 1)[-1].split("::", 1)[-1].splitlines()
     key = None
@@ -263,8 +263,9 @@ def config_sections() -> list[tuple[str, type]]:
     walk("", Config)
     engine = importlib.import_module("nlnet.engine")
     modules = [i.name for i in pkgutil.walk_packages(engine.__path__, "nlnet.engine.")]
-    if importlib.util.find_spec("nlnet.data.config") is not None:  # typed data sections
-        modules.append("nlnet.data.config")
+    data = importlib.import_module("nlnet.data")  # typed data sections: each task's config.py
+    modules += [i.name for i in pkgutil.walk_packages(data.__path__, "nlnet.data.")
+                if i.name.endswith(".config")]  # fmt: skip
     for name in modules:
         if name.rsplit(".", 1)[-1].startswith("_"):
             continue
@@ -281,7 +282,7 @@ def config_sections() -> list[tuple[str, type]]:
 
 def config_page() -> str:
     """Every config key: type, default and meaning (from the dataclass docstrings)."""
-    from nlnet.data import datasets
+    from nlnet.data.video import builder as datasets
 
     lines = [
         "# Configuration reference",
@@ -318,7 +319,7 @@ def config_page() -> str:
         "",
         "`data` is handed to the task's dataset builder (`nlnet.data.build_dataset` for "
         "`task: video_classification`), which checks its keys; missing keys take these defaults "
-        "(`nlnet.data.datasets.DATASET_DEFAULTS`). Layouts and the meaning of each key: "
+        "(`nlnet.data.video.builder.DATASET_DEFAULTS`). Layouts and the meaning of each key: "
         "[Video data](../data.md).",
         "",
         "| key | default | meaning |",

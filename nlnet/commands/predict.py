@@ -115,7 +115,7 @@ def predict_videos(
     kind = checkpoint_kind(info.model_name)
     names = info.class_names
     if classes is not None:
-        from nlnet.data.datasets import read_class_index
+        from nlnet.data.video.builder import read_class_index
 
         try:
             names, _ = read_class_index(classes)

@@ -106,7 +106,7 @@ def read_input(path: Path, frames: int | None, size: int | None) -> Any:
 
         out = np.array(Image.open(path).convert("RGB"))[None]  # a writable copy
     else:
-        from nlnet.data.video import open_video
+        from nlnet.data.video_io.backends import open_video
 
         with open_video(path) as reader:
             n = reader.num_frames

@@ -1,20 +1,27 @@
-"""Video decoding (PyAV, torchcodec), datasets, the paper's clip sampling, and transforms."""
+"""Data: the video pipeline (:mod:`nlnet.data.video`), video I/O (:mod:`nlnet.data.video_io`),
+the other tasks' datasets (:mod:`nlnet.data.segmentation`, :mod:`nlnet.data.detection`,
+:mod:`nlnet.data.super_resolution`), the loader and the one per-item seed."""
 
-from nlnet.data.config import Preprocessing, VideoDataConfig
-from nlnet.data.datasets import (
+from nlnet.data.video.builder import (
     BadVideoWarning,
-    ClipItem,
     MultiLabelVideoDataset,
     VideoClipDataset,
     VideoFolderDataset,
     VideoListDataset,
     build_dataset,
+    build_parts,
     collate_skip_bad,
     read_class_index,
 )
-from nlnet.data.sampling import clip_indices, test_clip_indices, train_clip_indices
-from nlnet.data.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform, TrainTransform
-from nlnet.data.video import (
+from nlnet.data.video.config import Preprocessing, VideoDataConfig
+from nlnet.data.video.sampling import (
+    RandomClipSampler,
+    UniformClipSampler,
+    test_clip_indices,
+    train_clip_indices,
+)
+from nlnet.data.video.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform, TrainTransform
+from nlnet.data.video_io.backends import (
     VideoDecodeError,
     VideoInfo,
     VideoReader,
@@ -32,7 +39,6 @@ __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "BadVideoWarning",
-    "ClipItem",
     "MultiLabelVideoDataset",
     "TestTransform",
     "TrainTransform",
@@ -44,7 +50,9 @@ __all__ = [
     "VideoReader",
     "available_backends",
     "build_dataset",
-    "clip_indices",
+    "RandomClipSampler",
+    "UniformClipSampler",
+    "build_parts",
     "collate_skip_bad",
     "open_video",
     "probe_video",

@@ -2,7 +2,7 @@
 
 ``run_dense_demo("segmentation", seeds)`` writes the dense digits task
 (:mod:`nlnet.demo.digits_dense`: PNG images, PNG masks and COCO json) into a cache, reads it back
-with :class:`nlnet.data.segmentation.SegmentationFolder`, trains ``seg_tiny`` (the guide's head on
+with :class:`nlnet.data.segmentation.images.SegmentationFolder`, trains ``seg_tiny`` (the guide's head on
 a tiny dilated ResNet, receptive field 45 pixels) and ``seg_tiny_nl`` (the same with the head's
 non-local block) from the same initialisation seed, and reports test mIoU and per-class IoU.
 
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from nlnet.data.segmentation import SegmentationFolder
+from nlnet.data.segmentation.images import SegmentationFolder
 from nlnet.demo.digits_dense import CATEGORIES, DenseDigitsConfig, prepare_dense_digits
 from nlnet.demo.summary import write_summary
 from nlnet.engine.tasks.segmentation import SegmentationTask

@@ -2,7 +2,7 @@
 
 :func:`prepare_digits` writes the clips of :mod:`nlnet.demo.digits` as real mp4 files (H.264,
 ``yuv444p``, ``crf 0``: nearly lossless) in the class-per-folder layout read back by
-``nlnet.data.datasets.VideoFolderDataset``, with a manifest that lets a later call skip the work.
+``nlnet.data.video.builder.VideoFolderDataset``, with a manifest that lets a later call skip the work.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ MANIFEST = "manifest.json"
 def _write_mp4(path: Path, clip: np.ndarray, fps: int = 8) -> None:
     """Write a uint8 (T, H, W, 3) clip as a (near-)lossless H.264 mp4."""
     try:
-        from nlnet.data.video import write_video  # the data pipeline's writer, when present
-    except ImportError:  # pragma: no cover - exercised only before nlnet.data.video exists
+        from nlnet.data.video_io.writer import write_video  # the data pipeline's writer
+    except ImportError:  # pragma: no cover - only without nlnet.data.video_io
         write_video = None
     if write_video is not None:
         try:

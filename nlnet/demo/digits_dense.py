@@ -18,9 +18,9 @@ digit (their numbers are drawn uniformly), so a local guess is right about half 
 The images and labels are written as real files, read back by the normal loaders:
 
 * ``root/<split>/images/<id>.png`` (RGB) and ``root/<split>/masks/<id>.png`` (class id per pixel:
-  0 background, 1 cue, 2 match, 3 other) for :class:`nlnet.data.segmentation.SegmentationFolder`;
+  0 background, 1 cue, 2 match, 3 other) for :class:`nlnet.data.segmentation.images.SegmentationFolder`;
 * ``root/annotations/instances_<split>.json``: COCO format (boxes, RLE masks, areas) for
-  :class:`nlnet.data.coco.CocoDataset` and pycocotools' evaluation.
+  :class:`nlnet.data.detection.coco.CocoDataset` and pycocotools' evaluation.
 
 A digit's mask is its stroke pixels (intensity > 0.25) grown by one pixel; its box is the mask's
 tight bounding box. Digit images are split into disjoint train/val/test pools before any image
@@ -168,7 +168,7 @@ def _grow(mask: np.ndarray) -> np.ndarray:
 
 def _coco_annotation(ann_id: int, image_id: int, inst: dict[str, Any]) -> dict[str, Any]:
     """COCO annotation of one digit; its mask as uncompressed RLE (no pycocotools needed)."""
-    from nlnet.data.rle import mask_bbox, mask_to_rle
+    from nlnet.data.detection.rle import mask_bbox, mask_to_rle
 
     mask = np.asarray(inst["mask"]) != 0
     rle = mask_to_rle(mask)

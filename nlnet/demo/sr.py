@@ -5,7 +5,7 @@ blocks) and the same network with the practitioner's super-resolution block
 (``edsr_baseline_nl``: one block, reduction 4, in the middle of the body) from the same
 initialisation seed, through the engine's loop (``task: super_resolution``, L1 loss), on random
 patches of the photographs shipped in scikit-image and scikit-learn
-(:data:`nlnet.data.super_resolution.BUILTIN_SPLITS`: train on some photographs, test on others,
+(:data:`nlnet.data.super_resolution.dataset.BUILTIN_SPLITS`: train on some photographs, test on others,
 nothing downloaded). Both are tested on tiles of the test photographs: PSNR and SSIM on the Y
 channel with a ``upscale``-pixel border crop (scikit-image's metrics), beside bicubic
 up-sampling of the same inputs.
@@ -84,7 +84,7 @@ def _crops_figure(path: Path, models: dict[str, nn.Module], test: Any, upscale: 
     plt = pyplot()
 
     def bicubic_error(i: int) -> float:  # crops where up-sampling matters: textured ones
-        lr, hr, _ = test[i]
+        lr, hr = test[i]["lr"], test[i]["hr"]
         bic = F.interpolate(lr[None], scale_factor=upscale, mode="bicubic")[0]
         return float((bic - hr).abs().mean())
 
@@ -93,7 +93,8 @@ def _crops_figure(path: Path, models: dict[str, nn.Module], test: Any, upscale: 
     fig, axes = plt.subplots(len(picks), len(cols), figsize=(2.2 * len(cols), 2.3 * len(picks)))
     axes = axes if len(picks) > 1 else [axes]
     for row, i in zip(axes, picks):
-        lr, hr, _ = test[i]
+        item = test[i]
+        lr, hr = item["lr"], item["hr"]
         c = min(96, hr.shape[-1])
         y0 = (hr.shape[-2] - c) // 2 // upscale * upscale
         x0 = (hr.shape[-1] - c) // 2 // upscale * upscale

@@ -105,7 +105,7 @@ def fit_and_test(
     Returns:
         ``{"seed", "model", "params", "train_s", "metrics", "state"}`` (``state`` on the CPU).
     """
-    from nlnet.data.segmentation import SegmentationFolder
+    from nlnet.data.segmentation.images import SegmentationFolder
     from nlnet.engine.loop import train
     from nlnet.engine.tasks.segmentation import SegmentationTask
     from nlnet.models import create_model
@@ -146,7 +146,7 @@ def run_unet_demo(
         ``{"settings", "data_root", "runs": [{"seed", "model", "params", "train_s",
         "metrics"}], "wall_s"}``.
     """
-    from nlnet.data.segmentation import SegmentationFolder
+    from nlnet.data.segmentation.images import SegmentationFolder
     from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
     from nlnet.demo.parallel import Jobs
     from nlnet.demo.summary import write_summary

@@ -5,7 +5,7 @@
 
 1. it generates the long-range digits task of :mod:`nlnet.demo.digits` (real handwritten digits
    from scikit-learn) as mp4 files in a cache directory, and reads them back through the normal
-   data pipeline (:class:`nlnet.data.datasets.VideoFolderDataset`), decoding each clip once;
+   data pipeline (:class:`nlnet.data.video.builder.VideoFolderDataset`), decoding each clip once;
 2. it pre-trains the tiny 2D backbone on single-digit frames (the role of ImageNet in Section
    4.1), then trains, from that same initialisation, the tiny C2D baseline (``c2d_tiny``) and
    the network with one spacetime non-local block in res4 (``c2d_tiny_nl1``) -- and, with
@@ -100,7 +100,7 @@ def load_split(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode one split through :class:`VideoFolderDataset` into memory.
 
-    The dataset's disk clip cache (``root/.decoded``, :mod:`nlnet.data.cache`) keeps the decoded
+    The dataset's disk clip cache (``root/.decoded``, :mod:`nlnet.data.video_io.clip_cache`) keeps the decoded
     frames, so a later run with the same data (or a demo job in a worker process) reads them
     instead of the mp4 files.
 
@@ -110,14 +110,15 @@ def load_split(
     """
     from tqdm import tqdm
 
-    from nlnet.data.datasets import VideoFolderDataset, collate_skip_bad
     from nlnet.data.loader import make_loader
+    from nlnet.data.video.builder import VideoFolderDataset, build_parts, collate_skip_bad
+    from nlnet.data.video.config import VideoDataConfig
 
-    ds = VideoFolderDataset(
-        root, split, mode="test", num_frames=task.num_frames, stride=1, test_clips=1,
-        test_scale=task.size, test_crop=None, mean=MEAN, std=STD, cache=False,
-        clip_cache="disk", clip_cache_dir=root / ".decoded", clip_cache_mb=4096,
+    data = VideoDataConfig(
+        num_frames=task.num_frames, stride=1, test_scale=task.size, test_crop=None, mean=MEAN,
+        std=STD, clip_cache="disk", clip_cache_dir=str(root / ".decoded"), clip_cache_mb=4096,
     )  # fmt: skip
+    ds = VideoFolderDataset(root, split, cache=False, **build_parts(data, False, clips=1))
     manifest = read_manifest(root)
     order = {str((root / r["file"]).resolve()): i for i, r in enumerate(manifest["splits"][split])}
     clips = torch.empty(len(ds), 3, task.num_frames, task.size, task.size)
@@ -142,7 +143,7 @@ def load_split(
 
 
 class ClipTensorDataset(Dataset):
-    """Decoded clips held in memory, as dataset items ``(clip, target, index)``."""
+    """Decoded clips held in memory, as dataset items ``{"clip", "target", "index"}``."""
 
     def __init__(self, clips: torch.Tensor, targets: torch.Tensor, classes: list[str]) -> None:
         self.clips, self.targets, self.classes = clips, targets, list(classes)
@@ -154,8 +155,8 @@ class ClipTensorDataset(Dataset):
     def __len__(self) -> int:
         return len(self.clips)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:
-        return self.clips[i], int(self.targets[i]), i
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"clip": self.clips[i], "target": int(self.targets[i]), "index": i}
 
 
 def demo_config(

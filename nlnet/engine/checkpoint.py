@@ -153,7 +153,7 @@ def checkpoint_info(ckpt: str | os.PathLike | Mapping[str, Any]) -> CheckpointIn
         options.update(extra.get("model_overrides") or {})
     prep = dict(ckpt.get("preprocessing") or {})
     if not prep and (cfg.get("data") is not None or extra):  # version 1
-        from nlnet.data.config import Preprocessing, VideoDataConfig
+        from nlnet.data.video.config import Preprocessing, VideoDataConfig
 
         data = {k: v for k, v in (cfg.get("data") or {}).items() if not k.startswith("test_c")}
         prep = Preprocessing.from_data(VideoDataConfig.from_mapping(data)).to_dict()

@@ -178,7 +178,7 @@ class Config:
     """A full experiment: model, data, optimizer, training loop, evaluation, output directory.
 
     ``data`` is the typed data section of the task named by ``task`` (the task class's
-    ``data_config``, e.g. :class:`nlnet.data.config.VideoDataConfig`), read when the config
+    ``data_config``, e.g. :class:`nlnet.data.video.config.VideoDataConfig`), read when the config
     loads; a task without a ``data_config`` keeps a plain dict.
 
     Attributes:

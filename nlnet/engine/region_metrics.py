@@ -155,10 +155,10 @@ class RegionEvaluator:
     def reset(self) -> None:
         self.cases: list[dict[str, float]] = []
 
-    def process(self, batch: Sequence[Any], outputs: torch.Tensor | None) -> None:
+    def process(self, batch: Mapping[str, Any], outputs: torch.Tensor | None) -> None:
         if outputs is None:
             return
-        pred, masks = outputs.argmax(1).cpu(), batch[1].cpu()
+        pred, masks = outputs.argmax(1).cpu(), batch["mask"].cpu()
         for p, t in zip(pred, masks):
             self.cases.append(case_region_metrics(p, t, self.regions, self.ignore_index, self.hd95))
 

@@ -70,7 +70,7 @@ def _write_checkpoint(path, name: str, **overrides):
 
 def test_cli_writes_pngs_for_a_video_model(tmp_path, capsys):
     import nlnet.demo.models  # noqa: F401
-    from nlnet.data.video import write_video
+    from nlnet.data.video_io.backends import write_video
 
     _write_checkpoint(tmp_path / "m.pt", "c2d_tiny_nl1", width=2)
     frames = np.random.default_rng(1).integers(0, 255, (4, 32, 32, 3), dtype=np.uint8)
@@ -143,7 +143,7 @@ def test_cli_draws_the_rollout_of_a_transformer(name, overrides, video, tmp_path
     from PIL import Image
 
     from nlnet.cli import main as cli_main
-    from nlnet.data.video import write_video
+    from nlnet.data.video_io.backends import write_video
 
     _write_checkpoint(tmp_path / "t.pt", name, **overrides)
     rng = np.random.default_rng(2)

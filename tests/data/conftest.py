@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from nlnet.data.video import torchcodec_available, torchcodec_unavailable_reason
+from nlnet.data.video_io.backends import torchcodec_available, torchcodec_unavailable_reason
 
 
 def _require_torchcodec() -> None:

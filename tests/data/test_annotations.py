@@ -7,15 +7,15 @@ import json
 import pytest
 import torch
 
-from nlnet.data.annotations import (
+from nlnet.data.video.annotations import (
     read_charades_classes,
     read_charades_csv,
     read_kinetics_csv,
     write_charades_list,
     write_kinetics_list,
 )
-from nlnet.data.datasets import build_dataset
-from nlnet.data.video import write_video
+from nlnet.data.video.builder import build_dataset
+from nlnet.data.video_io.backends import write_video
 
 KINETICS_CSV = """label,youtube_id,time_start,time_end,split,is_cc
 air drumming,-abc_12DEF,14,24,train,0

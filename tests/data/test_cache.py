@@ -10,15 +10,15 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from nlnet.data import video as video_mod
-from nlnet.data.cache import (
+from nlnet.data.video.builder import build_dataset, clear_memory_index, collate_skip_bad
+from nlnet.data.video_io import backends as video_mod
+from nlnet.data.video_io.backends import write_video
+from nlnet.data.video_io.clip_cache import (
     DiskClipCache,
     MemoryClipCache,
     build_clip_cache,
     clip_key,
 )
-from nlnet.data.datasets import build_dataset, clear_memory_index, collate_skip_bad
-from nlnet.data.video import write_video
 
 TINY = {"type": "folder", "num_frames": 4, "stride": 1, "train_scale": [20, 24], "crop": 16,
         "test_scale": 20, "mean": [0, 0, 0], "std": [1, 1, 1],
@@ -121,8 +121,8 @@ def test_dataset_decodes_each_clip_once_with_equal_items(root, tmp_path, monkeyp
     assert len(opened) == len(cached)  # the second pass reads no file
     assert cached.clip_cache.hits == len(cached)
     for a, b, c in zip(first, second, (plain[i] for i in range(len(plain)))):
-        torch.testing.assert_close(a.clip, b.clip)
-        torch.testing.assert_close(a.clip, c.clip)  # the cache changes no value
+        torch.testing.assert_close(a["clip"], b["clip"])
+        torch.testing.assert_close(a["clip"], c["clip"])  # the cache changes no value
 
 
 def test_disk_cache_with_dataloader_workers_matches_the_uncached_batches(root, tmp_path):

@@ -7,7 +7,11 @@ import pytest
 import torch
 from PIL import Image
 
-from nlnet.data.cityscapes import CITYSCAPES_CLASSES, CityscapesFolder, label_ids_to_train_ids
+from nlnet.data.segmentation.cityscapes import (
+    CITYSCAPES_CLASSES,
+    CityscapesFolder,
+    label_ids_to_train_ids,
+)
 
 #: cityscapesScripts' labels.py, (name, id, trainId), written out here to check the reader's table
 LABELS = [

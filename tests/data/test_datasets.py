@@ -1,4 +1,4 @@
-"""Datasets of nlnet.data.datasets on tiny real mp4 files written with PyAV."""
+"""Datasets of nlnet.data.video.builder on tiny real mp4 files written with PyAV."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from nlnet.data import datasets as ds_mod
-from nlnet.data import frame_index as index_mod
-from nlnet.data import video as video_mod
-from nlnet.data.datasets import (
+from nlnet.data.video import builder as ds_mod
+from nlnet.data.video.builder import (
     BadVideoWarning,
     MultiLabelVideoDataset,
     VideoFolderDataset,
@@ -23,8 +21,12 @@ from nlnet.data.datasets import (
     collate_skip_bad,
     read_class_index,
 )
-from nlnet.data.sampling import test_clip_indices as sample_test_clips
-from nlnet.data.video import write_video
+from nlnet.data.video.config import VideoDataConfig
+from nlnet.data.video.sampling import RandomClipSampler, UniformClipSampler
+from nlnet.data.video.sampling import test_clip_indices as sample_test_clips
+from nlnet.data.video_io import backends as video_mod
+from nlnet.data.video_io import frame_index as index_mod
+from nlnet.data.video_io.backends import write_video
 
 
 def build_dataset(cfg, split, mode=None, *, clips=3, crops=1):
@@ -42,6 +44,11 @@ TINY = {
     "mean": [0.0, 0.0, 0.0],
     "std": [1.0, 1.0, 1.0],
 }
+
+
+def parts(training: bool = True) -> dict:
+    """The dataset parts of the TINY data config (for the layouts built directly)."""
+    return ds_mod.build_parts(VideoDataConfig(**TINY), training)
 
 
 def level(i: int, offset: int = 0) -> int:
@@ -76,7 +83,7 @@ def folder_root(tmp_path_factory):
     make_video(root / "train" / "cat" / "c2.mp4")
     make_video(root / "train" / "dog" / "d1.mp4")
     make_video(root / "val" / "cat" / "c3.mp4")
-    make_video(root / "val" / "eel" / "e1.mp4")  # a class that only the val split has
+    make_video(root / "val" / "dog" / "d2.mp4")
     (root / "train" / "cat" / "notes.txt").write_text("not a video")
     (root / ".thumbnails" / "junk").mkdir(parents=True)  # hidden folders are not splits/classes
     return root
@@ -96,18 +103,19 @@ def bad_root(tmp_path_factory):
 
 def test_folder_layout_classes_and_train_items(folder_root):
     train = build_dataset({"type": "folder", "root": str(folder_root), **TINY}, "train")
-    assert isinstance(train, VideoFolderDataset) and train.mode == "train"
-    assert train.classes == ["cat", "dog", "eel"] and train.num_classes == 3
+    assert isinstance(train, VideoFolderDataset) and isinstance(train.sampler, RandomClipSampler)
+    assert train.classes == ["cat", "dog"] and train.num_classes == 2
     assert len(train) == 3 and train.frame_counts == [N, N, N]
     assert [os.path.basename(v) for v in train.videos] == ["c1.mp4", "c2.mp4", "d1.mp4"]
-    clip, target, index = train[2]
+    item = train[2]
+    clip, target, index = item["clip"], item["target"], item["index"]
     assert clip.shape == (3, 4, 16, 16) and clip.dtype == torch.float32
     assert (target, index) == (1, 2)
     ids = frame_ids(clip)
     assert all(b - a == 2 for a, b in zip(ids, ids[1:])) and 0 <= ids[0] <= N - 8
     val = build_dataset({"type": "folder", "root": str(folder_root), **TINY}, "val")
-    assert val.classes == train.classes and val.mode == "test"
-    assert [val.video_target(v) for v in range(val.num_videos)] == [0, 2]
+    assert val.classes == train.classes and isinstance(val.sampler, UniformClipSampler)
+    assert [val.video_target(v) for v in range(val.num_videos)] == [0, 1]
 
 
 def test_test_mode_views_decode_the_paper_clips(folder_root):
@@ -118,11 +126,16 @@ def test_test_mode_views_decode_the_paper_clips(folder_root):
     for i in range(9, 18):  # every view of video 1
         item = val[i]
         video, clip_k, crop_c = val.video_index(i)
-        assert item[2] == video == 1 and item.clip_index == clip_k * 3 + crop_c
-        assert item[0].shape == (3, 4, 24, 24)  # 3-crop of the 24-pixel short side
-        assert frame_ids(item[0]) == expected[clip_k].tolist()
+        assert item["index"] == video == 1 and item["clip_index"] == clip_k * 3 + crop_c
+        assert item["clip"].shape == (3, 4, 24, 24)  # 3-crop of the 24-pixel short side
+        assert frame_ids(item["clip"]) == expected[clip_k].tolist()
     full = build_dataset({"type": "folder", "root": str(folder_root), **TINY}, "val")
-    assert full[0][0].shape == (3, 4, 24, 30)  # fully-convolutional: whole 32x40 frame -> 24x30
+    assert full[0]["clip"].shape == (
+        3,
+        4,
+        24,
+        30,
+    )  # fully-convolutional: whole 32x40 frame -> 24x30
 
 
 def test_list_layout_ucf_style(folder_root, tmp_path):
@@ -130,7 +143,7 @@ def test_list_layout_ucf_style(folder_root, tmp_path):
     (tmp_path / "trainlist01.txt").write_text(
         "# UCF101-style\ntrain/cat/c1.mp4 1\ntrain/dog/d1.mp4 2\n"
     )
-    (tmp_path / "testlist01.txt").write_text("val/cat/c3.mp4\nval/eel/e1.mp4\n")  # path only
+    (tmp_path / "testlist01.txt").write_text("val/cat/c3.mp4\nval/dog/d2.mp4\n")  # path only
     cfg = {
         "type": "list",
         "root": str(folder_root),
@@ -145,25 +158,25 @@ def test_list_layout_ucf_style(folder_root, tmp_path):
     assert isinstance(train, VideoListDataset) and train.classes == ["cat", "dog", "eel"]
     assert train.targets == [0, 1]  # 1-based ids of classInd -> positions
     test = build_dataset(cfg, "test")
-    assert test.targets == [0, 2]  # from the parent folder names
-    assert test[0][0].shape == (3, 4, 24, 30)
+    assert test.targets == [0, 1]  # from the parent folder names
+    assert test[0]["clip"].shape == (3, 4, 24, 30)
     # names instead of ids, plain 0-based labels without a class index
     (tmp_path / "names.txt").write_text("train/cat/c1.mp4 dog\n")
     assert VideoListDataset(
-        tmp_path / "names.txt", folder_root, classes=["cat", "dog"], **TINY
+        tmp_path / "names.txt", folder_root, classes=["cat", "dog"], **parts()
     ).targets == [1]
     (tmp_path / "ids.txt").write_text(f"{folder_root}/train/cat/c2.mp4 4\n")
-    plain = VideoListDataset(tmp_path / "ids.txt", **TINY)
+    plain = VideoListDataset(tmp_path / "ids.txt", **parts())
     assert plain.num_classes == 5 and plain.targets == [4]
     (tmp_path / "nolabel.txt").write_text("train/cat/c1.mp4\n")
     with pytest.raises(ValueError, match="class-index"):
-        VideoListDataset(tmp_path / "nolabel.txt", folder_root, **TINY)
+        VideoListDataset(tmp_path / "nolabel.txt", folder_root, **parts())
     (tmp_path / "rawframes.txt").write_text("train/cat/c1.mp4 12 0\n")  # mmaction2 frame lists
     with pytest.raises(ValueError, match="expected 'path label'"):
-        VideoListDataset(tmp_path / "rawframes.txt", folder_root, **TINY)
+        VideoListDataset(tmp_path / "rawframes.txt", folder_root, **parts())
     (tmp_path / "unknown.txt").write_text("train/cat/c1.mp4 7\n")
     with pytest.raises(ValueError, match="unknown class"):
-        VideoListDataset(tmp_path / "unknown.txt", folder_root, classes=["cat"], **TINY)
+        VideoListDataset(tmp_path / "unknown.txt", folder_root, classes=["cat"], **parts())
 
 
 def test_multilabel_charades_style(folder_root, tmp_path):
@@ -189,7 +202,7 @@ def test_multilabel_charades_style(folder_root, tmp_path):
     (tmp_path / "classes.txt").write_text("c000 Holding some clothes\nc001 Opening a door\n")
     (tmp_path / "codes.txt").write_text("train/cat/c1.mp4 c001;c000\n")
     coded = MultiLabelVideoDataset(
-        tmp_path / "codes.txt", folder_root, classes=tmp_path / "classes.txt", **TINY
+        tmp_path / "codes.txt", folder_root, classes=tmp_path / "classes.txt", **parts()
     )
     assert coded.classes == ["Holding some clothes", "Opening a door"]
     assert coded.video_target(0).tolist() == [1.0, 1.0]
@@ -229,7 +242,7 @@ def test_bad_videos_are_skipped_warned_once_and_counted(bad_root):
     with pytest.warns(BadVideoWarning):
         lenient = build_dataset({**cfg, "min_frames": 2}, "train")
     assert set(lenient.bad_videos) == {0, 3}
-    assert frame_ids(lenient[2][0]) == [0, 2, 2, 2]
+    assert frame_ids(lenient[2]["clip"]) == [0, 2, 2, 2]
 
 
 def test_decode_failure_after_indexing_is_skipped(folder_root, monkeypatch):
@@ -281,10 +294,10 @@ def test_frame_count_index_is_cached(folder_root, tmp_path, monkeypatch):
 def test_seeded_augmentation_is_reproducible_per_epoch(folder_root):
     cfg = {"type": "folder", "root": str(folder_root), **TINY, "seed": 7}
     a, b = build_dataset(cfg, "train"), build_dataset(cfg, "train")
-    assert all(torch.equal(a[i][0], b[i][0]) for i in range(3))
-    epoch0 = [a[i][0] for i in range(3)]
+    assert all(torch.equal(a[i]["clip"], b[i]["clip"]) for i in range(3))
+    epoch0 = [a[i]["clip"] for i in range(3)]
     a.set_epoch(1)
-    epoch1 = [a[i][0] for i in range(3)]
+    epoch1 = [a[i]["clip"] for i in range(3)]
     assert any(not torch.equal(x, y) for x, y in zip(epoch0, epoch1))
 
 
@@ -310,7 +323,7 @@ def test_both_backends_give_the_same_clips(folder_root, require_torchcodec):
     codec = build_dataset({**cfg, "backend": "torchcodec"}, "val")
     assert codec.backend == "torchcodec" and codec.frame_counts == pyav.frame_counts
     for i in range(len(pyav)):
-        assert torch.allclose(pyav[i][0], codec[i][0], atol=2 / 255)
+        assert torch.allclose(pyav[i]["clip"], codec[i]["clip"], atol=2 / 255)
 
 
 def test_config_errors(folder_root):

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nlnet.data.dense_transforms import (
+from nlnet.data.segmentation.transforms import (
     SegmentationAugment,
     random_crop_pad,
     random_hflip,

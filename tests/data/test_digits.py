@@ -152,8 +152,9 @@ def test_bad_configurations_are_refused():
 
 
 def test_mp4_cache_roundtrip_and_reuse(tmp_path):
-    from nlnet.data.datasets import VideoFolderDataset
-    from nlnet.data.video import open_video
+    from nlnet.data.video.builder import VideoFolderDataset, build_parts
+    from nlnet.data.video.config import VideoDataConfig
+    from nlnet.data.video_io.backends import open_video
 
     cfg = DigitsTaskConfig(**TINY, seed=1)
     root = prepare_digits(cfg, tmp_path / "digits")
@@ -172,8 +173,8 @@ def test_mp4_cache_roundtrip_and_reuse(tmp_path):
     err = np.abs(decoded.astype(int) - data.clips[0].astype(int))
     assert err.mean() < 2.0 and err.max() <= 16  # near-lossless H.264 (yuv444p, crf 0)
 
-    ds = VideoFolderDataset(root, "test", num_frames=3, stride=1, mode="test", test_clips=1,
-                            test_scale=32, cache=False)  # fmt: skip
+    parts = build_parts(VideoDataConfig(num_frames=3, stride=1, test_scale=32), False, clips=1)
+    ds = VideoFolderDataset(root, "test", cache=False, **parts)
     assert ds.classes == manifest["classes"]
     assert sorted(ds.targets) == sorted(r["label"] for r in manifest["splits"]["test"])
     assert json.loads((root / "manifest.json").read_text())["config"]["seed"] == 1

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from nlnet.data.coco import CocoDataset
-from nlnet.data.segmentation import SegmentationFolder, collate_segmentation
+from nlnet.data.detection.coco import CocoDataset
+from nlnet.data.segmentation.images import SegmentationFolder, collate_segmentation
 from nlnet.demo.digits_dense import CATEGORIES, DenseDigitsConfig, prepare_dense_digits
 
 CFG = DenseDigitsConfig(size=48, num_train=6, num_val=3, num_test=3, seed=1)
@@ -27,7 +27,7 @@ def test_files_and_loaders_agree(root):
     assert det.class_names == [n for _, n in CATEGORIES]
     for i in range(len(seg)):
         image, mask, index = seg[i]
-        _, target = det[i]
+        target = det[i]["target"]
         assert image.shape == (3, 48, 48) and mask.shape == (48, 48) and index == i
         # the semantic mask is the union of the instance masks, labelled by category
         union = torch.zeros(48, 48, dtype=torch.int64)

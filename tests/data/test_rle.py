@@ -1,12 +1,12 @@
-"""COCO's uncompressed RLE written with numpy alone (nlnet.data.rle), read back by pycocotools."""
+"""COCO's uncompressed RLE written with numpy alone (nlnet.data.detection.rle), read back by pycocotools."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from nlnet.data.coco import quiet_pycocotools
-from nlnet.data.rle import mask_bbox, mask_to_rle, rle_to_mask
+from nlnet.data.detection.coco import quiet_pycocotools
+from nlnet.data.detection.rle import mask_bbox, mask_to_rle, rle_to_mask
 
 
 def _masks():

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nlnet.data.sampling import (
-    clip_indices,
+from nlnet.data.video.sampling import (
+    RandomClipSampler,
+    UniformClipSampler,
     is_too_short,
     test_clip_indices,
     test_clip_starts,
@@ -55,8 +56,18 @@ def test_paper_testing_takes_10_evenly_spaced_clips_over_the_whole_video():
     assert int(gaps.max() - gaps.min()) <= 1  # evenly spread (up to rounding)
     assert int(starts[-1]) == n - 64
     assert torch.equal(idx, test_clip_indices(n, 32, 2, 10))  # deterministic
+    sampler = UniformClipSampler(32, 2, num_clips=10)
+    assert sampler.clips_per_video == 10 and not sampler.random
     for k in range(10):
-        assert torch.equal(clip_indices(n, 32, 2, "test", clip_index=k, num_clips=10), idx[k])
+        assert torch.equal(sampler(n, k), idx[k])
+
+
+def test_random_clip_sampler_draws_the_training_window_from_the_item_generator():
+    sampler = RandomClipSampler(32, 2)
+    assert sampler.clips_per_video == 1 and sampler.random
+    a = sampler(300, generator=torch.Generator().manual_seed(4))
+    b = train_clip_indices(300, 32, 2, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(a, b)
 
 
 def test_single_test_clip_is_centred():
@@ -94,8 +105,9 @@ def test_too_short():
         lambda: train_clip_indices(10, 0, 2),
         lambda: train_clip_indices(10, 8, 0),
         lambda: test_clip_indices(10, 8, 2, 0),
-        lambda: clip_indices(10, 8, 2, "val"),
-        lambda: clip_indices(10, 8, 2, "test", clip_index=3, num_clips=3),
+        lambda: RandomClipSampler(0, 2),
+        lambda: UniformClipSampler(8, 2, num_clips=0),
+        lambda: UniformClipSampler(8, 2, num_clips=3)(10, 3),
     ],
 )
 def test_bad_arguments(call):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nlnet.data.transforms import (
+from nlnet.data.video.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     TestTransform,

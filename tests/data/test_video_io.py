@@ -1,4 +1,4 @@
-"""Decoding backends of nlnet.data.video on small real mp4 files written with PyAV."""
+"""Decoding backends of nlnet.data.video_io.backends on small real mp4 files written with PyAV."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from nlnet.data import video as video_mod
-from nlnet.data.video import (
+from nlnet.data.video_io import backends as video_mod
+from nlnet.data.video_io.backends import (
     VideoDecodeError,
     available_backends,
     open_video,

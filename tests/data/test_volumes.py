@@ -1,4 +1,4 @@
-"""3D segmentation data (nlnet.data.volumes): the .npy and NIfTI folders, per-case z-score over
+"""3D segmentation data (nlnet.data.segmentation.volumes): the .npy and NIfTI folders, per-case z-score over
 the nonzero voxels, label_map, random patches and flips, padding collate, 3D metrics."""
 
 from __future__ import annotations
@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from nlnet.data.volumes import VolumeFolder, collate_volumes, random_flip, zscore_nonzero
+from nlnet.data.segmentation.volumes import (
+    VolumeFolder,
+    collate_volumes,
+    random_flip,
+    zscore_nonzero,
+)
 from nlnet.engine.tasks.segmentation import confusion_matrix
 
 SHAPE = (4, 10, 16, 18)  # (C, D, H, W): sizes that are not multiples of a U-Net's stride

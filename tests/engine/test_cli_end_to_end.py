@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from nlnet.data.video import write_video
+from nlnet.data.video_io.backends import write_video
 
 REPO = Path(__file__).resolve().parents[2]
 

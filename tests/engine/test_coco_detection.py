@@ -12,7 +12,7 @@ import torch
 from pycocotools.cocoeval import COCOeval
 from torch.utils.data import DataLoader
 
-from nlnet.data.coco import CocoDataset, load_coco
+from nlnet.data.detection.coco import CocoDataset, load_coco
 from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
 from nlnet.engine.tasks.detection import DetectionTask, coco_evaluate, outputs_to_coco
 from nlnet.models import create_model
@@ -29,7 +29,7 @@ def _noisy_outputs(dataset: CocoDataset, seed: int = 0) -> list[dict[str, torch.
     g = torch.Generator().manual_seed(seed)
     outputs = []
     for i in range(len(dataset)):
-        _, t = dataset[i]
+        t = dataset[i]["target"]
         n = len(t["boxes"])
         boxes = t["boxes"] + torch.randn(n, 4, generator=g) * 2.0
         labels = t["labels"].clone()
@@ -43,7 +43,7 @@ def _noisy_outputs(dataset: CocoDataset, seed: int = 0) -> list[dict[str, torch.
 def test_coco_evaluate_matches_pycocotools_run_directly(root):
     ds = CocoDataset(root / "val" / "images", root / "annotations" / "instances_val.json")
     outputs = _noisy_outputs(ds)
-    ids = [int(ds[i][1]["image_id"]) for i in range(len(ds))]
+    ids = [int(ds[i]["target"]["image_id"]) for i in range(len(ds))]
     results = outputs_to_coco(outputs, ids, ds.label_to_category)
     ours = coco_evaluate(ds.coco, results, ("bbox", "segm"))
     # the same detections through pycocotools alone, from the json file
@@ -59,7 +59,7 @@ def test_coco_evaluate_matches_pycocotools_run_directly(root):
     # perfect detections score 100
     perfect = []
     for i in range(len(ds)):
-        _, t = ds[i]
+        t = ds[i]["target"]
         perfect.append(
             {**t, "scores": torch.ones(len(t["boxes"])), "masks": t["masks"][:, None].float()}
         )
@@ -157,7 +157,7 @@ def test_keypoint_ap_matches_pycocotools(tmp_path):
     g = torch.Generator().manual_seed(0)
     outputs, ids = [], []
     for i in range(len(ds)):
-        _, t = ds[i]
+        t = ds[i]["target"]
         assert t["keypoints"].shape == (2, 17, 3)
         kps = t["keypoints"].clone()
         kps[..., :2] += torch.randn(2, 17, 2, generator=g) * 1.5
@@ -184,7 +184,7 @@ def test_horizontal_flip_moves_boxes_with_masks(root):
     ann = root / "annotations" / "instances_train.json"
     plain = CocoDataset(root / "train" / "images", ann)
     flip = CocoDataset(root / "train" / "images", ann, hflip=1.0)
-    (im_a, a), (im_b, b) = plain[0], flip[0]
+    (im_a, a), (im_b, b) = plain[0].values(), flip[0].values()
     assert torch.equal(im_b, im_a.flip(-1)) and torch.equal(b["masks"], a["masks"].flip(-1))
     w = im_a.shape[-1]
     for box, mask in zip(b["boxes"], b["masks"]):  # the box still bounds its flipped mask
@@ -196,5 +196,6 @@ def test_horizontal_flip_moves_boxes_with_masks(root):
         CocoDataset(root / "train" / "images", ann, hflip=1.5)
     # the task drops bad items and says how many
     task = DetectionTask(("bbox", "segm"))
-    images, targets, dropped = task.collate([plain[0], None])
-    assert len(images) == 1 and dropped == 1
+    batch = task.collate([plain[0], None])
+    assert len(batch["image"]) == len(batch["target"]) == 1 and batch["skipped"] == 1
+    assert task.skipped(batch) == 1

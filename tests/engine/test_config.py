@@ -150,8 +150,8 @@ def test_bad_data_values_are_config_errors(task, bad, match):
 
 
 def test_each_task_gets_its_typed_data_section():
-    from nlnet.data.config import VideoDataConfig
-    from nlnet.engine.tasks.detection import DetectionDataConfig
+    from nlnet.data.detection.config import DetectionDataConfig
+    from nlnet.data.video.config import VideoDataConfig
     from nlnet.engine.tasks.segmentation import SegmentationDataConfig
 
     for task, cls in (

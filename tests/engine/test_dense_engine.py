@@ -78,9 +78,9 @@ def test_detection_task_from_config_options(root, tmp_path):
         task.build_dataset("nosuch")
     ds = task.build_dataset("train")
     assert task.num_classes(ds) == 4
-    images, targets, dropped = task.collate([ds[0], None, ds[1]])
-    assert len(images) == len(targets) == 2 and dropped == 1 and task.skipped((0, 0, 1)) == 1
-    assert task.loss(None, ([], [], 0)) == (None, 0)
+    batch = task.collate([ds[0], None, ds[1]])
+    assert len(batch["image"]) == len(batch["target"]) == 2 and task.skipped(batch) == 1
+    assert task.loss(None, {"image": [], "target": [], "skipped": 0}) == (None, 0)
 
 
 def test_train_command_with_a_detection_config(root, tmp_path, capsys):
@@ -267,7 +267,7 @@ def _check_flip(cfg) -> None:
     plain = task.build_dataset("train", "test")
     flip = task.build_dataset("train", "train")
     flip.hflip = 1.0
-    (_, a), (_, b) = plain[0], flip[0]
+    a, b = plain[0]["target"], flip[0]["target"]
     ka, kb = a["keypoints"], b["keypoints"]
     # order nose, left_eye, right_eye, left_hand, right_hand -> nose, right_eye, left_eye, ...
     perm = [0, 2, 1, 4, 3]

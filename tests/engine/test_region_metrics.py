@@ -67,8 +67,8 @@ def test_evaluator_averages_cases_and_ignores_the_pad():
     true[1, :, :, :5], pred[1, :, :, :5] = _map(_t(TRUE_B)), _map(_t(PRED_B))
     logits = F.one_hot(pred, 4).permute(0, 4, 1, 2, 3).float()
     ev = RegionEvaluator(mapped_regions(BRATS_REGIONS, {4: 3}))
-    ev.process((None, true), logits)
-    ev.process((None, true[:0]), None)  # an all-bad batch
+    ev.process({"mask": true}, logits)
+    ev.process({"mask": true[:0]}, None)  # an all-bad batch
     got = ev.evaluate()
     assert got["cases"] == 2
     for key in DICE_A:

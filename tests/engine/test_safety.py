@@ -91,7 +91,7 @@ def test_a_split_without_a_decodable_clip_stops_with_the_cause(tmp_path):
 
 
 def _write_videos(root: Path, frames: int) -> None:
-    from nlnet.data.video import write_video
+    from nlnet.data.video_io.backends import write_video
 
     rng = np.random.default_rng(0)
     for split in ("train", "val"):
@@ -287,7 +287,7 @@ def test_off_a_terminal_one_log_line_per_interval_and_no_bar(tmp_path, capsys):
 # -- one checkpoint format, one preprocessing ---------------------------------------------------
 def test_checkpoints_carry_the_training_preprocessing_used_everywhere(tmp_path):
     from nlnet.commands.visualize import normalize
-    from nlnet.data.transforms import IMAGENET_MEAN, IMAGENET_STD
+    from nlnet.data.video.transforms import IMAGENET_MEAN, IMAGENET_STD
 
     s = _run(_cfg(tmp_path))
     info = checkpoint_info(s["checkpoint"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nlnet.data.dense_transforms import SegmentationAugment
+from nlnet.data.segmentation.transforms import SegmentationAugment
 from nlnet.engine.tasks.segmentation import SegmentationDataConfig, SegmentationTask
 
 
@@ -72,7 +72,7 @@ def test_the_task_builds_the_augmentation_for_training_only(tmp_path):
     assert val[0][1].shape == (48, 48)
     plain = SegmentationTask(4, data={"root": str(root)}).build_dataset("train")
     assert plain.transform is None  # no key set: the items as before
-    from nlnet.data.segmentation import SegmentationFolder
+    from nlnet.data.segmentation.images import SegmentationFolder
 
     assert torch.equal(plain[0][0], SegmentationFolder(root, "train")[0][0])
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from engine_standins import TinyVideoNet
 
-from nlnet.data.config import VideoDataConfig
+from nlnet.data.video.config import VideoDataConfig
 from nlnet.engine import tasks
 from nlnet.engine.config import config_from_dict
 from nlnet.engine.config_schema import EvalConfig
@@ -98,7 +98,7 @@ def test_a_registered_class_is_built_by_its_from_config(monkeypatch):
 def _write_videos(root) -> None:
     """Classes ``left``/``right`` (a bright bar on that side): 2 training and 1 test video
     each, 8 frames of 16x16."""
-    from nlnet.data.video import write_video
+    from nlnet.data.video_io.backends import write_video
 
     rng = np.random.default_rng(0)
     for split, n in (("train", 2), ("val", 1)):

@@ -60,7 +60,7 @@ def test_unet3d_config_trains_evaluates_whole_volumes_and_exports(root, tmp_path
     for case in val:
         import numpy as np
 
-        from nlnet.data.volumes import zscore_nonzero
+        from nlnet.data.segmentation.volumes import zscore_nonzero
 
         image = torch.from_numpy(np.load(root / "val" / "images" / case.name))
         true = np.load(case)  # raw labels {0, 2, 4}
@@ -159,8 +159,8 @@ def test_whole_volume_training_pads_cases_of_different_sizes(tmp_path):
     task = SegmentationTask(4, data={"root": str(tmp_path), "kind": "volume", "label_map": {4: 3}})
     train = task.build_dataset("train")
     batch = task.collate([train[0], train[1]])
-    assert batch[0].shape == (2, 4, 12, 12, 13) and batch[1].shape == (2, 12, 12, 13)
-    assert int((batch[1] != 255).sum()) == 9 * 12 * 10 + 12 * 8 * 13
+    assert batch["image"].shape == (2, 4, 12, 12, 13) and batch["mask"].shape == (2, 12, 12, 13)
+    assert int((batch["mask"] != 255).sum()) == 9 * 12 * 10 + 12 * 8 * 13
     torch.manual_seed(0)
     model = create_model("unet3d_nl", num_classes=4, base_channels=2, depth=2)
     loss, n = task.loss(model, batch)

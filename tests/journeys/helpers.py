@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from nlnet.data.video import write_video
+from nlnet.data.video_io.backends import write_video
 
 #: torchvision architectures whose fake ImageNet files the shipped configs need
 CONFIG_ARCHS = ("resnet50", "resnet101")

@@ -90,7 +90,7 @@ def test_lock_only_directory_counts_as_empty(tmp_path, monkeypatch):
 
 
 def test_corrupted_index_entry_is_probed_again(tmp_path):
-    from nlnet.data.datasets import build_frame_index, clear_memory_index
+    from nlnet.data.video.builder import build_frame_index, clear_memory_index
 
     clip = next(helpers.video_tree(tmp_path, per_class=1).rglob("*.mp4"))
     st = clip.stat()
@@ -107,7 +107,7 @@ def test_corrupted_index_entry_is_probed_again(tmp_path):
 def test_sigterm_saves_last_and_prints_the_resume_command(tmp_path, capsys):
     """A signal in the middle of a run: the loop ends the step, writes last.pt, says how to
     continue; --resume then finishes the run."""
-    from nlnet.data.datasets import collate_skip_bad
+    from nlnet.data.video.builder import collate_skip_bad
     from nlnet.engine.loop import train
 
     calls = []

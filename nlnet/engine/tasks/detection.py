@@ -14,7 +14,6 @@ import contextlib
 import io
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +22,18 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from nlnet.data.coco import (
+from nlnet.data.detection.coco import (
     CocoDataset,
     collate_detection,
     import_pycocotools,
     quiet_pycocotools,
 )
+from nlnet.data.detection.config import DetectionDataConfig
 from nlnet.engine.checkpoint import unwrap_model
 from nlnet.engine.errors import DataError, MissingPackageError
 from nlnet.engine.evaluation import inference_on_dataset
 
 __all__ = [
-    "DetectionDataConfig",
     "DetectionTask",
     "coco_evaluate",
     "default_iou_types",
@@ -142,50 +141,6 @@ def coco_evaluate(
     return out
 
 
-_IOU_TYPES = ("bbox", "segm", "keypoints")
-
-
-@dataclass(frozen=True)
-class DetectionDataConfig:
-    """The ``data`` section of ``task: detection`` (COCO-format files, Section 6).
-
-    Attributes:
-        root: dataset folder (``annotations/instances_<split>.json`` and the images).
-        images: image folder of a split under ``root`` (``{split}`` is replaced).
-        iou_types: what to load and evaluate (``bbox``, ``segm``, ``keypoints``); ``None``:
-            from the model (``bbox`` + ``segm`` for Mask R-CNN, ``bbox`` + ``keypoints`` for
-            Keypoint R-CNN).
-        hflip: probability of a horizontal flip of a training image (0.5 in Detectron's recipe).
-        keep_empty: keep training images without objects.
-        train_split: split trained on by :meth:`DetectionTask.build_datasets`.
-        val_split: split validated on by :meth:`DetectionTask.build_datasets`.
-    """
-
-    root: str | None = None
-    images: str = "{split}/images"
-    iou_types: tuple[str, ...] | None = None
-    hflip: float = 0.0
-    keep_empty: bool = True
-    train_split: str = "train"
-    val_split: str = "val"
-
-    def __post_init__(self) -> None:
-        if self.iou_types is not None:
-            bad = [t for t in self.iou_types if t not in _IOU_TYPES]
-            if bad or not self.iou_types:
-                raise ValueError(
-                    f"data.iou_types: expected some of {', '.join(_IOU_TYPES)}, got "
-                    f"{list(self.iou_types)!r}"
-                )
-            object.__setattr__(self, "iou_types", tuple(self.iou_types))
-        if not 0.0 <= float(self.hflip) <= 1.0:
-            raise ValueError(f"data.hflip: expected a probability in [0, 1], got {self.hflip!r}")
-        if "{split}" not in self.images:
-            raise ValueError(
-                f"data.images: expected a template with {{split}}, got {self.images!r}"
-            )
-
-
 def _data(data: Any) -> DetectionDataConfig:
     """The typed data section from itself or from a mapping of its keys (a ``ConfigError``
     naming an unknown key or a bad value: :func:`nlnet.engine.sections.build_section`)."""
@@ -221,20 +176,20 @@ class CocoEvaluator:
     def reset(self) -> None:
         self.results: list[dict[str, Any]] = []
 
-    def process(self, batch: Sequence[Any], outputs: list[dict[str, Any]] | None) -> None:
+    def process(self, batch: Mapping[str, Any], outputs: list[dict[str, Any]] | None) -> None:
         if outputs is not None:
-            ids = [int(t["image_id"]) for t in batch[1]]
+            ids = [int(t["image_id"]) for t in batch["target"]]
             self.results += outputs_to_coco(outputs, ids, self.dataset.label_to_category)
 
     def evaluate(self) -> dict[str, float]:
         return coco_evaluate(self.dataset.coco, self.results, self.iou_types)
 
 
-def _forward_images(model: nn.Module, batch: Sequence[Any]) -> list[dict[str, Any]] | None:
-    if not batch[0]:
+def _forward_images(model: nn.Module, batch: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    if not batch["image"]:
         return None
     device = next(model.parameters()).device
-    return model([im.to(device) for im in batch[0]])
+    return model([im.to(device) for im in batch["image"]])
 
 
 class DetectionTask:
@@ -361,21 +316,22 @@ class DetectionTask:
         return len(cats) + 1 if cats is not None else None
 
     @staticmethod
-    def collate(batch: Sequence[Any]) -> tuple[list[Any], list[Any], int]:
-        """Lists of the usable images and targets, plus how many items were dropped."""
-        return (*collate_detection(batch), sum(item is None for item in batch))
+    def collate(batch: Sequence[Any]) -> dict[str, Any]:
+        """``{"image", "target", "skipped"}``: lists of the usable images and targets, and how
+        many items were dropped (:func:`~nlnet.data.detection.coco.collate_detection`)."""
+        return collate_detection(batch)
 
     @staticmethod
-    def skipped(batch: Any) -> int:
-        return int(batch[2]) if len(batch) > 2 else 0
+    def skipped(batch: Mapping[str, Any]) -> int:
+        return int(batch.get("skipped", 0))
 
     # -- training -------------------------------------------------------------------------------
     def loss(
-        self, model: nn.Module, batch: Sequence[Any], device: torch.device | None = None
+        self, model: nn.Module, batch: Mapping[str, Any], device: torch.device | None = None
     ) -> tuple[torch.Tensor | None, int]:
-        """Sum of the detector's training losses for a batch ``(images, targets[, dropped])``;
+        """Sum of the detector's training losses for a batch ``{"image", "target", ...}``;
         ``(None, 0)`` for an empty batch."""
-        images, targets = batch[0], batch[1]
+        images, targets = batch["image"], batch["target"]
         if not images:
             return None, 0
         device = device or next(model.parameters()).device

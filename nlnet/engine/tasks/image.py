@@ -104,8 +104,9 @@ def digits_images(split: str, seed: int = 0) -> tuple[list[Any], list[int], list
 
 
 class ImageItems(Dataset):
-    """``(image (3, S, S), target, index)`` items; an unreadable file gives ``None`` (dropped
-    by the collate function and counted)."""
+    """``{"clip": image (3, S, S), "target", "index"}`` items (the keys of the video items,
+    collated by :func:`nlnet.data.video.batches.collate_skip_bad`); an unreadable file gives
+    ``None`` (dropped by the collate function and counted)."""
 
     def __init__(self, samples: Sequence[Any], targets: Sequence[int], classes: Sequence[str],
                  transform: Any) -> None:  # fmt: skip
@@ -123,7 +124,7 @@ class ImageItems(Dataset):
         sample = self.samples[index]
         try:
             img = default_loader(sample) if isinstance(sample, (str, os.PathLike)) else sample
-            return self.transform(img), self.targets[index], index
+            return {"clip": self.transform(img), "target": self.targets[index], "index": index}
         except (OSError, ValueError, SyntaxError) as exc:  # PIL raises these for broken files
             self.bad[index] = f"{type(exc).__name__}: {exc}"
             return None
@@ -156,7 +157,7 @@ class ImageClassificationTask:
         evaluation: EvalConfig | None = None,
         class_names: Sequence[str] | None = None,
     ) -> None:
-        from nlnet.data.datasets import collate_skip_bad
+        from nlnet.data.video.builder import collate_skip_bad
         from nlnet.models.model_cfg import IMAGENET_MEAN, IMAGENET_STD
 
         self.data = ImageDataConfig.from_mapping(data)
@@ -203,13 +204,18 @@ class ImageClassificationTask:
         if self.data.builtin == "digits":
             imgs, targets, classes = digits_images(split, self.seed)
             return ImageItems(imgs, targets, classes, self.transform(mode))
-        from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
+        from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
 
-        folder = os.path.join(os.path.expanduser(self.data.root), split)
+        from nlnet.data.class_folders import split_classes, training_splits
+
+        root = os.path.expanduser(self.data.root)
+        folder = os.path.join(root, split)
         try:
-            classes, to_idx = find_classes(folder)
-            found = make_dataset(folder, to_idx, IMG_EXTENSIONS)
-        except (FileNotFoundError, OSError) as exc:
+            classes = split_classes(root, split)  # the training splits' classes, checked
+            to_idx = {c: i for i, c in enumerate(classes)}
+            held_out = split not in training_splits(root)  # may lack some training classes
+            found = make_dataset(folder, to_idx, IMG_EXTENSIONS, allow_empty=held_out)
+        except (FileNotFoundError, OSError, ValueError) as exc:
             raise DataError(f"data.root (split {split!r}): {exc} (expected "
                             f"{folder}/<class>/<image>)") from None  # fmt: skip
         if not found:

@@ -7,7 +7,7 @@ Kept beside :mod:`nlnet.engine.tasks.segmentation`, which declares the keys
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -70,14 +70,14 @@ def check_dense_keys(d: Any) -> None:
 
 def image_folder(d: Any, root: str, split: str, train: bool, **kwargs: Any) -> Any:
     """The 2D dataset of ``split`` in ``d.layout`` with the training augmentation of ``d``
-    (:class:`~nlnet.data.dense_transforms.SegmentationAugment`) when ``train`` and any of
+    (:class:`~nlnet.data.segmentation.transforms.SegmentationAugment`) when ``train`` and any of
     ``scale_range``/``crop``/``flip`` is set."""
-    from nlnet.data.dense_transforms import SegmentationAugment
+    from nlnet.data.segmentation.transforms import SegmentationAugment
 
     if d.layout == "cityscapes":
-        from nlnet.data.cityscapes import CityscapesFolder as folder
+        from nlnet.data.segmentation.cityscapes import CityscapesFolder as folder
     else:
-        from nlnet.data.segmentation import SegmentationFolder as folder
+        from nlnet.data.segmentation.images import SegmentationFolder as folder
     flip = d.flip or 0.0
     if train and (d.scale_range or d.crop or flip):
         kwargs["transform"] = SegmentationAugment(
@@ -99,16 +99,16 @@ def _window_forward(
     window: tuple[int, ...],
     overlap: float,
     model: nn.Module,
-    batch: Sequence[Any],
+    batch: Mapping[str, Any],
 ) -> torch.Tensor | None:
-    inputs = batch[0]
+    inputs = batch["image"]
     if inputs.shape[0] == 0:
         return None
     if all(n <= w for n, w in zip(inputs.shape[2:], window)):
         return base(model, batch)
     device = next(model.parameters()).device
     return sliding_window_inference(
-        inputs.to(device), window, lambda x: base(model, (x, *batch[1:])), overlap
+        inputs.to(device), window, lambda x: base(model, {**batch, "image": x}), overlap
     )
 
 

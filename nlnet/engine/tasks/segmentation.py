@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from nlnet.data.segmentation import collate_segmentation
-from nlnet.data.volumes import VolumeFolder, collate_volumes
+from nlnet.data.segmentation.images import collate_segmentation
+from nlnet.data.segmentation.volumes import VolumeFolder, collate_volumes
 from nlnet.engine.errors import DataError, MissingPackageError
 from nlnet.engine.evaluation import inference_on_dataset
 from nlnet.engine.region_metrics import monai_hausdorff
@@ -122,8 +122,8 @@ class SegmentationDataConfig:
         ignore_index: mask value excluded from the loss and the metrics.
         mean: per-channel normalisation mean on the [0, 1] scale (``kind: image``).
         std: per-channel normalisation standard deviation on the [0, 1] scale (``kind: image``).
-        kind: ``image`` (2D PNG/JPEG folders, :class:`~nlnet.data.segmentation.SegmentationFolder`)
-            or ``volume`` (3D ``.npy``/NIfTI folders, :class:`~nlnet.data.volumes.VolumeFolder`:
+        kind: ``image`` (2D PNG/JPEG folders, :class:`~nlnet.data.segmentation.images.SegmentationFolder`)
+            or ``volume`` (3D ``.npy``/NIfTI folders, :class:`~nlnet.data.segmentation.volumes.VolumeFolder`:
             per-case z-score over the nonzero voxels instead of ``mean``/``std``).
         patch: ``kind: volume`` training patch ``(d, h, w)``, cropped at random (sizes multiples
             of the network's stride, e.g. 8 for ``unet3d``); empty: whole volumes.
@@ -135,7 +135,7 @@ class SegmentationDataConfig:
             (``<case>_<m>.nii.gz``, e.g. ``[t1, t1ce, t2, flair]``); empty: one file per case.
         layout: ``kind: image``: ``folder`` (``<split>/{images,masks}``) or ``cityscapes``
             (``leftImg8bit``/``gtFine`` label ids -> the 19 train ids,
-            :class:`~nlnet.data.cityscapes.CityscapesFolder`).
+            :class:`~nlnet.data.segmentation.cityscapes.CityscapesFolder`).
         scale_range: ``kind: image`` training: ``[lo, hi]`` random scale factor of image and
             mask (e.g. ``[0.5, 2.0]``); empty: none.
         crop: ``kind: image`` training crop ``[h, w]`` at a random position (pad: 0 in the
@@ -210,7 +210,7 @@ def _data(data: Any) -> SegmentationDataConfig:
 
 
 class ConfusionEvaluator:
-    """mIoU / pixel accuracy over batches ``(images, masks, ...)`` and the logits ``(B, K, H,
+    """mIoU / pixel accuracy over batches ``{"image", "mask", ...}`` and the logits ``(B, K, H,
     W)``: ``reset`` / ``process`` / ``evaluate`` (detectron2's ``DatasetEvaluator`` shape)."""
 
     def __init__(
@@ -226,19 +226,19 @@ class ConfusionEvaluator:
     def reset(self) -> None:
         self.conf = torch.zeros(self.num_classes, self.num_classes, dtype=torch.int64)
 
-    def process(self, batch: Sequence[Any], outputs: torch.Tensor | None) -> None:
+    def process(self, batch: Mapping[str, Any], outputs: torch.Tensor | None) -> None:
         if outputs is not None:
             pred = outputs.argmax(1).cpu()
-            self.conf += confusion_matrix(pred, batch[1], self.num_classes, self.ignore_index)
+            self.conf += confusion_matrix(pred, batch["mask"], self.num_classes, self.ignore_index)
 
     def evaluate(self) -> dict[str, float]:
         return segmentation_metrics(self.conf, self.class_names)
 
 
-def _forward_images(model: nn.Module, batch: Sequence[Any]) -> torch.Tensor | None:
-    if batch[0].shape[0] == 0:
+def _forward_images(model: nn.Module, batch: Mapping[str, Any]) -> torch.Tensor | None:
+    if batch["image"].shape[0] == 0:
         return None
-    return model(batch[0].to(next(model.parameters()).device))
+    return model(batch["image"].to(next(model.parameters()).device))
 
 
 def _stride(model: nn.Module) -> int:
@@ -261,10 +261,10 @@ def forward_padded(model: nn.Module, volumes: torch.Tensor) -> torch.Tensor:
     return logits[(slice(None), slice(None), *(slice(0, n) for n in size))]
 
 
-def _forward_volumes(model: nn.Module, batch: Sequence[Any]) -> torch.Tensor | None:
-    if batch[0].shape[0] == 0:
+def _forward_volumes(model: nn.Module, batch: Mapping[str, Any]) -> torch.Tensor | None:
+    if batch["image"].shape[0] == 0:
         return None
-    return forward_padded(model, batch[0].to(next(model.parameters()).device))
+    return forward_padded(model, batch["image"].to(next(model.parameters()).device))
 
 
 class SegmentationTask:
@@ -272,7 +272,7 @@ class SegmentationTask:
 
     Selected by ``task: segmentation``; ``data`` holds ``root`` (``root/<split>/{images,masks}``)
     and optionally ``ignore_index``, ``mean``, ``std``, or with ``kind: volume`` 3D volumes
-    (``patch``, ``flip``, ``label_map``, ``modalities``: :mod:`nlnet.data.volumes`; a 3D U-Net
+    (``patch``, ``flip``, ``label_map``, ``modalities``: :mod:`nlnet.data.segmentation.volumes`; a 3D U-Net
     trains on random patches and is tested on whole volumes, padded to a multiple of its
     stride); ``model.num_classes`` is the number of pixel classes (a folder of masks does not
     say it).  Built by :meth:`from_config` from the
@@ -313,7 +313,7 @@ class SegmentationTask:
             list(class_names) if class_names else [str(i) for i in range(num_classes)]
         )
         if not class_names and self.data.layout == "cityscapes" and num_classes == 19:
-            from nlnet.data.cityscapes import CITYSCAPES_CLASSES
+            from nlnet.data.segmentation.cityscapes import CITYSCAPES_CLASSES
 
             self.class_names = list(CITYSCAPES_CLASSES)
         self.ignore_index = self.data.ignore_index
@@ -384,22 +384,26 @@ class SegmentationTask:
     def num_classes(self, dataset: Any) -> int | None:
         return self.classes
 
-    def collate(self, batch: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """``(images, masks, index)`` of the usable items, plus how many were dropped (volumes
-        padded to the batch's largest, :func:`~nlnet.data.volumes.collate_volumes`)."""
+    def collate(self, batch: Sequence[Any]) -> dict[str, Any]:
+        """``{"image", "mask", "index"}`` of the usable items and ``"skipped"``, how many were
+        dropped (volumes padded to the batch's largest,
+        :func:`~nlnet.data.segmentation.volumes.collate_volumes`)."""
         if self.data.kind == "volume":
-            return (*collate_volumes(batch, self.ignore_index), sum(i is None for i in batch))
-        return (*collate_segmentation(batch), sum(item is None for item in batch))
+            images, masks, index = collate_volumes(batch, self.ignore_index)
+        else:
+            images, masks, index = collate_segmentation(batch)
+        skipped = sum(item is None for item in batch)
+        return {"image": images, "mask": masks, "index": index, "skipped": skipped}
 
     @staticmethod
-    def skipped(batch: Any) -> int:
-        return int(batch[3]) if len(batch) > 3 else 0
+    def skipped(batch: Mapping[str, Any]) -> int:
+        return int(batch.get("skipped", 0))
 
     def loss(
-        self, model: nn.Module, batch: Sequence[Any], device: torch.device | None = None
+        self, model: nn.Module, batch: Mapping[str, Any], device: torch.device | None = None
     ) -> tuple[torch.Tensor | None, int]:
-        """Mean per-pixel cross-entropy of a batch ``(images, masks, index[, dropped])``."""
-        images, masks = batch[0], batch[1]
+        """Mean per-pixel cross-entropy of a batch ``{"image", "mask", ...}``."""
+        images, masks = batch["image"], batch["mask"]
         if images.shape[0] == 0:
             return None, 0
         device = device or next(model.parameters()).device

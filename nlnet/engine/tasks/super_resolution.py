@@ -136,7 +136,7 @@ class SuperResolutionTask:
         return cls(data=cfg.data, upscale=dict(cfg.model.overrides).get("upscale", default))
 
     def _photos(self, split: str) -> list:
-        from nlnet.data.super_resolution import builtin_photos, folder_photos
+        from nlnet.data.super_resolution.dataset import builtin_photos, folder_photos
 
         try:
             if self.data.source == "builtin":
@@ -147,7 +147,7 @@ class SuperResolutionTask:
 
     def build_dataset(self, split: str, mode: str = "train") -> Dataset:
         """Training patches (``mode="train"``) or test tiles of ``split``."""
-        from nlnet.data.super_resolution import SRImages, SRPatches
+        from nlnet.data.super_resolution.dataset import SRImages, SRPatches
 
         photos, d = self._photos(split), self.data
         try:
@@ -163,9 +163,14 @@ class SuperResolutionTask:
         return 3  # output channels (RGB): the models' num_classes
 
     @staticmethod
-    def collate(items: list[Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        lr, hr, index = zip(*items)
-        return torch.stack(lr), torch.stack(hr), torch.tensor(index)
+    def collate(items: list[dict[str, Any]]) -> dict[str, Any]:
+        """``{"lr", "hr", "index", "skipped"}`` from ``{"lr", "hr", "index"}`` items."""
+        return {
+            "lr": torch.stack([it["lr"] for it in items]),
+            "hr": torch.stack([it["hr"] for it in items]),
+            "index": torch.tensor([it["index"] for it in items]),
+            "skipped": 0,
+        }
 
     @staticmethod
     def skipped(batch: Any) -> int:
@@ -175,7 +180,7 @@ class SuperResolutionTask:
         self, model: nn.Module, batch: Any, device: torch.device
     ) -> tuple[torch.Tensor | None, int]:
         """L1 between the model's output and the high-resolution target."""
-        lr, hr = batch[0], batch[1]
+        lr, hr = batch["lr"], batch["hr"]
         if lr.shape[0] == 0:
             return None, 0
         sr = model(lr.to(device, non_blocking=True))
@@ -193,7 +198,8 @@ class SuperResolutionTask:
         rows = []
         try:
             for i in range(len(dataset)):
-                lr, hr, _ = dataset[i]
+                item = dataset[i]
+                lr, hr = item["lr"], item["hr"]
                 sr = model(lr[None].to(device)).float().cpu()[0]
                 bic = F.interpolate(lr[None], scale_factor=self.upscale, mode="bicubic",
                                     align_corners=False)[0]  # fmt: skip

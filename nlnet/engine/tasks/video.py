@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from nlnet.data.config import Preprocessing, VideoDataConfig
+from nlnet.data.video.config import Preprocessing, VideoDataConfig
 from nlnet.engine.config_schema import EvalConfig
 from nlnet.engine.config_tools import AugmentConfig
 from nlnet.engine.errors import DataError
@@ -76,7 +76,7 @@ class VideoClassificationTask:
     Built by :meth:`from_config` from the config's sections, or directly from them:
 
     Args:
-        data: the ``data`` section (:class:`~nlnet.data.config.VideoDataConfig`, or a mapping
+        data: the ``data`` section (:class:`~nlnet.data.video.config.VideoDataConfig`, or a mapping
             of its keys).
         evaluation: the ``eval`` section: ``clips`` x ``crops`` test views (Section 4.1),
             ``batch_size`` and ``workers`` of the test loader.
@@ -101,7 +101,7 @@ class VideoClassificationTask:
         num_classes: int | None = None,
         class_names: Sequence[str] | None = None,
     ) -> None:
-        from nlnet.data.datasets import collate_skip_bad
+        from nlnet.data.video.builder import collate_skip_bad
 
         self.data = VideoDataConfig.from_mapping(data)
         self.evaluation = evaluation if evaluation is not None else EvalConfig()
@@ -142,7 +142,7 @@ class VideoClassificationTask:
     def build_dataset(self, split: str, mode: str) -> Dataset:
         """``build_dataset(data, split, mode)`` with the ``eval`` section's clips and crops; a
         split without one usable video is a :class:`DataError` naming the cause."""
-        from nlnet.data.datasets import build_dataset
+        from nlnet.data.video.builder import build_dataset
 
         ev = self.evaluation
         try:
@@ -208,7 +208,7 @@ class VideoClassificationTask:
 
     def metadata(self, dataset: Any) -> dict[str, Any]:
         """Class names (``class_names``, else the dataset's; dropped unless one per class)
-        and the test-time preprocessing (:class:`~nlnet.data.config.Preprocessing` of the
+        and the test-time preprocessing (:class:`~nlnet.data.video.config.Preprocessing` of the
         data section)."""
         names = self.class_names or getattr(dataset, "classes", None)
         if names is not None and len(names) != self.classes:

@@ -15,14 +15,14 @@ and the scores are gathered before the metrics are computed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from nlnet.data.datasets import collate_skip_bad  # the data package defines the batch format
+from nlnet.data.video.builder import collate_skip_bad  # the data package defines the batch format
 from nlnet.engine import distributed as du
 from nlnet.engine.evaluation import inference_on_dataset
 from nlnet.engine.metrics import VideoScoreAggregator
@@ -42,19 +42,17 @@ def scores_from_logits(logits: torch.Tensor, multi_label: bool) -> torch.Tensor:
     return torch.sigmoid(logits) if multi_label else torch.softmax(logits, dim=1)
 
 
-def unpack_batch(batch: Any) -> tuple[torch.Tensor | None, Any, Any, int]:
-    """``(clip, target, index, skipped)`` from a collated batch (dict or tuple)."""
+def unpack_batch(batch: Mapping[str, Any] | None) -> tuple[torch.Tensor | None, Any, Any, int]:
+    """``(clip, target, index, skipped)`` from a collated batch, the dict of
+    :func:`nlnet.data.video.batches.collate_skip_bad`."""
     if batch is None:
         return None, None, None, 0
-    if isinstance(batch, dict):
-        return (
-            batch.get("clip"),
-            batch.get("target"),
-            batch.get("index"),
-            int(batch.get("skipped", 0) or 0),
-        )
-    clip, target, index = batch[:3]
-    return clip, target, index, 0
+    return (
+        batch.get("clip"),
+        batch.get("target"),
+        batch.get("index"),
+        int(batch.get("skipped", 0) or 0),
+    )
 
 
 class ClipScoreEvaluator:
@@ -131,7 +129,7 @@ def run_evaluation(
 
     Args:
         model: the network (eval mode during the pass, its mode restored).
-        loader: batches of ``nlnet.data.collate_skip_bad`` or ``(clip, target, index)``.
+        loader: batches of ``nlnet.data.collate_skip_bad`` (dicts).
         device: where the model lives.
         multi_label: sigmoid scores and mAP instead of softmax and top-k.
         amp: ``none`` | ``bf16`` | ``fp16``.

@@ -197,7 +197,7 @@ class MultigridHook(HookBase):
     name = "multigrid"
 
     def __init__(self, cfg: Any) -> None:
-        from nlnet.data.config import VideoDataConfig
+        from nlnet.data.video.config import VideoDataConfig
 
         m, d = cfg.multigrid, cfg.data
         d = d if isinstance(d, VideoDataConfig) else VideoDataConfig(**d)

@@ -5,16 +5,17 @@ video, Section 4.1 sampling and augmentation) and Charades (Section 5.2: multi-l
 classes, a per-category sigmoid); testing averages softmax scores of 10 clips per video.
 
 Where the parts live: the dataset composed from a clip sampler, a decoder, a transform and a
-bad-video policy is :class:`nlnet.data.clip_dataset.VideoClipDataset`; the layouts below are in
-:mod:`nlnet.data.layouts`, list and class-index parsing in :mod:`nlnet.data.lists`, the frame-count
-index in :mod:`nlnet.data.frame_index`, items and batches in :mod:`nlnet.data.items`. This module
+bad-video policy is :class:`nlnet.data.video.dataset.VideoClipDataset`; the layouts below are in
+:mod:`nlnet.data.video.layouts`, list and class-index parsing in :mod:`nlnet.data.video.lists`, the frame-count
+index in :mod:`nlnet.data.video_io.frame_index`, items and batches in :mod:`nlnet.data.video.batches`. This module
 holds the config keys and the builder (:func:`build_dataset`), and re-exports the names.
 
 Three layouts are read:
 
 * :class:`VideoFolderDataset` -- class per folder, Kinetics style: ``root/<split>/<class>/*.mp4``.
-  Class names are the sorted folder names (the union over all split folders, so that train and
-  val share one numbering); class id = position in that list.
+  Class names are the sorted class folders of the training splits (``train*``, so that train and
+  val share one numbering; a class folder only a val/test split has is refused, naming the folder
+  and the split); class id = position in that list.
 * :class:`VideoListDataset` -- annotation lists, UCF101/HMDB style: one ``path label`` per line,
   ``path`` relative to ``root``; ``label`` is a class id or a class name. The ``path``-only form
   (UCF101 ``testlist01.txt``) takes the label from the name of the file's parent folder, which
@@ -30,13 +31,14 @@ clothes``). The ``id name`` form is recognised when every first token is an inte
 letters-then-digits code; labels in the lists may then use those ids; class positions follow the
 file's order.
 
-Items. In ``mode="train"`` item ``i`` is one random clip of video ``i``. In ``mode="test"`` every
-video contributes ``test_clips * test_crops`` items (clip ``k``, crop ``c`` is item
-``i = (video * test_clips + k) * test_crops + c``), each evaluated on its own, so that the
-evaluator averages the softmax scores per video (Section 4.1). An item is a :class:`ClipItem`,
-a 3-tuple ``(clip, target, index)``: ``clip`` float ``(C, T, H, W)`` normalised, ``target`` an
-int (single-label) or a float multi-hot ``(num_classes,)`` tensor, ``index`` the video index; its
-attribute ``clip_index`` is the view number ``k * test_crops + c`` (0 in training).
+Items. In training (:class:`RandomClipSampler`) item ``i`` is one random clip of video ``i``. In
+testing (:class:`UniformClipSampler`) every video contributes ``test_clips * test_crops`` items
+(clip ``k``, crop ``c`` is item ``i = (video * test_clips + k) * test_crops + c``), each
+evaluated on its own, so that the evaluator averages the softmax scores per video (Section 4.1).
+An item is a dict ``{"clip", "target", "index", "clip_index"}``: ``clip`` float
+``(C, T, H, W)`` normalised, ``target`` an int (single-label) or a float multi-hot
+``(num_classes,)`` tensor, ``index`` the video index, ``clip_index`` the view number
+``k * test_crops + c`` (0 in training).
 
 Bad videos. A video that cannot be opened or decoded, or that has fewer than ``min_frames``
 frames (default: one clip's length ``num_frames``), is *bad*: a :class:`BadVideoWarning` naming
@@ -45,7 +47,7 @@ drops the ``None`` items and reports how many it dropped, so a run never stops o
 the epoch summary can count them.
 
 Frame-count index. The number of frames of every video is probed once (packet headers only, see
-:mod:`nlnet.data.video`) when a dataset is created, kept in memory for the whole process and
+:mod:`nlnet.data.video_io.backends`) when a dataset is created, kept in memory for the whole process and
 stored in a JSON file, by default ``<root or annotation folder>/.nlnet_index.json`` (when that
 folder is read-only: ``$NLNET_CACHE/index/`` or ``~/.cache/nlnet/index/``). An entry is
 keyed by the absolute path and is reused while the file's size and modification time are
@@ -57,7 +59,7 @@ generator (per data-loader worker, as usual). With an integer ``seed`` the rando
 ``(seed, e, i)``: they do not depend on the number of workers or processes and replay exactly
 when a run is resumed.
 
-``build_dataset(cfg, split)`` takes a :class:`~nlnet.data.config.VideoDataConfig` (the keys, their
+``build_dataset(cfg, split)`` takes a :class:`~nlnet.data.video.config.VideoDataConfig` (the keys, their
 defaults and meaning are documented there, in one place); test-time clips and crops are its
 ``clips``/``crops`` arguments (``eval.clips``/``eval.crops`` of the engine config).
 """
@@ -68,33 +70,38 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nlnet.data.clip_dataset import VideoClipDataset
-from nlnet.data.config import DATA_TYPES, VideoDataConfig
-from nlnet.data.frame_index import (
-    build_frame_index,
-    clear_memory_index,
-    index_file_for,
-)
-from nlnet.data.items import BadVideoWarning, ClipItem, collate_skip_bad
-from nlnet.data.layouts import (
+from nlnet.data.video.batches import BadVideoWarning, collate_skip_bad
+from nlnet.data.video.config import DATA_TYPES, VideoDataConfig
+from nlnet.data.video.dataset import ClipTransform, VideoClipDataset
+from nlnet.data.video.layouts import (
     MultiLabelVideoDataset,
     VideoFolderDataset,
     VideoListDataset,
 )
-from nlnet.data.lists import (
+from nlnet.data.video.lists import (
     annotation_file,
     infer_num_classes,
     read_class_index,
 )
+from nlnet.data.video.policy import BadVideoPolicy
+from nlnet.data.video.sampling import ClipSampler, RandomClipSampler, UniformClipSampler
+from nlnet.data.video.transforms import TestTransform, TrainTransform
+from nlnet.data.video_io.clip_cache import build_clip_cache
+from nlnet.data.video_io.decoder import ClipDecoder
+from nlnet.data.video_io.frame_index import (
+    build_frame_index,
+    clear_memory_index,
+    index_file_for,
+)
 
 __all__ = [
     "BadVideoWarning",
-    "ClipItem",
     "VideoClipDataset",
     "VideoFolderDataset",
     "VideoListDataset",
     "MultiLabelVideoDataset",
     "build_dataset",
+    "build_parts",
     "collate_skip_bad",
     "read_class_index",
     "build_frame_index",
@@ -106,30 +113,38 @@ __all__ = [
 # datasets
 
 
-def _clip_options(c: VideoDataConfig, mode: str, clips: int, crops: int) -> dict[str, Any]:
-    """The :class:`VideoClipDataset` keyword arguments that come from the data config."""
+def build_parts(
+    cfg: VideoDataConfig | Mapping[str, Any], training: bool, *, clips: int = 10, crops: int = 1
+) -> dict[str, Any]:
+    """The parts of a :class:`VideoClipDataset` made from a data config (Section 4.1).
+
+    Args:
+        cfg: the data config (a plain dict is read into one).
+        training: a random clip and a random crop per video (:class:`RandomClipSampler`,
+            :class:`TrainTransform`); else ``clips`` evenly spaced clips of ``crops`` views each
+            (:class:`UniformClipSampler`, :class:`TestTransform`).
+        clips: clips per video in testing (``eval.clips``; Section 4.1: 10).
+        crops: spatial views per clip in testing (``eval.crops``: 1 or 3).
+
+    Returns:
+        ``{"sampler", "decoder", "transform", "policy", "seed"}``, the keyword arguments of
+        :class:`VideoClipDataset` (and of the layouts).
+    """
+    c = VideoDataConfig.from_mapping(cfg)
+    cache = build_clip_cache(c.clip_cache, max_mb=c.clip_cache_mb, directory=c.clip_cache_dir)
+    if training:
+        sampler: ClipSampler = RandomClipSampler(c.num_frames, c.stride)
+        transform = TrainTransform(c.train_scale, c.crop, flip=c.flip,
+                                   output_size=c.train_output_size, mean=c.mean, std=c.std)  # fmt: skip
+    else:
+        sampler = UniformClipSampler(c.num_frames, c.stride, clips)
+        transform = TestTransform(c.test_scale, c.test_crop, crops, mean=c.mean, std=c.std)
     return {
-        "mode": mode,
-        "num_frames": c.num_frames,
-        "stride": c.stride,
-        "train_scale": c.train_scale,
-        "crop": c.crop,
-        "train_output_size": c.train_output_size,
-        "flip": c.flip,
-        "test_scale": c.test_scale,
-        "test_crop": c.test_crop,
-        "test_clips": clips,
-        "test_crops": crops,
-        "mean": c.mean,
-        "std": c.std,
-        "backend": c.backend,
-        "min_frames": c.min_frames,
+        "sampler": sampler,
+        "decoder": ClipDecoder(c.backend, c.decode_threads, cache, c.index_workers),
+        "transform": ClipTransform(transform),
+        "policy": BadVideoPolicy(c.min_frames),
         "seed": c.seed,
-        "decode_threads": c.decode_threads,
-        "index_workers": c.index_workers,
-        "clip_cache": c.clip_cache,
-        "clip_cache_mb": c.clip_cache_mb,
-        "clip_cache_dir": c.clip_cache_dir,
     }
 
 
@@ -141,7 +156,7 @@ def build_dataset(
     clips: int = 10,
     crops: int = 1,
 ) -> VideoClipDataset:
-    """Builds the dataset of a split from a :class:`~nlnet.data.config.VideoDataConfig`.
+    """Builds the dataset of a split from a :class:`~nlnet.data.video.config.VideoDataConfig`.
 
     Args:
         cfg: the data config (a plain dict is read into one: unknown keys are an error).
@@ -159,7 +174,9 @@ def build_dataset(
         raise ValueError(f"data.type: required, one of {', '.join(DATA_TYPES)}")
     if mode is None:
         mode = "train" if split.startswith("train") else "test"
-    common = _clip_options(c, mode, clips, crops)
+    if mode not in ("train", "test"):
+        raise ValueError(f"mode: expected 'train' or 'test', got {mode!r}")
+    common = build_parts(c, mode == "train", clips=clips, crops=crops)
     if c.type == "folder":
         if c.root is None:
             raise ValueError("data.root: required for type='folder'")

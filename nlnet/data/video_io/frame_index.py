@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from nlnet.data.video import VideoDecodeError, probe_video, resolve_backend
+from nlnet.data.video_io.backends import VideoDecodeError, probe_video, resolve_backend
 
 __all__ = ["INDEX_FILE_NAME", "build_frame_index", "clear_memory_index", "index_file_for"]
 

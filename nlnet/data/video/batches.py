@@ -1,53 +1,29 @@
-"""Dataset items and batches of the video datasets: :class:`ClipItem`, :func:`collate_skip_bad`.
+"""Batches of the video datasets: :func:`collate_skip_bad`, and :class:`BadVideoWarning`.
 
-An item is a :class:`ClipItem`, the ``NamedTuple`` ``(clip, target, index)`` that also carries
-``clip_index``, the view number within the video; a video that cannot be used yields ``None`` and
-:func:`collate_skip_bad` drops it, counting it in the batch's ``skipped``.
+An item is a dict ``{"clip", "target", "index", "clip_index"}`` (``clip_index``: the view number
+within the video); a video that cannot be used yields ``None`` and :func:`collate_skip_bad` drops
+it, counting it in the batch's ``skipped``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
-__all__ = ["BadVideoWarning", "ClipItem", "collate_skip_bad"]
+__all__ = ["BadVideoWarning", "collate_skip_bad"]
 
 
 class BadVideoWarning(UserWarning):
     """A video was skipped: corrupt, unreadable or too short."""
 
 
-class _Item(NamedTuple):
-    clip: torch.Tensor
-    target: Any
-    index: int
-
-
-class ClipItem(_Item):
-    """A dataset item, the ``NamedTuple`` ``(clip, target, index)``, with an extra ``clip_index``.
-
-    ``clip`` is float ``(C, T, H, W)``, ``target`` an int or a multi-hot float ``(num_classes,)``,
-    ``index`` the video; ``clip_index`` is the view within the video (``clip * test_crops + crop``
-    in test mode, 0 in training). It unpacks as the 3-tuple.
-    """
-
-    def __new__(cls, clip: torch.Tensor, target: Any, index: int, clip_index: int = 0):
-        item = super().__new__(cls, clip, target, index)
-        item.clip_index = int(clip_index)
-        return item
-
-    def __getnewargs__(self):  # pickling across data-loader workers
-        return (*self, self.clip_index)
-
-
-def collate_skip_bad(batch: Sequence[ClipItem | tuple | None]) -> dict[str, Any]:
+def collate_skip_bad(batch: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
     """Collates dataset items, dropping the ``None`` items of bad videos.
 
     Args:
-        batch: items ``(clip, target, index)`` (with ``clip_index`` when they are
-            :class:`ClipItem`) or ``None``.
+        batch: items ``{"clip", "target", "index"[, "clip_index"]}`` or ``None``.
 
     Returns:
         A dict with
@@ -69,21 +45,21 @@ def collate_skip_bad(batch: Sequence[ClipItem | tuple | None]) -> dict[str, Any]
         empty = torch.zeros(0, dtype=torch.long)
         return {"clip": None, "target": None, "index": empty, "clip_index": empty.clone(),
                 "skipped": skipped}  # fmt: skip
-    shapes = {tuple(b[0].shape) for b in good}
+    shapes = {tuple(b["clip"].shape) for b in good}
     if len(shapes) > 1:
         raise ValueError(
             f"clips in a batch have different shapes {sorted(shapes)}; for full-frame "
             "(fully-convolutional) testing of videos with different sizes use batch_size=1, "
             "or set test_crop to crop a fixed size"
         )
-    clips = torch.stack([b[0] for b in good])  # (B, C, T, H, W)
-    targets = [b[1] for b in good]
+    clips = torch.stack([b["clip"] for b in good])  # (B, C, T, H, W)
+    targets = [b["target"] for b in good]
     if isinstance(targets[0], torch.Tensor):
         target = torch.stack([torch.as_tensor(t) for t in targets]).float()  # (B, num_classes)
     else:
         target = torch.as_tensor([int(t) for t in targets], dtype=torch.long)  # (B,)
-    index = torch.as_tensor([int(b[2]) for b in good], dtype=torch.long)
-    clip_index = torch.as_tensor([getattr(b, "clip_index", 0) for b in good], dtype=torch.long)
+    index = torch.as_tensor([int(b["index"]) for b in good], dtype=torch.long)
+    clip_index = torch.as_tensor([int(b.get("clip_index", 0)) for b in good], dtype=torch.long)
     return {
         "clip": clips,
         "target": target,

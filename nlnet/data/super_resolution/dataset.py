@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -138,7 +139,9 @@ class SRPatches(Dataset):
     def __len__(self) -> int:
         return self.num_patches
 
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, int]:
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """``{"lr", "hr", "index"}``: a random low-resolution patch, its high-resolution
+        original and ``index``."""
         img = self.photos[int(torch.randint(len(self.photos), ()))]
         y = int(torch.randint(img.shape[1] - self.hp + 1, ()))
         x = int(torch.randint(img.shape[2] - self.hp + 1, ()))
@@ -147,7 +150,7 @@ class SRPatches(Dataset):
             hr = torch.rot90(hr, int(torch.randint(4, ())), (1, 2))
             if bool(torch.randint(2, ())):
                 hr = hr.flip(2)
-        return bicubic_downsample(hr, self.scale), hr.contiguous(), index
+        return {"lr": bicubic_downsample(hr, self.scale), "hr": hr.contiguous(), "index": index}
 
 
 class SRImages(Dataset):
@@ -182,6 +185,7 @@ class SRImages(Dataset):
     def __len__(self) -> int:
         return len(self.items)
 
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor, int]:
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """``{"lr", "hr", "index"}`` of tile ``index``."""
         hr = self.items[index]
-        return bicubic_downsample(hr, self.scale), hr, index
+        return {"lr": bicubic_downsample(hr, self.scale), "hr": hr, "index": index}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nlnet.data.segmentation import SegmentationFolder, check_labels
+from nlnet.data.segmentation.images import SegmentationFolder, check_labels
 
 __all__ = [
     "CITYSCAPES_CLASSES",

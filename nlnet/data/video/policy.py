@@ -2,8 +2,8 @@
 
 A video is bad when its frame count could not be read, when it is shorter than ``min_frames``, or
 when decoding one of its clips fails later. A bad video's items are ``None`` (dropped and counted
-by :func:`nlnet.data.items.collate_skip_bad`); the file is named in one
-:class:`nlnet.data.items.BadVideoWarning` per process, and :meth:`BadVideoPolicy.unusable_reason`
+by :func:`nlnet.data.video.batches.collate_skip_bad`); the file is named in one
+:class:`nlnet.data.video.batches.BadVideoWarning` per process, and :meth:`BadVideoPolicy.unusable_reason`
 names the common cause when no video is left, so that training stops before it starts.
 """
 
@@ -13,8 +13,8 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from nlnet.data.items import BadVideoWarning
-from nlnet.data.sampling import is_too_short
+from nlnet.data.video.batches import BadVideoWarning
+from nlnet.data.video.sampling import is_too_short
 
 __all__ = ["BadVideoPolicy"]
 
@@ -22,26 +22,43 @@ __all__ = ["BadVideoPolicy"]
 class BadVideoPolicy:
     """Which videos are bad and why, from the frame-count index and later decode failures.
 
+    Built unbound (the settings: ``min_frames``) and handed to a dataset, which binds it to its
+    videos (:meth:`bind`).
+
     Args:
-        videos: the dataset's video paths.
-        index: per video, ``{"num_frames", "fps", "error"}`` (:func:`build_frame_index`).
-        min_frames: videos with fewer frames are bad.
+        min_frames: videos with fewer frames are bad (None: one clip's length, given to
+            :meth:`bind`).
     """
 
-    def __init__(self, videos: Sequence[str], index: Sequence[dict[str, Any]], min_frames: int):
-        self.videos = list(videos)
-        self.min_frames = int(min_frames)
+    def __init__(self, min_frames: int | None = None) -> None:
+        self.min_frames = None if min_frames is None else int(min_frames)
+        self.videos: list[str] = []
         self.bad: dict[int, str] = {}
         self._warned: set[str] = set()
+
+    def bind(
+        self, videos: Sequence[str], index: Sequence[dict[str, Any]], clip_len: int
+    ) -> BadVideoPolicy:
+        """A policy for ``videos`` (warns naming each bad one).
+
+        Args:
+            videos: the dataset's video paths.
+            index: per video, ``{"num_frames", "fps", "error"}`` (:func:`build_frame_index`).
+            clip_len: the clip length, the default ``min_frames``.
+        """
+        min_frames = clip_len if self.min_frames is None else self.min_frames
+        bound = BadVideoPolicy(min_frames)
+        bound.videos = list(videos)
         for v, e in enumerate(index):
             if e.get("error"):
-                self.bad[v] = str(e["error"])
-            elif is_too_short(int(e["num_frames"]), self.min_frames):
-                self.bad[v] = f"too short: {int(e['num_frames'])} frames < min_frames={min_frames}"
+                bound.bad[v] = str(e["error"])
+            elif is_too_short(int(e["num_frames"]), min_frames):
+                bound.bad[v] = f"too short: {int(e['num_frames'])} frames < min_frames={min_frames}"
         # warn here, in the main process, so that data-loader workers (copies of this object)
         # do not warn again about the files already known to be bad
-        for v, reason in sorted(self.bad.items()):
-            self.mark(v, reason)
+        for v, reason in sorted(bound.bad.items()):
+            bound.mark(v, reason)
+        return bound
 
     def is_bad(self, video: int) -> bool:
         """Whether ``video`` is bad (warns once per file, in every process that asks)."""

@@ -1,7 +1,7 @@
 """Dataset layouts: class folders (Kinetics) and annotation lists (UCF101/HMDB51, Charades).
 
-Each is a :class:`nlnet.data.clip_dataset.VideoClipDataset` whose videos and targets come from
-the layout; the formats are described in :mod:`nlnet.data.datasets` and :mod:`nlnet.data.lists`.
+Each is a :class:`nlnet.data.video.dataset.VideoClipDataset` whose videos and targets come from
+the layout; the formats are described in :mod:`nlnet.data.video.builder` and :mod:`nlnet.data.video.lists`.
 """
 
 from __future__ import annotations
@@ -11,17 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nlnet.data.clip_dataset import VideoClipDataset
-from nlnet.data.config import VIDEO_EXTENSIONS
-from nlnet.data.frame_index import index_file_for
-from nlnet.data.lists import max_label, parse_list, read_class_index
+from nlnet.data.class_folders import split_classes, visible_dirs
+from nlnet.data.video.config import VIDEO_EXTENSIONS
+from nlnet.data.video.dataset import VideoClipDataset
+from nlnet.data.video.lists import max_label, parse_list, read_class_index
+from nlnet.data.video_io.frame_index import index_file_for
 
 __all__ = ["VIDEO_EXTENSIONS", "MultiLabelVideoDataset", "VideoFolderDataset", "VideoListDataset"]
-
-
-def _visible_dirs(folder: Path) -> list[Path]:
-    """Sub-folders of ``folder`` not starting with a dot, sorted by name."""
-    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
 class VideoFolderDataset(VideoClipDataset):
@@ -31,11 +27,14 @@ class VideoFolderDataset(VideoClipDataset):
         root: dataset root.
         split: sub-folder of ``root`` (e.g. ``"train"``, ``"val"``); None when ``root`` itself
             holds the class folders.
-        classes: class names or a class-index file; default: sorted folder names, the union over
-            all split folders of ``root`` so that every split numbers classes the same way.
+        classes: class names or a class-index file; default: the sorted class folders of the
+            training splits (:func:`nlnet.data.class_folders.split_classes`), so that every split
+            numbers classes the same way; a class folder of ``split`` no training split has is
+            refused (``ValueError`` naming the folder and the split).
         extensions: video file extensions (case-insensitive).
         cache: True (JSON index in ``root``), False (memory only) or a JSON path.
-        **kwargs: see :class:`VideoClipDataset`.
+        **parts: the parts and settings of :class:`VideoClipDataset` (``sampler``, ``decoder``,
+            ``transform``, ``policy``, ``seed``; :func:`nlnet.data.video.builder.build_parts`).
     """
 
     def __init__(
@@ -46,7 +45,7 @@ class VideoFolderDataset(VideoClipDataset):
         classes: str | os.PathLike | Sequence[str] | None = None,
         extensions: Sequence[str] = VIDEO_EXTENSIONS,
         cache: bool | str | os.PathLike | None = True,
-        **kwargs: Any,
+        **parts: Any,
     ) -> None:
         root = Path(root)
         split_dir = root if split is None else root / split
@@ -54,16 +53,18 @@ class VideoFolderDataset(VideoClipDataset):
             raise ValueError(f"root: folder {str(split_dir)!r} does not exist")
         exts = tuple(e.lower() for e in extensions)
         if classes is None:
-            dirs = [split_dir] if split is None else _visible_dirs(root)
-            names = sorted({c.name for d in dirs for c in _visible_dirs(d)})
-            if not names:
-                raise ValueError(f"root: no class folders in {str(split_dir)!r}")
+            if split is None:
+                names = [c.name for c in visible_dirs(split_dir)]
+                if not names:
+                    raise ValueError(f"root: no class folders in {str(split_dir)!r}")
+            else:
+                names = split_classes(root, split)
             token_to_pos = {n: k for k, n in enumerate(names)}
         else:
             names, token_to_pos = read_class_index(classes)
         videos: list[str] = []
         targets: list[int] = []
-        for class_dir in _visible_dirs(split_dir):
+        for class_dir in visible_dirs(split_dir):
             if class_dir.name not in token_to_pos:
                 raise ValueError(f"classes: folder {class_dir.name!r} is not in the class index")
             files = sorted(
@@ -75,7 +76,7 @@ class VideoFolderDataset(VideoClipDataset):
             raise ValueError(f"root: no videos with extensions {exts} under {str(split_dir)!r}")
         self.root = root
         self.split = split
-        super().__init__(videos, targets, names, cache_file=index_file_for(root, cache), **kwargs)
+        super().__init__(videos, targets, names, index_file=index_file_for(root, cache), **parts)
 
 
 class VideoListDataset(VideoClipDataset):
@@ -88,7 +89,8 @@ class VideoListDataset(VideoClipDataset):
         classes: class names or a class-index file (see the module docstring).
         num_classes: number of classes when there is no class index (default: largest label + 1).
         cache: True (JSON index next to the list file), False (memory only) or a JSON path.
-        **kwargs: see :class:`VideoClipDataset`.
+        **parts: the parts and settings of :class:`VideoClipDataset` (``sampler``, ``decoder``,
+            ``transform``, ``policy``, ``seed``; :func:`nlnet.data.video.builder.build_parts`).
     """
 
     _multilabel = False
@@ -101,7 +103,7 @@ class VideoListDataset(VideoClipDataset):
         classes: str | os.PathLike | Sequence[str] | None = None,
         num_classes: int | None = None,
         cache: bool | str | os.PathLike | None = True,
-        **kwargs: Any,
+        **parts: Any,
     ) -> None:
         annotations = Path(annotations)
         root_path = annotations.parent if root is None else Path(root)
@@ -126,8 +128,8 @@ class VideoListDataset(VideoClipDataset):
             targets,
             names,
             multilabel=self._multilabel,
-            cache_file=index_file_for(annotations.parent, cache),
-            **kwargs,
+            index_file=index_file_for(annotations.parent, cache),
+            **parts,
         )
 
 

@@ -1,6 +1,6 @@
 """Class indices and annotation lists of the video datasets (parsing only, no decoding).
 
-Formats (the module docstring of :mod:`nlnet.data.datasets` lists the config keys): a class index
+Formats (the module docstring of :mod:`nlnet.data.video.builder` lists the config keys): a class index
 is a list of names, a ``.json`` file (a list or ``{name: id}``) or a text file with ``name`` or
 ``id name`` per line; an annotation list has ``path label`` (single-label), ``path`` (class = parent
 folder) or ``path l1 l2,l3`` (multi-label) per line, ``#`` starting a comment.

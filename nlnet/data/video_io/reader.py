@@ -1,4 +1,4 @@
-"""The common interface of the video decoding backends (:mod:`nlnet.data.video`).
+"""The common interface of the video decoding backends (:mod:`nlnet.data.video_io.backends`).
 
 :class:`VideoReader` addresses frames by their index in presentation order and returns
 ``uint8`` ``(T, H, W, 3)`` RGB tensors; a backend implements only the decoding of a sorted list

@@ -66,7 +66,7 @@ class VideoDataConfig:
         extensions: video file extensions of the folder layout.
         decode_threads: FFmpeg threads per decoder.
         index_workers: threads probing frame counts (0: in the calling thread).
-        clip_cache: decoded-clip cache (:mod:`nlnet.data.cache`): ``None``, ``"memory"`` (per
+        clip_cache: decoded-clip cache (:mod:`nlnet.data.video_io.clip_cache`): ``None``, ``"memory"`` (per
             process) or ``"disk"`` (shared by loader workers and DDP ranks).
         clip_cache_mb: the clip cache's size bound in MiB.
         clip_cache_dir: the disk cache's folder (``None``: ``$NLNET_CACHE/clips``).
@@ -195,7 +195,7 @@ class Preprocessing:
         return cls(**kw)
 
     def clip_options(self) -> dict[str, Any]:
-        """The test-mode :class:`~nlnet.data.datasets.VideoClipDataset` keyword arguments."""
+        """The test-mode :class:`~nlnet.data.video.builder.VideoClipDataset` keyword arguments."""
         if self.num_frames is None:
             raise ValueError("preprocessing: no num_frames stored (not a video model)")
         return {

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nlnet.data.video_reader import PathLike
+from nlnet.data.video_io.reader import PathLike
 
 
 def _default_codec() -> str:

@@ -122,7 +122,7 @@ class SegmentationFolder(SkipBadItems, Dataset):
     @staticmethod
     def find_pairs(root: Path, split: str) -> tuple[list[Path], list[Path]]:
         """The image files of ``split`` and their masks, in order (a layout's one difference:
-        :class:`~nlnet.data.cityscapes.CityscapesFolder` overrides it).
+        :class:`~nlnet.data.segmentation.cityscapes.CityscapesFolder` overrides it).
 
         Raises:
             FileNotFoundError: a missing folder, no images, or an image without a mask.

@@ -1,4 +1,4 @@
-"""The PyAV decoding backend (:class:`PyAVReader`), the default of :mod:`nlnet.data.video`.
+"""The PyAV decoding backend (:class:`PyAVReader`), the default of :mod:`nlnet.data.video_io.backends`.
 
 It demultiplexes the stream once (packet headers only) to index the frames in presentation
 order, then decodes only the frames a clip needs: seek to the keyframe at or before the first
@@ -14,7 +14,7 @@ import os
 import numpy as np
 import torch
 
-from nlnet.data.video_reader import PathLike, VideoDecodeError, VideoInfo, VideoReader
+from nlnet.data.video_io.reader import PathLike, VideoDecodeError, VideoInfo, VideoReader
 
 
 class PyAVReader(VideoReader):

@@ -25,11 +25,11 @@ both can differ by a few intensity levels; they always agree on *which* frame an
 A file that cannot be opened or decoded raises :class:`VideoDecodeError`, which names the path.
 
 This module holds the backend choice, the torchcodec reader and the entry points; the reader
-interface is in :mod:`nlnet.data.video_reader`, the PyAV reader in :mod:`nlnet.data.video_pyav`
-and :func:`write_video` in :mod:`nlnet.data.video_writer` (all importable from here).
+interface is in :mod:`nlnet.data.video_io.reader`, the PyAV reader in :mod:`nlnet.data.video_io.pyav`
+and :func:`write_video` in :mod:`nlnet.data.video_io.writer` (all importable from here).
 
 Example:
-    >>> from nlnet.data.video import open_video
+    >>> from nlnet.data.video_io.backends import open_video
     >>> with open_video("clip.mp4") as reader:                       # doctest: +SKIP
     ...     frames = reader.get_frames([0, 2, 4, 6])                 # (4, H, W, 3) uint8
 """
@@ -43,15 +43,15 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from nlnet.data.video_pyav import PyAVReader
-from nlnet.data.video_reader import (
+from nlnet.data.video_io.pyav import PyAVReader
+from nlnet.data.video_io.reader import (
     PathLike,
     VideoDecodeError,
     VideoInfo,
     VideoReader,
     _as_index_list,  # noqa: F401 (re-export)
 )
-from nlnet.data.video_writer import _default_codec, write_video  # noqa: F401 (re-export)
+from nlnet.data.video_io.writer import _default_codec, write_video  # noqa: F401 (re-export)
 
 __all__ = [
     "BACKENDS",

@@ -1,6 +1,6 @@
 """3D segmentation data: folders of volumes (NumPy or NIfTI) and their voxel label masks.
 
-The layout is the 2D one of :mod:`nlnet.data.segmentation` with volumes in place of images (the
+The layout is the 2D one of :mod:`nlnet.data.segmentation.images` with volumes in place of images (the
 way MONAI and nnU-Net folders look, reduced to its essentials)::
 
     root/<split>/images/<case>.npy        float (C, D, H, W): C modalities (channels)
@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from nlnet.data.segmentation import SkipBadItems, check_labels, split_dirs
+from nlnet.data.segmentation.images import SkipBadItems, check_labels, split_dirs
 
 __all__ = [
     "VOLUME_EXTENSIONS",

@@ -1,8 +1,8 @@
 """Readers for the official Kinetics and Charades annotation files.
 
 They turn the CSV files the datasets are distributed with into the annotation lists that
-:class:`nlnet.data.datasets.VideoListDataset` (Kinetics, single label) and
-:class:`nlnet.data.datasets.MultiLabelVideoDataset` (Charades, multi-label) read, so a config
+:class:`nlnet.data.video.builder.VideoListDataset` (Kinetics, single label) and
+:class:`nlnet.data.video.builder.MultiLabelVideoDataset` (Charades, multi-label) read, so a config
 only names the written list (``data.type: list`` / ``multilabel``, ``data.annotations``,
 ``data.classes``). "Non-local Neural Networks" (Wang, Girshick, Gupta, He, CVPR 2018,
 arXiv:1711.07971) trains on Kinetics-400 (Section 5.1: train on the training set, test on the
@@ -157,7 +157,7 @@ def write_kinetics_list(
     folder: str = KINETICS_DIR,
     missing: str = "skip",
 ) -> ListReport:
-    """Write a ``path class_id`` list (:class:`~nlnet.data.datasets.VideoListDataset`).
+    """Write a ``path class_id`` list (:class:`~nlnet.data.video.builder.VideoListDataset`).
 
     Args:
         csv_path: ``kinetics_train.csv`` / ``kinetics_val.csv``.

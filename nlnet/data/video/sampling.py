@@ -25,9 +25,10 @@ __all__ = [
     "train_clip_indices",
     "test_clip_starts",
     "test_clip_indices",
-    "clip_indices",
     "is_too_short",
     "ClipSampler",
+    "RandomClipSampler",
+    "UniformClipSampler",
 ]
 
 
@@ -96,31 +97,6 @@ def test_clip_indices(
     return torch.stack([_indices_from_start(s, num_frames, clip_len, stride) for s in starts])
 
 
-def clip_indices(
-    num_frames: int,
-    clip_len: int,
-    stride: int,
-    mode: str,
-    *,
-    clip_index: int = 0,
-    num_clips: int = 10,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Indices of one clip: random in ``mode="train"``, the ``clip_index``-th test clip otherwise.
-
-    Returns:
-        ``(T,)`` long tensor.
-    """
-    if mode == "train":
-        return train_clip_indices(num_frames, clip_len, stride, generator=generator)
-    if mode != "test":
-        raise ValueError(f"mode must be 'train' or 'test', got {mode!r}")
-    if not 0 <= clip_index < num_clips:
-        raise ValueError(f"clip_index must lie in [0, {num_clips}), got {clip_index}")
-    start = test_clip_starts(num_frames, clip_len, stride, num_clips)[clip_index]
-    return _indices_from_start(start, num_frames, clip_len, stride)
-
-
 # these names start with "test_" but are not tests: keep pytest from collecting them where imported
 test_clip_starts.__test__ = False  # type: ignore[attr-defined]
 test_clip_indices.__test__ = False  # type: ignore[attr-defined]
@@ -132,36 +108,85 @@ def is_too_short(num_frames: int, min_frames: int) -> bool:
 
 
 class ClipSampler:
-    """Which frames of a video make item ``clip_index``: the paper's sampling as one part.
+    """Which frames of a video make clip ``clip_index``: the base of the sampling policies.
 
-    ``mode="train"``: one clip per video at a random position (Section 4.1: ``clip_len`` frames at
-    ``stride``); ``mode="test"``: ``num_clips`` clips spread uniformly over the video.
-    (pytorchvideo's ``ClipSampler`` plays this role in its ``LabeledVideoDataset``.)
+    pytorchvideo's ``ClipSampler`` plays this role in its ``LabeledVideoDataset``; here a policy
+    is a subclass (:class:`RandomClipSampler` for training, :class:`UniformClipSampler` for
+    testing), not a flag.
+
+    Args:
+        clip_len: clip length ``T`` (Section 4.1: 32; Section 5.1: 128).
+        stride: temporal stride ``s`` (Section 4.1: 2; Section 5.1: 1).
     """
 
-    def __init__(self, clip_len: int, stride: int, mode: str = "train", num_clips: int = 10):
-        if mode not in ("train", "test"):
-            raise ValueError(f"mode must be 'train' or 'test', got {mode!r}")
+    #: whether the frames depend on the per-item generator (a training sampler).
+    random: bool = False
+
+    def __init__(self, clip_len: int, stride: int) -> None:
         for name, value in (("num_frames", clip_len), ("stride", stride)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if isinstance(num_clips, bool) or not isinstance(num_clips, int) or num_clips < 1:
-            raise ValueError(f"test_clips must be a positive integer, got {num_clips!r}")
-        self.clip_len, self.stride, self.mode, self.num_clips = clip_len, stride, mode, num_clips
+        self.clip_len, self.stride = clip_len, stride
 
     @property
     def clips_per_video(self) -> int:
-        """1 in training, ``num_clips`` in testing."""
-        return 1 if self.mode == "train" else self.num_clips
+        """How many clips (items before spatial views) a video gives."""
+        raise NotImplementedError
 
     def __call__(
         self, video_frames: int, clip_index: int = 0, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """``(clip_len,)`` frame indices of clip ``clip_index`` of a ``video_frames``-frame video."""
-        return clip_indices(video_frames, self.clip_len, self.stride, self.mode,
-                            clip_index=clip_index, num_clips=self.num_clips,
-                            generator=generator)  # fmt: skip
+        raise NotImplementedError
 
     def __repr__(self) -> str:
-        return (f"ClipSampler({self.clip_len}x{self.stride}, mode={self.mode!r}, "
-                f"clips={self.clips_per_video})")  # fmt: skip
+        return f"{type(self).__name__}({self.clip_len}x{self.stride}, clips={self.clips_per_video})"
+
+
+class RandomClipSampler(ClipSampler):
+    """Training (Section 4.1): one clip per video from a random window of ``clip_len * stride``
+    frames, drawn from the item's generator (:func:`train_clip_indices`)."""
+
+    random = True
+
+    @property
+    def clips_per_video(self) -> int:
+        """One random clip per video."""
+        return 1
+
+    def __call__(
+        self, video_frames: int, clip_index: int = 0, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """``(clip_len,)`` frame indices of a random window (``clip_index`` is unused)."""
+        return train_clip_indices(video_frames, self.clip_len, self.stride, generator=generator)
+
+
+class UniformClipSampler(ClipSampler):
+    """Testing (Section 4.1): ``num_clips`` clips spread evenly over the whole video
+    (:func:`test_clip_starts`); deterministic, the generator is unused.
+
+    Args:
+        clip_len: clip length ``T``.
+        stride: temporal stride ``s``.
+        num_clips: clips per video (Section 4.1: 10; ``eval.clips``).
+    """
+
+    def __init__(self, clip_len: int, stride: int, num_clips: int = 10) -> None:
+        super().__init__(clip_len, stride)
+        if isinstance(num_clips, bool) or not isinstance(num_clips, int) or num_clips < 1:
+            raise ValueError(f"test_clips must be a positive integer, got {num_clips!r}")
+        self.num_clips = num_clips
+
+    @property
+    def clips_per_video(self) -> int:
+        """``num_clips`` evenly spaced clips per video."""
+        return self.num_clips
+
+    def __call__(
+        self, video_frames: int, clip_index: int = 0, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """``(clip_len,)`` frame indices of the ``clip_index``-th evenly spaced clip."""
+        if not 0 <= clip_index < self.num_clips:
+            raise ValueError(f"clip_index must lie in [0, {self.num_clips}), got {clip_index}")
+        starts = test_clip_starts(video_frames, self.clip_len, self.stride, self.num_clips)
+        return _indices_from_start(starts[clip_index], video_frames, self.clip_len, self.stride)

@@ -2,8 +2,9 @@
 the optional ``coco`` extra: ``pip install 'nlnet[coco]'``).
 
 Layout: an image folder and a COCO annotation file (``instances_*.json`` or
-``person_keypoints_*.json``). Items are ``(image, target)`` in torchvision's detection
-convention, so they feed torchvision's ``MaskRCNN`` / ``KeypointRCNN`` directly:
+``person_keypoints_*.json``). Items are dicts ``{"image", "target"}`` in torchvision's
+detection convention, so their lists feed torchvision's ``MaskRCNN`` / ``KeypointRCNN``
+directly:
 
 * ``image``: float ``(3, H, W)`` in [0, 1] (the detector normalises it itself);
 * ``target``: ``boxes`` float ``(N, 4)`` as ``x1, y1, x2, y2``; ``labels`` int64 ``(N,)`` in
@@ -148,7 +149,8 @@ class CocoDataset(Dataset):
         with Image.open(self.image_dir / info["file_name"]) as im:
             return np.asarray(im.convert("RGB"))
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """``{"image", "target"}`` of image ``index`` (see the module docstring)."""
         image_id = self.ids[index]
         info = self.coco.imgs[image_id]
         image = torch.from_numpy(self.read_image(index).copy()).permute(2, 0, 1).float() / 255.0
@@ -184,7 +186,7 @@ class CocoDataset(Dataset):
             target["keypoints"] = torch.tensor(kps, dtype=torch.float32).reshape(len(anns), k, 3)
         if self.hflip and float(torch.rand(())) < self.hflip:
             image, target = self._flip(image, target)
-        return image, target
+        return {"image": image, "target": target}
 
     def _flip_permutation(self) -> list[int]:
         """Keypoint order after a horizontal flip: ``left_x`` <-> ``right_x`` swapped."""
@@ -214,8 +216,12 @@ class CocoDataset(Dataset):
         return image.flip(-1), target
 
 
-def collate_detection(batch: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-    """Lists of the images and targets of the usable items (``None`` items dropped; images of
-    different sizes are allowed)."""
+def collate_detection(batch: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    """``{"image", "target", "skipped"}``: lists of the images and targets of the usable items
+    (images of different sizes are allowed) and how many ``None`` items were dropped."""
     items = [item for item in batch if item is not None]
-    return [im for im, _ in items], [t for _, t in items]
+    return {
+        "image": [it["image"] for it in items],
+        "target": [it["target"] for it in items],
+        "skipped": len(batch) - len(items),
+    }

@@ -1,0 +1,1 @@
+"""Super-resolution data: photographs and their bicubic low-resolution copies (:mod:`.dataset`)."""

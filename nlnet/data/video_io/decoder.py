@@ -1,0 +1,74 @@
+"""The decoder part of the video datasets: a backend, its threads and the decoded-clip cache.
+
+``ClipDecoder(backend, threads, cache)(path, indices)`` returns the frames ``indices`` of ``path``
+as uint8 ``(T, H, W, 3)``; indices past the end repeat the last frame (a clip of a video that
+is a little shorter than expected). With a cache (:mod:`nlnet.data.video_io.clip_cache`) a repeated request
+reads no file. Failures raise :class:`nlnet.data.video_io.backends.VideoDecodeError` or the backend's error;
+the dataset's bad-video policy (:class:`nlnet.data.video.policy.BadVideoPolicy`) decides what follows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import nlnet.data.video_io.backends as _video
+from nlnet.data.video_io.backends import BACKENDS, resolve_backend
+from nlnet.data.video_io.clip_cache import ClipCache, clip_key
+from nlnet.data.video_io.frame_index import build_frame_index
+
+__all__ = ["ClipDecoder"]
+
+
+class ClipDecoder:
+    """Decode clips with one backend of :mod:`nlnet.data.video_io.backends`, through an optional cache.
+
+    Args:
+        backend: ``"pyav"``, ``"torchcodec"`` or ``"auto"``.
+        threads: FFmpeg threads per decoder (``data.decode_threads``).
+        cache: a :class:`nlnet.data.video_io.clip_cache.ClipCache` or None.
+        index_workers: threads probing frame counts in :meth:`index` (0: sequential).
+    """
+
+    def __init__(
+        self,
+        backend: str = "pyav",
+        threads: int = 1,
+        cache: ClipCache | None = None,
+        index_workers: int = 0,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.backend = resolve_backend(backend)
+        self.threads = int(threads)
+        self.cache = cache
+        self.index_workers = int(index_workers)
+
+    def index(
+        self, videos: Sequence[str], index_file: str | os.PathLike | None = None
+    ) -> list[dict[str, Any]]:
+        """Frame count, fps and error of every video (:func:`build_frame_index`, kept in
+        ``index_file`` when given)."""
+        path = None if index_file is None else Path(index_file)
+        return build_frame_index(list(videos), self.backend, path, self.index_workers)
+
+    def __call__(self, path: str | os.PathLike, indices: torch.Tensor) -> torch.Tensor:
+        key = None
+        if self.cache is not None:
+            key = clip_key(path, indices, backend=self.backend)
+            frames = self.cache.get(key)
+            if frames is not None:
+                return frames
+        with _video.open_video(path, self.backend, self.threads) as reader:
+            n = reader.num_frames
+            frames = reader.get_frames(indices.clamp(max=n - 1))  # (T, H, W, C) uint8
+        if self.cache is not None:
+            self.cache.put(key, frames)
+        return frames
+
+    def __repr__(self) -> str:
+        return f"ClipDecoder({self.backend!r}, threads={self.threads}, cache={self.cache!r})"
