@@ -191,7 +191,7 @@ def _data(data: Any) -> DetectionDataConfig:
     naming an unknown key or a bad value: :func:`nlnet.engine.sections.build_section`)."""
     if isinstance(data, DetectionDataConfig):
         return data
-    from nlnet.engine.sections import build_section
+    from nlnet.engine.config.sections import build_section
 
     return build_section(DetectionDataConfig, dict(data or {}), ("data",))
 

@@ -172,7 +172,7 @@ def _data(data: Any) -> SegmentationDataConfig:
     naming an unknown key or a bad value: :func:`nlnet.engine.sections.build_section`)."""
     if isinstance(data, SegmentationDataConfig):
         return data
-    from nlnet.engine.sections import build_section
+    from nlnet.engine.config.sections import build_section
 
     return build_section(SegmentationDataConfig, dict(data or {}), ("data",))
 

@@ -11,8 +11,8 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from nlnet.data.config import Preprocessing, VideoDataConfig
-from nlnet.engine.config_schema import EvalConfig
-from nlnet.engine.config_tools import AugmentConfig
+from nlnet.engine.config.schema import EvalConfig
+from nlnet.engine.config.tool_sections import AugmentConfig
 from nlnet.engine.errors import DataError
 
 __all__ = ["VideoClassificationTask", "compute_loss", "resample_clip"]
@@ -132,7 +132,7 @@ class VideoClassificationTask:
     def setup(self, num_classes: int) -> None:
         """The training augmentation, once the class count is known (MixUp / CutMix targets
         are ``(B, num_classes)`` probabilities)."""
-        from nlnet.engine.tools.augment import ClipAugment
+        from nlnet.engine.augment import ClipAugment
 
         self.classes = int(num_classes)
         data = self.data

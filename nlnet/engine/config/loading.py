@@ -19,9 +19,9 @@ are checked too: a learning rate, weight decay or momentum that is not finite or
 config error.
 
 This module holds the public entry points; the section dataclasses are in
-:mod:`nlnet.engine.config_schema`, the YAML files, ``_base_`` merging and dotted overrides in
-:mod:`nlnet.engine.config_files` and the checks in :mod:`nlnet.engine.config_checks` (all names
-importable from here).
+:mod:`nlnet.engine.config.schema`, the YAML files, ``_base_`` merging and dotted overrides in
+:mod:`nlnet.engine.config.files` and the checks in :mod:`nlnet.engine.config.checks` (all names
+importable from :mod:`nlnet.engine.config`).
 
 Why hand-written dataclasses and not pydantic/OmegaConf: these modules hold the schema, the
 ``_base_`` merging and the dotted overrides with no dependency; a library would add one and still
@@ -38,9 +38,8 @@ from typing import Any
 
 import yaml
 
-from nlnet.engine.config_checks import _build, _validate  # noqa: F401 (re-export)
-from nlnet.engine.config_files import (
-    MOVED_KEYS,  # noqa: F401 (re-export)
+from nlnet.engine.config.checks import _build, _validate
+from nlnet.engine.config.files import (
     _load_yaml_tree,
     _migrate,
     _set_dotted,
@@ -49,14 +48,15 @@ from nlnet.engine.config_files import (
     parse_overrides,
     resolve_config_path,
 )
-from nlnet.engine.config_schema import (
+from nlnet.engine.config.schema import (
     Config,
     EvalConfig,
     ModelConfig,
     OptimConfig,
     TrainConfig,
 )
-from nlnet.engine.config_tools import (
+from nlnet.engine.config.sections import build_data_section, plain
+from nlnet.engine.config.tool_sections import (
     AugmentConfig,
     EMAConfig,
     LoggingConfig,
@@ -64,7 +64,6 @@ from nlnet.engine.config_tools import (
     PreciseBNConfig,
 )
 from nlnet.engine.errors import ConfigError
-from nlnet.engine.sections import build_data_section, plain
 
 _plain = plain  # (module-private name kept for the callers below)
 
@@ -97,7 +96,7 @@ def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
     """Build and validate a :class:`Config` from a (possibly partial) nested mapping.
 
     Missing keys take their defaults; unknown keys raise :class:`ConfigError`.  ``data`` is
-    read into the data-config class of the task (:func:`~nlnet.engine.sections.build_data_section`).
+    read into the data-config class of the task (:func:`~nlnet.engine.config.sections.build_data_section`).
     """
     data = _migrate(dict(data or {}))
     raw_data = data.pop("data", None)

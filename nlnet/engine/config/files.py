@@ -3,7 +3,7 @@
 A YAML file may name a base file (or a list of them) with ``_base_``; the bases are merged first
 (dictionaries recursively, everything else replaced), then the file, then the command-line
 overrides (``optim.lr=0.005``, values parsed as YAML scalars). An override naming a key outside
-the schema of :mod:`nlnet.engine.config_schema` is an error naming the valid keys.
+the schema of :mod:`nlnet.engine.config.schema` is an error naming the valid keys.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from nlnet.engine.config_schema import Config
+from nlnet.engine.config.schema import Config
 from nlnet.engine.errors import ConfigError
 
 _FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")

@@ -12,9 +12,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from nlnet.engine.config_schema import Config, ModelConfig, OptimConfig
+from nlnet.engine.config.schema import Config, ModelConfig, OptimConfig
+from nlnet.engine.config.sections import build_section
 from nlnet.engine.errors import ConfigError
-from nlnet.engine.sections import build_section
 
 _CHOICES = {
     ("train", "amp"): ("none", "bf16", "fp16"),
