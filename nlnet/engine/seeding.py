@@ -12,6 +12,7 @@ from torch.utils.data import Dataset
 
 __all__ = ["SeededDataset", "seed_all", "seed_worker"]
 
+
 class SeededDataset(Dataset):
     """Wrap a dataset so item ``i`` of epoch ``e`` sees generators seeded by ``(seed, e, i)``.
 
