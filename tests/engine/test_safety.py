@@ -60,7 +60,9 @@ def _nlnet(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 # -- bad data -------------------------------------------------------------------------------
 def test_an_all_failed_mini_batch_is_skipped_and_counted_never_a_nan_loss(tmp_path):
     # batch size 1: every bad item is a mini-batch in which every clip failed
-    cfg = _short_run_config(tmp_path, **{"train.batch_size": 1, "optim.max_iters": 16, "optim.steps": [12]})
+    cfg = _short_run_config(
+        tmp_path, **{"train.batch_size": 1, "optim.max_iters": 16, "optim.steps": [12]}
+    )
     s = _run(cfg, dataset=TinyClipDataset(n=8, bad=(1, 5)))
     assert s["iterations"] == 16 and s["empty_batches"] == 4 and s["skipped"] == 4
     train_recs = [r for r in _records(s["run_dir"]) if r["kind"] == "train"]

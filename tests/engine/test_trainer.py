@@ -70,7 +70,9 @@ def test_gradient_accumulation_matches_the_large_batch(tmp_path):
     common = {"optim.max_iters": 6, "model.dropout": 0.0}
     big, _ = _run(tiny_run_config(tmp_path, "big", **common), model=_model(bn=False))
     acc, s = _run(
-        tiny_run_config(tmp_path, "acc", **common, **{"train.batch_size": 2, "train.accum_steps": 2}),
+        tiny_run_config(
+            tmp_path, "acc", **common, **{"train.batch_size": 2, "train.accum_steps": 2}
+        ),
         model=_model(bn=False),
     )
     assert s["iterations"] == 6
@@ -86,7 +88,10 @@ def test_frozen_bn_keeps_statistics_and_affine_parameters(tmp_path):
         model.bn1.running_mean.fill_(0.3)
         model.bn1.weight.fill_(1.5)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    _run(tiny_run_config(tmp_path, "frozen", **{"train.freeze_bn": True, "optim.max_iters": 3}), model=model)
+    _run(
+        tiny_run_config(tmp_path, "frozen", **{"train.freeze_bn": True, "optim.max_iters": 3}),
+        model=model,
+    )
     for k in ("bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var"):
         assert torch.equal(model.state_dict()[k], before[k]), k
     assert not torch.equal(model.conv1.weight, before["conv1.weight"])
@@ -122,7 +127,9 @@ def test_schedule_warmup_and_steps(tmp_path):
 
 def test_bad_items_are_skipped_and_counted(tmp_path):
     ds = TinyClipDataset(n=16, bad=(1, 5))
-    _, s = _run(tiny_run_config(tmp_path, "bad", **{"optim.max_iters": 8}), dataset=ds)  # two epochs
+    _, s = _run(
+        tiny_run_config(tmp_path, "bad", **{"optim.max_iters": 8}), dataset=ds
+    )  # two epochs
     assert s["skipped"] == 4 and s["iterations"] == 8
     recs = _records(s["run_dir"])
     assert [r["skipped"] for r in recs if r["kind"] == "epoch"] == [2, 2]
