@@ -30,7 +30,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import Dataset
+
+    from nlnet.engine.config.schema import Config
+    from nlnet.engine.distributed import DistInfo
+    from nlnet.engine.runlog import MetricsLogger
+    from nlnet.engine.state import TrainState
+    from nlnet.engine.tasks import Task
 
 __all__ = ["EVENTS", "HookBase", "RunView", "StepPlan"]
 
@@ -61,18 +71,18 @@ class RunView:
         checkpoint: writes a checkpoint of the run at a path (returns it; ``None`` off rank 0).
     """
 
-    cfg: Any
-    task: Any
-    info: Any
-    device: Any
+    cfg: Config
+    task: Task
+    info: DistInfo
+    device: torch.device
     amp: str
     progress: bool
     bar: Any
     run_dir: Path
-    logger: Any
-    state: Any
-    train_dataset: Any
-    val_dataset: Any
+    logger: MetricsLogger
+    state: TrainState
+    train_dataset: Dataset
+    val_dataset: Dataset | None
     t_start: float
     validate: Callable[[], dict[str, Any] | None]
     checkpoint: Callable[[Path], Path | None]
