@@ -40,7 +40,7 @@ from nlnet.engine.checkpoint import CheckpointInfo, checkpoint_info, load_checkp
 from nlnet.engine.checkpoint import load_model as _load_checkpoint_model
 from nlnet.engine.distributed import resolve_device
 from nlnet.engine.errors import CheckpointError, DataError
-from nlnet.engine.evaluator import scores_from_logits
+from nlnet.engine.tasks.video_eval import scores_from_logits
 
 __all__ = ["VideoTransform", "Prediction", "load_model", "preprocessing", "predict"]
 

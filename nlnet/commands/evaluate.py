@@ -32,7 +32,7 @@ def main(args: argparse.Namespace) -> int:
     from nlnet.engine.checkpoint import load_checkpoint
     from nlnet.engine.config import ConfigError, apply_overrides, config_from_dict, load_config
     from nlnet.engine.distributed import resolve_device
-    from nlnet.engine.loop import evaluate
+    from nlnet.engine.evaluation import evaluate
 
     overrides = list(args.overrides)
     if args.device:

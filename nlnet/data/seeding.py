@@ -1,7 +1,7 @@
 """The one per-item seed of nlnet: item ``index`` of ``epoch`` under base ``seed``.
 
 Both users derive from :func:`item_seed`: the engine's loop (which seeds the global generators
-before fetching item ``index``, :class:`nlnet.engine.loop.SeededDataset`) and a dataset's own
+before fetching item ``index``, :class:`nlnet.engine.seeding.SeededDataset`) and a dataset's own
 ``seed`` (an explicit ``torch.Generator`` per item, :func:`item_generator`). Augmentation then
 depends only on ``(seed, epoch, index)``, not on the number of workers or processes, and replays
 exactly after a resume.

@@ -1,18 +1,24 @@
 """Training and evaluation: one loop built from small parts (see docs/ARCHITECTURE.md).
 
 =================  ==============================================================
-``config``         typed YAML configs, ``_base_`` files, dotted overrides
-``tasks``          the task protocol (datasets, batches, loss, evaluation)
+``config/``        typed YAML configs, ``_base_`` files, dotted overrides, checks
+``tasks/``         the task protocol (datasets, batches, loss, evaluation)
 ``modeling``       the network from ``cfg.model``; frozen BN
 ``optim``          optimizer and schedule (PyTorch's SGD/AdamW, SequentialLR)
 ``state``          what a run changes: model, optimizer, schedule, position, counters
-``loop``           ``train(cfg)`` and ``evaluate(cfg, checkpoint)``
-``checkpoint``     verified, weights-only checkpoints; ``load_model(path)``
+``events``         the values hooks hand over (validation metrics, last checkpoint)
+``loop``           ``train(cfg)``: the :class:`~nlnet.engine.loop.Run` of one process
+``hooks/``         the loop's hooks: logging, validation, checkpoints, EMA, precise BN...
+``augment``        MixUp / CutMix / RandAugment of video clips
+``evaluation``     ``evaluate(cfg, checkpoint)``, the evaluation driver
+``checkpoint/``    verified, weights-only checkpoints; ``load_model(path)``
+``seeding``        per-item seeding for exact resume
+``stop``           SIGINT/SIGTERM: stop after the step, save, say how to resume
 ``runlog``         metrics.jsonl/csv, curves, console lines
 ``rundir``         run-directory lock and refusal to mix runs
-``evaluator``      multi-clip testing (Section 4.1)
 ``distributed``    torchrun/DDP helpers, resumable samplers
 ``errors``         user errors (one line, exit status 2 on the command line)
+``lazy``           the lazy namespaces of these packages
 =================  ==============================================================
 
 Names are imported lazily, so ``import nlnet.engine`` does not import torch.
@@ -20,63 +26,54 @@ Names are imported lazily, so ``import nlnet.engine`` does not import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from nlnet.engine.lazy import lazy_exports
 
-_EXPORTS = {
-    "CheckpointError": "errors",
-    "DataError": "errors",
-    "RunDirError": "errors",
-    "UserError": "errors",
-    "CheckpointInfo": "checkpoint",
-    "CheckpointMismatchError": "checkpoint",
-    "checkpoint_info": "checkpoint",
-    "load_backbone": "checkpoint",
-    "load_checkpoint": "checkpoint",
-    "load_model": "checkpoint",
-    "save_checkpoint": "checkpoint",
-    "Config": "config",
-    "ConfigError": "config",
-    "EvalConfig": "config",
-    "ModelConfig": "config",
-    "OptimConfig": "config",
-    "TrainConfig": "config",
-    "config_from_dict": "config",
-    "config_to_dict": "config",
-    "list_configs": "config",
-    "load_config": "config",
-    "save_config": "config",
-    "get_rank": "distributed",
-    "get_world_size": "distributed",
-    "init_distributed": "distributed",
-    "is_main_process": "distributed",
-    "run_evaluation": "evaluator",
-    "VideoScoreAggregator": "metrics",
-    "mean_average_precision": "metrics",
-    "topk_accuracy": "metrics",
-    "MetricsLogger": "runlog",
-    "build_model": "modeling",
-    "freeze_batchnorm": "modeling",
-    "build_optimizer": "optim",
-    "build_scheduler": "optim",
-    "Task": "tasks",
-    "register_task": "tasks",
-    "evaluate": "loop",
-    "train": "loop",
-    "HookBase": "hooks",
-    "DatasetEvaluator": "evaluation",
-    "inference_on_dataset": "evaluation",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'nlnet.engine' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"nlnet.engine.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "CheckpointError": "errors",
+        "DataError": "errors",
+        "RunDirError": "errors",
+        "UserError": "errors",
+        "CheckpointInfo": "checkpoint.model_loading",
+        "CheckpointMismatchError": "checkpoint.model_loading",
+        "checkpoint_info": "checkpoint.model_loading",
+        "load_backbone": "checkpoint.model_loading",
+        "load_checkpoint": "checkpoint.file_io",
+        "load_model": "checkpoint.model_loading",
+        "save_checkpoint": "checkpoint.file_io",
+        "Config": "config.schema",
+        "ConfigError": "errors",
+        "EvalConfig": "config.schema",
+        "ModelConfig": "config.schema",
+        "OptimConfig": "config.schema",
+        "TrainConfig": "config.schema",
+        "config_from_dict": "config.loading",
+        "config_to_dict": "config.loading",
+        "list_configs": "config.files",
+        "load_config": "config.loading",
+        "save_config": "config.loading",
+        "get_rank": "distributed",
+        "get_world_size": "distributed",
+        "init_distributed": "distributed",
+        "is_main_process": "distributed",
+        "run_evaluation": "tasks.video_eval",
+        "VideoScoreAggregator": "metrics",
+        "mean_average_precision": "metrics",
+        "topk_accuracy": "metrics",
+        "MetricsLogger": "runlog",
+        "build_model": "modeling",
+        "freeze_batchnorm": "modeling",
+        "build_optimizer": "optim",
+        "build_scheduler": "optim",
+        "Task": "tasks",
+        "register_task": "tasks",
+        "evaluate": "evaluation",
+        "train": "loop",
+        "EventStorage": "events",
+        "HookBase": "hooks.base",
+        "RunView": "hooks.base",
+        "DatasetEvaluator": "evaluation",
+        "inference_on_dataset": "evaluation",
+    },
+)

@@ -18,9 +18,9 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from nlnet.engine import distributed as du
-from nlnet.engine.checkpoint import (
+from nlnet.engine.checkpoint.file_io import load_checkpoint
+from nlnet.engine.checkpoint.model_loading import (
     check_compatible,
-    load_checkpoint,
     load_model,
     load_model_weights,
 )

@@ -1,10 +1,11 @@
-"""The training loop: ``train(cfg)`` and ``evaluate(cfg, checkpoint)``, readable top to bottom.
+"""The training loop: ``train(cfg)``, one :class:`Run` per process, readable top to bottom.
 
 One loop for every run (``nlnet train``, ``nlnet demo``, the Python API).  The recipe is the
-paper's (Section 4.1): SGD, momentum 0.9, weight decay 1e-4, an iteration-based multi-step
-schedule, dropout 0.5 before the classifier, BatchNorm trained; Section 5.1 freezes BN
-(``train.freeze_bn``), Section 5.2 uses per-category sigmoids (``train.loss: bce``).  Added for
-practical use: warm-up, gradient accumulation, mixed precision on CUDA, DistributedDataParallel.
+paper's (Wang et al., CVPR 2018, Section 4.1): SGD, momentum 0.9, weight decay 1e-4, an
+iteration-based multi-step schedule, dropout 0.5 before the classifier, BatchNorm trained;
+Section 5.1 freezes BN (``train.freeze_bn``), Section 5.2 uses per-category sigmoids
+(``train.loss: bce``).  Added for practical use: warm-up, gradient accumulation, mixed precision
+on CUDA, DistributedDataParallel.
 
 Exact resume.  The data order of an epoch is a permutation seeded by ``seed + epoch`` and the
 augmentation of an item is seeded by ``(seed, epoch, index)`` (:class:`SeededDataset`), so the
@@ -13,13 +14,14 @@ checkpoint holds the :class:`~nlnet.engine.state.TrainState` of every process; `
 restores it and skips exactly the consumed part of the epoch, so the final weights equal those of
 an uninterrupted run.
 
-    config -> Run.prepare_dir (lock, refuse a used directory) -> Run.build_data (task datasets,
-    classes inferred, hooks) -> Run.build_state (model, optimizer, schedule) -> Run.restore
-    (--resume; each hook's state) -> Run.fit (epochs of steps; the hooks log, validate and
-    checkpoint, see :mod:`nlnet.engine.hooks`) -> Run.finish (hooks' after_train, summary)
+The steps of :func:`train` (docs/ARCHITECTURE.md draws them)::
 
-The set-up steps (directory, data, state, restore, checkpoint) are in
-:mod:`nlnet.engine.loop_setup`; the steps of the loop itself are here.
+    check_dir -> build_data -> build_state -> lock_dir -> restore -> fit -> finish
+
+``fit`` runs epochs of :meth:`Run.step`; after each step the hooks
+(:mod:`nlnet.engine.hooks`) log, validate and checkpoint, reading the run through a frozen
+:class:`~nlnet.engine.hooks.base.RunView` and handing their results over through
+``state.events`` (:class:`~nlnet.engine.events.EventStorage`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,30 +41,189 @@ from torch.utils.data import DataLoader, Dataset
 
 from nlnet.data.loader import make_loader
 from nlnet.engine import distributed as du
-from nlnet.engine.config import Config, absolute_paths, save_config
-from nlnet.engine.config import replace as replace_config
-from nlnet.engine.evaluation import autocast_context, evaluate
-from nlnet.engine.hooks import HookBase, epoch_summary
-from nlnet.engine.loop_setup import RunSetup
+from nlnet.engine.checkpoint.file_io import load_checkpoint, save_checkpoint
+from nlnet.engine.checkpoint.model_loading import check_compatible, load_model_weights
+from nlnet.engine.checkpoint.paths import CHECKPOINT_DIR, LAST, resolve_resume
+from nlnet.engine.config.loading import absolute_paths, config_to_dict, save_config
+from nlnet.engine.config.loading import replace as replace_config
+from nlnet.engine.config.schema import Config
+from nlnet.engine.errors import DataError
+from nlnet.engine.evaluation import autocast_context
+from nlnet.engine.hooks.base import EVENTS, HookBase, RunView, StepPlan
+from nlnet.engine.hooks.build import build_hooks
+from nlnet.engine.hooks.train_log import epoch_summary
 from nlnet.engine.metrics import ThroughputMeter
-from nlnet.engine.modeling import set_train_mode
-from nlnet.engine.runlog import jsonable, say
-from nlnet.engine.seeding import (
-    CHECKPOINT_DIR,
-    FINAL,
-    LAST,
-    SeededDataset,
-    seed_worker,
-)
+from nlnet.engine.modeling import build_train_model, model_options, set_train_mode
+from nlnet.engine.optim import build_optimizer, build_scheduler
+from nlnet.engine.rundir import RunLock, check_new_run, lock_run_dir
+from nlnet.engine.runlog import MetricsLogger, jsonable, say, use_progress_bar
+from nlnet.engine.seeding import SeededDataset, seed_all, seed_worker
+from nlnet.engine.state import Counters, TrainState
 from nlnet.engine.stop import StopRequest, resume_command
-from nlnet.engine.tasks import get_task
+from nlnet.engine.tasks import Task, get_task
 
-__all__ = ["SeededDataset", "train", "evaluate", "CHECKPOINT_DIR", "LAST", "FINAL"]
+__all__ = ["Run", "train"]
 
 
-class Run(RunSetup):
-    """One training run of one process (see the module docstring for the order of the parts);
-    the set-up methods are in :class:`~nlnet.engine.loop_setup.RunSetup`."""
+class Run:
+    """One training run of one process: set-up, the loop, the records (the module docstring
+    gives the order).  Every attribute is set here; what changes while training is in
+    :attr:`state`."""
+
+    def __init__(
+        self, cfg: Config, info: du.DistInfo, task: Task, hooks: tuple[HookBase, ...] = ()
+    ) -> None:
+        self.cfg, self.info, self.task = cfg, info, task
+        self.device, self.main = info.device, info.is_main
+        self.run_dir = Path(cfg.output_dir)
+        self.logger = MetricsLogger(self.run_dir, enabled=self.main)
+        self.amp = cfg.train.amp
+        if self.amp != "none" and self.device.type != "cuda":
+            warnings.warn(f"train.amp={self.amp} is for CUDA; training in float32 on "
+                          f"{self.device}", RuntimeWarning, stacklevel=4)  # fmt: skip
+            self.amp = "none"
+        self.progress = self.main and use_progress_bar(cfg.train.progress)
+        self.t_start = time.perf_counter()
+        self.user_hooks = tuple(hooks)
+        self.hooks: list[HookBase] = []  # build_data: the config's and the caller's
+        self.handlers: dict[str, list[HookBase]] = {}  # event -> the hooks that declare it
+        self.plan: StepPlan | None = None  # a hook that sizes the steps (multigrid)
+        self.train_dataset: Dataset | None = None
+        self.val_dataset: Dataset | None = None
+        self.meta: dict[str, Any] = {}  # the task's class names and preprocessing
+        self.sampler: du.ResumableDistributedSampler | None = None
+        self.usable_batches = 0  # loader batches of an epoch that make whole steps
+        self.max_iters = 0
+        self.probe: Any = None  # DDP: a usable batch for a rank whose micro-batch is empty
+        self.last_batch: Any = None
+        self.state: TrainState | None = None  # build_state
+        self.ddp_model: nn.Module | None = None
+        self.stop_request: StopRequest | None = None
+        self.bar: Any = None  # tqdm progress bar of fit
+        self.view: RunView | None = None  # what the hooks read (fit)
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def check_dir(self, resume: Any, force: bool) -> None:
+        """Refuse a used directory (unless resume/force) without creating anything."""
+        check_new_run(self.run_dir, resume, force)
+
+    def lock_dir(self, resume: Any, force: bool) -> RunLock | None:
+        """Check the directory again and lock it (:func:`~nlnet.engine.rundir.lock_run_dir`)."""
+        return lock_run_dir(self.run_dir, resume, force, self.main)
+
+    def build_data(self, train_dataset: Dataset | None, val_dataset: Dataset | None) -> None:
+        """Datasets of the task (``model.num_classes`` inferred or checked), hooks, sampler."""
+        cfg, tc = self.cfg, self.cfg.train
+        if train_dataset is None:
+            train_dataset = self.task.build_dataset(tc.split, "train")
+        if val_dataset is None and tc.val_split:
+            val_dataset = self.task.build_dataset(tc.val_split, "test")
+        n = self.task.num_classes(train_dataset)
+        if cfg.model.num_classes is None:
+            if n is None:
+                raise DataError("model.num_classes: the training data does not say; set it")
+            cfg = self.cfg = replace_config(cfg, **{"model.num_classes": n})
+        for what, ds in (("training", train_dataset), ("validation", val_dataset)):
+            k = self.task.num_classes(ds) if ds is not None else None
+            if k is not None and k != cfg.model.num_classes:
+                raise DataError(
+                    f"model.num_classes={cfg.model.num_classes} but the {what} data has {k} "
+                    f"classes; remove model.num_classes (inferred) or set it to {k}"
+                )
+        self.train_dataset, self.val_dataset = train_dataset, val_dataset
+        setup = getattr(self.task, "setup", None)  # optional: the final class count
+        if setup is not None:
+            setup(cfg.model.num_classes)
+        self.meta = self.task.metadata(train_dataset)
+        self.hooks = build_hooks(cfg, self.user_hooks)
+        self.handlers = {e: [h for h in self.hooks if e in h.events] for e in EVENTS}
+        plans = [h for h in self.hooks if isinstance(h, StepPlan)]
+        if len(plans) > 1:
+            raise ValueError(f"hooks: at most one StepPlan, got {[h.name for h in plans]}")
+        self.plan = plans[0] if plans else None
+        self.build_sampler()
+        self.probe = self.probe_batch() if self.info.world_size > 1 else None
+
+    def probe_batch(self) -> Any:
+        """The first usable item as a batch (DDP only): a rank whose micro-batch is empty must
+        still join the gradient all-reduce, even before it has seen a usable batch."""
+        seeded = SeededDataset(self.train_dataset)  # restores the generators after the fetch
+        for i in range(len(self.train_dataset)):
+            item = seeded[(i, 0)]
+            if item is not None:
+                return self.task.collate([item])
+        raise DataError(f"no usable item in split {self.cfg.train.split!r}")
+
+    def build_sampler(self) -> None:
+        """The resumable sampler; the batches of an epoch that make whole steps; the run's
+        number of steps (``optim.epochs`` or ``optim.max_iters``, or the plan's)."""
+        tc, info = self.cfg.train, self.info
+        self.sampler = du.ResumableDistributedSampler(
+            len(self.train_dataset), info.world_size, info.rank, True, tc.seed, with_seeds=True
+        )
+        steps_per_epoch = len(self.sampler) // tc.batch_size // tc.accum_steps
+        if steps_per_epoch == 0:
+            raise DataError(
+                f"train: the training set ({len(self.train_dataset)} items over "
+                f"{info.world_size} process(es)) is smaller than one step of "
+                f"train.batch_size={tc.batch_size} x train.accum_steps={tc.accum_steps}"
+            )
+        self.usable_batches = steps_per_epoch * tc.accum_steps
+        o = self.cfg.optim
+        self.max_iters = o.epochs * steps_per_epoch if o.epochs > 0 else o.max_iters
+        if self.plan is not None:
+            self.max_iters = self.plan.total_iterations(self.usable_batches, tc.accum_steps)
+
+    def micro_batches(self, epoch: int, iteration: int) -> int:
+        """Loader batches of the optimizer step at ``iteration``: ``train.accum_steps`` times
+        the plan's batch factor (1 without a plan)."""
+        factor = self.plan.batch_factor(epoch, iteration) if self.plan is not None else 1
+        return self.cfg.train.accum_steps * factor
+
+    def build_state(self, model: nn.Module | None) -> None:
+        """Model (same initial weights on every rank), optimizer, schedule, scaler, DDP."""
+        cfg, tc = self.cfg, self.cfg.train
+        model = build_train_model(cfg, self.device, model)
+        optimizer = build_optimizer(model, cfg.optim)
+        plan = self.plan
+        scheduler = (plan.build_scheduler(optimizer, cfg.optim, self.max_iters) if plan
+                     else build_scheduler(optimizer, cfg.optim, self.max_iters))  # fmt: skip
+        self.state = TrainState(
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scaler=torch.amp.GradScaler("cuda", enabled=(self.amp == "fp16")),
+            counters=Counters(self.device),
+            speed=ThroughputMeter(window=max(tc.log_every, 2)),
+            max_iters=self.max_iters,
+        )
+        self.ddp_model = du.wrap_ddp(model, self.device)
+
+    def restore(self, resume: Any) -> None:
+        """Continue from a checkpoint (``--resume``), or seed this rank for a fresh run."""
+        st, info = self.state, self.info
+        path = resolve_resume(resume, self.run_dir)
+        if path is None:
+            self.logger.truncate_after(0)  # rows of a run killed before its first checkpoint
+            seed_all(self.cfg.train.seed + info.rank)
+            return
+        ckpt = load_checkpoint(path, map_location="cpu")
+        check_compatible(ckpt, self.cfg.model.name, self.cfg.model.num_classes)
+        load_model_weights(st.model, ckpt)
+        st.restore(ckpt)
+        st.restore_ranks(ckpt.get("extra", {}).get("ranks") or [], info.rank, info.world_size)
+        hook_states = ckpt.get("extra", {}).get("hooks") or {}
+        for hook in self.hooks:
+            if hook.name in hook_states:
+                hook.load_state_dict(hook_states[hook.name])
+        self.logger.truncate_after(st.iteration)
+        say(f"resumed from {path} at iteration {st.iteration} (epoch {st.epoch})", self.main)
+
+    # -- the hooks' two services ----------------------------------------------------------------
+    def call(self, event: str) -> None:
+        """Call ``event`` on the hooks that declare it, in order."""
+        for hook in self.handlers[event]:
+            getattr(hook, event)(self.view)
 
     def validate(self) -> dict[str, Any] | None:
         """The task's evaluation of the validation split (after the hooks' ``before_eval``),
@@ -69,18 +231,37 @@ class Run(RunSetup):
         if self.val_dataset is None:
             return None
         st = self.state
-        for hook in self.hooks:
-            hook.before_eval(self)
+        self.call("before_eval")
         metrics = self.task.evaluate(
             st.model, self.val_dataset, self.device, amp=self.amp,
             progress=self.progress, desc="val",
         )  # fmt: skip
-        for hook in self.hooks:
-            metrics.update(hook.eval_extra(self))
+        for hook in self.handlers["eval_extra"]:
+            metrics.update(hook.eval_extra(self.view))
         set_train_mode(st.model, self.cfg.train.freeze_bn)
-        self.logger.log({"kind": "val", "iter": st.iteration, "epoch": self.step_epoch, **metrics})
+        self.logger.log({"kind": "val", "iter": st.iteration, "epoch": st.step_epoch, **metrics})
         say(f"val @ {st.iteration}: {self.task.summary(metrics)}", self.main)
         return metrics
+
+    def checkpoint(self, path: Path) -> Path | None:
+        """Write the run's checkpoint at ``path`` (rank 0; every rank's generators and
+        counters, the hooks' states); returns the path (``None`` on the other ranks)."""
+        st = self.state
+        ranks = du.all_gather_object(st.rank_state())
+        if not self.main:
+            return None
+        hooks = {h.name: h.state_dict() for h in self.hooks}
+        hooks = {name: state for name, state in hooks.items() if state}
+        return save_checkpoint(
+            path, model=st.model, model_name=self.cfg.model.name,
+            num_classes=self.cfg.model.num_classes, optimizer=st.optimizer,
+            scheduler=st.scheduler, scaler=st.scaler, epoch=st.epoch, iteration=st.iteration,
+            batch_in_epoch=st.batch_in_epoch,
+            config=config_to_dict(replace_config(self.cfg, **{"train.stop_after": 0})),
+            class_names=self.meta.get("class_names"), model_options=model_options(self.cfg),
+            preprocessing=self.meta.get("preprocessing"), rng_state=ranks[0]["rng"],
+            extra={"ranks": ranks, "world_size": self.info.world_size, "hooks": hooks},
+        )  # fmt: skip
 
     # -- the loop -------------------------------------------------------------------------------
     def loader(self) -> DataLoader:
@@ -117,21 +298,22 @@ class Run(RunSetup):
         c.add_skipped(n_bad, empty=n == 0)
         if loss is None:
             return 0
-        st.scaler.scale(loss * weight / self.step_batches).backward()
+        st.scaler.scale(loss * weight / st.step_batches).backward()
         if n:
             self.last_batch = batch
             c.add_loss(loss, n)
         return n
 
     def step(self, batches: Iterator[Any]) -> int:
-        """One optimizer step over ``micro_batches`` micro-batches; returns the clips used."""
+        """One optimizer step over ``state.step_batches`` micro-batches; returns the items
+        used."""
         st, oc = self.state, self.cfg.optim
         st.optimizer.zero_grad(set_to_none=True)
         n_clips = sum(
-            self.micro_step(next(batches), micro == self.step_batches - 1)
-            for micro in range(self.step_batches)
+            self.micro_step(next(batches), micro == st.step_batches - 1)
+            for micro in range(st.step_batches)
         )
-        st.batch_in_epoch += self.step_batches
+        st.batch_in_epoch += st.step_batches
         if oc.clip_grad_norm > 0:
             st.scaler.unscale_(st.optimizer)
             params = [p for p in st.model.parameters() if p.requires_grad]
@@ -147,33 +329,33 @@ class Run(RunSetup):
                 )
             st.scheduler.step()
         st.iteration += 1
+        st.events.step(st.iteration)
         return n_clips
 
     def after_step(self, t_epoch: float) -> str | None:
         """Close the epoch when it is done, then the hooks (EMA, log, validate, checkpoint...);
         ``"stop"``/``"epoch"`` end the epoch."""
         st, tc = self.state, self.cfg.train
-        self.at_end = st.iteration == self.max_iters
-        self.step_epoch = st.epoch
+        st.at_end = st.iteration == st.max_iters
+        st.step_epoch = st.epoch
         epoch_done = (
             st.batch_in_epoch + self.micro_batches(st.epoch, st.iteration) > self.usable_batches
         )
         if epoch_done:  # a checkpoint must point at the next epoch's start
-            epoch_summary(self, st.epoch, t_epoch)
+            epoch_summary(self.view, st.epoch, t_epoch)
             st.epoch, st.batch_in_epoch = st.epoch + 1, 0
             st.counters.new_epoch()
-        stop = bool(tc.stop_after) and st.iteration - self.start_iteration >= tc.stop_after
+        stop = bool(tc.stop_after) and st.iteration - st.start_iteration >= tc.stop_after
         signalled = self.stop_request is not None and self.stop_request.requested()
-        self.stopping = (stop or signalled) and not self.at_end
-        for hook in self.hooks:  # the checkpoint hook writes last.pt when stopping
-            hook.after_step(self)
-        if signalled and not self.at_end:
-            self.interrupted = True
+        st.stopping = (stop or signalled) and not st.at_end
+        self.call("after_step")  # the checkpoint hook writes last.pt when stopping
+        if signalled and not st.at_end:
+            st.interrupted = True
             say(f"{self.stop_request.name}: saved {self.run_dir / CHECKPOINT_DIR / LAST} at "
                 f"iteration {st.iteration}; continue with: {resume_command(self.run_dir)}",
                 self.main)  # fmt: skip
             return "stop"
-        if self.stopping:
+        if st.stopping:
             say(f"stopping after {tc.stop_after} iteration(s) (train.stop_after); continue "
                 f"with: {resume_command(self.run_dir)}", self.main)  # fmt: skip
             return "stop"
@@ -182,21 +364,19 @@ class Run(RunSetup):
     def run_epoch(self) -> bool:
         """Train until the epoch ends, the run ends or ``stop_after``; True when stopped."""
         st = self.state
-        loader = self.loader()
-        batches = iter(loader)
+        batches = iter(self.loader())
         t_epoch = time.perf_counter()
         while st.batch_in_epoch + self.micro_batches(st.epoch, st.iteration) <= self.usable_batches:
-            if st.iteration >= self.max_iters:
+            if st.iteration >= st.max_iters:
                 break
             t_step = time.perf_counter()
-            self.lr = max(g["lr"] for g in st.optimizer.param_groups)  # this iteration's rate
-            self.step_batches = self.micro_batches(st.epoch, st.iteration)
-            for hook in self.hooks:
-                hook.before_step(self)
+            st.lr = st.current_lr()  # this iteration's rate
+            st.step_batches = self.micro_batches(st.epoch, st.iteration)
+            self.call("before_step")
             n_clips = self.step(batches)
-            self.clips_seen += n_clips
-            self.train_time += time.perf_counter() - t_step
-            self.speed.update(n_clips * self.info.world_size)
+            st.clips_seen += n_clips
+            st.train_time += time.perf_counter() - t_step
+            st.speed.update(n_clips * self.info.world_size)
             if self.bar is not None:
                 self.bar.update(1)
             outcome = self.after_step(t_epoch)
@@ -204,45 +384,46 @@ class Run(RunSetup):
                 return outcome == "stop"
         return False
 
-    def fit(self) -> dict[str, Any]:
+    def fit(self) -> float:
+        """Epochs of steps until the run ends or stops; returns the loop's time in seconds."""
         st = self.state
         if self.main:
             save_config(replace_config(self.cfg, **{"train.stop_after": 0}),
                         self.run_dir / "config.yaml")  # fmt: skip
-        self.bar = None
         if self.progress:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=self.max_iters, initial=st.iteration, desc="train",
+            self.bar = tqdm(total=st.max_iters, initial=st.iteration, desc="train",
                             dynamic_ncols=True)  # fmt: skip
         set_train_mode(st.model, self.cfg.train.freeze_bn)
-        self.speed = ThroughputMeter(window=max(self.cfg.train.log_every, 2))
-        self.start_iteration, self.last_batch = st.iteration, self.probe
-        self.val_metrics, self.last_ckpt = None, None
-        self.train_time, self.clips_seen = 0.0, 0
-        self.step_epoch, self.lr = st.epoch, max(g["lr"] for g in st.optimizer.param_groups)
-        self.at_end = self.stopping = self.stopped = False
-        for hook in self.hooks:
-            hook.before_train(self)
-        t_loop, stopped = time.perf_counter(), False
+        st.start_iteration, st.step_epoch, st.lr = st.iteration, st.epoch, st.current_lr()
+        st.events.step(st.iteration)
+        self.last_batch = self.probe
+        self.view = RunView(
+            cfg=self.cfg, task=self.task, info=self.info, device=self.device, amp=self.amp,
+            progress=self.progress, bar=self.bar, run_dir=self.run_dir, logger=self.logger,
+            state=st, train_dataset=self.train_dataset, val_dataset=self.val_dataset,
+            t_start=self.t_start, validate=self.validate, checkpoint=self.checkpoint,
+        )  # fmt: skip
+        self.call("before_train")
+        t_loop = time.perf_counter()
         try:
-            while st.iteration < self.max_iters and not stopped:
-                stopped = self.run_epoch()
+            while st.iteration < st.max_iters and not st.stopped:
+                st.stopped = self.run_epoch()
         finally:
             if self.bar is not None:
                 self.bar.close()
-        if not stopped and st.batch_in_epoch > 0:
-            epoch_summary(self, st.epoch, t_loop, complete=False)  # the last, partial epoch
-        return self.finish(stopped, time.perf_counter() - t_loop)
+        if not st.stopped and st.batch_in_epoch > 0:
+            epoch_summary(self.view, st.epoch, t_loop, complete=False)  # the last, partial one
+        return time.perf_counter() - t_loop
 
-    def finish(self, stopped: bool, loop_time: float) -> dict[str, Any]:
+    def finish(self, loop_time: float) -> dict[str, Any]:
         """The hooks' ``after_train`` (final validation, ``final.pt``...), CSV, curves, summary."""
         st = self.state
-        self.stopped, self.step_epoch = stopped, st.epoch
-        for hook in self.hooks:
-            hook.after_train(self)
+        st.step_epoch = st.epoch
+        self.call("after_train")
         self.logger.write_csv()
-        png = self.logger.plot(self.cfg.model.num_classes) if not stopped else None
+        png = self.logger.plot(self.cfg.model.num_classes) if not st.stopped else None
         du.barrier()
         c = st.counters
         skipped = du.all_reduce_sum(
@@ -250,17 +431,17 @@ class Run(RunSetup):
         ).tolist()
         records = self.logger.records() if self.main else []
         losses = [r["loss"] for r in records if r.get("kind") == "train" and r.get("loss")]
-        world = self.info.world_size
+        world, ckpt = self.info.world_size, st.events.latest("checkpoint")
         summary = {
             "run_dir": str(self.run_dir), "iterations": st.iteration,
-            "max_iters": self.max_iters, "epochs": st.epoch,
-            "train_loss": losses[-1] if losses else None, "val": self.val_metrics,
-            "checkpoint": str(self.last_ckpt) if self.last_ckpt is not None else None,
+            "max_iters": st.max_iters, "epochs": st.epoch,
+            "train_loss": losses[-1] if losses else None, "val": st.events.latest("val"),
+            "checkpoint": str(ckpt) if ckpt is not None else None,
             "curves": str(png) if png is not None else None,
             "time_s": time.perf_counter() - self.t_start, "loop_time_s": loop_time,
-            "clips_per_s": self.clips_seen * world / self.train_time if self.train_time else None,
+            "clips_per_s": st.clips_seen * world / st.train_time if st.train_time else None,
             "skipped": int(skipped[0]), "empty_batches": int(skipped[1]),
-            "stopped": stopped, "world_size": world, "interrupted": self.interrupted,
+            "stopped": st.stopped, "world_size": world, "interrupted": st.interrupted,
         }  # fmt: skip
         if self.main:
             with open(self.run_dir / "summary.json", "w") as f:
@@ -291,7 +472,7 @@ def train(
         train_dataset: use this dataset instead of the task's ``train.split``.
         val_dataset: use this dataset instead of the task's ``train.val_split``.
         collate_fn: batch collation (default: the task's).
-        hooks: more :class:`~nlnet.engine.hooks.HookBase` hooks, called after the config's
+        hooks: more :class:`~nlnet.engine.hooks.base.HookBase` hooks, called after the config's
             tools and logging, before validation and checkpointing.
 
     Returns:
@@ -305,12 +486,13 @@ def train(
         run.check_dir(resume, force)  # nothing is written before the data and the model work
         run.build_data(train_dataset, val_dataset)
         run.build_state(model)
-        lock = run.prepare_dir(resume, force)
+        lock = run.lock_dir(resume, force)
         try:
             run.restore(resume)
             with StopRequest(info.world_size > 1) as stop:
                 run.stop_request = stop
-                return run.fit()
+                loop_time = run.fit()
+                return run.finish(loop_time)
         finally:
             if lock is not None:
                 lock.release()

@@ -16,18 +16,22 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
+import torch
 from torch import nn
 
-from nlnet.engine.checkpoint import (
+from nlnet.engine import distributed as du
+from nlnet.engine.checkpoint.file_io import load_checkpoint
+from nlnet.engine.checkpoint.model_loading import (
     CheckpointMismatchError,
     load_backbone,
-    load_checkpoint,
     load_model_weights,
     takes_dropout,
 )
+from nlnet.engine.seeding import seed_all
 
 __all__ = [
     "build_model",
+    "build_train_model",
     "head_names",
     "model_options",
     "init_from_pretrained",
@@ -175,3 +179,27 @@ def set_train_mode(model: nn.Module, freeze_bn: bool = False) -> None:
                 p.requires_grad for p in m.parameters(recurse=False)
             ):
                 m.eval()
+
+
+def build_train_model(cfg: Any, device: torch.device, model: nn.Module | None = None) -> nn.Module:
+    """The network of a training run on ``device``: ``cfg.model`` (or ``model``, initialised
+    from ``model.pretrained``) built after seeding with ``train.seed`` (the same initial weights
+    on every rank); BatchNorm frozen (``train.freeze_bn``, Sec. 5.1 of Wang et al., CVPR 2018;
+    blocks initialised from ``model.pretrained`` freeze too) or synchronised (``train.sync_bn``).
+    """
+    tc = cfg.train
+    if tc.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    elif device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed clip sizes: let cuDNN pick kernels
+    seed_all(tc.seed)
+    if model is None:
+        model = build_model(cfg)
+    else:
+        init_from_pretrained(model, cfg)
+    model.to(device)
+    if tc.freeze_bn:
+        freeze_batchnorm(model, trained_non_local(model, pretrained_keys(cfg)))
+    elif tc.sync_bn:
+        model = du.convert_sync_batchnorm(model, device)
+    return model

@@ -15,11 +15,14 @@ import os
 import shutil
 import socket
 from pathlib import Path
+from typing import Any
 
-from nlnet.engine.checkpoint import clean_orphan_temp_files
-from nlnet.engine.errors import RunDirError
+from nlnet.engine import distributed as du
+from nlnet.engine.checkpoint.file_io import clean_orphan_temp_files
+from nlnet.engine.errors import CheckpointError, RunDirError
 
-__all__ = ["RunLock", "PREVIOUS_RUN_FILES", "check_run_dir", "clear_previous_run"]
+__all__ = ["RunLock", "PREVIOUS_RUN_FILES", "check_run_dir", "clear_previous_run", "check_new_run",
+           "lock_run_dir"]  # fmt: skip
 
 LOCK_NAME = ".lock"
 #: What a previous run leaves behind (``--force`` deletes these and nothing else).
@@ -96,3 +99,37 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def check_new_run(run_dir: Path, resume: Any, force: bool) -> None:
+    """Refuse a used directory (unless ``resume``/``force``) and a ``--resume`` path that does
+    not exist, without creating anything."""
+    check_run_dir(run_dir, resume=bool(resume), force=force)
+    if resume not in (None, False, True) and not Path(resume).exists():
+        raise CheckpointError(f"--resume: no checkpoint or run directory at {str(resume)!r}")
+
+
+def lock_run_dir(run_dir: Path, resume: Any, force: bool, main: bool) -> RunLock | None:
+    """Check the directory again and lock it (rank 0; ``--force`` clears the previous run);
+    called once the config, the data and the model are known to work, so a failed start
+    leaves no directory or lock.  An error of any rank is raised on every rank."""
+    error = None
+    try:
+        check_run_dir(run_dir, resume=bool(resume), force=force)
+    except Exception as exc:  # raised on every rank alike (shared file system)
+        error = exc
+    du.barrier()
+    lock = None
+    if error is None and main:
+        try:
+            lock = RunLock(run_dir).acquire()
+            if force and not resume:
+                clear_previous_run(run_dir)
+        except Exception as exc:
+            error = exc
+    errors = [e for e in du.all_gather_object(error) if e is not None]
+    if errors:
+        if lock is not None:
+            lock.release()
+        raise errors[0]
+    return lock

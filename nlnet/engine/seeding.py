@@ -3,24 +3,14 @@ functions of ``(seed, epoch, index)``, not of workers, ranks or where a run was 
 
 from __future__ import annotations
 
-import os
 import random
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from nlnet.engine.errors import CheckpointError
-from nlnet.engine.runlog import say
-
-__all__ = ["SeededDataset", "seed_all", "seed_worker", "resolve_resume", "CHECKPOINT_DIR", "LAST",
-           "FINAL"]  # fmt: skip
-
-CHECKPOINT_DIR = "checkpoints"
-LAST = "last.pt"
-FINAL = "final.pt"
+__all__ = ["SeededDataset", "seed_all", "seed_worker"]
 
 
 class SeededDataset(Dataset):
@@ -71,19 +61,3 @@ def seed_worker(worker_id: int) -> None:
     seed = torch.initial_seed() % (2**32)
     np.random.seed(seed)
     random.seed(seed)
-
-
-def resolve_resume(resume: bool | str | os.PathLike | None, run_dir: Path) -> Path | None:
-    """The checkpoint ``--resume`` means: ``True`` -> ``<run>/checkpoints/last.pt`` (``None``
-    when the run has none yet), a directory or a file path."""
-    if not resume:
-        return None
-    path = run_dir / CHECKPOINT_DIR / LAST if resume is True else Path(resume)
-    if path.is_dir():
-        path = path / CHECKPOINT_DIR / LAST if (path / CHECKPOINT_DIR).is_dir() else path / LAST
-    if not path.is_file():
-        if resume is True:
-            say(f"resume: no checkpoint at {path} yet; starting the run from the beginning")
-            return None
-        raise CheckpointError(f"--resume: no checkpoint at {str(path)!r}")
-    return path

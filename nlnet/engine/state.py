@@ -1,18 +1,25 @@
-"""The state of a training run: what a checkpoint must hold to continue it exactly.
+"""The state of a training run: every value that changes while training, in one dataclass.
 
-Model, optimizer, scheduler and AMP scaler; the position (epoch, iteration, mini-batches of the
-epoch consumed); the running counters of the epoch; and, per process, the generator states.
+What a checkpoint holds to continue a run exactly: model, optimizer, scheduler and AMP scaler;
+the position (epoch, iteration, mini-batches of the epoch consumed); the running counters of the
+epoch; and, per process, the generator states.  Beside them, the values of one invocation of
+``train()`` (the step's learning rate, whether it ends the run or the invocation, the speed) and
+the :class:`~nlnet.engine.events.EventStorage` through which the hooks hand over their results
+(validation metrics, the last checkpoint written).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from nlnet.engine.checkpoint import get_rng_state, set_rng_state
+from nlnet.engine.checkpoint.rng import get_rng_state, set_rng_state
+from nlnet.engine.events import EventStorage
+from nlnet.engine.metrics import ThroughputMeter
 
 __all__ = ["Counters", "TrainState"]
 
@@ -81,16 +88,45 @@ class Counters:
 
 @dataclass
 class TrainState:
-    """Everything that changes while training (see the module docstring)."""
+    """Everything that changes while training (see the module docstring); built before the
+    first step, read by the hooks through :class:`~nlnet.engine.hooks.base.RunView`.
+
+    Checkpointed: ``model``, ``optimizer``, ``scheduler``, ``scaler``, ``counters``, ``epoch``
+    (of the next step), ``iteration`` (steps done), ``batch_in_epoch`` (loader batches of the
+    epoch consumed).  Of this invocation: ``max_iters`` (steps of the whole run),
+    ``start_iteration``, ``step_epoch`` (the epoch of the step just done), ``step_batches``
+    (loader batches of the current step), ``lr`` (its learning rate), ``at_end`` (the step was
+    the run's last), ``stopping`` (it ends this invocation: ``train.stop_after`` or a signal),
+    ``stopped`` (the invocation was cut), ``interrupted`` (by a signal), ``clips_seen`` and
+    ``train_time`` (for the summary's speed), ``speed`` (the items/s meter of the log records),
+    ``events`` (the hooks' results).
+    """
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: Any
     scaler: Any
     counters: Counters
+    speed: ThroughputMeter
+    max_iters: int
     epoch: int = 0
     iteration: int = 0
     batch_in_epoch: int = 0
+    start_iteration: int = 0
+    step_epoch: int = 0
+    step_batches: int = 1
+    lr: float = 0.0
+    at_end: bool = False
+    stopping: bool = False
+    stopped: bool = False
+    interrupted: bool = False
+    clips_seen: int = 0
+    train_time: float = 0.0
+    events: EventStorage = field(default_factory=EventStorage)
+
+    def current_lr(self) -> float:
+        """The largest learning rate of the optimizer's groups (the rate of the next step)."""
+        return max(g["lr"] for g in self.optimizer.param_groups)
 
     def rank_state(self) -> dict[str, Any]:
         """This process's part of a checkpoint: generators and counters."""
@@ -99,6 +135,19 @@ class TrainState:
     def restore_rank(self, mine: dict[str, Any]) -> None:
         set_rng_state(mine["rng"])
         self.counters.load(mine)
+
+    def restore_ranks(self, ranks: list[dict[str, Any]], rank: int, world_size: int) -> None:
+        """This process's part of a checkpoint's ``extra["ranks"]``; a checkpoint written by
+        another number of processes is continued, not exactly (a warning says so)."""
+        if ranks and len(ranks) != world_size:
+            warnings.warn(
+                f"resume: the checkpoint was written by {len(ranks)} process(es), this run has "
+                f"{world_size}; training continues but not exactly as the original run",
+                RuntimeWarning,
+                stacklevel=5,
+            )
+        if len(ranks) == world_size:
+            self.restore_rank(ranks[rank])
 
     def restore(self, ckpt: dict[str, Any]) -> None:
         """Optimizer, scheduler, scaler and position from a checkpoint (weights loaded before)."""

@@ -6,32 +6,18 @@ import json
 from pathlib import Path
 
 import torch
-from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin
+from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin, tiny_run_config
 
 
 def make_cfg(out_dir: str, batch_size: int, **over):
-    from nlnet.engine.config import load_config
-
-    base = {
-        "model.name": "tiny",
-        "model.num_classes": 3,
-        "optim.lr": 0.1,
-        "optim.max_iters": 6,
-        "optim.steps": [4],
-        "train.batch_size": batch_size,
-        "train.workers": 0,
-        "train.log_every": 1,
-        "train.ckpt_every": 2,
-        "train.device": "cpu",
-        "train.progress": False,
-        "model.dropout": 0.0,
-        "train.val_split": "val",
-        "eval.batch_size": 3,
-        "eval.workers": 0,
-        "output_dir": out_dir,
-    }
-    base.update(over)
-    return load_config(None, base)
+    """The stand-ins' tiny run (:func:`engine_standins.tiny_run_config`): 6 steps of
+    ``batch_size`` clips per process, no dropout or BN randomness, validation on ``val``."""
+    return tiny_run_config(
+        Path(out_dir), **{"optim.max_iters": 6, "optim.steps": [4], "optim.warmup_iters": 0,
+                          "train.batch_size": batch_size, "train.ckpt_every": 2,
+                          "model.dropout": 0.0, "train.val_split": "val", "eval.batch_size": 3,
+                          "output_dir": out_dir, **over},
+    )  # fmt: skip
 
 
 def run_training(cfg, bad: tuple[int, ...] = ()) -> tuple[torch.nn.Module, dict]:

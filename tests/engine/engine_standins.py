@@ -5,6 +5,8 @@ Items are ``(clip, target, index)`` with ``clip`` float (C, T, H, W); a bad item
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 from torch.utils.data import Dataset
@@ -84,3 +86,31 @@ def collate_standin(items):
     target = torch.stack(targets) if isinstance(targets[0], torch.Tensor) else torch.tensor(targets)
     index = torch.tensor([g[2] for g in good])
     return {"clip": clips, "target": target, "index": index, "skipped": skipped}
+
+
+#: the config of a tiny CPU run on the stand-ins: 10 steps of 4 clips, lr 0.1 decayed at step
+#: 6 after 2 warm-up steps, a log record every step, no periodic checkpoint
+TINY_RUN = {
+    "model.name": "tiny",
+    "model.num_classes": 3,
+    "model.dropout": 0.5,
+    "optim.lr": 0.1,
+    "optim.max_iters": 10,
+    "optim.steps": [6],
+    "optim.warmup_iters": 2,
+    "train.batch_size": 4,
+    "train.workers": 0,
+    "train.log_every": 1,
+    "train.ckpt_every": 0,
+    "train.device": "cpu",
+    "train.progress": False,
+    "eval.batch_size": 4,
+    "eval.workers": 0,
+}
+
+
+def tiny_run_config(tmp_path: Path, name: str = "run", **over):
+    """:data:`TINY_RUN` writing into ``tmp_path / name``, with dotted overrides ``over``."""
+    from nlnet.engine.config import load_config
+
+    return load_config(None, {**TINY_RUN, "output_dir": str(tmp_path / name), **over})

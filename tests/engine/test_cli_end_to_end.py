@@ -17,14 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from nlnet.data.video_io.backends import write_video
+from helpers import write_mp4
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _write_mp4(path: Path, frames: np.ndarray, fps: int = 10) -> None:
-    write_video(path, frames, fps=fps, codec="mpeg4")
 
 
 def _make_tree(root: Path) -> None:
@@ -38,7 +33,7 @@ def _make_tree(root: Path) -> None:
                     frames[:, :, :16] = 220
                 else:
                     frames[:, :, -16:] = 220
-                _write_mp4(root / split / name / f"{name}_{i}.mp4", frames)
+                write_mp4(root / split / name / f"{name}_{i}.mp4", frames)
     (root / "train" / "left" / "corrupt.mp4").write_bytes(b"not a video at all" * 10)
 
 

@@ -15,7 +15,7 @@ from dense_engine_helpers import dense_cfg, records, run, tiny_data
 
 from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model  # noqa: E402
 from nlnet.engine.config import replace  # noqa: E402
-from nlnet.engine.loop import evaluate  # noqa: E402
+from nlnet.engine.evaluation import evaluate  # noqa: E402
 
 
 @pytest.fixture(scope="module")

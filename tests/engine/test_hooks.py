@@ -8,24 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin
+from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin, tiny_run_config
 
 from nlnet.engine.checkpoint import load_checkpoint
-from nlnet.engine.config import load_config, replace
-from nlnet.engine.hooks import HookBase
+from nlnet.engine.config import replace
+from nlnet.engine.hooks.base import HookBase
 from nlnet.engine.loop import train
-
-
-def _cfg(tmp_path: Path, name: str, **over):
-    base = {
-        "model.name": "tiny", "model.num_classes": 3, "optim.lr": 0.1, "optim.max_iters": 10,
-        "optim.steps": [6], "optim.warmup_iters": 2, "train.batch_size": 4,
-        "train.workers": 0, "train.log_every": 1, "train.ckpt_every": 0,
-        "train.device": "cpu", "train.progress": False, "train.dropout": 0.5,
-        "eval.batch_size": 4, "eval.workers": 0, "output_dir": str(tmp_path / name),
-    }  # fmt: skip
-    base.update(over)
-    return load_config(None, base)
 
 
 def _run(cfg, seed=0, val=False, hooks=(), **kw):
@@ -43,6 +31,7 @@ class _Recorder(HookBase):
     """Copies of the weights before training and after every step."""
 
     name = "recorder"
+    events = ("before_train", "after_step")
 
     def __init__(self) -> None:
         self.states: list[dict[str, torch.Tensor]] = []
@@ -60,7 +49,7 @@ class _Recorder(HookBase):
 def test_ema_equals_the_hand_computed_average_over_3_steps(tmp_path):
     decay = 0.6
     rec = _Recorder()
-    cfg = _cfg(tmp_path, "ema", **{"optim.max_iters": 3, "ema.decay": decay})
+    cfg = tiny_run_config(tmp_path, "ema", **{"optim.max_iters": 3, "ema.decay": decay})
     _, summary = _run(cfg, val=True, hooks=(rec,))
     assert len(rec.states) == 4  # initial weights + 3 steps
     ckpt = load_checkpoint(summary["checkpoint"])
@@ -81,11 +70,11 @@ def test_ema_equals_the_hand_computed_average_over_3_steps(tmp_path):
 def test_ema_weights_load_as_a_model(tmp_path):
     import nlnet.demo.models  # noqa: F401  (registers c2d_tiny)
     from nlnet.engine.errors import CheckpointError
-    from nlnet.engine.tools.ema import load_ema_model
+    from nlnet.engine.hooks.ema import load_ema_model
 
     over = {"model.name": "c2d_tiny", "model.overrides": {"width": 2}, "optim.max_iters": 2,
             "train.dropout": 0.0, "ema.decay": 0.5}  # fmt: skip
-    s = train(_cfg(tmp_path, "ema_model", **over), train_dataset=TinyClipDataset(n=8, size=(2, 16, 16)),
+    s = train(tiny_run_config(tmp_path, "ema_model", **over), train_dataset=TinyClipDataset(n=8, size=(2, 16, 16)),
               collate_fn=collate_standin)  # fmt: skip
     ckpt = load_checkpoint(s["checkpoint"])
     model = load_ema_model(s["checkpoint"])
@@ -104,8 +93,8 @@ def test_resume_is_bit_exact_with_every_hook_on(tmp_path, capsys):
         "logging.tensorboard": True, "logging.wandb": True, "optim.schedule": "cosine",
         "optim.clip_grad_norm": 1.0,
     }  # fmt: skip
-    ref, ref_sum = _run(_cfg(tmp_path, "ref", **over), val=True)
-    cfg = _cfg(tmp_path, "cut", **over, **{"train.stop_after": 4})
+    ref, ref_sum = _run(tiny_run_config(tmp_path, "ref", **over), val=True)
+    cfg = tiny_run_config(tmp_path, "cut", **over, **{"train.stop_after": 4})
     _, s1 = _run(cfg, val=True)
     assert s1["stopped"] and s1["iterations"] == 4
     resumed, s2 = _run(replace(cfg, **{"train.stop_after": 0}), seed=99, val=True, resume=True)
@@ -134,9 +123,9 @@ def test_resume_is_bit_exact_with_every_hook_on(tmp_path, capsys):
 
 
 def test_precise_bn_runs_before_validation_and_leaves_training_unchanged(tmp_path):
-    plain, _ = _run(_cfg(tmp_path, "plain", **{"train.eval_every": 2, "optim.max_iters": 4}),
+    plain, _ = _run(tiny_run_config(tmp_path, "plain", **{"train.eval_every": 2, "optim.max_iters": 4}),
                     val=True)  # fmt: skip
-    precise, _ = _run(_cfg(tmp_path, "precise", **{"train.eval_every": 2, "optim.max_iters": 4,
+    precise, _ = _run(tiny_run_config(tmp_path, "precise", **{"train.eval_every": 2, "optim.max_iters": 4,
                                                    "precise_bn.batches": 3}), val=True)  # fmt: skip
     for name, a in plain.state_dict().items():
         b = precise.state_dict()[name]
@@ -148,19 +137,19 @@ def test_precise_bn_runs_before_validation_and_leaves_training_unchanged(tmp_pat
 
 def test_user_hooks_see_every_step_and_names_are_unique(tmp_path):
     rec = _Recorder()
-    _run(_cfg(tmp_path, "user", **{"optim.max_iters": 2}), hooks=(rec,))
+    _run(tiny_run_config(tmp_path, "user", **{"optim.max_iters": 2}), hooks=(rec,))
     assert len(rec.states) == 3
     clash = _Recorder()
     clash.name = "checkpoint"
     with pytest.raises(ValueError, match="names must be unique"):
-        _run(_cfg(tmp_path, "clash", **{"optim.max_iters": 2}), hooks=(clash,))
+        _run(tiny_run_config(tmp_path, "clash", **{"optim.max_iters": 2}), hooks=(clash,))
 
 
 def test_tensorboard_records_mirror_metrics_jsonl(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    cfg = _cfg(tmp_path, "tb", **{"optim.max_iters": 3, "logging.tensorboard": True})
+    cfg = tiny_run_config(tmp_path, "tb", **{"optim.max_iters": 3, "logging.tensorboard": True})
     _run(cfg)
     acc = EventAccumulator(str(Path(cfg.output_dir) / "tensorboard"))
     acc.Reload()
@@ -176,6 +165,7 @@ class _StepShapes(HookBase):
     model saw."""
 
     name = "step_shapes"
+    events = ("before_train", "before_step")
 
     def __init__(self) -> None:
         self.steps: list[tuple] = []
@@ -188,11 +178,11 @@ class _StepShapes(HookBase):
 
     def before_step(self, run) -> None:
         st = run.state
-        self.steps.append((st.epoch, st.iteration, run.step_batches, run.task.clip_shape, run.lr))
+        self.steps.append((st.epoch, st.iteration, st.step_batches, run.task.clip_shape, st.lr))
 
 
 def test_multigrid_steps_follow_the_schedule_and_resume_exactly(tmp_path):
-    from nlnet.engine.tools.multigrid import MultigridSchedule, long_cycle_schedule
+    from nlnet.engine.hooks.multigrid import MultigridSchedule, long_cycle_schedule
 
     over = {"multigrid.long_cycle": True, "multigrid.short_cycle": True,
             "multigrid.stages": [0, 2], "optim.epochs": 3, "optim.warmup_iters": 0,
@@ -201,7 +191,7 @@ def test_multigrid_steps_follow_the_schedule_and_resume_exactly(tmp_path):
 
     def run(name, resume=False, stop=0, seed=0):
         rec = _StepShapes()
-        cfg = _cfg(tmp_path, name, **over, **{"train.stop_after": stop})
+        cfg = tiny_run_config(tmp_path, name, **over, **{"train.stop_after": stop})
         torch.manual_seed(seed)
         model = TinyVideoNet()
         s = train(cfg, model=model, train_dataset=TinyClipDataset(n=32, size=(4, 8, 8)),

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin
+from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin, tiny_run_config
 
 from nlnet.engine.checkpoint import (  # noqa: E402
     CheckpointError,
@@ -29,24 +29,13 @@ from nlnet.engine.runlog import MetricsLogger  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _cfg(tmp_path: Path, name: str = "run", **over):
-    base = {
-        "model.name": "tiny",
-        "optim.lr": 0.1,
-        "optim.max_iters": 6,
-        "optim.steps": [4],
-        "train.batch_size": 4,
-        "train.workers": 0,
-        "train.log_every": 1,
-        "train.ckpt_every": 0,
-        "train.device": "cpu",
-        "train.progress": False,
-        "eval.batch_size": 4,
-        "eval.workers": 0,
-        "output_dir": str(tmp_path / name),
-    }
-    base.update(over)
-    return load_config(None, base)
+#: these tests run 6 steps (no warm-up) with ``model.num_classes`` inferred from the data
+SHORT_RUN = {"model.num_classes": None, "optim.max_iters": 6, "optim.steps": [4],
+             "optim.warmup_iters": 0}  # fmt: skip
+
+
+def _short_run_config(tmp_path: Path, name: str = "run", **over):
+    return tiny_run_config(tmp_path, name, **{**SHORT_RUN, **over})
 
 
 def _run(cfg, dataset=None, model=None, **kw):
@@ -71,7 +60,9 @@ def _nlnet(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 # -- bad data -------------------------------------------------------------------------------
 def test_an_all_failed_mini_batch_is_skipped_and_counted_never_a_nan_loss(tmp_path):
     # batch size 1: every bad item is a mini-batch in which every clip failed
-    cfg = _cfg(tmp_path, **{"train.batch_size": 1, "optim.max_iters": 16, "optim.steps": [12]})
+    cfg = _short_run_config(
+        tmp_path, **{"train.batch_size": 1, "optim.max_iters": 16, "optim.steps": [12]}
+    )
     s = _run(cfg, dataset=TinyClipDataset(n=8, bad=(1, 5)))
     assert s["iterations"] == 16 and s["empty_batches"] == 4 and s["skipped"] == 4
     train_recs = [r for r in _records(s["run_dir"]) if r["kind"] == "train"]
@@ -85,7 +76,7 @@ def test_an_all_failed_mini_batch_is_skipped_and_counted_never_a_nan_loss(tmp_pa
 
 def test_a_split_without_a_decodable_clip_stops_with_the_cause(tmp_path):
     with pytest.raises(DataError, match="no clip of split 'train' could be decoded") as exc:
-        _run(_cfg(tmp_path), dataset=TinyClipDataset(n=8, bad=tuple(range(8))))
+        _run(_short_run_config(tmp_path), dataset=TinyClipDataset(n=8, bad=tuple(range(8))))
     assert "lr" not in str(exc.value)
     assert not (tmp_path / "run" / "checkpoints").exists()
 
@@ -119,18 +110,18 @@ def test_no_usable_video_stops_before_training_naming_the_cause(tmp_path):
 
 
 def test_num_classes_is_inferred_from_the_data_and_a_mismatch_is_an_error(tmp_path):
-    cfg = _cfg(tmp_path, "inferred")
+    cfg = _short_run_config(tmp_path, "inferred")
     assert cfg.model.num_classes is None
     s = _run(cfg)
     ckpt = load_checkpoint(s["checkpoint"])
     assert ckpt["num_classes"] == 3 and ckpt["class_names"] == ["class_0", "class_1", "class_2"]
     with pytest.raises(DataError, match="model.num_classes=5 but the training data has 3"):
-        _run(_cfg(tmp_path, "mismatch", **{"model.num_classes": 5}))
+        _run(_short_run_config(tmp_path, "mismatch", **{"model.num_classes": 5}))
 
 
 # -- the run directory ----------------------------------------------------------------------
 def test_a_used_run_directory_is_refused_unless_resume_or_force(tmp_path):
-    cfg = _cfg(tmp_path)
+    cfg = _short_run_config(tmp_path)
     _run(cfg)
     with pytest.raises(RunDirError, match="--resume.*--force"):
         _run(cfg)
@@ -140,14 +131,14 @@ def test_a_used_run_directory_is_refused_unless_resume_or_force(tmp_path):
 
 
 def test_two_runs_cannot_write_one_directory(tmp_path):
-    cfg = _cfg(tmp_path)
+    cfg = _short_run_config(tmp_path)
     with RunLock(cfg.output_dir), pytest.raises(RunDirError, match="in use by another run"):
         _run(cfg)
     assert _run(cfg)["iterations"] == 6  # the lock is released with its holder
 
 
 def test_resume_after_a_kill_before_the_first_checkpoint_does_not_duplicate_rows(tmp_path):
-    cfg = _cfg(tmp_path)
+    cfg = _short_run_config(tmp_path)
     logger = MetricsLogger(cfg.output_dir)  # what a run killed at iteration 2 leaves behind
     for it in (1, 2):
         logger.log({"kind": "train", "iter": it, "loss": 1.0, "lr": 0.1})
@@ -158,7 +149,7 @@ def test_resume_after_a_kill_before_the_first_checkpoint_does_not_duplicate_rows
 def test_resume_runs_to_the_configured_end(tmp_path):
     from nlnet.commands.train import _config_for, configure_parser
 
-    cfg = _cfg(tmp_path, **{"train.stop_after": 2})
+    cfg = _short_run_config(tmp_path, **{"train.stop_after": 2})
     assert _run(cfg)["iterations"] == 2
     saved = (Path(cfg.output_dir) / "config.yaml").read_text()
     assert "stop_after: 0" in saved  # one invocation's stop is not part of the run
@@ -276,7 +267,7 @@ def test_null_values_in_metrics_never_break_plotting(tmp_path):
 
 
 def test_off_a_terminal_one_log_line_per_interval_and_no_bar(tmp_path, capsys):
-    cfg = _cfg(tmp_path, **{"train.progress": None, "train.log_every": 2})
+    cfg = _short_run_config(tmp_path, **{"train.progress": None, "train.log_every": 2})
     _run(cfg)
     out = capsys.readouterr()
     lines = [x for x in out.out.splitlines() if x.startswith("iter ")]
@@ -289,7 +280,7 @@ def test_checkpoints_carry_the_training_preprocessing_used_everywhere(tmp_path):
     from nlnet.commands.visualize import normalize
     from nlnet.data.video.transforms import IMAGENET_MEAN, IMAGENET_STD
 
-    s = _run(_cfg(tmp_path))
+    s = _run(_short_run_config(tmp_path))
     info = checkpoint_info(s["checkpoint"])
     assert info.preprocessing["mean"] == pytest.approx(list(IMAGENET_MEAN))
     assert info.preprocessing["std"] == pytest.approx(list(IMAGENET_STD))
@@ -350,4 +341,4 @@ def test_a_nan_loss_on_decoded_clips_is_divergence_not_an_empty_batch(tmp_path):
     from nlnet.engine.errors import DivergedError
 
     with pytest.raises(DivergedError, match="at iteration 1 .*diverged"):
-        _run(_cfg(tmp_path), dataset=_NaNClips(n=8))
+        _run(_short_run_config(tmp_path), dataset=_NaNClips(n=8))

@@ -32,7 +32,7 @@ def _photos(root):
     return root
 
 
-def _cfg(tmp_path, **data):
+def _sr_config(tmp_path, **data):
     return config_from_dict({
         "task": "super_resolution",
         "model": {"name": "edsr_baseline_nl", "overrides": TINY},
@@ -50,10 +50,11 @@ def _cfg(tmp_path, **data):
 def test_one_step_checkpoint_eval_and_export(tmp_path, capsys):
     from nlnet.cli import main
     from nlnet.engine.checkpoint import checkpoint_info, load_model
-    from nlnet.engine.loop import evaluate, train
+    from nlnet.engine.evaluation import evaluate
+    from nlnet.engine.loop import train
 
     _photos(tmp_path / "photos")
-    cfg = _cfg(tmp_path)
+    cfg = _sr_config(tmp_path)
     out = train(cfg)
     assert out["iterations"] == 1
     val = out["val"]
@@ -103,7 +104,7 @@ def test_data_section_errors_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="data.source"):
         SuperResolutionData.from_mapping({"source": "web"})
     task = SuperResolutionTask.from_config(
-        _cfg(tmp_path, source="folder", root=str(tmp_path / "none"))
+        _sr_config(tmp_path, source="folder", root=str(tmp_path / "none"))
     )
     from nlnet.engine.errors import DataError
 

@@ -13,8 +13,8 @@ from engine_standins import TinyVideoNet
 from nlnet.data.video.config import VideoDataConfig
 from nlnet.engine import tasks
 from nlnet.engine.config import config_from_dict
-from nlnet.engine.config_schema import EvalConfig
-from nlnet.engine.config_tools import AugmentConfig
+from nlnet.engine.config.schema import EvalConfig
+from nlnet.engine.config.tool_sections import AugmentConfig
 from nlnet.engine.tasks import Task, get_task, register_task, task_class, task_names
 from nlnet.engine.tasks.video import VideoClassificationTask
 

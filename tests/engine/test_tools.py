@@ -10,17 +10,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nlnet.engine.augment import ClipAugment
 from nlnet.engine.config import ConfigError, load_config
-from nlnet.engine.optim import build_optimizer, build_scheduler, layer_ids
-from nlnet.engine.runlog import plotted_metrics
-from nlnet.engine.tasks.video import compute_loss
-from nlnet.engine.tools.augment import ClipAugment
-from nlnet.engine.tools.multigrid import (
+from nlnet.engine.hooks.multigrid import (
     MultigridSchedule,
     long_cycle_schedule,
     short_cycle_shapes,
 )
-from nlnet.engine.tools.precise_bn import precise_bn_stats
+from nlnet.engine.hooks.precise_bn import precise_bn_stats
+from nlnet.engine.optim import build_optimizer, build_scheduler, layer_ids
+from nlnet.engine.runlog import plotted_metrics
+from nlnet.engine.tasks.video import compute_loss
 
 
 def test_precise_bn_equals_the_full_pass_statistics():

@@ -7,37 +7,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin
+from engine_standins import TinyClipDataset, TinyVideoNet, collate_standin, tiny_run_config
 
 from nlnet.engine.checkpoint import CheckpointMismatchError, load_checkpoint  # noqa: E402
 from nlnet.engine.config import load_config, replace  # noqa: E402
-from nlnet.engine.loop import evaluate, train  # noqa: E402
+from nlnet.engine.evaluation import evaluate  # noqa: E402
+from nlnet.engine.loop import train  # noqa: E402
 from nlnet.engine.modeling import freeze_batchnorm  # noqa: E402
 from nlnet.engine.optim import build_scheduler  # noqa: E402
 from nlnet.engine.tasks.video import compute_loss  # noqa: E402
-
-
-def _cfg(tmp_path: Path, name: str = "run", **over):
-    base = {
-        "model.name": "tiny",
-        "model.num_classes": 3,
-        "optim.lr": 0.1,
-        "optim.max_iters": 10,
-        "optim.steps": [6],
-        "optim.warmup_iters": 2,
-        "train.batch_size": 4,
-        "train.workers": 0,
-        "train.log_every": 1,
-        "train.ckpt_every": 0,
-        "train.device": "cpu",
-        "train.progress": False,
-        "model.dropout": 0.5,
-        "eval.batch_size": 4,
-        "eval.workers": 0,
-        "output_dir": str(tmp_path / name),
-    }
-    base.update(over)
-    return load_config(None, base)
 
 
 def _records(run_dir) -> list[dict]:
@@ -60,8 +38,8 @@ def _run(cfg, model=None, dataset=None, **kw):
 @pytest.mark.parametrize("stop", [3, 4])  # mid-epoch, and exactly at the epoch boundary
 def test_resume_is_bit_exact(tmp_path, stop):
     # dropout, trained BN and random augmentation all draw random numbers
-    ref, ref_sum = _run(_cfg(tmp_path, "ref"))
-    cfg = _cfg(tmp_path, "cut", **{"train.stop_after": stop})
+    ref, ref_sum = _run(tiny_run_config(tmp_path, "ref"))
+    cfg = tiny_run_config(tmp_path, "cut", **{"train.stop_after": stop})
     first, s1 = _run(cfg)
     assert s1["stopped"] and s1["iterations"] == stop
     ckpt = load_checkpoint(Path(cfg.output_dir) / "checkpoints" / "last.pt")
@@ -82,17 +60,19 @@ def test_resume_is_bit_exact(tmp_path, stop):
 
 
 def test_runs_are_deterministic_and_workers_do_not_change_the_result(tmp_path):
-    a, _ = _run(_cfg(tmp_path, "a", **{"optim.max_iters": 4}))
-    b, _ = _run(_cfg(tmp_path, "b", **{"optim.max_iters": 4, "train.workers": 1}))
+    a, _ = _run(tiny_run_config(tmp_path, "a", **{"optim.max_iters": 4}))
+    b, _ = _run(tiny_run_config(tmp_path, "b", **{"optim.max_iters": 4, "train.workers": 1}))
     for x, y in zip(a.state_dict().values(), b.state_dict().values()):
         assert torch.equal(x, y)
 
 
 def test_gradient_accumulation_matches_the_large_batch(tmp_path):
     common = {"optim.max_iters": 6, "model.dropout": 0.0}
-    big, _ = _run(_cfg(tmp_path, "big", **common), model=_model(bn=False))
+    big, _ = _run(tiny_run_config(tmp_path, "big", **common), model=_model(bn=False))
     acc, s = _run(
-        _cfg(tmp_path, "acc", **common, **{"train.batch_size": 2, "train.accum_steps": 2}),
+        tiny_run_config(
+            tmp_path, "acc", **common, **{"train.batch_size": 2, "train.accum_steps": 2}
+        ),
         model=_model(bn=False),
     )
     assert s["iterations"] == 6
@@ -108,13 +88,16 @@ def test_frozen_bn_keeps_statistics_and_affine_parameters(tmp_path):
         model.bn1.running_mean.fill_(0.3)
         model.bn1.weight.fill_(1.5)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    _run(_cfg(tmp_path, "frozen", **{"train.freeze_bn": True, "optim.max_iters": 3}), model=model)
+    _run(
+        tiny_run_config(tmp_path, "frozen", **{"train.freeze_bn": True, "optim.max_iters": 3}),
+        model=model,
+    )
     for k in ("bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var"):
         assert torch.equal(model.state_dict()[k], before[k]), k
     assert not torch.equal(model.conv1.weight, before["conv1.weight"])
     # and the default trains BN (Section 4.1)
     model2 = _model()
-    _run(_cfg(tmp_path, "bn", **{"optim.max_iters": 3}), model=model2)
+    _run(tiny_run_config(tmp_path, "bn", **{"optim.max_iters": 3}), model=model2)
     assert not torch.equal(model2.bn1.running_mean, torch.zeros(4))
     assert freeze_batchnorm(_model()) == 1
 
@@ -136,7 +119,7 @@ def test_schedule_warmup_and_steps(tmp_path):
     expected = [0.005, 0.0075, 0.01, 0.01, 0.001, 0.001, 0.001, 0.001, 0.0001, 0.0001]
     assert lrs == pytest.approx(expected)
     # the trainer logs the lr used at each iteration
-    _, s = _run(_cfg(tmp_path, "lr", **{"optim.warmup_iters": 0}))
+    _, s = _run(tiny_run_config(tmp_path, "lr", **{"optim.warmup_iters": 0}))
     recs = _records(s["run_dir"])
     logged = [r["lr"] for r in recs if r["kind"] == "train"]
     assert logged == pytest.approx([0.1] * 6 + [0.01] * 4)  # steps=[6]: x0.1 from iteration 6
@@ -144,7 +127,9 @@ def test_schedule_warmup_and_steps(tmp_path):
 
 def test_bad_items_are_skipped_and_counted(tmp_path):
     ds = TinyClipDataset(n=16, bad=(1, 5))
-    _, s = _run(_cfg(tmp_path, "bad", **{"optim.max_iters": 8}), dataset=ds)  # two epochs
+    _, s = _run(
+        tiny_run_config(tmp_path, "bad", **{"optim.max_iters": 8}), dataset=ds
+    )  # two epochs
     assert s["skipped"] == 4 and s["iterations"] == 8
     recs = _records(s["run_dir"])
     assert [r["skipped"] for r in recs if r["kind"] == "epoch"] == [2, 2]
@@ -153,7 +138,7 @@ def test_bad_items_are_skipped_and_counted(tmp_path):
 
 
 def test_multilabel_bce_training_and_video_map(tmp_path):
-    cfg = _cfg(
+    cfg = tiny_run_config(
         tmp_path, "ml", **{"train.loss": "bce", "optim.max_iters": 8, "train.val_split": "val"}
     )
     model, s = _run(
@@ -177,7 +162,7 @@ def test_compute_loss_checks_targets():
 
 
 def test_evaluate_api_and_mismatch(tmp_path):
-    cfg = _cfg(tmp_path, "ev", **{"optim.max_iters": 4, "eval.clips": 2})
+    cfg = tiny_run_config(tmp_path, "ev", **{"optim.max_iters": 4, "eval.clips": 2})
     model, s = _run(cfg)
     val = TinyClipDataset(n=9, clips=2)
     m = evaluate(
@@ -200,13 +185,13 @@ def test_evaluate_api_and_mismatch(tmp_path):
 
 def test_too_small_dataset_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="train.batch_size"):
-        _run(_cfg(tmp_path, "small", **{"train.batch_size": 32}))
+        _run(tiny_run_config(tmp_path, "small", **{"train.batch_size": 32}))
 
 
 def test_pretrained_with_reset_head(tmp_path):
     from nlnet.engine.modeling import init_from_pretrained
 
-    cfg = _cfg(tmp_path, "pre", **{"optim.max_iters": 2})
+    cfg = tiny_run_config(tmp_path, "pre", **{"optim.max_iters": 2})
     trained, s = _run(cfg)
     new = TinyVideoNet(num_classes=5)
     fc = new.fc.weight.clone()
@@ -238,8 +223,8 @@ class _CrashingDataset(TinyClipDataset):
 
 def test_resume_after_a_crash_between_checkpoints(tmp_path):
     over = {"train.ckpt_every": 2}
-    ref, _ = _run(_cfg(tmp_path, "ref", **over))
-    cfg = _cfg(tmp_path, "crash", **over)
+    ref, _ = _run(tiny_run_config(tmp_path, "ref", **over))
+    cfg = tiny_run_config(tmp_path, "crash", **over)
     with pytest.raises(_Crash):  # dies in iteration 6: checkpoint at 4, records up to 5
         _run(cfg, dataset=_CrashingDataset(crash_at=5 * 4 + 2, n=16))
     assert load_checkpoint(Path(cfg.output_dir) / "checkpoints" / "last.pt")["iteration"] == 4
@@ -253,7 +238,7 @@ def test_resume_after_a_crash_between_checkpoints(tmp_path):
 
 
 def test_amp_is_cuda_only(tmp_path):
-    cfg = _cfg(tmp_path, "amp", **{"train.amp": "fp16", "optim.max_iters": 2})
+    cfg = tiny_run_config(tmp_path, "amp", **{"train.amp": "fp16", "optim.max_iters": 2})
     with pytest.warns(RuntimeWarning, match="train.amp=fp16 is for CUDA"):
         _, s = _run(cfg)
     assert s["iterations"] == 2
@@ -279,7 +264,7 @@ def test_frozen_bn_keeps_non_local_norms_trainable(tmp_path):
     assert block.norm.training and not any(m.training for m in others)
     # trained with frozen BN, the block leaves the identity
     ds = TinyClipDataset(n=8, size=(4, 32, 32))
-    cfg = _cfg(tmp_path, "nl", **{"train.freeze_bn": True, "optim.max_iters": 2,
+    cfg = tiny_run_config(tmp_path, "nl", **{"train.freeze_bn": True, "optim.max_iters": 2,
                                   "optim.warmup_iters": 0, "optim.steps": []})  # fmt: skip
     with pytest.warns(RuntimeWarning, match="non-local"):
         _run(cfg, model=model, dataset=ds)
@@ -301,7 +286,7 @@ def test_frozen_bn_freezes_blocks_that_start_from_model_pretrained(tmp_path):
     with torch.no_grad():
         block.norm.weight.fill_(0.5)  # a trained block: gamma no longer 0
     pre = save_checkpoint(tmp_path / "pre.pt", model=model, model_name="tiny", num_classes=3)
-    cfg = _cfg(tmp_path, "ft", **{"train.freeze_bn": True, "optim.max_iters": 2,
+    cfg = tiny_run_config(tmp_path, "ft", **{"train.freeze_bn": True, "optim.max_iters": 2,
                                   "optim.warmup_iters": 0, "optim.steps": [],
                                   "model.pretrained": str(pre)})  # fmt: skip
     with warnings.catch_warnings():

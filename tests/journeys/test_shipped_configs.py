@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from nlnet.engine.config import config_to_dict, list_configs, load_config
-from nlnet.engine.sections import plain
+from nlnet.engine.config.sections import plain
 
 DEFAULT = {
     "kinetics/c2d_r50_nl5",  # ImageNet ResNet-50 by name, inflated (Section 4.1)
@@ -134,7 +134,8 @@ def _build_with_named_weights(cfg, num_classes: int):
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_shipped_config_trains_checkpoints_and_evaluates(name, tmp_path, fake_weights):
-    from nlnet.engine.loop import evaluate, train
+    from nlnet.engine.evaluation import evaluate
+    from nlnet.engine.loop import train
     from nlnet.models.registry import model_facts
 
     cfg = _one_step_config(name, tmp_path)

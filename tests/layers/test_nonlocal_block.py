@@ -209,24 +209,12 @@ def test_bad_construction_errors():
 
 @pytest.mark.parametrize("instantiation", INSTANTIATIONS)
 @pytest.mark.parametrize("mode", ["spacetime", "space", "time"])
-def test_block_fast_path_never_builds_the_pairwise_matrix(instantiation, mode):
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class MaxNumel(TorchDispatchMode):
-        max_numel = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in out if isinstance(out, (tuple, list)) else (out,):
-                if isinstance(t, torch.Tensor):
-                    self.max_numel = max(self.max_numel, t.numel())
-            return out
-
+def test_block_fast_path_never_builds_the_pairwise_matrix(instantiation, mode, max_numel):
     block = NonLocal3d(
         8, inter_channels=4, instantiation=instantiation, mode=mode, sub_sample=False, impl="fast"
     )
     x = torch.randn(1, 8, 4, 16, 16, requires_grad=True)  # N = N' = 1024
-    with MaxNumel() as rec:
+    with max_numel() as rec:
         block(x).sum().backward()
     # the largest tensors are the feature maps (8 x 1024); N x N' would be 1,048,576
     assert rec.max_numel <= 16 * 1024, rec.max_numel

@@ -21,7 +21,7 @@ from nlnet.cli import main
 from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model
 
 
-def _cfg(builder, arc, nonlocal_, affine, frames, stride):
+def _released(builder, arc, nonlocal_, affine, frames, stride):
     # builder: MODEL.MODEL_NAME; arc: VIDEO_ARC_CHOICE; nonlocal_: CONV3/CONV4_NONLOCAL;
     # affine: the *_affine_400k.yaml config (USE_AFFINE, NONLOCAL.USE_BN False)
     return {"builder": builder, "arc": arc, "nonlocal": nonlocal_, "affine": affine,
@@ -30,21 +30,21 @@ def _cfg(builder, arc, nonlocal_, affine, frames, stride):
 
 #: released file -> the settings of its training script (scripts/*.sh + configs/*.yaml)
 RELEASED = {
-    "c2d_baseline_32x2_IN_pretrain_400k.pkl": _cfg("org", 1, False, False, 32, 2),
-    "c2d_nonlocal_32x2_IN_pretrain_400k.pkl": _cfg("org", 1, True, False, 32, 2),
-    "i3d_baseline_32x2_IN_pretrain_400k.pkl": _cfg("org", 2, False, False, 32, 2),
-    "i3d_nonlocal_32x2_IN_pretrain_400k.pkl": _cfg("org", 2, True, False, 32, 2),
-    "i3d_baseline_128x1_I3D_pretrain_400k.pkl": _cfg("org", 2, False, True, 128, 1),
-    "i3d_nonlocal_128x1_I3D_pretrain_400k.pkl": _cfg("org", 2, True, True, 128, 1),
-    "c2d_baseline_8x8_IN_pretrain_400k.pkl": _cfg("video", 1, False, False, 8, 8),
-    "c2d_nonlocal_8x8_IN_pretrain_400k.pkl": _cfg("video", 1, True, False, 8, 8),
-    "i3d_baseline_8x8_IN_pretrain_400k.pkl": _cfg("video", 2, False, False, 8, 8),
-    "i3d_nonlocal_8x8_IN_pretrain_400k.pkl": _cfg("video", 2, True, False, 8, 8),
-    "i3d_baseline_32x4_I3D_pretrain_400k.pkl": _cfg("video", 2, False, True, 32, 4),
-    "i3d_nonlocal_32x4_I3D_pretrain_400k.pkl": _cfg("video", 2, True, True, 32, 4),
-    "i3d_baseline_8x8_IN_pretrain_300k.pkl": _cfg("video", 2, False, False, 8, 8),
-    "i3d_baseline_8x8_IN_pretrain_600k_4gpu.pkl": _cfg("video", 2, False, False, 8, 8),
-    "i3d_baseline_8x8_IN_pretrain_300k_4gpu.pkl": _cfg("video", 2, False, False, 8, 8),
+    "c2d_baseline_32x2_IN_pretrain_400k.pkl": _released("org", 1, False, False, 32, 2),
+    "c2d_nonlocal_32x2_IN_pretrain_400k.pkl": _released("org", 1, True, False, 32, 2),
+    "i3d_baseline_32x2_IN_pretrain_400k.pkl": _released("org", 2, False, False, 32, 2),
+    "i3d_nonlocal_32x2_IN_pretrain_400k.pkl": _released("org", 2, True, False, 32, 2),
+    "i3d_baseline_128x1_I3D_pretrain_400k.pkl": _released("org", 2, False, True, 128, 1),
+    "i3d_nonlocal_128x1_I3D_pretrain_400k.pkl": _released("org", 2, True, True, 128, 1),
+    "c2d_baseline_8x8_IN_pretrain_400k.pkl": _released("video", 1, False, False, 8, 8),
+    "c2d_nonlocal_8x8_IN_pretrain_400k.pkl": _released("video", 1, True, False, 8, 8),
+    "i3d_baseline_8x8_IN_pretrain_400k.pkl": _released("video", 2, False, False, 8, 8),
+    "i3d_nonlocal_8x8_IN_pretrain_400k.pkl": _released("video", 2, True, False, 8, 8),
+    "i3d_baseline_32x4_I3D_pretrain_400k.pkl": _released("video", 2, False, True, 32, 4),
+    "i3d_nonlocal_32x4_I3D_pretrain_400k.pkl": _released("video", 2, True, True, 32, 4),
+    "i3d_baseline_8x8_IN_pretrain_300k.pkl": _released("video", 2, False, False, 8, 8),
+    "i3d_baseline_8x8_IN_pretrain_600k_4gpu.pkl": _released("video", 2, False, False, 8, 8),
+    "i3d_baseline_8x8_IN_pretrain_300k_4gpu.pkl": _released("video", 2, False, False, 8, 8),
 }
 WIDTH, CLASSES = 4, 5
 

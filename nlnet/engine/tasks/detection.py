@@ -143,10 +143,10 @@ def coco_evaluate(
 
 def _data(data: Any) -> DetectionDataConfig:
     """The typed data section from itself or from a mapping of its keys (a ``ConfigError``
-    naming an unknown key or a bad value: :func:`nlnet.engine.sections.build_section`)."""
+    naming an unknown key or a bad value: :func:`nlnet.engine.config.sections.build_section`)."""
     if isinstance(data, DetectionDataConfig):
         return data
-    from nlnet.engine.sections import build_section
+    from nlnet.engine.config.sections import build_section
 
     return build_section(DetectionDataConfig, dict(data or {}), ("data",))
 

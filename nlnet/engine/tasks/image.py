@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from nlnet.engine.config_schema import EvalConfig
+from nlnet.engine.config.schema import EvalConfig
 from nlnet.engine.errors import DataError
 
 __all__ = ["ImageDataConfig", "ImageClassificationTask", "ImageItems", "digits_images"]
@@ -81,7 +81,7 @@ class ImageDataConfig:
         """Build and check; an unknown key or a bad value is a ``ConfigError`` naming it."""
         if isinstance(data, cls):
             return data
-        from nlnet.engine.sections import build_section
+        from nlnet.engine.config.sections import build_section
 
         return build_section(cls, dict(data or {}), ("data",))
 

@@ -201,10 +201,10 @@ class SegmentationDataConfig:
 
 def _data(data: Any) -> SegmentationDataConfig:
     """The typed data section from itself or from a mapping of its keys (a ``ConfigError``
-    naming an unknown key or a bad value: :func:`nlnet.engine.sections.build_section`)."""
+    naming an unknown key or a bad value: :func:`nlnet.engine.config.sections.build_section`)."""
     if isinstance(data, SegmentationDataConfig):
         return data
-    from nlnet.engine.sections import build_section
+    from nlnet.engine.config.sections import build_section
 
     return build_section(SegmentationDataConfig, dict(data or {}), ("data",))
 

@@ -73,7 +73,7 @@ class SuperResolutionData:
         """Parse ``cfg.data``; unknown keys and bad values are a :class:`ConfigError`."""
         if isinstance(data, cls):
             return data
-        from nlnet.engine.sections import build_section
+        from nlnet.engine.config.sections import build_section
 
         return build_section(cls, dict(data or {}), ("data",))
 

@@ -11,8 +11,8 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from nlnet.data.video.config import Preprocessing, VideoDataConfig
-from nlnet.engine.config_schema import EvalConfig
-from nlnet.engine.config_tools import AugmentConfig
+from nlnet.engine.config.schema import EvalConfig
+from nlnet.engine.config.tool_sections import AugmentConfig
 from nlnet.engine.errors import DataError
 
 __all__ = ["VideoClassificationTask", "compute_loss", "resample_clip"]
@@ -70,7 +70,7 @@ class VideoClassificationTask:
     Batches are the dicts of :func:`nlnet.data.collate_skip_bad` (``clip`` (B, C, T, H, W),
     ``target``, ``index``, ``skipped``); evaluation is multi-clip testing (Section 4.1,
     :mod:`nlnet.engine.tasks.video_eval`).  Training batches go through the ``augment``
-    section's MixUp / CutMix / RandAugment (:class:`~nlnet.engine.tools.augment.ClipAugment`)
+    section's MixUp / CutMix / RandAugment (:class:`~nlnet.engine.augment.ClipAugment`)
     and the loss takes ``augment.label_smoothing``.
 
     Built by :meth:`from_config` from the config's sections, or directly from them:
@@ -132,7 +132,7 @@ class VideoClassificationTask:
     def setup(self, num_classes: int) -> None:
         """The training augmentation, once the class count is known (MixUp / CutMix targets
         are ``(B, num_classes)`` probabilities)."""
-        from nlnet.engine.tools.augment import ClipAugment
+        from nlnet.engine.augment import ClipAugment
 
         self.classes = int(num_classes)
         data = self.data

@@ -12,9 +12,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from nlnet.engine.config_schema import Config, ModelConfig, OptimConfig
+from nlnet.engine.config.schema import Config, ModelConfig, OptimConfig
+from nlnet.engine.config.sections import build_section
 from nlnet.engine.errors import ConfigError
-from nlnet.engine.sections import build_section
 
 _CHOICES = {
     ("train", "amp"): ("none", "bf16", "fp16"),
@@ -27,7 +27,8 @@ _CHOICES = {
 # --------------------------------------------------------------------------------------------
 # dict <-> dataclass
 # --------------------------------------------------------------------------------------------
-def _build(cls: type, data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+def build_config_section(cls: type, data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    """A section dataclass from a mapping, with the config's choices (one-line errors)."""
     return build_section(cls, data, path, _CHOICES)
 
 
@@ -114,7 +115,8 @@ def _validate_tools(cfg: Config) -> None:
         )
 
 
-def _validate(cfg: Config) -> None:
+def validate_config(cfg: Config) -> None:
+    """Check the numbers, choices and model overrides of a built config (one-line errors)."""
     _check_number("model.num_classes", cfg.model.num_classes, 1)
     _validate_optim(cfg.optim)
     _validate_tools(cfg)

@@ -12,9 +12,10 @@ from typing import Any
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from nlnet.engine.checkpoint import load_checkpoint, load_model, unwrap_model
+from nlnet.engine.checkpoint.file_io import load_checkpoint, unwrap_model
+from nlnet.engine.checkpoint.model_loading import load_model
 from nlnet.engine.errors import CheckpointError
-from nlnet.engine.hooks import HookBase
+from nlnet.engine.hooks.base import HookBase, RunView
 
 __all__ = ["EMAHook", "build_ema", "load_ema_model"]
 
@@ -32,13 +33,14 @@ class EMAHook(HookBase):
     bare network, loadable with ``model.load_state_dict``)."""
 
     name = "ema"
+    events = ("before_train", "after_step", "eval_extra")
 
     def __init__(self, cfg: Any) -> None:
         self.decay, self.evaluate = float(cfg.decay), bool(cfg.evaluate)
         self.ema: AveragedModel | None = None
         self._pending: dict[str, Any] | None = None
 
-    def before_train(self, run: Any) -> None:
+    def before_train(self, run: RunView) -> None:
         self.ema = build_ema(run.state.model, self.decay)
         if self._pending is not None:  # resumed: the averaged weights of the checkpoint
             self.ema.module.load_state_dict(self._pending["model"])
@@ -47,10 +49,10 @@ class EMAHook(HookBase):
         else:  # a fresh run: the average starts at the initial weights
             self.ema.update_parameters(unwrap_model(run.state.model))
 
-    def after_step(self, run: Any) -> None:
+    def after_step(self, run: RunView) -> None:
         self.ema.update_parameters(unwrap_model(run.state.model))
 
-    def eval_extra(self, run: Any) -> dict[str, Any]:
+    def eval_extra(self, run: RunView) -> dict[str, Any]:
         if not self.evaluate or self.ema is None or run.val_dataset is None:
             return {}
         metrics = run.task.evaluate(

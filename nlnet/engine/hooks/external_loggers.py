@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nlnet.engine.hooks import HookBase
+from nlnet.engine.hooks.base import HookBase, RunView
 from nlnet.engine.runlog import say
 
 __all__ = ["ExternalLoggersHook", "scalars"]
@@ -34,12 +34,13 @@ class ExternalLoggersHook(HookBase):
     """Mirrors the run's records to TensorBoard and/or W&B (``logging.tensorboard``/``wandb``)."""
 
     name = "external_loggers"
+    events = ("before_train", "after_train")
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg
         self.sinks: list[tuple[Callable[[dict[str, float], int], None], Callable[[], None]]] = []
 
-    def before_train(self, run: Any) -> None:
+    def before_train(self, run: RunView) -> None:
         if not run.main:
             return
         if self.cfg.tensorboard:
@@ -49,7 +50,7 @@ class ExternalLoggersHook(HookBase):
         if self.sinks:
             run.logger.add_sink(self.write)
 
-    def _tensorboard(self, run: Any) -> None:
+    def _tensorboard(self, run: RunView) -> None:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
@@ -66,14 +67,14 @@ class ExternalLoggersHook(HookBase):
 
         self.sinks.append((write, writer.close))
 
-    def _wandb(self, run: Any) -> None:
+    def _wandb(self, run: RunView) -> None:
         try:
             import wandb
         except ImportError:
             say("logging.wandb: the wandb package is not installed (pip install 'nlnet[wandb]'); "
                 "skipped")  # fmt: skip
             return
-        from nlnet.engine.config import config_to_dict
+        from nlnet.engine.config.loading import config_to_dict
 
         session = wandb.init(project=self.cfg.wandb_project, name=run.cfg.name or None,
                              dir=str(run.run_dir), config=config_to_dict(run.cfg),
@@ -86,7 +87,7 @@ class ExternalLoggersHook(HookBase):
             for write, _close in self.sinks:
                 write(values, int(record.get("iter") or 0))
 
-    def after_train(self, run: Any) -> None:
+    def after_train(self, run: RunView) -> None:
         for _write, close in self.sinks:
             close()
         self.sinks = []

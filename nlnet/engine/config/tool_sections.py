@@ -1,6 +1,7 @@
-"""Config sections of the training tools (:mod:`nlnet.engine.tools`): ``ema``, ``precise_bn``,
-``augment``, ``logging``, ``multigrid``; part of :class:`nlnet.engine.config.Config`, validated
-there (docs/training.md lists the keys)."""
+"""Config sections of the training tools (the hooks of :mod:`nlnet.engine.hooks` and the clip
+augmentation of :mod:`nlnet.engine.augment`): ``ema``, ``precise_bn``, ``augment``, ``logging``,
+``multigrid``; part of :class:`nlnet.engine.config.Config`, validated there (docs/training.md
+lists the keys)."""
 
 from __future__ import annotations
 

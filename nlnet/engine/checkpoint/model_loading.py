@@ -33,9 +33,9 @@ The one way from a checkpoint to a network is :func:`load_model` (used by ``nlne
 preprocessing.  Loading verifies the file first (:func:`load_checkpoint`): an empty, truncated,
 corrupted (zip CRC), foreign or weight-less file is a :class:`CheckpointError` naming the file.
 
-Saving and verified loading are in :mod:`nlnet.engine.checkpoint_io`, the generator states in
-:mod:`nlnet.engine.checkpoint_rng`; this module turns a checkpoint into a model (all names
-importable from here).
+Saving and verified loading are in :mod:`nlnet.engine.checkpoint.file_io`, the generator states in
+:mod:`nlnet.engine.checkpoint.rng`; this module turns a checkpoint into a model (all names
+importable from :mod:`nlnet.engine.checkpoint`).
 """
 
 from __future__ import annotations
@@ -48,15 +48,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nlnet.engine.checkpoint_io import (  # noqa: F401 (FORMAT, VERSION: re-exported)
-    FORMAT,
-    VERSION,
-    clean_orphan_temp_files,
-    load_checkpoint,
-    save_checkpoint,
-    unwrap_model,
-)
-from nlnet.engine.checkpoint_rng import get_rng_state, set_rng_state
+from nlnet.engine.checkpoint.file_io import load_checkpoint, unwrap_model
 from nlnet.engine.errors import CheckpointError, UserError
 
 __all__ = [
@@ -64,13 +56,7 @@ __all__ = [
     "CheckpointInfo",
     "CheckpointMismatchError",
     "checkpoint_info",
-    "clean_orphan_temp_files",
     "load_model",
-    "save_checkpoint",
-    "load_checkpoint",
-    "unwrap_model",
-    "get_rng_state",
-    "set_rng_state",
     "check_compatible",
     "load_model_weights",
     "load_backbone",

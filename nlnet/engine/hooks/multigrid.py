@@ -29,7 +29,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from nlnet.engine.errors import DataError
-from nlnet.engine.hooks import HookBase
+from nlnet.engine.hooks.base import RunView, StepPlan
 from nlnet.engine.optim import build_scheduler
 
 __all__ = [
@@ -183,7 +183,7 @@ def _crop_size(crop: Any) -> int:
     return int(crop)
 
 
-class MultigridHook(HookBase):
+class MultigridHook(StepPlan):
     """Multigrid training of the video task (``multigrid`` config section).
 
     A step of batch factor ``k`` runs ``k`` loader batches (times ``train.accum_steps``) before
@@ -195,6 +195,7 @@ class MultigridHook(HookBase):
     """
 
     name = "multigrid"
+    events = ("before_step", "after_train")
 
     def __init__(self, cfg: Any) -> None:
         from nlnet.data.video.config import VideoDataConfig
@@ -263,9 +264,9 @@ class MultigridHook(HookBase):
 
         return LambdaLR(optimizer, factor)
 
-    def before_step(self, run: Any) -> None:
+    def before_step(self, run: RunView) -> None:
         _k, frames, size = self.schedule.shape(run.state.epoch, run.state.iteration)
         run.task.clip_shape = (frames, size)
 
-    def after_train(self, run: Any) -> None:
+    def after_train(self, run: RunView) -> None:
         run.task.clip_shape = None

@@ -2,7 +2,7 @@
 
 Frozen dataclasses whose defaults follow the training recipe of Wang et al., CVPR 2018,
 Sec. 4.1 (SGD, momentum 0.9, weight decay 1e-4, dropout 0.5, 10-clip testing). Reading them from
-YAML is in :mod:`nlnet.engine.config_files`, their checks in :mod:`nlnet.engine.config_checks`
+YAML is in :mod:`nlnet.engine.config.files`, their checks in :mod:`nlnet.engine.config.checks`
 and the public entry points in :mod:`nlnet.engine.config`.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nlnet.engine.config_tools import (
+from nlnet.engine.config.tool_sections import (
     AugmentConfig,
     EMAConfig,
     LoggingConfig,

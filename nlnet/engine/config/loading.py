@@ -19,9 +19,9 @@ are checked too: a learning rate, weight decay or momentum that is not finite or
 config error.
 
 This module holds the public entry points; the section dataclasses are in
-:mod:`nlnet.engine.config_schema`, the YAML files, ``_base_`` merging and dotted overrides in
-:mod:`nlnet.engine.config_files` and the checks in :mod:`nlnet.engine.config_checks` (all names
-importable from here).
+:mod:`nlnet.engine.config.schema`, the YAML files, ``_base_`` merging and dotted overrides in
+:mod:`nlnet.engine.config.files` and the checks in :mod:`nlnet.engine.config.checks` (all names
+importable from :mod:`nlnet.engine.config`).
 
 Why hand-written dataclasses and not pydantic/OmegaConf: these modules hold the schema, the
 ``_base_`` merging and the dotted overrides with no dependency; a library would add one and still
@@ -38,25 +38,25 @@ from typing import Any
 
 import yaml
 
-from nlnet.engine.config_checks import _build, _validate  # noqa: F401 (re-export)
-from nlnet.engine.config_files import (
-    MOVED_KEYS,  # noqa: F401 (re-export)
-    _load_yaml_tree,
-    _migrate,
-    _set_dotted,
+from nlnet.engine.config.checks import build_config_section, validate_config
+from nlnet.engine.config.files import (
     apply_overrides,
     list_configs,
+    load_yaml_tree,
+    migrate_moved_keys,
     parse_overrides,
     resolve_config_path,
+    set_dotted,
 )
-from nlnet.engine.config_schema import (
+from nlnet.engine.config.schema import (
     Config,
     EvalConfig,
     ModelConfig,
     OptimConfig,
     TrainConfig,
 )
-from nlnet.engine.config_tools import (
+from nlnet.engine.config.sections import build_data_section, plain
+from nlnet.engine.config.tool_sections import (
     AugmentConfig,
     EMAConfig,
     LoggingConfig,
@@ -64,9 +64,6 @@ from nlnet.engine.config_tools import (
     PreciseBNConfig,
 )
 from nlnet.engine.errors import ConfigError
-from nlnet.engine.sections import build_data_section, plain
-
-_plain = plain  # (module-private name kept for the callers below)
 
 __all__ = [
     "ModelConfig",
@@ -97,26 +94,26 @@ def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
     """Build and validate a :class:`Config` from a (possibly partial) nested mapping.
 
     Missing keys take their defaults; unknown keys raise :class:`ConfigError`.  ``data`` is
-    read into the data-config class of the task (:func:`~nlnet.engine.sections.build_data_section`).
+    read into the data-config class of the task (:func:`~nlnet.engine.config.sections.build_data_section`).
     """
-    data = _migrate(dict(data or {}))
+    data = migrate_moved_keys(dict(data or {}))
     raw_data = data.pop("data", None)
-    cfg = _build(Config, data, ())
+    cfg = build_config_section(Config, data, ())
     cfg = dataclasses.replace(cfg, data=build_data_section(cfg.task, raw_data))
-    _validate(cfg)
+    validate_config(cfg)
     return cfg
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
     """Return the configuration as plain nested dicts/lists/scalars (YAML- and torch-safe)."""
-    return _plain(cfg)
+    return plain(cfg)
 
 
 def replace(cfg: Config, **dotted: Any) -> Config:
     """Return a copy of ``cfg`` with dotted keys replaced: ``replace(cfg, **{"optim.lr": 0.1})``."""
     data = config_to_dict(cfg)
     for key, value in dotted.items():
-        _set_dotted(data, key, value)
+        set_dotted(data, key, value)
     return config_from_dict(data)
 
 
@@ -133,7 +130,7 @@ def absolute_paths(cfg: Config) -> Config:
     """``cfg`` with its relative file paths made absolute (the saved config then works from any
     directory): ``output_dir``, ``data.root``, ``model.pretrained``, ``model.pretrained_2d`` and,
     when such files exist, ``data.annotations``/``data.classes``/``data.cache``."""
-    data = _plain(cfg.data) if dataclasses.is_dataclass(cfg.data) else dict(cfg.data)
+    data = plain(cfg.data) if dataclasses.is_dataclass(cfg.data) else dict(cfg.data)
     root = data.get("root")
     if isinstance(root, str) and root:
         data["root"] = str(Path(root).expanduser().resolve())
@@ -199,7 +196,7 @@ def load_config(
     data: dict = {}
     if name_or_path is not None:
         path = resolve_config_path(name_or_path)
-        data = _load_yaml_tree(path)
+        data = load_yaml_tree(path)
         data.setdefault("name", path.stem)
     apply_overrides(data, overrides)
     if data.get("name") and "output_dir" not in data:

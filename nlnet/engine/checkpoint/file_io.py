@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nlnet.engine.checkpoint_rng import get_rng_state
+from nlnet.engine.checkpoint.rng import get_rng_state
 from nlnet.engine.errors import CheckpointError
 
 FORMAT = "nlnet-checkpoint"

@@ -3,7 +3,7 @@
 A YAML file may name a base file (or a list of them) with ``_base_``; the bases are merged first
 (dictionaries recursively, everything else replaced), then the file, then the command-line
 overrides (``optim.lr=0.005``, values parsed as YAML scalars). An override naming a key outside
-the schema of :mod:`nlnet.engine.config_schema` is an error naming the valid keys.
+the schema of :mod:`nlnet.engine.config.schema` is an error naming the valid keys.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from nlnet.engine.config_schema import Config
+from nlnet.engine.config.schema import Config
 from nlnet.engine.errors import ConfigError
 
 _FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -40,7 +40,7 @@ def _moved(key: str) -> str:
     return new
 
 
-def _migrate(data: dict) -> dict:
+def migrate_moved_keys(data: dict) -> dict:
     """Move deprecated keys (:data:`MOVED_KEYS`) of a nested config dict to their new place."""
     for old, new in MOVED_KEYS.items():
         (osec, okey), (nsec, nkey) = old.split("."), new.split(".")
@@ -113,7 +113,8 @@ def _deep_merge(base: dict, update: Mapping) -> dict:
     return out
 
 
-def _load_yaml_tree(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+def load_yaml_tree(path: Path, seen: tuple[Path, ...] = ()) -> dict:
+    """A YAML config file with its ``_base_`` files merged first (a cycle is an error)."""
     if path in seen:
         chain = " -> ".join(str(p) for p in (*seen, path))
         raise ConfigError(f"_base_ cycle: {chain}")
@@ -132,7 +133,7 @@ def _load_yaml_tree(path: Path, seen: tuple[Path, ...] = ()) -> dict:
         base_path = (path.parent / base).resolve()
         if not base_path.is_file():
             base_path = resolve_config_path(base)
-        merged = _deep_merge(merged, _load_yaml_tree(base_path, (*seen, path)))
+        merged = _deep_merge(merged, load_yaml_tree(base_path, (*seen, path)))
     return _deep_merge(merged, data)
 
 
@@ -172,7 +173,8 @@ def _schema_keys(path: tuple[str, ...]) -> list[str] | None:
     return [f.name for f in dataclasses.fields(cls)]
 
 
-def _set_dotted(data: dict, key: str, value: Any) -> None:
+def set_dotted(data: dict, key: str, value: Any) -> None:
+    """Write ``value`` at the dotted ``key`` of a nested dict (a moved key at its new place)."""
     parts = _moved(key).split(".")
     node = data
     for depth, part in enumerate(parts):
@@ -197,5 +199,5 @@ def apply_overrides(data: dict, overrides: Iterable[str] | Mapping[str, Any]) ->
     """Apply dotted overrides to a nested dict (in place) and return it."""
     pairs = overrides.items() if isinstance(overrides, Mapping) else parse_overrides(overrides)
     for key, value in pairs:
-        _set_dotted(data, key, value)
+        set_dotted(data, key, value)
     return data

@@ -1,14 +1,17 @@
-"""Training tools, each one small hook or function on the loop's extension points
-(:mod:`nlnet.engine.hooks`): EMA of the weights (``ema``), precise BN statistics
-(``precise_bn``), TensorBoard / Weights & Biases (``external_loggers``), mixup / cutmix /
-RandAugment / label smoothing (``augment``), multigrid schedules (``multigrid``).
-See docs/training.md for their config keys."""
+"""The hooks of a config, in call order: :func:`build_hooks`.
+
+The core loop's hooks (``train_log``, ``validation``, ``checkpointing``) and the training tools
+(EMA of the weights, precise BN statistics, TensorBoard / Weights & Biases, multigrid
+schedules); see docs/training.md for their config keys."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from nlnet.engine.hooks import CheckpointHook, EvalHook, HookBase, LoggingHook
+from nlnet.engine.hooks.base import HookBase
+from nlnet.engine.hooks.checkpointing import CheckpointHook
+from nlnet.engine.hooks.train_log import LoggingHook
+from nlnet.engine.hooks.validation import EvalHook
 
 __all__ = ["build_hooks"]
 
@@ -17,10 +20,10 @@ def build_hooks(cfg: Any, extra: tuple[HookBase, ...] = ()) -> list[HookBase]:
     """The hooks of a config, in call order: the tools that change the weights or the BN
     statistics first (EMA, precise BN), then logging, the external loggers, the caller's
     ``extra`` hooks, validation, checkpointing."""
-    from nlnet.engine.tools.ema import EMAHook
-    from nlnet.engine.tools.external_loggers import ExternalLoggersHook
-    from nlnet.engine.tools.multigrid import MultigridHook
-    from nlnet.engine.tools.precise_bn import PreciseBNHook
+    from nlnet.engine.hooks.ema import EMAHook
+    from nlnet.engine.hooks.external_loggers import ExternalLoggersHook
+    from nlnet.engine.hooks.multigrid import MultigridHook
+    from nlnet.engine.hooks.precise_bn import PreciseBNHook
 
     hooks: list[HookBase] = []
     if cfg.ema.decay > 0:

@@ -22,8 +22,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from nlnet.engine import distributed as du
-from nlnet.engine.checkpoint import unwrap_model
-from nlnet.engine.hooks import HookBase
+from nlnet.engine.checkpoint.file_io import unwrap_model
+from nlnet.engine.hooks.base import HookBase, RunView
 from nlnet.engine.runlog import say
 from nlnet.engine.seeding import SeededDataset, seed_worker
 
@@ -87,11 +87,12 @@ class PreciseBNHook(HookBase):
     """
 
     name = "precise_bn"
+    events = ("before_eval",)
 
     def __init__(self, batches: int) -> None:
         self.batches = int(batches)
 
-    def before_eval(self, run: Any) -> None:
+    def before_eval(self, run: RunView) -> None:
         tc = run.cfg.train
         n_items = min(self.batches * tc.batch_size, len(run.train_dataset))
         gen = torch.Generator().manual_seed(tc.seed * 7_919 + run.state.iteration + run.info.rank)

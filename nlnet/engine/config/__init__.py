@@ -1,0 +1,46 @@
+"""Experiment configuration (detectron2's ``config/`` layout): typed sections, YAML files,
+checks.
+
+=====================  ==========================================================
+``schema``             the section dataclasses (:class:`Config` and its parts)
+``tool_sections``      the sections of the training tools (EMA, precise BN, ...)
+``sections``           dict <-> dataclass with strict keys and types; task data sections
+``files``              named configs, ``_base_`` inheritance, dotted overrides
+``checks``             numbers in range, choices, model overrides
+``loading``            ``load_config``, ``config_from_dict``, ``save_config``, ``replace``
+=====================  ==========================================================
+
+Names are imported lazily from their module on first use.
+"""
+
+from __future__ import annotations
+
+from nlnet.engine.lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "Config": "schema",
+        "EvalConfig": "schema",
+        "ModelConfig": "schema",
+        "OptimConfig": "schema",
+        "TrainConfig": "schema",
+        "AugmentConfig": "tool_sections",
+        "EMAConfig": "tool_sections",
+        "LoggingConfig": "tool_sections",
+        "MultigridConfig": "tool_sections",
+        "PreciseBNConfig": "tool_sections",
+        "MOVED_KEYS": "files",
+        "apply_overrides": "files",
+        "list_configs": "files",
+        "parse_overrides": "files",
+        "resolve_config_path": "files",
+        "absolute_paths": "loading",
+        "config_from_dict": "loading",
+        "config_to_dict": "loading",
+        "load_config": "loading",
+        "replace": "loading",
+        "save_config": "loading",
+        "ConfigError": "loading",
+    },
+)

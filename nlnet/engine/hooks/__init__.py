@@ -1,0 +1,38 @@
+"""Hooks of the training loop (detectron2's ``engine/hooks`` role), one module per hook.
+
+=====================  ==========================================================
+``base``               :class:`HookBase`, the events, :class:`RunView`, :class:`StepPlan`
+``build``              :func:`build_hooks`: the hooks of a config, in call order
+``train_log``          ``train`` / ``epoch`` records (:class:`LoggingHook`)
+``validation``         validation every ``train.eval_every`` and at the end
+``checkpointing``      ``last.pt`` / ``final.pt``
+``ema``                exponential moving average of the weights
+``precise_bn``         BatchNorm statistics recomputed before validation
+``external_loggers``   TensorBoard / Weights & Biases
+``multigrid``          multigrid schedules of clip shapes and batch sizes
+=====================  ==========================================================
+
+Names are imported lazily from their module on first use.
+"""
+
+from __future__ import annotations
+
+from nlnet.engine.lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "EVENTS": "base",
+        "HookBase": "base",
+        "RunView": "base",
+        "StepPlan": "base",
+        "build_hooks": "build",
+        "CheckpointHook": "checkpointing",
+        "EMAHook": "ema",
+        "EvalHook": "validation",
+        "ExternalLoggersHook": "external_loggers",
+        "LoggingHook": "train_log",
+        "MultigridHook": "multigrid",
+        "PreciseBNHook": "precise_bn",
+    },
+)
