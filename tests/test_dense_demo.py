@@ -39,18 +39,26 @@ def test_dense_demo_errors(tmp_path):
         run_dense_demo("keypoints", [0], out_dir=tmp_path)
 
 
-def test_nlnet_demo_task_segmentation_runs_through_the_engine(tmp_path, capsys):
+def test_nlnet_demo_segmentation_trains_side_by_side_with_the_same_figures(tmp_path, capsys):
     from nlnet.cli import main
 
-    argv = ["demo", "--task", "segmentation", "--quick", "--output-dir", str(tmp_path / "runs"),
-            "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
-    assert main(argv) == 0
-    (run,) = (tmp_path / "runs").iterdir()
-    summary = json.loads((run / "summary.json").read_text())
-    assert [r["model"] for r in summary["runs"]] == ["seg_tiny", "seg_tiny_nl"]
-    # the engine's loop wrote its records and a final checkpoint per model
-    assert (run / "seed0" / "seg_tiny_nl" / "metrics.jsonl").is_file()
-    assert (run / "seed0" / "seg_tiny_nl" / "checkpoints" / "final.pt").is_file()
+    summaries = []
+    for threads in ("1", "2"):
+        out = tmp_path / f"runs{threads}"
+        argv = ["demo", "--task", "segmentation", "--quick", "--output-dir", str(out),
+                "--cache-dir", str(tmp_path / "cache"), "--threads", threads]  # fmt: skip
+        assert main(argv) == 0
+        (run,) = out.iterdir()
+        summaries.append(json.loads((run / "summary.json").read_text()))
+        # the engine's loop wrote its records and a final checkpoint per model
+        assert (run / "seed0" / "seg_tiny_nl" / "metrics.jsonl").is_file()
+        assert (run / "seed0" / "seg_tiny_nl" / "checkpoints" / "final.pt").is_file()
+        assert (run / "seed0" / "predictions.png").stat().st_size > 0
+    one, two = summaries
+    assert (one["jobs"], two["jobs"]) == (1, 2)
+    assert [r["model"] for r in one["runs"]] == ["seg_tiny", "seg_tiny_nl"]
+    # one thread per model either way: the same figures, whether side by side or one by one
+    assert [r["metrics"] for r in one["runs"]] == [r["metrics"] for r in two["runs"]]
     assert "mIoU" in capsys.readouterr().out
 
 
