@@ -320,3 +320,20 @@ def test_figure4_points_leave_the_training_unchanged():
     assert log3["curve_val_top1"][-1] == pytest.approx(log3["val_top1"][-1])
     a, b = m1.state_dict(), m3.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_controls_start_from_the_2d_backbone_like_the_non_local_model():
+    """The residual and temporal controls load the pre-trained backbone (their ``non_local``
+    slot keeps its own initialisation, as the non-local block does)."""
+    import torch
+
+    from nlnet.demo.video import TIME_MODEL, DemoSettings, build_model
+
+    settings = DemoSettings.quick(0)
+    backbone = build_model("c2d_tiny", settings).state_dict()
+    backbone = {k: torch.randn_like(v) if v.is_floating_point() else v
+                for k, v in backbone.items() if not k.startswith("fc.")}  # fmt: skip
+    for name in ("c2d_tiny_res1", TIME_MODEL):
+        state = build_model(name, settings, backbone).state_dict()
+        assert all(torch.equal(state[k], v) for k, v in backbone.items()), name
+        assert any(".non_local." in k for k in state), name
