@@ -286,7 +286,11 @@ def inflate_state(
         want = target.get(key)
         if want is None or want.shape == value.shape or value.dim() != 5 or value.shape[2] != 1:
             continue
-        if want.dim() == 5 and want.shape[:2] == value.shape[:2] and want.shape[3:] == value.shape[3:]:
+        if (
+            want.dim() == 5
+            and want.shape[:2] == value.shape[:2]
+            and want.shape[3:] == value.shape[3:]
+        ):
             t = want.shape[2]
             out[key] = value.repeat(1, 1, t, 1, 1) / t
     return out
