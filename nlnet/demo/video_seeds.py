@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCREENING_SEEDS", "collect_runs", "parse_seeds", "seed_rows", "seed_table"]
+__all__ = ["SCREENING_SEEDS", "collect_runs", "dense_seed_rows", "markdown_table", "parse_seeds",
+           "seed_rows", "seed_table"]  # fmt: skip
 
 #: Seeds on which recipes are chosen (validation figures only); never reported.
 SCREENING_SEEDS: tuple[int, ...] = (100, 101, 102, 103, 104)
@@ -107,12 +108,39 @@ def _cell(value: float, digits: int = 1, unit: str = "", sign: str = "") -> str:
 
 
 def seed_table(summaries: dict[int, dict[str, Any]], split: str = "test") -> str:
-    """A Markdown table of :func:`seed_rows` plus mean, standard deviation (sample, n - 1) and
-    minimum rows over the seeds; NaN (a model missing, an old summary without CPU time) shows as
-    ``–`` and is left out of the statistics."""
+    """The video demo's seed table: :func:`seed_rows` as :func:`markdown_table`."""
     models, rows = seed_rows(summaries, split)
+    return markdown_table(models, rows, f"{split} top-1", "gap (NL - C2D)")
+
+
+def dense_seed_rows(summary: dict[str, Any], metric: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Per seed of a dense demo's ``summary.json`` (segmentation or U-Net: ``runs`` of every
+    seed and model): each model's test ``metric`` (e.g. ``mIoU``, ``mDice``), the gap of the
+    second model (with the block) to the first, and the training wall seconds of the slower
+    model (they train side by side); no CPU time."""
+    models: list[str] = []
+    for r in summary["runs"]:
+        models += [r["model"]] if r["model"] not in models else []
+    rows = []
+    for seed in sorted({r["seed"] for r in summary["runs"]}):
+        runs = {r["model"]: r for r in summary["runs"] if r["seed"] == seed}
+        row: dict[str, Any] = {"seed": seed}
+        for m in models:
+            row[m] = float(runs[m]["metrics"][metric]) if m in runs else math.nan
+        row["gap"] = row[models[-1]] - row[models[0]] if len(models) > 1 else math.nan
+        row["wall"] = max(float(r["train_s"]) for r in runs.values())
+        row["cpu"] = math.nan
+        rows.append(row)
+    return models, rows
+
+
+def markdown_table(models: list[str], rows: list[dict[str, Any]], what: str, gap: str) -> str:
+    """A Markdown table of per-seed rows (``seed``, each model's figure, ``gap``, ``wall``,
+    ``cpu``) plus mean, standard deviation (sample, n - 1) and minimum rows over the seeds; NaN
+    (a model missing, an old summary without CPU time) shows as ``–`` and is left out of the
+    statistics. ``what`` names the figure (``test top-1``), ``gap`` the gap column."""
     cols = [*models, "gap", "wall", "cpu"]
-    heads = [f"{m} {split} top-1" for m in models] + ["gap (NL - C2D)", "wall", "CPU"]
+    heads = [f"{m} {what}" for m in models] + [gap, "wall", "CPU"]
     units = {"wall": " s", "cpu": " s"}
     digits = {"wall": 0, "cpu": 0}
 
