@@ -46,7 +46,7 @@ def _run_demo(tmp_path: Path, *extra: str, timeout: int) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
-    for name in ("summary.json", "curves.png", "attention.png"):
+    for name in ("summary.json", "curves.png", "figure4.png", "attention.png"):
         assert (run_dir / name).is_file(), name
     summary = json.loads((run_dir / "summary.json").read_text())
     assert "top-1" in proc.stdout and "c2d_tiny_nl1" in proc.stdout
@@ -67,6 +67,10 @@ def test_quick_demo_smoke_and_the_same_figures_with_jobs_side_by_side(tmp_path):
         assert 0.0 <= r["test_top1"] <= 1.0 and r["params"] > 0 and r["macs"] > 0
     assert (tmp_path / "cache").is_dir()  # the dataset went to the cache
     assert (out["run_dir"] / "c2d_tiny_nl1.pt").is_file()
+    for log in s["curves"].values():  # Figure 4: several points per epoch, x in iterations
+        steps = log["steps_per_epoch"]
+        assert log["curve_iter"] == list(range(1, steps + 1)) and steps >= 3
+        assert len(log["curve_train_top1"]) == len(log["curve_val_top1"]) == steps
     # the dataset the demo trained on is the cached one that a second run reuses (the reuse
     # itself is tested in tests/data/test_digits.py without a second demo run)
     from nlnet.demo.digits_cache import prepare_digits
@@ -126,3 +130,210 @@ def test_jobs_stop_the_other_workers_when_one_fails():
             jobs.submit(time.sleep, 120)
             jobs.submit(int, "not a number").result()
     assert time.perf_counter() - start < 60
+
+
+# --------------------------------------------------------------------------------------------
+# the seed table (docs/demo.md, Protocol)
+# --------------------------------------------------------------------------------------------
+
+
+def _fake_run(root: Path, seed: int, c2d: float, nl: float, *, val: float = 0.5,
+              stamp: str = "20261202-010000", quick: bool = False, task: str = "same") -> None:  # fmt: skip
+    run = root / f"demo-{stamp}-seed{seed}"
+    run.mkdir(parents=True)
+    results = {"c2d_tiny_nl1": {"test_top1": nl, "val_top1": val},
+               "c2d_tiny": {"test_top1": c2d, "val_top1": 1 - val}}  # fmt: skip
+    summary = {"seed": seed, "quick": quick, "settings": {"task": {"task": task}},
+               "results": results, "total_time_s": 100.0 + seed, "cpu_time_s": 190.0 + 2 * seed}  # fmt: skip
+    (run / "summary.json").write_text(json.dumps(summary))
+
+
+def _table_rows(table: str) -> dict[str, list[str]]:
+    rows = [line.strip("|").split("|") for line in table.splitlines() if line.startswith("| ")]
+    return {r[0].strip(): [c.strip() for c in r[1:]] for r in rows[2:]}  # after the separator
+
+
+def test_seed_table_rows_and_statistics_from_fabricated_runs(tmp_path):
+    import statistics
+
+    from nlnet.demo.video_seeds import collect_runs, parse_seeds, seed_table
+
+    assert parse_seeds("0-2,5,7-8") == [0, 1, 2, 5, 7, 8] and parse_seeds("3") == [3]
+    for bad in ("a", "3-1", "-1", ""):
+        with pytest.raises(ValueError, match="--seeds"):
+            parse_seeds(bad)
+    c2d, nl = [0.50, 0.48, 0.55], [0.95, 0.90, 0.99]
+    for seed in range(3):
+        _fake_run(tmp_path, seed, c2d[seed], nl[seed], val=0.6 + 0.1 * seed)
+    _fake_run(tmp_path, 1, 0.1, 0.1, stamp="20261201-000000")  # older: not taken
+    _fake_run(tmp_path, 2, 0.1, 0.1, stamp="20261203-000000", quick=True)  # another setting
+    runs = collect_runs(tmp_path, [0, 1, 2], quick=False, task="same")
+    rows = _table_rows(seed_table(runs, "test"))
+    assert list(rows) == ["0", "1", "2", "mean", "std", "min"]
+    assert rows["1"][:3] == ["48.0", "90.0", "+42.0"]  # C2D, NL, gap
+    gaps = [100 * (n - c) for n, c in zip(nl, c2d)]
+    assert rows["mean"][0] == f"{100 * statistics.fmean(c2d):.1f}"
+    assert rows["std"][1] == f"{100 * statistics.stdev(nl):.1f}"
+    assert rows["min"][1] == "90.0" and rows["min"][0] == "48.0"
+    assert rows["mean"][2] == f"{statistics.fmean(gaps):+.1f}"
+    assert rows["min"][2] == f"{min(gaps):+.1f}"
+    assert rows["2"][3:] == ["102 s", "194 s"] and rows["mean"][3] == "101 s"
+    # validation figures only in the screening table
+    val = seed_table(runs, "val")
+    vrows = _table_rows(val)
+    assert vrows["0"][:2] == ["40.0", "60.0"] and "test" not in val.splitlines()[0]
+    assert vrows["std"][1] == f"{statistics.stdev([60.0, 70.0, 80.0]):.1f}"
+    with pytest.raises(ValueError, match="seed\\(s\\) \\[3\\]"):
+        collect_runs(tmp_path, [0, 3], quick=False, task="same")
+
+
+def test_seed_table_of_one_seed_has_no_std_and_old_runs_no_cpu(tmp_path):
+    from nlnet.demo.video_seeds import seed_table
+
+    summary = {"results": {"c2d_tiny": {"test_top1": 0.5}, "c2d_tiny_nl1": {"test_top1": 0.9}},
+               "total_time_s": 100.0}  # fmt: skip
+    rows = _table_rows(seed_table({0: summary}))
+    assert rows["std"] == ["–"] * 5 and rows["0"][4] == "–" and rows["mean"][1] == "90.0"
+
+
+def test_seeds_command_runs_each_seed_and_reports_the_table(tmp_path, monkeypatch, capsys):
+    """``nlnet demo --quick --seeds 0-1`` end to end; ``--report`` writes the same table from the
+    two runs; the screening seeds' test figures are refused (one line, exit code 2)."""
+    from nlnet.cli import main
+
+    monkeypatch.setenv("NLNET_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "runs"
+    base = ["demo", "--quick", "--threads", "1", "--no-progress", "--output-dir", str(out)]
+    assert main([*base, "--seeds", "0-1"]) == 0
+    table_path = out / "demo-seeds-same-test.md"
+    table = table_path.read_text()
+    rows = _table_rows(table)
+    assert list(rows) == ["0", "1", "mean", "std", "min"]
+    runs = sorted(out.glob("demo-*-seed*/summary.json"))
+    assert len(runs) == 2
+    first = json.loads(runs[0].read_text())
+    assert rows["0"][1] == f"{100 * first['results']['c2d_tiny_nl1']['test_top1']:.1f}"
+    assert first["cpu_time_s"] > 0
+    table_path.unlink()
+    assert main([*base, "--seeds", "0-1", "--report"]) == 0
+    assert table_path.read_text() == table
+    assert main([*base, "--seeds", "0-1", "--report", "--split", "val"]) == 0
+    val_rows = _table_rows((out / "demo-seeds-same-val.md").read_text())
+    assert val_rows["0"][1] == f"{100 * first['results']['c2d_tiny_nl1']['val_top1']:.1f}"
+    capsys.readouterr()
+    assert main([*base, "--seeds", "99-101", "--report"]) == 2
+    err = capsys.readouterr().err
+    assert "[100, 101] are screening seeds" in err and "Traceback" not in err
+    assert main([*base, "--seeds", "100", "--report", "--split", "val"]) == 2
+    assert "no quick 'same' run of seed(s) [100]" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# the paper's controls (Sec. 4.1) and Figure 4
+# --------------------------------------------------------------------------------------------
+
+
+def test_residual_control_sits_where_the_block_does_with_about_its_parameters():
+    import nlnet.demo.models  # noqa: F401
+    from nlnet.demo.models import ResidualControl3d
+    from nlnet.models.registry import create_model
+
+    nl, res = (create_model(n, num_classes=2, width=8) for n in ("c2d_tiny_nl1", "c2d_tiny_res1"))
+    nl_slots = {n for n, m in nl.named_modules() if n.endswith("non_local") and m is not None}
+    res_slots = {n: m for n, m in res.named_modules() if isinstance(m, ResidualControl3d)}
+    assert nl_slots == set(res_slots) == {"layer3.1.non_local"}
+    block_nl = sum(p.numel() for p in nl.get_submodule("layer3.1.non_local").parameters())
+    block_res = sum(p.numel() for p in res_slots["layer3.1.non_local"].parameters())
+    assert abs(block_res - block_nl) <= 0.1 * block_nl, (block_res, block_nl)
+    count = [sum(p.numel() for p in m.parameters()) for m in (nl, res)]
+    assert abs(count[1] - count[0]) <= 0.1 * count[0], count
+    assert res_slots["layer3.1.non_local"].conv_b.kernel_size == (1, 3, 3)
+
+
+def test_order_task_is_invisible_to_c2d_and_non_local_but_not_to_the_time_model():
+    """Reversing the frames leaves the logits of C2D and of C2D + a non-local block unchanged
+    (both are symmetric in the frames), so the order task is at chance for them in principle;
+    the temporal control's logits change."""
+    import torch
+
+    import nlnet.demo.models  # noqa: F401
+    from nlnet.demo.digits import DigitsTaskConfig, generate_split
+    from nlnet.demo.video import TIME_MODEL
+    from nlnet.models.registry import create_model
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 3, 4, 32, 32)
+    for name, sees_order in (("c2d_tiny", False), ("c2d_tiny_nl1", False), (TIME_MODEL, True)):
+        model = create_model(name, num_classes=2, width=4).eval()
+        for m in model.modules():  # trained-like blocks: their last BN is not zero
+            if isinstance(m, torch.nn.BatchNorm3d):
+                torch.nn.init.uniform_(m.weight, 0.5, 1.5)
+        torch.nn.init.normal_(model.fc.weight)  # logits of order 1 (not 0.01)
+        with torch.no_grad():
+            same = torch.allclose(model(x), model(x.flip(2)), atol=1e-5)
+        assert same != sees_order, name
+    # the data: the boxed white cue is in frame 0 (label 0) or in the last frame (label 1)
+    cfg = DigitsTaskConfig(task="order", num_train=12, num_val=0, num_test=0, seed=3)
+    split = generate_split(cfg, "train")
+    assert sorted(split.labels.tolist()) == [0] * 6 + [1] * 6 and cfg.num_classes == 2
+    for clip, label in zip(split.clips, split.labels):
+        white = (clip.min(axis=-1) > 200).reshape(len(clip), -1).sum(1)  # white pixels per frame
+        assert (white[0] > white[-1]) == (label == 0)
+
+
+def test_2d_kernels_inflate_to_temporal_ones_with_the_same_response_on_a_static_clip():
+    import torch
+
+    from nlnet.demo.video import inflate_state
+
+    conv2d = torch.nn.Conv3d(2, 3, (1, 3, 3), padding=(0, 1, 1), bias=False)
+    conv3d = torch.nn.Conv3d(2, 3, (3, 3, 3), padding=(1, 1, 1), bias=False)
+    state = inflate_state({"w.weight": conv2d.weight.detach()}, {"w.weight": conv3d.weight})
+    conv3d.weight.data.copy_(state["w.weight"])
+    frame = torch.randn(1, 2, 1, 8, 8)
+    static = frame.expand(1, 2, 5, 8, 8)
+    with torch.no_grad():  # inner frames (away from the zero padding in time): the 2D response
+        assert torch.allclose(conv3d(static)[:, :, 1:-1], conv2d(static)[:, :, 1:-1], atol=1e-5)
+
+
+def test_figure4_points_leave_the_training_unchanged():
+    """Extra mid-epoch measurements (Figure 4) restore the random state: the weights equal
+    those of a run measured once per epoch; the curve has the asked points per epoch."""
+    import dataclasses
+
+    import torch
+
+    from nlnet.demo.video import DemoSettings, train_model
+
+    settings = DemoSettings.quick(0)
+    settings.task = dataclasses.replace(settings.task, num_frames=2)
+    torch.manual_seed(1)
+    data = {s: (torch.randn(n, 3, 2, 32, 32), torch.arange(n) % 2)
+            for s, n in (("train", 48), ("val", 8))}  # fmt: skip
+    runs = {}
+    for points in (1, 3):
+        s = dataclasses.replace(settings, curve_points_per_epoch=points, epochs=2)
+        runs[points] = train_model("c2d_tiny_nl1", s, data, torch.device("cpu"), 0, False)
+    (m1, log1), (m3, log3) = runs[1], runs[3]
+    assert log3["steps_per_epoch"] == 3 and log3["curve_iter"] == [1, 2, 3, 4, 5, 6]
+    assert log1["curve_iter"] == [3, 6]
+    assert log3["curve_val_top1"][-1] == pytest.approx(log3["val_top1"][-1])
+    a, b = m1.state_dict(), m3.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_controls_start_from_the_2d_backbone_like_the_non_local_model():
+    """The residual and temporal controls load the pre-trained backbone (their ``non_local``
+    slot keeps its own initialisation, as the non-local block does)."""
+    import torch
+
+    from nlnet.demo.video import TIME_MODEL, DemoSettings, build_model
+
+    settings = DemoSettings.quick(0)
+    backbone = build_model("c2d_tiny", settings).state_dict()
+    backbone = {k: torch.randn_like(v) if v.is_floating_point() else v
+                for k, v in backbone.items() if not k.startswith("fc.")}  # fmt: skip
+    for name in ("c2d_tiny_res1", TIME_MODEL):
+        state = build_model(name, settings, backbone).state_dict()
+        assert all(torch.equal(state[k], v) for k, v in backbone.items()), name
+        assert any(".non_local." in k for k in state), name

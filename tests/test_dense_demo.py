@@ -39,18 +39,26 @@ def test_dense_demo_errors(tmp_path):
         run_dense_demo("keypoints", [0], out_dir=tmp_path)
 
 
-def test_nlnet_demo_task_segmentation_runs_through_the_engine(tmp_path, capsys):
+def test_nlnet_demo_segmentation_trains_side_by_side_with_the_same_figures(tmp_path, capsys):
     from nlnet.cli import main
 
-    argv = ["demo", "--task", "segmentation", "--quick", "--output-dir", str(tmp_path / "runs"),
-            "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
-    assert main(argv) == 0
-    (run,) = (tmp_path / "runs").iterdir()
-    summary = json.loads((run / "summary.json").read_text())
-    assert [r["model"] for r in summary["runs"]] == ["seg_tiny", "seg_tiny_nl"]
-    # the engine's loop wrote its records and a final checkpoint per model
-    assert (run / "seed0" / "seg_tiny_nl" / "metrics.jsonl").is_file()
-    assert (run / "seed0" / "seg_tiny_nl" / "checkpoints" / "final.pt").is_file()
+    summaries = []
+    for threads in ("1", "2"):
+        out = tmp_path / f"runs{threads}"
+        argv = ["demo", "--task", "segmentation", "--quick", "--output-dir", str(out),
+                "--cache-dir", str(tmp_path / "cache"), "--threads", threads]  # fmt: skip
+        assert main(argv) == 0
+        (run,) = out.iterdir()
+        summaries.append(json.loads((run / "summary.json").read_text()))
+        # the engine's loop wrote its records and a final checkpoint per model
+        assert (run / "seed0" / "seg_tiny_nl" / "metrics.jsonl").is_file()
+        assert (run / "seed0" / "seg_tiny_nl" / "checkpoints" / "final.pt").is_file()
+        assert (run / "seed0" / "predictions.png").stat().st_size > 0
+    one, two = summaries
+    assert (one["jobs"], two["jobs"]) == (1, 2)
+    assert [r["model"] for r in one["runs"]] == ["seg_tiny", "seg_tiny_nl"]
+    # one thread per model either way: the same figures, whether side by side or one by one
+    assert [r["metrics"] for r in one["runs"]] == [r["metrics"] for r in two["runs"]]
     assert "mIoU" in capsys.readouterr().out
 
 
@@ -61,3 +69,43 @@ def test_nlnet_demo_segmentation_user_errors_are_one_line(tmp_path, capsys):
     assert main([*base, "--threads", "0"]) == 2
     err = capsys.readouterr().err
     assert "--threads" in err and "Traceback" not in err
+
+
+def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path):
+    """The dense demos' seed table (docs/demo.md, Protocol): rows per seed, mean / std / min
+    computed right on fabricated runs; then ``benchmarks/dense_seeds.py`` on the quick U-Net
+    setting with two seeds, and ``--report`` giving the same table from its summary."""
+    import statistics
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from nlnet.demo.video_seeds import dense_seed_rows, markdown_table
+
+    runs = [{"seed": s, "model": m, "train_s": 10.0 * s + (m == "b"), "metrics": {"mIoU": v}}
+            for s, m, v in ((0, "a", 40.0), (0, "b", 60.0), (1, "a", 50.0), (1, "b", 55.0),
+                            (2, "a", 45.0), (2, "b", 75.0))]  # fmt: skip
+    models, rows = dense_seed_rows({"runs": runs}, "mIoU")
+    assert models == ["a", "b"] and [r["gap"] for r in rows] == [20.0, 5.0, 30.0]
+    assert [r["wall"] for r in rows] == [1.0, 11.0, 21.0]
+    table = markdown_table(models, rows, "test mIoU", "gap (b - a)").splitlines()
+    assert table[-3] == "| mean | 45.0 | 63.3 | +18.3 | 11 s | – |"
+    assert table[-2].startswith(f"| std | 5.0 | {statistics.stdev([60, 55, 75]):.1f} | +12.6 |")
+    assert table[-1].startswith("| min | 40.0 | 55.0 | +5.0 | 1 s |")
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, str(root / "benchmarks" / "dense_seeds.py"), "--task", "unet",
+           "--quick", "--seeds", "0-1", "--threads", "1", "--output-dir", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (tmp_path / "dense-seeds-unet.md").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert [line.split("|")[1].strip() for line in lines[2:]] == ["0", "1", "mean", "std", "min"]
+    summary = json.loads((tmp_path / "dense-seeds-unet" / "summary.json").read_text())
+    first = next(r for r in summary["runs"] if r["seed"] == 0 and r["model"] == "unet2d_nl")
+    assert f"| {first['metrics']['mDice']:.1f} |" in lines[2]
+    (tmp_path / "dense-seeds-unet.md").unlink()
+    report = [*cmd[:2], "--task", "unet", "--output-dir", str(tmp_path),
+              "--report", str(tmp_path / "dense-seeds-unet" / "summary.json")]  # fmt: skip
+    assert subprocess.run(report, capture_output=True, timeout=300, cwd=root).returncode == 0
+    assert (tmp_path / "dense-seeds-unet.md").read_text() == text

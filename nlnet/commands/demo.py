@@ -12,6 +12,10 @@ EXAMPLES = """examples:
   nlnet demo --seed 1              # another seed (data and initialisation)
   nlnet demo --variants            # also the space-only and time-only blocks (Table 2d)
   nlnet demo --quick               # a tiny smoke-test setting (seconds; numbers are meaningless)
+  nlnet demo --seeds 0-9           # every reported seed, then the seed table (mean, std, min)
+  nlnet demo --seeds 100-104 --split val  # the screening seeds: validation figures only
+  nlnet demo --seeds 0-9 --report  # the table from the runs already in --output-dir
+  nlnet demo --task order          # the order control: C2D + NL cannot tell, a temporal block can
   nlnet demo --task segmentation   # dense demo: seg_tiny vs. seg_tiny_nl on digit images (Sec. 5)
   nlnet demo --task super-resolution  # EDSR vs. EDSR + NL on scikit-image/-learn photographs
   nlnet demo --task unet           # U-Net vs. U-Net + bottleneck block on digit images
@@ -31,8 +35,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--epochs", type=int, default=None, help="override the number of epochs")
     parser.add_argument(
+        "--seeds", default=None, help="run these seeds (e.g. 0-9 or 0,2,5-7) and write the seed "
+        "table <output-dir>/demo-seeds-<task>-<split>.md (video tasks)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--report", action="store_true",
+        help="with --seeds: write the table from the newest runs in --output-dir, train nothing",
+    )  # fmt: skip
+    parser.add_argument(
+        "--split", choices=("test", "val"), default="test",
+        help="the figures of the seed table: test (reported seeds) or val (screening seeds)",
+    )  # fmt: skip
+    parser.add_argument(
         "--task",
-        choices=("same", "pointer", "match", "segmentation", "super-resolution", "unet"),
+        choices=("same", "pointer", "match", "order", "segmentation", "super-resolution", "unet"),
         default="same",
         help="which digits task (default: same; see nlnet.demo.digits); segmentation: the dense "
         "demo (nlnet.demo.dense)",
@@ -41,9 +57,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--threads",
         default="auto",
-        help="CPU cores (default: auto). The video, super-resolution and U-Net demos train their "
-        "models side by side, one PyTorch thread each (auto = the usable cores), so their figures "
-        "do not depend on it; the segmentation demo: threads of one process (auto = idle cores)",
+        help="CPU cores (default: auto = the usable cores). The demos train their models side by "
+        "side, one PyTorch thread each, so their figures do not depend on it",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -56,6 +71,15 @@ def main(args: argparse.Namespace) -> int:
         jobs_for(args.threads)  # the one check of --threads, before any work
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if getattr(args, "seeds", None) is not None:
+        if args.task in ("segmentation", "super-resolution", "unet"):
+            raise UserError(f"--seeds: for the video tasks, not --task {args.task}")
+        from nlnet.demo.video_run import run_seeds
+
+        run_seeds(args)
+        return 0
+    if getattr(args, "report", False):
+        raise UserError("--report: needs --seeds (which seeds' runs to table)")
     if args.task in ("super-resolution", "unet"):  # the practitioner's use cases
         from nlnet.demo.sr import cli_main
 
@@ -69,29 +93,6 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _dense(args: argparse.Namespace) -> int:
-    import time
-    from pathlib import Path
+    from nlnet.demo.dense import cli_main
 
-    import torch
-
-    from nlnet.demo.dense import DEMO_EPOCHS, run_dense_demo
-    from nlnet.demo.digits_dense import DenseDigitsConfig
-    from nlnet.demo.threads import threads_for
-    from nlnet.engine.errors import UserError
-
-    try:  # more threads than idle cores make PyTorch's CPU kernels far slower when shared
-        torch.set_num_threads(threads_for(args.threads))
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError("--device cuda: CUDA is not available on this machine")
-
-    data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if args.quick else None
-    epochs = args.epochs or (1 if args.quick else DEMO_EPOCHS)
-    out = Path(args.output_dir) / f"dense-demo-{time.strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"
-    run_dense_demo(
-        "segmentation", [args.seed], out_dir=out, data=data, epochs=epochs,
-        batch_size=4 if args.quick else 32,
-        data_root=Path(args.cache_dir) / "dense" if args.cache_dir else None, device=args.device,
-    )  # fmt: skip
-    return 0
+    return cli_main(args)

@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader
 
 from nlnet.data.segmentation.images import SegmentationFolder
 from nlnet.demo.digits_dense import CATEGORIES, DenseDigitsConfig, prepare_dense_digits
+from nlnet.demo.parallel import Jobs
 from nlnet.demo.summary import write_summary
 from nlnet.engine.tasks.segmentation import SegmentationTask
 from nlnet.models import create_model
@@ -40,8 +41,10 @@ __all__ = [
     "DEMO_EPOCHS",
     "DEMO_LR",
     "DENSE_MODELS",
+    "cli_main",
     "dense_demo_config",
     "engine_fit",
+    "fit_and_test",
     "run_dense_demo",
     "format_table",
 ]
@@ -109,6 +112,35 @@ def _pictures(
     return {"picture": str(path), "query_pixel": pixel}
 
 
+def fit_and_test(
+    name: str, root: Path, seed_dir: Path, seed: int, recipe: dict[str, Any]
+) -> dict[str, Any]:
+    """One model of one seed: train through the engine's loop, test mIoU, save its weights to
+    ``seed_dir/<name>.pt``. A job of :class:`nlnet.demo.parallel.Jobs` (one thread, side by side).
+
+    Returns:
+        ``{"seed", "model", "params", "train_s", "metrics", "state"}`` (``state`` on the CPU).
+    """
+    seg = SegmentationTask(len(CLASS_NAMES), CLASS_NAMES, data={"root": str(root)})
+    train_set = seg.build_dataset("train")
+    test_loader = DataLoader(
+        SegmentationFolder(root, "test", num_classes=len(CLASS_NAMES)), batch_size=64,
+        collate_fn=seg.collate,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = create_model(name)
+    start = time.perf_counter()
+    engine_fit(model, name, train_set, seed_dir / name, num_classes=len(CLASS_NAMES), seed=seed,
+               **recipe)  # fmt: skip
+    train_s = time.perf_counter() - start
+    metrics = seg.evaluate(model, test_loader, device=torch.device(recipe["device"]))
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    torch.save(state, seed_dir / f"{name}.pt")
+    return {"seed": seed, "model": name, "params": sum(p.numel() for p in model.parameters()),
+            "train_s": train_s, "metrics": metrics, "state": state}  # fmt: skip
+
+
 def run_dense_demo(
     task: str = "segmentation",
     seeds: Sequence[int] = (0, 1, 2),
@@ -121,9 +153,14 @@ def run_dense_demo(
     lr: float = DEMO_LR,
     pictures: bool = True,
     device: str = "cpu",
+    jobs: int = 1,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Train the baseline and the non-local model for each seed; test mIoU and per-class IoU.
+
+    ``jobs`` trainings run side by side, one PyTorch thread each
+    (:class:`nlnet.demo.parallel.Jobs`, like the video and U-Net demos): the figures do not
+    depend on it.
 
     Args:
         task: ``"segmentation"`` (the detection demo is not available yet).
@@ -134,6 +171,7 @@ def run_dense_demo(
         epochs, batch_size, lr: the training recipe (AdamW, one-cycle).
         pictures: write ``predictions.png`` per seed.
         device: ``cpu``, ``cuda`` or ``cuda:N`` (training and evaluation).
+        jobs: trainings side by side (CPU; one on a GPU).
         log: where progress lines go.
 
     Returns:
@@ -147,48 +185,30 @@ def run_dense_demo(
     t0 = time.perf_counter()
     root = prepare_dense_digits(data or DenseDigitsConfig(), data_root)
     log(f"data: {root} ({time.perf_counter() - t0:.0f} s)")
-    seg = SegmentationTask(len(CLASS_NAMES), CLASS_NAMES, data={"root": str(root)})
-    train_set = seg.build_dataset("train")
-    test_set = SegmentationFolder(root, "test", num_classes=len(CLASS_NAMES))
-    test_loader = DataLoader(test_set, batch_size=64, collate_fn=seg.collate)
     out = Path(out_dir)
-    runs: list[dict[str, Any]] = []
+    jobs = jobs if device == "cpu" else 1
+    recipe = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "device": device}
+    with Jobs(jobs) as pool:
+        calls = [(name, root, out / f"seed{seed}", seed, recipe)
+                 for seed in seeds for name in DENSE_MODELS[task]]  # fmt: skip
+        runs = pool.starmap(fit_and_test, calls)
+    test_set = SegmentationFolder(root, "test", num_classes=len(CLASS_NAMES))
     for seed in seeds:
         models: dict[str, nn.Module] = {}
-        for name in DENSE_MODELS[task]:
-            torch.manual_seed(seed)
-            model = create_model(name)
-            start = time.perf_counter()
-            engine_fit(
-                model, name, train_set, out / f"seed{seed}" / name, num_classes=len(CLASS_NAMES),
-                epochs=epochs, batch_size=batch_size, lr=lr, seed=seed, device=device,
-            )  # fmt: skip
-            train_s = time.perf_counter() - start
-            metrics = seg.evaluate(model, test_loader, device=torch.device(device))
-            (out / f"seed{seed}").mkdir(parents=True, exist_ok=True)
-            torch.save(model.state_dict(), out / f"seed{seed}" / f"{name}.pt")
-            params = sum(p.numel() for p in model.parameters())
-            runs.append(
-                {
-                    "seed": seed,
-                    "model": name,
-                    "params": params,
-                    "train_s": train_s,
-                    "metrics": metrics,
-                }
-            )
-            log(f"seed {seed} {name}: mIoU {metrics['mIoU']:.1f} ({train_s:.0f} s)")
-            models[name] = model
+        seed_runs = [r for r in runs if r["seed"] == seed]
+        for r in seed_runs:
+            log(f"seed {seed} {r['model']}: mIoU {r['metrics']['mIoU']:.1f} ({r['train_s']:.0f} s)")
+            models[r["model"]] = create_model(r["model"])
+            models[r["model"]].load_state_dict(r.pop("state"))
         if pictures:
-            runs[-1]["pictures"] = _pictures(
-                out / f"seed{seed}" / "predictions.png", models, test_set
-            )
+            path = out / f"seed{seed}" / "predictions.png"
+            seed_runs[-1]["pictures"] = _pictures(path, models, test_set)
     summary = write_summary(out, {
         "task": task,
         "data_root": str(root),
         "runs": runs,
         "wall_s": time.perf_counter() - t0,
-        "threads": torch.get_num_threads(),
+        "jobs": jobs,
     })  # fmt: skip
     log(format_table(runs))
     return summary
@@ -206,3 +226,27 @@ def format_table(runs: Sequence[dict[str, Any]]) -> str:
             f"{r['seed']:>4} {r['model']:<12} {m['mIoU']:>6.1f} {cells} {r['train_s']:>8.0f}"
         )
     return "\n".join(lines)
+
+
+def cli_main(args: Any) -> int:
+    """``nlnet demo --task segmentation``: both models side by side, one thread each
+    (``--threads`` jobs), into ``<output-dir>/dense-demo-<timestamp>-seed<k>/``."""
+    from nlnet.demo.threads import jobs_for
+    from nlnet.engine.errors import UserError
+
+    try:
+        jobs = jobs_for(args.threads)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError("--device cuda: CUDA is not available on this machine")
+    torch.set_num_threads(1)  # one thread per job (nlnet.demo.parallel)
+    data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if args.quick else None
+    epochs = args.epochs or (1 if args.quick else DEMO_EPOCHS)
+    out = Path(args.output_dir) / f"dense-demo-{time.strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"
+    run_dense_demo(
+        "segmentation", [args.seed], out_dir=out, data=data, epochs=epochs,
+        batch_size=4 if args.quick else 32, jobs=jobs,
+        data_root=Path(args.cache_dir) / "dense" if args.cache_dir else None, device=args.device,
+    )  # fmt: skip
+    return 0

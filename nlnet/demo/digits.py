@@ -14,6 +14,13 @@ asking about a relation between content at unrelated positions in the first and 
 * ``"match"`` (``num_choices`` classes): frame 0 shows a boxed white cue digit; the last frame
   ``num_choices`` coloured digits of distinct classes, one of the cue's class (or, with
   ``match="image"``, the cue's very scan). Target: the colour of that digit.
+* ``"order"`` (2 classes; the order control of ``nlnet demo --task order``): the frames of a
+  ``"same"``-style clip (boxed cue, one coloured digit of any class), played forwards (label 0:
+  the cue comes first) or backwards (label 1: the cue comes last). The two classes hold the same
+  frames in reversed order, so a model whose logits do not change when the frames are permuted
+  -- C2D, and C2D + non-local blocks without position information (Eq. 1 is a weighted sum over
+  all positions, blind to their order) -- is at chance *in principle*; a model that sees time
+  (temporal kernels, temporal strides, or position information) can solve it.
 
 Frames in between (and frame 0) can hold ``distractors`` white digits without a box.
 
@@ -56,7 +63,7 @@ __all__ = [
 ]
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
-TASKS: tuple[str, ...] = ("pointer", "match", "same")
+TASKS: tuple[str, ...] = ("pointer", "match", "same", "order")
 GENERATOR_VERSION = 2
 
 #: Colour names (the class names on disk) and their RGB values in [0, 1].
@@ -82,7 +89,7 @@ class DigitsTaskConfig:
         num_frames: frames per clip T (>= 2; the cue is in frame 0, the choices in frame T-1).
         size: frame height and width in pixels.
         digit_size: side of a rendered digit (the 8x8 scans are upscaled bilinearly).
-        task: ``"same"``, ``"pointer"`` or ``"match"`` (see the module docstring).
+        task: ``"same"``, ``"pointer"``, ``"match"`` or ``"order"`` (see the module docstring).
         digits: the digit classes used (fewer classes: an easier recognition problem).
         num_choices: coloured digits in the last frame for ``pointer``/``match`` (2..6).
         distractors: unboxed white digits in every frame but the last (0 = none).
@@ -126,7 +133,7 @@ class DigitsTaskConfig:
         object.__setattr__(self, "digits", digits)
         if len(digits) < 2:
             raise ValueError(f"digits must hold at least 2 classes, got {digits}")
-        if self.task != "same" and self.num_choices > len(digits):
+        if self.task not in ("same", "order") and self.num_choices > len(digits):
             raise ValueError(
                 f"num_choices={self.num_choices} needs at least as many digit classes, "
                 f"got digits={digits}"
@@ -149,7 +156,7 @@ class DigitsTaskConfig:
         # the distractors. A footprint is the digit plus a one-pixel box and a gap.
         foot = self.footprint
         per_side = self.size // foot
-        choices = 1 if self.task == "same" else self.num_choices
+        choices = 1 if self.task in ("same", "order") else self.num_choices
         if per_side * per_side < max(choices, 1 + self.distractors):
             raise ValueError(
                 f"size={self.size} is too small for {self.num_choices} choices / "
@@ -169,7 +176,7 @@ class DigitsTaskConfig:
     @property
     def num_classes(self) -> int:
         """``len(digits)`` digit classes (pointer), ``num_choices`` colours (match), 2 (same)."""
-        if self.task == "same":
+        if self.task in ("same", "order"):
             return 2
         return len(self.digits) if self.task == "pointer" else self.num_choices
 
@@ -181,6 +188,8 @@ class DigitsTaskConfig:
             return [str(d) for d in self.digits]
         if self.task == "same":
             return ["0_different", "1_same"]
+        if self.task == "order":
+            return ["0_cue_first", "1_cue_last"]
         return [f"{k}_{name}" for k, name in enumerate(COLOR_NAMES[: self.num_choices])]
 
     def split_size(self, split: str) -> int:
@@ -347,11 +356,16 @@ def _one_clip(
     # Last frame: K digits of distinct classes in K distinct colours. `slot` is the one the cue
     # refers to: pointer task -> its class is the label; match task -> its colour is the label.
     digits = np.asarray(cfg.digits)
-    if cfg.task == "same":
+    two_digits = cfg.task in ("same", "order")  # a boxed cue and one coloured digit
+    if two_digits:
         K = 1
     spots = _place(rng, K, S, cfg.footprint)
     slot = int(rng.integers(K))
-    if cfg.task == "same":
+    if cfg.task == "order":  # any two classes; the label is the order of the frames
+        a, b = int(rng.choice(digits)), int(rng.choice(digits))
+        classes = np.array([b])
+        colors = np.array([int(rng.integers(len(COLOR_NAMES)))])
+    elif cfg.task == "same":
         a = int(rng.choice(digits))
         b = a if label == 1 else int(rng.choice(digits[digits != a]))
         classes = np.array([b])
@@ -373,7 +387,7 @@ def _one_clip(
         if k == slot:
             match_box, match_id = b, used[-1]
     cue = int(colors[slot]) if cfg.task == "pointer" else int(classes[slot])
-    if cfg.task == "same":
+    if two_digits:
         cue = a
     # Frames 0..T-2: white distractor digits; frame 0 also holds the cue.
     cue_box: tuple[int, ...] = ()
@@ -389,7 +403,7 @@ def _one_clip(
                 y0, x0 = y + 1 + (s - m) // 2, x + 1 + (s - m) // 2
                 video[0, y0 : y0 + m, x0 : x0 + m] = _COLORS[cue]
                 cue_box = (y0, x0, y0 + m, x0 + m)
-            elif t == 0 and j == 0 and cfg.task == "same":
+            elif t == 0 and j == 0 and two_digits:
                 cue_box = _draw(video[0], pick(a, exclude=match_id), y, x, white, box=True)
             elif t == 0 and j == 0:
                 if cfg.match == "image":
@@ -403,6 +417,9 @@ def _one_clip(
     if cfg.noise > 0:
         video += rng.normal(0.0, cfg.noise, size=video.shape).astype(np.float32)
     clip = (np.clip(video, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+    if cfg.task == "order" and label == 1:  # the same frames, played backwards
+        clip = np.ascontiguousarray(clip[::-1])
+        cue_box, match_box = match_box, cue_box  # boxes of the digits in frame 0 / last frame
     return clip, cue, cue_box, match_box, used
 
 

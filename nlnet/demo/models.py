@@ -256,3 +256,87 @@ def c2d_tiny_nl1_time(**kwargs: Any) -> nn.Module:
 def c2d_tiny_nl5(**kwargs: Any) -> nn.Module:
     """Tiny C2D + 5 spacetime non-local blocks (2 in res3, 3 in res4; Table 2c)."""
     return build_tiny("nl5", **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# controls of the demo (Sec. 4.1): a plain residual block and a temporal one, in the block's slot
+# --------------------------------------------------------------------------------------------
+
+
+class ResidualControl3d(nn.Module):
+    """A bottleneck residual block (``1x1x1`` -> ``kernel`` -> ``1x1x1``, He et al. 2016), the
+    control of Sec. 4.1 ("adding standard residual blocks ... the accuracy is not increased").
+
+    It goes where a non-local block would (the ``non_local`` slot of a residual block), with an
+    inner width chosen by :func:`control_inner_channels` so that it has about the parameters of
+    the block it replaces; its last BN starts with gamma = 0, so it starts as the identity like
+    the non-local block (Sec. 4.1). With ``kernel=(3, 1, 1)`` it is a temporal (I3D-style) block:
+    the only part of the model that mixes frames, and, through the zero padding at the clip's
+    ends, one that sees their order.
+
+    Args:
+        channels: input and output channels ``C``.
+        inner: channels of the middle convolution.
+        kernel: the middle convolution's ``(t, h, w)`` kernel (odd sides; ``"same"`` padding).
+
+    Input and output ``(B, C, T, H, W)``.
+    """
+
+    def __init__(self, channels: int, inner: int, kernel: tuple[int, int, int] = (1, 3, 3)):
+        super().__init__()
+        if any(k % 2 == 0 for k in kernel):
+            raise ValueError(f"kernel: expected odd sides, got {kernel!r}")
+        pad = tuple(k // 2 for k in kernel)
+        self.conv_a = nn.Conv3d(channels, inner, 1, bias=False)
+        self.bn_a = nn.BatchNorm3d(inner)
+        self.conv_b = nn.Conv3d(inner, inner, kernel, padding=pad, bias=False)
+        self.bn_b = nn.BatchNorm3d(inner)
+        self.conv_c = nn.Conv3d(inner, channels, 1, bias=False)
+        self.bn_c = nn.BatchNorm3d(channels)
+        self.relu = nn.ReLU(inplace=True)
+        if not self.bn_c.weight.is_meta:
+            nn.init.zeros_(self.bn_c.weight)  # starts as the identity
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn_a(self.conv_a(x)))
+        out = self.relu(self.bn_b(self.conv_b(out)))
+        return self.relu(x + self.bn_c(self.conv_c(out)))
+
+
+def control_inner_channels(channels: int, budget: int, kernel: tuple[int, int, int]) -> int:
+    """The inner width whose :class:`ResidualControl3d` has the parameter count nearest to
+    ``budget`` (the parameters of the non-local block it stands in for)."""
+    taps = kernel[0] * kernel[1] * kernel[2]
+
+    def params(m: int) -> int:  # three convolutions and three BNs (weight and bias)
+        return 2 * channels * m + taps * m * m + 2 * (2 * m + channels)
+
+    return min(range(1, channels + 1), key=lambda m: abs(params(m) - budget))
+
+
+def build_control(kernel: tuple[int, int, int], **kwargs: Any) -> nn.Module:
+    """:func:`build_tiny` with ``"nl1"``, then each non-local block replaced by a
+    :class:`ResidualControl3d` of about its parameters (same place, same budget)."""
+    model = build_tiny("nl1", **kwargs)
+    for module in model.modules():
+        block = getattr(module, "non_local", None)
+        if isinstance(block, nn.Module):
+            channels = module.bn2.num_features
+            budget = sum(p.numel() for p in block.parameters())
+            inner = control_inner_channels(channels, budget, kernel)
+            module.non_local = ResidualControl3d(channels, inner, kernel)
+    return model
+
+
+@register_model(name="c2d_tiny_res1", default_cfg=_cfg(None))
+def c2d_tiny_res1(**kwargs: Any) -> nn.Module:
+    """Tiny C2D + 1 plain bottleneck residual block (``1x3x3``) where ``c2d_tiny_nl1`` has its
+    non-local block, with about its parameters (the control of Sec. 4.1)."""
+    return build_control((1, 3, 3), **kwargs)
+
+
+@register_model(name="c2d_tiny_tconv1", default_cfg=_cfg(None))
+def c2d_tiny_tconv1(**kwargs: Any) -> nn.Module:
+    """Tiny C2D + 1 temporal residual block (``3x1x1``, I3D-style) where ``c2d_tiny_nl1`` has its
+    non-local block: a model that sees the order of the frames (the demo's order control)."""
+    return build_control((3, 1, 1), **kwargs)

@@ -33,10 +33,13 @@ from torch.utils.data import Dataset
 from nlnet.demo.digits import DigitsTaskConfig
 from nlnet.demo.digits_cache import read_manifest
 from nlnet.engine.config import replace as replace_config
+from nlnet.engine.hooks import HookBase
+from nlnet.engine.modeling import set_train_mode
 from nlnet.engine.runlog import MetricsLogger
 
-__all__ = ["DemoSettings", "ClipTensorDataset", "build_model", "decoded_splits", "demo_config",
-           "load_split", "pretrain_2d", "top1", "train_job", "train_model"]  # fmt: skip
+__all__ = ["TIME_MODEL", "VARIANT_MODELS", "CurveHook", "DemoSettings", "ClipTensorDataset",
+           "build_model", "clear_decoded", "decoded_splits", "demo_config", "inflate_state", "load_split",
+           "pretrain_2d", "top1", "train_job", "train_model"]  # fmt: skip
 
 
 TASK_TEXT = {
@@ -46,7 +49,17 @@ TASK_TEXT = {
     "cue digit's class in frame 0",
     "same": "the target is whether the last-frame digit has the class of the boxed cue digit "
     "in frame 0",
+    "order": "the target is whether the boxed cue digit comes first or last (the same frames, "
+    "played forwards or backwards)",
 }
+
+#: The model that sees time, trained beside C2D and C2D + NL on the order task
+#: (``nlnet demo --task order``): a temporal (``3x1x1``) residual block where the non-local block
+#: would be. Any registered tiny video model that is not blind to the order of the frames fits.
+TIME_MODEL = "c2d_tiny_tconv1"
+#: The models ``--variants`` adds: the space-only and time-only blocks (Table 2d) and the plain
+#: residual block of about the same parameters at the same place (Sec. 4.1's control).
+VARIANT_MODELS: tuple[str, ...] = ("c2d_tiny_nl1_space", "c2d_tiny_nl1_time", "c2d_tiny_res1")
 
 #: Normalisation of the digits clips (intensities are mostly black with bright strokes).
 MEAN = (0.1, 0.1, 0.1)
@@ -74,6 +87,11 @@ class DemoSettings:
     pretrain_lr: float = 3e-3
     pretrain_schedule: str = "multistep"
     theta_init_std: float | None = 0.01
+    # Figure 4: validation error and training error (on the first `curve_train_clips` training
+    # clips, eval mode) this many times per epoch; the extra evaluations leave the weights as
+    # they are (the random state is restored after each one).
+    curve_points_per_epoch: int = 4
+    curve_train_clips: int = 300
 
     @classmethod
     def default(cls, seed: int = 0) -> DemoSettings:
@@ -86,7 +104,7 @@ class DemoSettings:
         )
         return cls(
             task=task, width=2, epochs=1, batch_size=16, figure_clips=2, pretrain_frames=64,
-            pretrain_epochs=1,
+            pretrain_epochs=1, curve_points_per_epoch=3, curve_train_clips=16,
         )  # fmt: skip
 
 
@@ -258,12 +276,34 @@ def top1(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device, bs: i
     return topk_correct(logits, y, ks=(1,))[1] / len(x)
 
 
+def inflate_state(
+    state: dict[str, torch.Tensor], target: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """2D (``1 x k x k``) kernels of ``state`` inflated to the ``t x k x k`` kernels of ``target``
+    where their shapes differ only there: each of the ``t`` planes is the 2D kernel divided by
+    ``t`` (Sec. 4.1, I3D initialised from the 2D model), so a static clip gives the 2D response."""
+    out = dict(state)
+    for key, value in state.items():
+        want = target.get(key)
+        if want is None or want.shape == value.shape or value.dim() != 5 or value.shape[2] != 1:
+            continue
+        if (
+            want.dim() == 5
+            and want.shape[:2] == value.shape[:2]
+            and want.shape[3:] == value.shape[3:]
+        ):
+            t = want.shape[2]
+            out[key] = value.repeat(1, 1, t, 1, 1) / t
+    return out
+
+
 def build_model(
     name: str, settings: DemoSettings, init: dict[str, torch.Tensor] | None = None
 ) -> torch.nn.Module:
     """A registered demo model of ``settings``' width and classes, from the pre-trained backbone.
 
-    ``init`` is loaded non-strictly: the classifier and the non-local blocks keep their
+    ``init`` is loaded non-strictly (2D kernels inflated where the model has temporal ones:
+    :func:`inflate_state`): the classifier and the blocks in the ``non_local`` slots keep their
     initialisation. With ``settings.theta_init_std`` the ``theta`` embedding of every non-local
     block starts small, so that the initial attention is nearly uniform and every key receives
     gradient (a sharp random softmax on pre-trained features starves the keys it ignores).
@@ -274,6 +314,7 @@ def build_model(
         name, num_classes=settings.task.num_classes, width=settings.width, dropout=settings.dropout
     )
     if init is not None:
+        init = inflate_state(init, model.state_dict())
         missing, unexpected = model.load_state_dict(init, strict=False)
         bad = [k for k in missing if not (k.startswith("fc.") or ".non_local." in k)]
         if bad or unexpected:
@@ -285,6 +326,51 @@ def build_model(
             if block.theta is not None:
                 torch.nn.init.normal_(block.theta.weight, std=settings.theta_init_std)
     return model
+
+
+class CurveHook(HookBase):
+    """Figure 4's curves: top-1 on a fixed set of training clips and on the validation clips
+    (eval mode), ``points_per_epoch`` times per epoch.
+
+    At the epoch ends (the engine's own validations) the points are measured beside the
+    engine's; in between, by this hook, which restores the random state and the training mode
+    afterwards, so the extra points leave the training (dropout masks) exactly as it was.
+
+    Args:
+        train: training clips and targets to measure (a fixed subset).
+        val: the validation clips and targets.
+        steps_per_epoch: iterations of an epoch.
+        points_per_epoch: measurements per epoch (the epoch's end included).
+    """
+
+    def __init__(
+        self,
+        train: tuple[torch.Tensor, torch.Tensor],
+        val: tuple[torch.Tensor, torch.Tensor],
+        steps_per_epoch: int,
+        points_per_epoch: int,
+    ) -> None:
+        self.train, self.val, self.steps = train, val, steps_per_epoch
+        p = max(1, points_per_epoch)
+        self.offsets = {round(k * steps_per_epoch / p) for k in range(1, p)} - {0, steps_per_epoch}
+        self.points: list[dict[str, float]] = []
+
+    def _measure(self, run: Any) -> dict[str, float]:
+        model, device = run.state.model, run.device
+        point = {"iter": run.state.iteration, "train_top1": top1(model, *self.train, device),
+                 "val_top1": top1(model, *self.val, device)}  # fmt: skip
+        self.points = [q for q in self.points if q["iter"] != point["iter"]] + [point]
+        return point
+
+    def after_step(self, run: Any) -> None:
+        if run.state.iteration % self.steps in self.offsets and not run.at_end:
+            rng = torch.get_rng_state()
+            self._measure(run)
+            torch.set_rng_state(rng)
+            set_train_mode(run.state.model, run.cfg.train.freeze_bn)
+
+    def eval_extra(self, run: Any) -> dict[str, Any]:
+        return {"train_top1": 100 * self._measure(run)["train_top1"]}
 
 
 def train_model(
@@ -299,7 +385,9 @@ def train_model(
     class_names: list[str] | None = None,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Train one registered model (:func:`build_model` from ``init``) with the engine's loop
-    (AdamW, one-cycle); return it and its per-epoch log.  The checkpoint is
+    (AdamW, one-cycle); return it and its log: per epoch (training loss, validation top-1) and,
+    for Figure 4, ``settings.curve_points_per_epoch`` times per epoch (``curve_iter``,
+    ``curve_train_top1``, ``curve_val_top1``).  The checkpoint is
     ``<run_dir>/<name>/checkpoints/final.pt``."""
     import tempfile
 
@@ -310,6 +398,10 @@ def train_model(
     num_classes = settings.task.num_classes
     names = class_names or [f"class_{i}" for i in range(num_classes)]
     train_ds, val_ds = (ClipTensorDataset(*data[s], names) for s in ("train", "val"))
+    steps = len(train_ds) // settings.batch_size
+    n = settings.curve_train_clips
+    hook = CurveHook((data["train"][0][:n], data["train"][1][:n]), data["val"], steps,
+                     settings.curve_points_per_epoch)  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(run_dir or tmp) / name
         cfg = demo_config(
@@ -317,16 +409,20 @@ def train_model(
             batch_size=settings.batch_size, lr=settings.lr, schedule="onecycle", seed=seed,
             device=device, progress=progress, num_frames=settings.task.num_frames,
         )  # fmt: skip
-        steps = len(train_ds) // settings.batch_size
         cfg = replace_config(cfg, **{"train.eval_every": steps, "train.log_every": steps})
-        summary = train(cfg, model=model, train_dataset=train_ds, val_dataset=val_ds)
+        summary = train(cfg, model=model, train_dataset=train_ds, val_dataset=val_ds, hooks=(hook,))
         records = MetricsLogger(out).records()
     epochs = [r for r in records if r["kind"] == "epoch"]
     vals = [r for r in records if r["kind"] == "val"]
+    curve = sorted(hook.points, key=lambda q: q["iter"])
     log: dict[str, Any] = {
         "epoch": [r["epoch"] + 1 for r in epochs],
         "train_loss": [r["loss"] for r in epochs],
         "val_top1": [r["video_top1"] / 100 for r in vals],
+        "steps_per_epoch": steps,
+        "curve_iter": [q["iter"] for q in curve],
+        "curve_train_top1": [q["train_top1"] for q in curve],
+        "curve_val_top1": [q["val_top1"] for q in curve],
         "train_time_s": summary["loop_time_s"],
         "checkpoint": summary["checkpoint"] if run_dir is not None else None,
     }
@@ -344,6 +440,11 @@ def decoded_splits(
     if key not in _SPLITS:
         _SPLITS[key] = {s: load_split(root, s, task, progress) for s in ("train", "val", "test")}
     return _SPLITS[key]
+
+
+def clear_decoded() -> None:
+    """Forget the splits :func:`decoded_splits` holds (between the seeds of one process)."""
+    _SPLITS.clear()
 
 
 def train_job(

@@ -15,7 +15,7 @@ import torch
 
 from nlnet.demo.video import MEAN, STD, DemoSettings
 
-__all__ = ["plot_curves", "plot_attention", "attention_statistics", "results_table",
+__all__ = ["plot_curves", "plot_figure4", "plot_attention", "attention_statistics", "results_table",
            "attention_outputs"]  # fmt: skip
 
 
@@ -37,6 +37,31 @@ def plot_curves(logs: dict[str, dict[str, Any]], path: Path) -> None:
     for a in (a1, a2):
         a.grid(alpha=0.3)
     a2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_figure4(logs: dict[str, dict[str, Any]], path: Path) -> None:
+    """Figure 4 of the paper for the demo: training error (dashed) and validation error (solid)
+    of every model against iterations, several points per epoch (``curve_*`` of the logs)."""
+    from nlnet.analysis.plotting import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for i, (name, log) in enumerate(logs.items()):
+        colour = f"C{i}"
+        it = log["curve_iter"]
+        ax.plot(it, [100 * (1 - v) for v in log["curve_train_top1"]], "--", color=colour,
+                label=f"{name} train")  # fmt: skip
+        ax.plot(it, [100 * (1 - v) for v in log["curve_val_top1"]], "-", color=colour,
+                label=f"{name} val")  # fmt: skip
+    ax.set_xlabel("iterations")
+    ax.set_ylabel("error (%)")
+    ax.set_ylim(0, 100)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title("training (dashed) and validation (solid) error", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

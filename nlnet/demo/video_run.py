@@ -24,15 +24,18 @@ from nlnet.demo.parallel import Jobs
 from nlnet.demo.threads import jobs_for
 from nlnet.demo.video import (
     TASK_TEXT,
+    TIME_MODEL,
+    VARIANT_MODELS,
     DemoSettings,
     build_model,
+    clear_decoded,
     decoded_splits,
     pretrain_2d,
     train_job,
 )
-from nlnet.demo.video_report import attention_outputs, plot_curves, results_table
+from nlnet.demo.video_report import attention_outputs, plot_curves, plot_figure4, results_table
 
-__all__ = ["run_demo", "settings_from_args", "train_all"]
+__all__ = ["cpu_seconds", "run_demo", "run_seeds", "settings_from_args", "train_all"]
 
 
 def settings_from_args(args: argparse.Namespace) -> DemoSettings:
@@ -40,11 +43,13 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
     from nlnet.engine.errors import UserError
 
     settings = DemoSettings.quick(args.seed) if args.quick else DemoSettings.default(args.seed)
-    if args.variants:
-        settings.models = (*settings.models, "c2d_tiny_nl1_space", "c2d_tiny_nl1_time")
     task_name = getattr(args, "task", "same")
     if task_name != settings.task.task:
         settings.task = dataclasses.replace(settings.task, task=task_name)
+    if task_name == "order":  # the order control: C2D + NL is blind to it, TIME_MODEL is not
+        settings.models = (*settings.models, TIME_MODEL)
+    if args.variants:
+        settings.models = (*settings.models, *VARIANT_MODELS)
     if args.epochs is not None:
         if args.epochs < 1:
             raise UserError(f"--epochs: expected a positive integer, got {args.epochs}")
@@ -133,13 +138,26 @@ def data_and_backbone(
     return root, data, data_time, init, pre_log
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and of its finished children (the job workers)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return float("nan")
+    return sum(
+        u.ru_utime + u.ru_stime
+        for u in (resource.getrusage(resource.RUSAGE_SELF),
+                  resource.getrusage(resource.RUSAGE_CHILDREN))
+    )  # fmt: skip
+
+
 def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     """Run the demo; returns the summary that is also written to ``summary.json``.
 
     Every job (2D pre-training, each model) has one PyTorch thread; ``--threads`` jobs run side by
     side (:class:`nlnet.demo.parallel.Jobs`), so the figures are the same on any machine.
     """
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), cpu_seconds()
     settings = settings_from_args(args)
     device = torch.device(args.device)
     jobs = jobs_for(args.threads) if device.type == "cpu" else 1
@@ -161,6 +179,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
             settings, root, device, args.seed, init, run_dir, manifest["classes"], pool
         )
     plot_curves(logs, run_dir / "curves.png")
+    plot_figure4(logs, run_dir / "figure4.png")
     attention_stats, attn_stats = attention_outputs(
         settings, models, data, manifest, root, run_dir, device
     )
@@ -186,9 +205,54 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "attention_statistics": attn_stats,
         "table": table,
         "total_time_s": total,
+        "cpu_time_s": cpu_seconds() - cpu_start,
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "platform": {"python": sys.version.split()[0], "torch": torch.__version__,
                      "machine": platform.machine(), "cpus": os.cpu_count()},
     }  # fmt: skip
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+def run_seeds(args: argparse.Namespace) -> str:
+    """``nlnet demo --seeds A-B [--report] [--split val]``: run the demo on every seed (or, with
+    ``--report``, take each seed's newest run in ``--output-dir``) and write the seed table
+    (:func:`nlnet.demo.video_seeds.seed_table`) to ``<output-dir>/demo-seeds-<task>-<split>.md``.
+
+    Test figures of the screening seeds are refused: they are never reported (docs/demo.md).
+    """
+    from nlnet.demo.video_seeds import SCREENING_SEEDS, collect_runs, parse_seeds, seed_table
+    from nlnet.engine.errors import UserError
+
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    split, task = getattr(args, "split", "test"), getattr(args, "task", "same")
+    screening = [s for s in seeds if s in SCREENING_SEEDS]
+    if split == "test" and screening:
+        raise UserError(
+            f"--seeds: {screening} are screening seeds, whose test figures are never reported; "
+            "use --split val for them (docs/demo.md, Protocol)"
+        )
+    out = Path(args.output_dir)
+    if args.report:
+        try:
+            summaries = collect_runs(out, seeds, quick=bool(args.quick), task=task)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    else:
+        summaries = {}
+        for seed in seeds:
+            summaries[seed] = run_demo(argparse.Namespace(**{**vars(args), "seed": seed}))
+            clear_decoded()  # one seed's clips at a time in memory
+    what = "validation (screening)" if split == "val" else "test"
+    table = (
+        f"`nlnet demo{' --quick' if args.quick else ''} --task {task}`, seeds {args.seeds}: "
+        f"{what} top-1 (%), wall and CPU seconds per seed\n\n{seed_table(summaries, split)}\n"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"demo-seeds-{task}-{split}.md"
+    path.write_text(table)
+    print(f"\n{table}\nwritten to {path}", flush=True)
+    return table

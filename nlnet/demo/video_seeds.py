@@ -1,0 +1,161 @@
+"""The demo's seed table: one row per seed, then mean, standard deviation and minimum.
+
+The protocol (docs/demo.md, "Protocol"): every recipe choice is made on *validation* figures of
+the screening seeds (:data:`SCREENING_SEEDS`, never reported); the reported figures are the
+*test* figures of every reported seed (0-9 for ``nlnet demo``). ``nlnet demo --seeds 0-9`` runs
+each seed and writes the table; ``--report`` writes it from the runs already in
+``--output-dir``; ``--split val`` tables validation figures only (the screening table).
+Statistics over seeds, not a single lucky seed, are what a claim about a recipe rests on (the
+paper reports single runs of a large benchmark; a tiny demo needs the spread).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SCREENING_SEEDS", "collect_runs", "dense_seed_rows", "markdown_table", "parse_seeds",
+           "seed_rows", "seed_table"]  # fmt: skip
+
+#: Seeds on which recipes are chosen (validation figures only); never reported.
+SCREENING_SEEDS: tuple[int, ...] = (100, 101, 102, 103, 104)
+BASELINE = "c2d_tiny"
+NON_LOCAL = "c2d_tiny_nl1"
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-9"``, ``"0,2,5-7"`` or ``"3"`` as a sorted list of distinct seeds.
+
+    Raises:
+        ValueError: not a list of non-negative integers and ranges ``a-b`` with ``a <= b``.
+    """
+    seeds: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            a, b = int(lo), int(hi) if hi else int(lo)
+            if a < 0 or b < a:
+                raise ValueError
+            seeds.update(range(a, b + 1))
+    except ValueError:
+        raise ValueError(
+            f"--seeds: expected seeds and ranges such as '0-9' or '0,2,5-7', got {text!r}"
+        ) from None
+    return sorted(seeds)
+
+
+def collect_runs(
+    root: Path, seeds: Sequence[int], *, quick: bool, task: str
+) -> dict[int, dict[str, Any]]:
+    """The newest ``summary.json`` of each seed among ``root/demo-*-seed<k>/`` with the same
+    quick flag and task (the run directories' names sort by their timestamps).
+
+    Raises:
+        ValueError: a seed without such a run.
+    """
+    found: dict[int, dict[str, Any]] = {}
+    for path in sorted(Path(root).glob("demo-*-seed*/summary.json")):
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if (
+            summary.get("seed") in seeds
+            and bool(summary.get("quick")) == quick
+            and summary.get("settings", {}).get("task", {}).get("task", "same") == task
+        ):
+            found[summary["seed"]] = {**summary, "run_dir": str(path.parent)}
+    missing = [s for s in seeds if s not in found]
+    if missing:
+        raise ValueError(
+            f"--report: no {'quick ' if quick else ''}{task!r} run of seed(s) {missing} in "
+            f"{root} (run them with --seeds, without --report)"
+        )
+    return found
+
+
+def seed_rows(
+    summaries: dict[int, dict[str, Any]], split: str = "test"
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Per seed: each model's top-1 (%) on ``split``, the non-local model's gap to C2D, wall and
+    CPU seconds. Returns the model names (baseline first) and the rows, by seed."""
+    if split not in ("test", "val"):
+        raise ValueError(f"split: expected 'test' or 'val', got {split!r}")
+    key = f"{split}_top1"
+    models: list[str] = []
+    for summary in summaries.values():
+        models += [m for m in summary["results"] if m not in models]
+    models.sort(key=lambda m: (m != BASELINE, m != NON_LOCAL))
+    rows = []
+    for seed in sorted(summaries):
+        res = summaries[seed]["results"]
+        row: dict[str, Any] = {"seed": seed}
+        for m in models:
+            row[m] = 100 * res[m][key] if m in res else math.nan
+        row["gap"] = row.get(NON_LOCAL, math.nan) - row.get(BASELINE, math.nan)
+        row["wall"] = float(summaries[seed].get("total_time_s", math.nan))
+        row["cpu"] = float(summaries[seed].get("cpu_time_s", math.nan))
+        rows.append(row)
+    return models, rows
+
+
+def _cell(value: float, digits: int = 1, unit: str = "", sign: str = "") -> str:
+    return "–" if math.isnan(value) else f"{value:{sign}.{digits}f}{unit}"
+
+
+def seed_table(summaries: dict[int, dict[str, Any]], split: str = "test") -> str:
+    """The video demo's seed table: :func:`seed_rows` as :func:`markdown_table`."""
+    models, rows = seed_rows(summaries, split)
+    return markdown_table(models, rows, f"{split} top-1", "gap (NL - C2D)")
+
+
+def dense_seed_rows(summary: dict[str, Any], metric: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """Per seed of a dense demo's ``summary.json`` (segmentation or U-Net: ``runs`` of every
+    seed and model): each model's test ``metric`` (e.g. ``mIoU``, ``mDice``), the gap of the
+    second model (with the block) to the first, and the training wall seconds of the slower
+    model (they train side by side); no CPU time."""
+    models: list[str] = []
+    for r in summary["runs"]:
+        models += [r["model"]] if r["model"] not in models else []
+    rows = []
+    for seed in sorted({r["seed"] for r in summary["runs"]}):
+        runs = {r["model"]: r for r in summary["runs"] if r["seed"] == seed}
+        row: dict[str, Any] = {"seed": seed}
+        for m in models:
+            row[m] = float(runs[m]["metrics"][metric]) if m in runs else math.nan
+        row["gap"] = row[models[-1]] - row[models[0]] if len(models) > 1 else math.nan
+        row["wall"] = max(float(r["train_s"]) for r in runs.values())
+        row["cpu"] = math.nan
+        rows.append(row)
+    return models, rows
+
+
+def markdown_table(models: list[str], rows: list[dict[str, Any]], what: str, gap: str) -> str:
+    """A Markdown table of per-seed rows (``seed``, each model's figure, ``gap``, ``wall``,
+    ``cpu``) plus mean, standard deviation (sample, n - 1) and minimum rows over the seeds; NaN
+    (a model missing, an old summary without CPU time) shows as ``–`` and is left out of the
+    statistics. ``what`` names the figure (``test top-1``), ``gap`` the gap column."""
+    cols = [*models, "gap", "wall", "cpu"]
+    heads = [f"{m} {what}" for m in models] + [gap, "wall", "CPU"]
+    units = {"wall": " s", "cpu": " s"}
+    digits = {"wall": 0, "cpu": 0}
+
+    def cell(c: str, value: float) -> str:
+        return _cell(value, digits.get(c, 1), units.get(c, ""), "+" if c == "gap" else "")
+
+    lines = ["| seed | " + " | ".join(heads) + " |", "| --- " * (len(cols) + 1) + "|"]
+    for row in rows:
+        cells = [cell(c, row[c]) for c in cols]
+        lines.append(f"| {row['seed']} | " + " | ".join(cells) + " |")
+    for label, fn in (("mean", statistics.fmean), ("std", statistics.stdev), ("min", min)):
+        cells = []
+        for c in cols:
+            values = [row[c] for row in rows if not math.isnan(row[c])]
+            ok = len(values) >= (2 if label == "std" else 1)
+            cells.append(cell(c, fn(values) if ok else math.nan))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
