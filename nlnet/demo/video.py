@@ -343,6 +343,8 @@ class CurveHook(HookBase):
         points_per_epoch: measurements per epoch (the epoch's end included).
     """
 
+    events = ("after_step", "eval_extra")
+
     def __init__(
         self,
         train: tuple[torch.Tensor, torch.Tensor],
@@ -363,7 +365,7 @@ class CurveHook(HookBase):
         return point
 
     def after_step(self, run: Any) -> None:
-        if run.state.iteration % self.steps in self.offsets and not run.at_end:
+        if run.state.iteration % self.steps in self.offsets and not run.state.at_end:
             rng = torch.get_rng_state()
             self._measure(run)
             torch.set_rng_state(rng)
