@@ -13,13 +13,19 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from nlnet.functional.nonlocal_op import check_instantiation, check_scale
+
 Mode = Literal["spacetime", "space", "time"]
 MODES: tuple[str, ...] = ("spacetime", "space", "time")
+#: Position information of the block (``"none"``: the paper's block, Eq. 1 over a set).
+POSITIONS: tuple[str, ...] = ("none", "sincos", "learned")
+#: How a new block is made the identity: the paper's zero BN scale (Sec. 4.1) or a zero ``W_z``.
+INITS: tuple[str, ...] = ("bn_zero", "w_z")
 
 _LAYOUT = {1: "(B, C, L)", 2: "(B, C, H, W)", 3: "(B, C, T, H, W)"}
 
 
-def _check_block_input(
+def check_block_input(
     x: Tensor,
     weight: Tensor,
     dim: int,
@@ -65,14 +71,50 @@ def _check_block_input(
             )
 
 
-def _check_temporal_groups(x: Tensor, groups: int) -> None:
+def check_choices(
+    dim: int, in_channels: int, *, instantiation: str, scale, pool_position: str, bias,
+    mode: str, impl: str, phi_init: str, pos: str, init: str, gate: str | None,
+) -> None:  # fmt: skip
+    """The block's choices among named options (one line naming the argument on a bad one)."""
+    check_instantiation(instantiation)
+    check_scale(scale)
+    if pool_position not in ("before", "after"):
+        raise ValueError(f"pool_position must be 'before' or 'after', got {pool_position!r}")
+    if not isinstance(bias, bool):
+        raise TypeError(f"bias must be True or False, got {bias!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode != "spacetime" and dim != 3:
+        raise ValueError(
+            f"mode={mode!r} needs a 3D (video) block; a {dim}D block only has mode='spacetime'"
+        )
+    if impl not in ("auto", "fast", "reference"):
+        raise ValueError(f"impl must be 'auto', 'fast' or 'reference', got {impl!r}")
+    if phi_init not in ("he", "theta"):
+        raise ValueError(f"phi_init must be 'he' or 'theta', got {phi_init!r}")
+    if pos not in POSITIONS:
+        raise ValueError(f"pos must be one of {POSITIONS}, got {pos!r}")
+    if pos != "none" and in_channels < 2 * dim:
+        raise ValueError(
+            f"pos={pos!r} needs in_channels >= {2 * dim} (a sine/cosine pair per axis of a "
+            f"{dim}D grid), got {in_channels}"
+        )
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if init == "w_z" and gate is not None:
+        raise ValueError(
+            f"init='w_z' and gate={gate!r} are two initialisations of the identity; give one"
+        )
+
+
+def check_temporal_groups(x: Tensor, groups: int) -> None:
     if x.shape[2] % groups:
         raise ValueError(
             f"temporal_groups={groups} must divide the number of frames T, got T = {x.shape[2]}"
         )
 
 
-def _positional_error(name: str, extra: tuple) -> TypeError:
+def positional_error(name: str, extra: tuple) -> TypeError:
     first = extra[0]
     return TypeError(
         f"{name} takes in_channels as its only positional argument; the others are "
@@ -83,7 +125,7 @@ def _positional_error(name: str, extra: tuple) -> TypeError:
     )
 
 
-def _check_int(name: str, value, minimum: int = 1) -> None:
+def check_int(name: str, value, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
@@ -117,4 +159,14 @@ def resolve_sub_sample(sub_sample: bool | int | Sequence[int] | None, dim: int) 
     return kernel
 
 
-__all__ = ["MODES", "Mode", "resolve_sub_sample"]
+__all__ = [
+    "INITS",
+    "MODES",
+    "POSITIONS",
+    "Mode",
+    "check_block_input",
+    "check_int",
+    "check_temporal_groups",
+    "positional_error",
+    "resolve_sub_sample",
+]

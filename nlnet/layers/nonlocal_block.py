@@ -45,22 +45,28 @@ query's frame / position are exactly zero.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nlnet.functional.instantiations import form
-from nlnet.functional.nonlocal_op import (
-    INSTANTIATIONS,
-    Impl,
-    Instantiation,
-    check_instantiation,
-    check_scale,
+from nlnet.functional.block_paths import (
+    BlockGeometry,
+    BlockWeights,
+    empty_grid_path,
+    fast_path,
+    non_finite_sample_guard,
+    reassociated_path,
+    reference_path,
 )
+from nlnet.functional.instantiations import form
+from nlnet.functional.nonlocal_op import INSTANTIATIONS, Impl, Instantiation
 from nlnet.functional.plan import NonLocalPlan, plan_non_local
+from nlnet.functional.pos_embed import sinusoidal_grid_encoding
 from nlnet.functional.reassociated import pointwise
 from nlnet.layers.block_norm import (
     NORMS,
@@ -73,24 +79,25 @@ from nlnet.layers.block_norm import (
 from nlnet.layers.block_options import (
     MODES,
     Mode,
-    _check_block_input,
-    _check_int,
-    _check_temporal_groups,
-    _positional_error,
+    check_block_input,
+    check_choices,
+    check_int,
+    check_temporal_groups,
+    positional_error,
     resolve_sub_sample,
 )
-from nlnet.layers.block_paths import NonLocalPaths, _non_finite_guard
 from nlnet.layers.gate import GATES, GatedNorm
 
 _CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 
 # torch.fx.symbolic_trace records these as single calls evaluated at run time (they read sizes),
-# so a traced block keeps its checks.
-torch.fx.wrap("_check_block_input")
-torch.fx.wrap("_check_temporal_groups")
+# so a traced block keeps its checks and computes the position encoding of each input's grid.
+torch.fx.wrap("check_block_input")
+torch.fx.wrap("check_temporal_groups")
+torch.fx.wrap("sinusoidal_grid_encoding")
 
 
-class NonLocalNd(NonLocalPaths, nn.Module):
+class NonLocalNd(nn.Module):
     """Non-local block z = W_z y + x (Eq. 6) for ``dim``-dimensional feature maps.
 
     Every argument after ``in_channels`` is keyword-only (``NonLocal2d(512, 2)`` is an error:
@@ -101,8 +108,9 @@ class NonLocalNd(NonLocalPaths, nn.Module):
         in_channels: Channels C of the input ``x``.
         inter_channels: Bottleneck width of ``theta``, ``phi`` and ``g``; default ``C // 2``.
         reduction: Alternative to ``inter_channels``: width ``max(C // reduction, 1)``.
-        instantiation: ``"embedded_gaussian"`` (default), ``"gaussian"``, ``"dot_product"`` or
-            ``"concatenation"`` (Sec. 3.2, Eqs. 2-5).
+        instantiation: ``"embedded_gaussian"`` (default), ``"gaussian"``, ``"dot_product"``,
+            ``"concatenation"`` (Sec. 3.2, Eqs. 2-5) or ``"euclidean"`` (the Gaussian with
+            Euclidean distance that Sec. 3.2 names as also applicable; on ``x`` itself).
         sub_sample: Max-pooling kernel for keys and values, see :func:`resolve_sub_sample`.
         pool_position: ``"before"`` the ``phi``/``g`` convolutions (released code, default) or
             ``"after"`` them.
@@ -130,6 +138,15 @@ class NonLocalNd(NonLocalPaths, nn.Module):
             as the plain Gaussian of Eq. 2 is of the features themselves, instead of an arbitrary
             bilinear form. Needs an instantiation with ``theta`` and ``phi`` (Eqs. 3-5).
         impl: ``"auto"`` (fastest exact path for the size), ``"fast"`` or ``"reference"``.
+        pos: Position information, added to the inputs of ``theta`` and ``phi`` only (``g`` and
+            the residual never see it, so a new block is still the identity): ``"none"``
+            (default: the paper's block, Eq. 1 is a sum over a *set* of positions),
+            ``"sincos"`` (a fixed sinusoidal encoding of the grid coordinates,
+            :func:`~nlnet.functional.pos_embed.sinusoidal_grid_encoding`) or ``"learned"`` (that
+            encoding through a learned ``C x C`` map ``pos_proj``, initialised to the identity).
+        init: How the new block is made the identity: ``"bn_zero"`` (default, Sec. 4.1: the
+            norm's scale at 0) or ``"w_z"`` (the practitioner's guide: ``W_z`` at 0, the norm's
+            scale at 1). Not with ``gate``, which is its own initialisation.
 
     Shape:
         Input ``(B, C, *grid)``; output the same. With ``return_attention=True`` also the weights
@@ -160,45 +177,36 @@ class NonLocalNd(NonLocalPaths, nn.Module):
         scale: bool | float = True,
         impl: Impl = "auto",
         phi_init: Literal["he", "theta"] = "he",
+        pos: Literal["none", "sincos", "learned"] = "none",
+        init: Literal["bn_zero", "w_z"] = "bn_zero",
     ) -> None:
         super().__init__()
         if args:
-            raise _positional_error(type(self).__name__, args)
+            raise positional_error(type(self).__name__, args)
         if dim not in (1, 2, 3):
             raise ValueError(f"dim must be 1, 2 or 3, got {dim}")
-        _check_int("in_channels", in_channels)
+        check_int("in_channels", in_channels)
         if inter_channels is not None and reduction is not None:
             raise ValueError("give either inter_channels or reduction, not both")
         if reduction is not None:
-            _check_int("reduction", reduction)
+            check_int("reduction", reduction)
             inter_channels = max(in_channels // reduction, 1)
         elif inter_channels is None:
             inter_channels = max(in_channels // 2, 1)
-        _check_int("inter_channels", inter_channels)
-        check_instantiation(instantiation)
-        check_scale(scale)
-        if pool_position not in ("before", "after"):
-            raise ValueError(f"pool_position must be 'before' or 'after', got {pool_position!r}")
-        if not isinstance(bias, bool):
-            raise TypeError(f"bias must be True or False, got {bias!r}")
+        check_int("inter_channels", inter_channels)
         check_norm_args(norm, in_channels, norm_eps, norm_momentum, norm_groups)
         if gate not in GATES:
             raise ValueError(f"gate must be one of {GATES}, got {gate!r}")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if mode != "spacetime" and dim != 3:
-            raise ValueError(
-                f"mode={mode!r} needs a 3D (video) block; a {dim}D block only has mode='spacetime'"
-            )
-        if impl not in ("auto", "fast", "reference"):
-            raise ValueError(f"impl must be 'auto', 'fast' or 'reference', got {impl!r}")
-        if phi_init not in ("he", "theta"):
-            raise ValueError(f"phi_init must be 'he' or 'theta', got {phi_init!r}")
+        check_choices(
+            dim, in_channels, instantiation=instantiation, scale=scale,
+            pool_position=pool_position, bias=bias, mode=mode, impl=impl, phi_init=phi_init,
+            pos=pos, init=init, gate=gate,
+        )  # fmt: skip
         kernel = resolve_sub_sample(sub_sample, dim)
         if temporal_groups is not None:
             if dim != 3:
                 raise ValueError(f"temporal_groups needs a 3D (video) block, got a {dim}D block")
-            _check_int("temporal_groups", temporal_groups)
+            check_int("temporal_groups", temporal_groups)
             if temporal_groups % kernel[0]:
                 raise ValueError(
                     f"temporal_groups={temporal_groups} must be a multiple of the temporal "
@@ -222,6 +230,8 @@ class NonLocalNd(NonLocalPaths, nn.Module):
                 f"{instantiation!r} has none"
             )
         self.phi_init = phi_init
+        self.pos = pos
+        self.init = init
 
         conv = _CONV[dim]
         if not self.form.embedded:  # Eq. 2: no embedding, f on x itself (Fig. 2 caption)
@@ -241,12 +251,18 @@ class NonLocalNd(NonLocalPaths, nn.Module):
         )
         if gate == "scalar":
             self.norm = GatedNorm(self.norm)
+        # pos="learned": the sinusoidal encoding through a learned map (initialised to identity)
+        if pos == "learned":
+            self.pos_proj = nn.Parameter(torch.empty(in_channels, in_channels))
+        else:
+            self.register_parameter("pos_proj", None)
         self.reset_parameters()
 
     # ------------------------------------------------------------------ set-up
     def reset_parameters(self) -> None:
         """He initialisation of the embeddings (``phi`` a copy of ``theta`` with
-        ``phi_init="theta"``); the norm's scale (or W_z itself) set to zero."""
+        ``phi_init="theta"``); the norm's scale (or ``W_z`` itself with ``init="w_z"`` or
+        without a norm) set to zero."""
         for m in (self.theta, self.phi, self.g, self.W_z):
             if m is not None:
                 nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
@@ -259,10 +275,13 @@ class NonLocalNd(NonLocalPaths, nn.Module):
                     self.phi.bias.copy_(self.theta.bias)
         if self.w_f is not None:
             nn.init.normal_(self.w_f, std=math.sqrt(1.0 / self.w_f.numel()))
+        if self.pos_proj is not None:  # starts as the fixed sinusoidal encoding
+            with torch.no_grad():
+                self.pos_proj.copy_(torch.eye(self.in_channels))
         if isinstance(self.norm, GatedNorm):
             nn.init.zeros_(self.norm.gamma)  # SAGAN's gamma = 0: the identity (layers/gate.py)
-        elif isinstance(self.norm, nn.Identity):
-            nn.init.zeros_(self.W_z.weight)
+        elif isinstance(self.norm, nn.Identity) or self.init == "w_z":
+            nn.init.zeros_(self.W_z.weight)  # the guide's W_z = 0 (the norm keeps scale 1)
             if self.W_z.bias is not None:
                 nn.init.zeros_(self.W_z.bias)
         else:
@@ -271,6 +290,8 @@ class NonLocalNd(NonLocalPaths, nn.Module):
 
     def extra_repr(self) -> str:
         extra = f", temporal_groups={self.temporal_groups}" if self.temporal_groups else ""
+        extra += f", pos={self.pos!r}" if self.pos != "none" else ""
+        extra += f", init={self.init!r}" if self.init != "bn_zero" else ""
         return (
             f"in_channels={self.in_channels}, inter_channels={self.inter_channels}, "
             f"instantiation={self.instantiation!r}, sub_sample={self.kernel}, "
@@ -281,6 +302,37 @@ class NonLocalNd(NonLocalPaths, nn.Module):
     def subsampled(self) -> bool:
         """Whether keys/values come from a pooled grid."""
         return any(k > 1 for k in self.kernel)
+
+    @property
+    def geometry(self) -> BlockGeometry:
+        """The block's static structure, as its paths (:mod:`nlnet.functional.block_paths`)
+        read it."""
+        return BlockGeometry(
+            self.dim, self.in_channels, self.inter_channels, self.instantiation, self.kernel,
+            self.pool_position, self.mode, self.temporal_groups, self.scale, self.impl,
+        )  # fmt: skip
+
+    @property
+    def weights(self) -> BlockWeights:
+        """The projection weights that the paths read (``theta``/``phi`` ``None`` for the forms
+        on ``x`` itself)."""
+        theta, phi = self.theta, self.phi
+        return BlockWeights(
+            self.g.weight, self.g.bias,
+            None if theta is None else theta.weight, None if theta is None else theta.bias,
+            None if phi is None else phi.weight, None if phi is None else phi.bias,
+            self.w_f,
+        )  # fmt: skip
+
+    def position_input(self, x: Tensor) -> Tensor | None:
+        """The input of ``theta`` and ``phi``: ``x`` plus the position encoding of its grid
+        (``None`` with ``pos="none"``: ``x`` itself)."""
+        if self.pos == "none":
+            return None
+        p = sinusoidal_grid_encoding(x, self.in_channels)  # (C, *grid), x's dtype and device
+        if self.pos_proj is not None:  # a 1x1 map over the channels (also on an empty grid)
+            p = F.linear(p.movedim(0, -1), self.pos_proj.to(p.dtype)).movedim(-1, 0)
+        return x + p
 
     def key_grid(self, input_size: Sequence[int]) -> tuple[int, ...]:
         """The pooled grid (N' positions) that keys and values live on for an input grid."""
@@ -328,26 +380,27 @@ class NonLocalNd(NonLocalPaths, nn.Module):
             raise TypeError(f"return_attention must be True or False, got {return_attention!r}")
         want_attention = return_attention is True  # (a torch.fx trace takes the default path)
         eager = not isinstance(x, torch.fx.Proxy)  # a trace records no branch on sizes
-        _check_block_input(
+        check_block_input(
             x, self.g.weight, self.dim, self.in_channels, self.kernel, type(self).__name__, eager
         )
         if self.temporal_groups is not None:
-            _check_temporal_groups(x, self.temporal_groups)
+            check_temporal_groups(x, self.temporal_groups)
         if eager and 0 in x.shape[2:]:
             return self._empty_grid(x, want_attention)
         attn = None
-        guard = _non_finite_guard(x)  # one rule on every path: a NaN/inf makes its sample NaN
+        guard = non_finite_sample_guard(x)  # one rule on every path: a NaN/inf makes it NaN
         plan = self.plan(x) if not want_attention else NonLocalPlan("reference", "")
         fold = self._folded_output() if eager and plan.path != "reference" else None  # eval BN
+        w, geo, xq = self.weights, self.geometry, self.position_input(x)
         if plan.path == "reference":  # the textbook steps (the only path with the weights)
-            y, attn = self._reference(x, want_attention)
+            y, attn = reference_path(x, w, geo, want_attention, xq)
         elif plan.path == "reassociated":  # (a torch.fx trace keeps the textbook order)
             w_z, b_z = fold if fold is not None else (self.W_z.weight, self.W_z.bias)
-            wz = self._reassociated(x, w_z, b_z, plan.reassociate)  # W_z y (B, C, N), fresh
+            wz = reassociated_path(x, w, geo, w_z, b_z, plan.reassociate, xq)  # (B, C, N), fresh
             wz = wz.add_(guard.to(wz.dtype)).unflatten(2, x.shape[2:])  # in place: one C x N map
             return (wz if fold is not None else self.norm(wz)) + x
         else:
-            y = self._fast(x, plan)
+            y = fast_path(x, w, geo, plan.path, plan.op_impl, xq)
         y = y + guard.to(y.dtype)  # (W_z spreads a NaN row of y over the sample)
         # W_z on the channel-first map (B, d_v, *grid): the 1x1 convolution, as theta/phi/g.
         # The fast paths return y token-major (B, N, d_v): its transpose would look channels-last
@@ -357,6 +410,48 @@ class NonLocalNd(NonLocalPaths, nn.Module):
         if fold is not None:
             return pointwise(y, *fold).unflatten(2, x.shape[2:]) + x
         z = self.norm(self.W_z(y.unflatten(2, x.shape[2:]))) + x
+        return (z, attn) if want_attention else z
+
+    def _folded_output(self) -> tuple[Tensor, Tensor] | None:
+        """``(weight, bias)`` of ``BN(W_z y)`` as one 1x1 projection, for an evaluating BatchNorm.
+
+        In eval mode BatchNorm is the per-channel affine map ``s (v - mu) + beta`` with
+        ``s = gamma / sqrt(var + eps)`` from its running statistics, so ``BN(W_z y) =
+        (s W_z) y + (beta - s mu + s b_z)``: one pass over the ``C x N`` output fewer, exact up to
+        round-off; the parameters themselves are not changed (gradients reach them through the
+        product). ``None`` in training or without running statistics.
+        """
+        bn = self.norm
+        if not isinstance(bn, nn.modules.batchnorm._BatchNorm) or bn.training:
+            return None
+        if bn.running_mean is None or bn.running_var is None:
+            return None
+        s = torch.rsqrt(bn.running_var + bn.eps)  # (C,)
+        if bn.weight is not None:
+            s = s * bn.weight
+        shift = -bn.running_mean * s
+        if bn.bias is not None:
+            shift = shift + bn.bias
+        if self.W_z.bias is not None:
+            shift = shift + s * self.W_z.bias
+        return self.W_z.weight.flatten(1) * s.unsqueeze(1), shift
+
+    def _empty_grid(self, x: Tensor, want_attention: bool) -> Tensor | tuple[Tensor, Tensor]:
+        """The block on a grid with an axis of size 0: ``z = norm(W_z y) + x`` is the empty
+        tensor of the shape of ``x``, as PyTorch's own layers return for empty inputs; every
+        parameter gets a zero gradient and BatchNorm treats the empty map as it treats an empty
+        batch (running statistics kept). See
+        :func:`~nlnet.functional.block_paths.empty_grid_path`."""
+        wz, attn = empty_grid_path(
+            x, self.weights, self.geometry, self.W_z.weight, self.W_z.bias, want_attention,
+            self.position_input(x),
+        )  # fmt: skip
+        if isinstance(self.norm, nn.GroupNorm):  # F.group_norm rejects empty grids
+            shape = (1, -1) + (1,) * self.dim
+            wz = wz * self.norm.weight.view(shape) + self.norm.bias.view(shape)
+        else:
+            wz = self.norm(wz)
+        z = wz + x
         return (z, attn) if want_attention else z
 
 
@@ -381,7 +476,16 @@ class NonLocal3d(NonLocalNd):
         super().__init__(3, in_channels, *args, **kwargs)
 
 
+#: The block's options (every keyword-only argument): the names that model builders pass on to
+#: their blocks (:func:`nlnet.models.registry.create_model`), read from the signature itself.
+BLOCK_OPTIONS: tuple[str, ...] = tuple(
+    p.name
+    for p in inspect.signature(NonLocalNd.__init__).parameters.values()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY
+)
+
 __all__ = [
+    "BLOCK_OPTIONS",
     "INSTANTIATIONS",
     "MODES",
     "NORMS",
