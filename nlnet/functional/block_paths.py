@@ -183,7 +183,10 @@ def embed(
     if not geo.form.embedded:  # f on x itself (in the projections' dtype under autocast)
         theta, phi = xq.to(g.dtype), xq_hat.to(g.dtype)
     else:
-        theta, phi = conv(xq, w.theta_w, w.theta_b, geo.dim), conv(xq_hat, w.phi_w, w.phi_b, geo.dim)
+        theta, phi = (
+            conv(xq, w.theta_w, w.theta_b, geo.dim),
+            conv(xq_hat, w.phi_w, w.phi_b, geo.dim),
+        )
     if geo.pool_after:  # pool the outputs of phi and g
         phi, g = max_pool(phi, geo.kernel), max_pool(g, geo.kernel)
     return tokens(theta), tokens(phi), tokens(g)

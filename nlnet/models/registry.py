@@ -43,6 +43,7 @@ __all__ = [
     "model_facts",
 ]
 
+
 @dataclass(frozen=True)
 class ModelEntry:
     """One registered model: its builder, a one-line description and its default config

@@ -47,11 +47,16 @@ def test_mask_zeroes_pairs_and_keeps_rows_normalised():
     torch.manual_seed(2)
     theta, phi = torch.randn(5, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
     mask = torch.rand(5, 4) > 0.4
+    mask[1:, 0] = True  # every other row has a key
     mask[0] = False  # a row without keys: zero weights, no NaN
     w = pairwise_weights(theta, phi, "euclidean", mask=mask)
     assert (w[~mask] == 0).all()
-    torch.testing.assert_close(w[1:].sum(-1)[mask[1:].any(-1)], torch.ones(4, dtype=w.dtype)[: int(mask[1:].any(-1).sum())])
+    torch.testing.assert_close(w[1:].sum(-1), torch.ones(4, dtype=w.dtype))
     assert torch.equal(w[0], torch.zeros(4, dtype=w.dtype))
+    # on the allowed keys: the softmax of minus the squared distances over those keys only
+    diff = theta.unsqueeze(-2) - phi.unsqueeze(-3)
+    logits = (-(diff**2).sum(-1)).masked_fill(~mask, float("-inf"))
+    torch.testing.assert_close(w[1:], torch.softmax(logits[1:], -1))
 
 
 @pytest.mark.parametrize("impl", ["reference", "fast"])
@@ -101,9 +106,8 @@ def test_planner_and_form():
 
 
 def test_cost_counts_the_euclidean_block():
-    kw = {"depth": 50} if False else {}
-    gauss = model_cost("c2d_r50_nl5", (8, 112, 112), instantiation="gaussian", **kw)
-    eucl = model_cost("c2d_r50_nl5", (8, 112, 112), instantiation="euclidean", **kw)
+    gauss = model_cost("c2d_r50_nl5", (8, 112, 112), instantiation="gaussian")
+    eucl = model_cost("c2d_r50_nl5", (8, 112, 112), instantiation="euclidean")
     assert eucl.params == gauss.params  # no theta/phi either: f on x itself
     assert len(eucl.non_local) == 5
     for e, g in zip(eucl.non_local, gauss.non_local):

@@ -13,7 +13,13 @@ import torch
 from nlnet.functional.nonlocal_op import INSTANTIATIONS
 from nlnet.functional.pos_embed import sinusoidal_grid_encoding
 from nlnet.layers.attention import MultiheadSelfAttention
-from nlnet.layers.nonlocal_block import BLOCK_OPTIONS, NonLocal1d, NonLocal2d, NonLocal3d, NonLocalNd
+from nlnet.layers.nonlocal_block import (
+    BLOCK_OPTIONS,
+    NonLocal1d,
+    NonLocal2d,
+    NonLocal3d,
+    NonLocalNd,
+)
 
 BLOCKS = {1: NonLocal1d, 2: NonLocal2d, 3: NonLocal3d}
 GRIDS = {1: (8,), 2: (4, 6), 3: (4, 4, 4)}
@@ -46,7 +52,9 @@ def _independent_sincos(grid, channels, base=10000.0):
 @pytest.mark.parametrize("grid,channels", [((5,), 6), ((3, 4), 8), ((2, 3, 4), 13), ((3, 2, 2), 6)])
 def test_sincos_equals_an_independent_formula(grid, channels):
     x = torch.zeros(1, channels, *grid, dtype=torch.float64)
-    torch.testing.assert_close(sinusoidal_grid_encoding(x, channels), _independent_sincos(grid, channels))
+    torch.testing.assert_close(
+        sinusoidal_grid_encoding(x, channels), _independent_sincos(grid, channels)
+    )
 
 
 @pytest.mark.parametrize("pos", POS)
@@ -216,8 +224,14 @@ def test_self_attention_position(pos):
         # only the queries and keys see the position: the values are those of x
         q = x + sinusoidal_grid_encoding(x.transpose(1, 2), 8).t()
         _, w = mha(x, return_weights=True)
-        qh = (q @ mha.in_proj_weight[:8].t() + mha.in_proj_bias[:8]).view(2, 5, 2, 4).transpose(1, 2)
-        kh = (q @ mha.in_proj_weight[8:16].t() + mha.in_proj_bias[8:16]).view(2, 5, 2, 4).transpose(1, 2)
+        qh = (
+            (q @ mha.in_proj_weight[:8].t() + mha.in_proj_bias[:8]).view(2, 5, 2, 4).transpose(1, 2)
+        )
+        kh = (
+            (q @ mha.in_proj_weight[8:16].t() + mha.in_proj_bias[8:16])
+            .view(2, 5, 2, 4)
+            .transpose(1, 2)
+        )
         torch.testing.assert_close(w, (qh @ kh.transpose(-1, -2) / 2.0).softmax(-1))
 
 
@@ -228,4 +242,6 @@ def test_create_model_passes_position_and_init_to_the_blocks():
         model = create_model("c2d_r50_nl5", pos="sincos", init="w_z", instantiation="euclidean")
     blocks = [m for m in model.modules() if isinstance(m, NonLocalNd)]
     assert len(blocks) == 5
-    assert all(b.pos == "sincos" and b.init == "w_z" and b.instantiation == "euclidean" for b in blocks)
+    assert all(
+        b.pos == "sincos" and b.init == "w_z" and b.instantiation == "euclidean" for b in blocks
+    )
