@@ -205,7 +205,7 @@ def _check_tokens(theta: Tensor, phi: Tensor, g: Tensor, w_f: Tensor | None, ins
 def check_w_f(w_f: Tensor | None, inst: str, d: int, dtype: torch.dtype) -> None:
     """Validate the concatenation weight ``w_f`` (Eq. 5): a tensor of shape ``(2d,)``.
 
-    Other instantiations ignore ``w_f`` (so one call can loop over all four).
+    Other instantiations ignore ``w_f`` (so one call can loop over all of them).
     """
     if form(inst).scores != "concat":
         return
