@@ -36,6 +36,7 @@ __all__ = [
     "embed",
     "empty_grid_path",
     "fast_path",
+    "fold_batchnorm",
     "group_mask",
     "non_finite_sample_guard",
     "reassociated_path",
@@ -165,6 +166,29 @@ def non_finite_sample_guard(x: Tensor) -> Tensor:
     return (x.flatten(1).sum(1, dtype=dt) * 0).view(-1, 1, 1)
 
 
+def fold_batchnorm(
+    w_z: Tensor, b_z: Tensor | None, mean: Tensor, var: Tensor, eps: float,
+    gamma: Tensor | None, beta: Tensor | None,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """``(weight (C, d_v), bias (C,))`` of ``BN(W_z y)`` for a BatchNorm in eval mode.
+
+    In eval mode BatchNorm is the per-channel affine map ``s (v - mu) + beta`` with
+    ``s = gamma / sqrt(var + eps)`` from its running statistics, so ``BN(W_z y) =
+    (s W_z) y + (beta - s mu + s b_z)``: one pass over the ``C x N`` output fewer, exact up to
+    round-off; the parameters themselves are not changed (gradients reach them through the
+    product).
+    """
+    s = torch.rsqrt(var + eps)  # (C,)
+    if gamma is not None:
+        s = s * gamma
+    shift = -mean * s
+    if beta is not None:
+        shift = shift + beta
+    if b_z is not None:
+        shift = shift + s * b_z
+    return w_z.flatten(1) * s.unsqueeze(1), shift
+
+
 def embed(
     x: Tensor, w: BlockWeights, geo: BlockGeometry, xq: Tensor | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -259,13 +283,18 @@ def concatenation_scores_path(
 
 def reference_path(
     x: Tensor, w: BlockWeights, geo: BlockGeometry, return_attention: bool,
-    xq: Tensor | None = None,
+    xq: Tensor | None = None, bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
-    """The explicit path: embeddings, the N x N' matrix (masked for modes/groups), y."""
+    """The explicit path: embeddings, the N x N' matrix (masked for modes/groups), y.
+
+    ``bias`` ``(N, N')`` (softmax forms) is added to the scaled logits (a relative position
+    bias); pairs outside the query's group stay excluded."""
     theta, phi, g = embed(x, w, geo, xq)
     mask = None
     if geo.mode != "spacetime" or geo.temporal_groups is not None:
         mask = group_mask(x, geo.mode, geo.kernel, geo.temporal_groups)
+    if bias is not None:
+        mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
     out = non_local(
         theta, phi, g, geo.instantiation, scale=geo.scale, w_f=w.w_f, mask=mask,
         return_attention=return_attention, impl="reference", nan_guard=False,

@@ -20,6 +20,7 @@ __all__ = [
     "sinusoidal_embedding_1d",
     "sinusoidal_embedding_2d",
     "sinusoidal_grid_encoding",
+    "clipped_offset_index",
     "resize_pos_embed",
     "relative_position_index",
     "relative_position_bias",
@@ -136,6 +137,37 @@ def sinusoidal_grid_encoding(x: Tensor, channels: int, *, base: float = 10000.0)
     if channels % 2:
         bands.append(x.new_zeros((1, *grid), dtype=dt))
     return torch.cat(bands, dim=0).to(x.dtype)
+
+
+def clipped_offset_index(x: Tensor, kernel: Sequence[int], radius: int) -> Tensor:
+    """Index of the clipped relative offset of every (query, key) pair of a block's grids.
+
+    Queries are the positions of ``x``'s grid ``(B, C, *grid)``; keys are the cells of the grid
+    max-pooled with ``kernel`` (floor mode). Along each axis the offset is the pooled cell that
+    contains the query minus the key cell (a remainder position uses the last cell), clipped to
+    ``[-radius, radius]`` (Shaw et al. 2018, Sec. 3.2); the index is the row-major position of
+    the offsets in a ``(2 radius + 1,) * k`` table.
+
+    Returns:
+        ``(N, N')`` int64 indices (N queries row-major, N' keys row-major).
+    """
+    grid = x.shape[2:]
+    k = len(grid)
+    width = 2 * radius + 1
+    total = None
+    for a in range(k):
+        n_keys = grid[a] // kernel[a]
+        cell = (torch.arange(grid[a], device=x.device) // kernel[a]).clamp_max(max(n_keys, 1) - 1)
+        off = cell[:, None] - torch.arange(n_keys, device=x.device)[None, :]  # (s_a, k_a)
+        off = (off.clamp(-radius, radius) + radius) * width ** (k - 1 - a)
+        shape = [1] * (2 * k)
+        shape[a], shape[k + a] = grid[a], n_keys
+        term = off.reshape(shape)
+        total = term if total is None else total + term
+    n = 1
+    for s in grid:
+        n = n * s
+    return total.reshape(n, -1)
 
 
 def _square_side(n: int, name: str) -> int:

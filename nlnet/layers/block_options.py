@@ -13,12 +13,15 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from nlnet.functional.instantiations import form
 from nlnet.functional.nonlocal_op import check_instantiation, check_scale
 
 Mode = Literal["spacetime", "space", "time"]
 MODES: tuple[str, ...] = ("spacetime", "space", "time")
 #: Position information of the block (``"none"``: the paper's block, Eq. 1 over a set).
-POSITIONS: tuple[str, ...] = ("none", "sincos", "learned")
+POSITIONS: tuple[str, ...] = ("none", "sincos", "learned", "relative")
+#: ``pos="relative"``: offsets beyond this many key cells along an axis share one bias.
+RELATIVE_RADIUS: int = 7
 #: How a new block is made the identity: the paper's zero BN scale (Sec. 4.1) or a zero ``W_z``.
 INITS: tuple[str, ...] = ("bn_zero", "w_z")
 
@@ -94,7 +97,12 @@ def check_choices(
         raise ValueError(f"phi_init must be 'he' or 'theta', got {phi_init!r}")
     if pos not in POSITIONS:
         raise ValueError(f"pos must be one of {POSITIONS}, got {pos!r}")
-    if pos != "none" and in_channels < 2 * dim:
+    if pos == "relative" and not form(instantiation).softmax:
+        raise ValueError(
+            f"pos='relative' adds a learned bias to the softmax logits; instantiation="
+            f"{instantiation!r} has none (use gaussian, embedded_gaussian or euclidean)"
+        )
+    if pos in ("sincos", "learned") and in_channels < 2 * dim:
         raise ValueError(
             f"pos={pos!r} needs in_channels >= {2 * dim} (a sine/cosine pair per axis of a "
             f"{dim}D grid), got {in_channels}"
@@ -163,6 +171,7 @@ __all__ = [
     "INITS",
     "MODES",
     "POSITIONS",
+    "RELATIVE_RADIUS",
     "Mode",
     "check_block_input",
     "check_int",

@@ -28,19 +28,15 @@ Wang et al., CVPR 2018, arXiv 1711.07971:
   cell ``(h // k_h, w // k_w)`` in ``time`` mode; a remainder row/column left by floor pooling uses
   the last cell).
 
-Fast path: the 1x1 convolutions run on the channel-first maps and hand the pairwise part token
-views of their outputs (no copies; measured in ``benchmarks/nonlocal_block.py``, this beats fused
-matmuls on the token layout, which pay a weight concatenation, an input copy and a materialised
-per-sample weight gradient), the pairwise part goes through :func:`nlnet.functional.non_local`
-(which never builds the N x N' matrix unless asked and returns y stored channel-first), and
-``W_z`` is the 1x1 convolution on that layout. Where ``impl="auto"`` uses the explicit matrix and
-it saves multiply-adds, ``W_theta`` and ``W_z`` are moved onto the pooled grid
-(:mod:`nlnet.functional.reassociated`, exact by linearity); in eval mode a BatchNorm after ``W_z``
-is folded into it; the max pooling is :func:`nlnet.functional.pooling.max_pool` (equal to
-PyTorch's, faster on the CPU). A ``torch.fx`` trace keeps the textbook order. ``return_attention=True`` evaluates the explicit
-reference path and also returns the weights ``f / C`` as ``(B, N, N')`` over the row-major
-flattened input grid (N) and pooled grid (N'); in ``space``/``time`` mode the entries outside the
-query's frame / position are exactly zero.
+Paths: :func:`nlnet.functional.plan.plan_non_local` picks one per input shape and the functions
+of :mod:`nlnet.functional.block_paths` evaluate it from this module's weights: the 1x1
+convolutions on the channel-first maps with token views of their outputs (no copies), the pairwise
+part through :func:`nlnet.functional.non_local`, ``W_theta``/``W_z`` re-associated around the
+explicit matrix where that saves multiply-adds, and in eval mode a BatchNorm folded into ``W_z``.
+A ``torch.fx`` trace keeps the textbook order. ``return_attention=True`` evaluates the explicit
+path and also returns the weights ``f / C`` ``(B, N, N')`` over the row-major input grid (N) and
+pooled grid (N'); in ``space``/``time`` mode the entries outside the query's frame / position are
+exactly zero.
 """
 
 from __future__ import annotations
@@ -59,6 +55,7 @@ from nlnet.functional.block_paths import (
     BlockWeights,
     empty_grid_path,
     fast_path,
+    fold_batchnorm,
     non_finite_sample_guard,
     reassociated_path,
     reference_path,
@@ -66,7 +63,7 @@ from nlnet.functional.block_paths import (
 from nlnet.functional.instantiations import form
 from nlnet.functional.nonlocal_op import INSTANTIATIONS, Impl, Instantiation
 from nlnet.functional.plan import NonLocalPlan, plan_non_local
-from nlnet.functional.pos_embed import sinusoidal_grid_encoding
+from nlnet.functional.pos_embed import clipped_offset_index, sinusoidal_grid_encoding
 from nlnet.functional.reassociated import pointwise
 from nlnet.layers.block_norm import (
     NORMS,
@@ -78,6 +75,7 @@ from nlnet.layers.block_norm import (
 )
 from nlnet.layers.block_options import (
     MODES,
+    RELATIVE_RADIUS,
     Mode,
     check_block_input,
     check_choices,
@@ -95,6 +93,7 @@ _CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 torch.fx.wrap("check_block_input")
 torch.fx.wrap("check_temporal_groups")
 torch.fx.wrap("sinusoidal_grid_encoding")
+torch.fx.wrap("clipped_offset_index")
 
 
 class NonLocalNd(nn.Module):
@@ -143,7 +142,10 @@ class NonLocalNd(nn.Module):
             (default: the paper's block, Eq. 1 is a sum over a *set* of positions),
             ``"sincos"`` (a fixed sinusoidal encoding of the grid coordinates,
             :func:`~nlnet.functional.pos_embed.sinusoidal_grid_encoding`) or ``"learned"`` (that
-            encoding through a learned ``C x C`` map ``pos_proj``, initialised to the identity).
+            encoding through a learned ``C x C`` map ``pos_proj``, initialised to the identity)
+            or ``"relative"`` (softmax forms: a learned bias ``rel_bias`` on the logits for each
+            clipped offset between the query's key cell and the key, initialised to 0; evaluated
+            on the explicit path).
         init: How the new block is made the identity: ``"bn_zero"`` (default, Sec. 4.1: the
             norm's scale at 0) or ``"w_z"`` (the practitioner's guide: ``W_z`` at 0, the norm's
             scale at 1). Not with ``gate``, which is its own initialisation.
@@ -256,6 +258,10 @@ class NonLocalNd(nn.Module):
             self.pos_proj = nn.Parameter(torch.empty(in_channels, in_channels))
         else:
             self.register_parameter("pos_proj", None)
+        if pos == "relative":  # one bias per clipped offset (Shaw et al. 2018), zero at the start
+            self.rel_bias = nn.Parameter(torch.zeros((2 * RELATIVE_RADIUS + 1,) * dim))
+        else:
+            self.register_parameter("rel_bias", None)
         self.reset_parameters()
 
     # ------------------------------------------------------------------ set-up
@@ -305,8 +311,7 @@ class NonLocalNd(nn.Module):
 
     @property
     def geometry(self) -> BlockGeometry:
-        """The block's static structure, as its paths (:mod:`nlnet.functional.block_paths`)
-        read it."""
+        """The block's structure as its paths (:mod:`nlnet.functional.block_paths`) read it."""
         return BlockGeometry(
             self.dim, self.in_channels, self.inter_channels, self.instantiation, self.kernel,
             self.pool_position, self.mode, self.temporal_groups, self.scale, self.impl,
@@ -314,25 +319,27 @@ class NonLocalNd(nn.Module):
 
     @property
     def weights(self) -> BlockWeights:
-        """The projection weights that the paths read (``theta``/``phi`` ``None`` for the forms
-        on ``x`` itself)."""
-        theta, phi = self.theta, self.phi
-        return BlockWeights(
-            self.g.weight, self.g.bias,
-            None if theta is None else theta.weight, None if theta is None else theta.bias,
-            None if phi is None else phi.weight, None if phi is None else phi.bias,
-            self.w_f,
-        )  # fmt: skip
+        """The projection weights that the paths read (no ``theta``/``phi`` on ``x`` itself)."""
+        t, p = self.theta, self.phi
+        w = (None,) * 4 if t is None else (t.weight, t.bias, p.weight, p.bias)
+        return BlockWeights(self.g.weight, self.g.bias, *w, self.w_f)
 
     def position_input(self, x: Tensor) -> Tensor | None:
         """The input of ``theta`` and ``phi``: ``x`` plus the position encoding of its grid
         (``None`` with ``pos="none"``: ``x`` itself)."""
-        if self.pos == "none":
+        if self.pos in ("none", "relative"):
             return None
         p = sinusoidal_grid_encoding(x, self.in_channels)  # (C, *grid), x's dtype and device
         if self.pos_proj is not None:  # a 1x1 map over the channels (also on an empty grid)
             p = F.linear(p.movedim(0, -1), self.pos_proj.to(p.dtype)).movedim(-1, 0)
         return x + p
+
+    def relative_bias(self, x: Tensor) -> Tensor | None:
+        """``(N, N')`` bias on the logits with ``pos="relative"`` (``None`` otherwise)."""
+        if self.rel_bias is None:
+            return None
+        index = clipped_offset_index(x, self.kernel, RELATIVE_RADIUS)
+        return self.rel_bias.flatten()[index]
 
     def key_grid(self, input_size: Sequence[int]) -> tuple[int, ...]:
         """The pooled grid (N' positions) that keys and values live on for an input grid."""
@@ -389,11 +396,12 @@ class NonLocalNd(nn.Module):
             return self._empty_grid(x, want_attention)
         attn = None
         guard = non_finite_sample_guard(x)  # one rule on every path: a NaN/inf makes it NaN
-        plan = self.plan(x) if not want_attention else NonLocalPlan("reference", "")
+        explicit = want_attention or self.rel_bias is not None  # the bias needs the matrix
+        plan = self.plan(x) if not explicit else NonLocalPlan("reference", "")
         fold = self._folded_output() if eager and plan.path != "reference" else None  # eval BN
         w, geo, xq = self.weights, self.geometry, self.position_input(x)
         if plan.path == "reference":  # the textbook steps (the only path with the weights)
-            y, attn = reference_path(x, w, geo, want_attention, xq)
+            y, attn = reference_path(x, w, geo, want_attention, xq, self.relative_bias(x))
         elif plan.path == "reassociated":  # (a torch.fx trace keeps the textbook order)
             w_z, b_z = fold if fold is not None else (self.W_z.weight, self.W_z.bias)
             wz = reassociated_path(x, w, geo, w_z, b_z, plan.reassociate, xq)  # (B, C, N), fresh
@@ -413,28 +421,18 @@ class NonLocalNd(nn.Module):
         return (z, attn) if want_attention else z
 
     def _folded_output(self) -> tuple[Tensor, Tensor] | None:
-        """``(weight, bias)`` of ``BN(W_z y)`` as one 1x1 projection, for an evaluating BatchNorm.
-
-        In eval mode BatchNorm is the per-channel affine map ``s (v - mu) + beta`` with
-        ``s = gamma / sqrt(var + eps)`` from its running statistics, so ``BN(W_z y) =
-        (s W_z) y + (beta - s mu + s b_z)``: one pass over the ``C x N`` output fewer, exact up to
-        round-off; the parameters themselves are not changed (gradients reach them through the
-        product). ``None`` in training or without running statistics.
-        """
+        """``(weight, bias)`` of ``BN(W_z y)`` as one 1x1 projection for an evaluating BatchNorm
+        (:func:`~nlnet.functional.block_paths.fold_batchnorm`); ``None`` in training or without
+        running statistics."""
         bn = self.norm
         if not isinstance(bn, nn.modules.batchnorm._BatchNorm) or bn.training:
             return None
         if bn.running_mean is None or bn.running_var is None:
             return None
-        s = torch.rsqrt(bn.running_var + bn.eps)  # (C,)
-        if bn.weight is not None:
-            s = s * bn.weight
-        shift = -bn.running_mean * s
-        if bn.bias is not None:
-            shift = shift + bn.bias
-        if self.W_z.bias is not None:
-            shift = shift + s * self.W_z.bias
-        return self.W_z.weight.flatten(1) * s.unsqueeze(1), shift
+        return fold_batchnorm(
+            self.W_z.weight, self.W_z.bias, bn.running_mean, bn.running_var, bn.eps, bn.weight,
+            bn.bias,
+        )  # fmt: skip
 
     def _empty_grid(self, x: Tensor, want_attention: bool) -> Tensor | tuple[Tensor, Tensor]:
         """The block on a grid with an axis of size 0: ``z = norm(W_z y) + x`` is the empty

@@ -239,9 +239,86 @@ def test_create_model_passes_position_and_init_to_the_blocks():
     from nlnet.models import create_model
 
     with torch.device("meta"):
-        model = create_model("c2d_r50_nl5", pos="sincos", init="w_z", instantiation="euclidean")
+        model = create_model("c2d_r50_nl5", pos="relative", init="w_z", instantiation="euclidean")
     blocks = [m for m in model.modules() if isinstance(m, NonLocalNd)]
     assert len(blocks) == 5
     assert all(
-        b.pos == "sincos" and b.init == "w_z" and b.instantiation == "euclidean" for b in blocks
+        b.pos == "relative" and b.init == "w_z" and b.instantiation == "euclidean" for b in blocks
     )
+
+
+SOFTMAX_FORMS = ("gaussian", "embedded_gaussian", "euclidean")
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_relative_bias_identity_at_insertion_and_only_for_softmax_forms(dim):
+    for inst in SOFTMAX_FORMS:
+        for init in ("bn_zero", "w_z"):
+            torch.manual_seed(0)
+            block = BLOCKS[dim](4, instantiation=inst, pos="relative", init=init)
+            assert block.rel_bias.shape == (15,) * dim and not block.rel_bias.any()
+            x = torch.randn(2, 4, *GRIDS[dim])
+            assert torch.equal(block(x), x)
+            assert torch.equal(block.eval()(x), x)
+    for inst in ("dot_product", "concatenation"):
+        with pytest.raises(ValueError, match="pos='relative' adds a learned bias"):
+            BLOCKS[dim](4, instantiation=inst, pos="relative")
+
+
+def test_relative_bias_equals_a_formula_per_pair():
+    torch.manual_seed(1)
+    block = NonLocal2d(4, pos="relative").double()  # keys on the 2x2-pooled grid
+    with torch.no_grad():
+        block.norm.weight.normal_()
+        block.rel_bias.normal_()
+    x = torch.randn(1, 4, 5, 6, dtype=torch.float64)
+    _, attn = block(x, return_attention=True)
+    conv = torch.nn.functional.conv2d
+    keys_in = torch.nn.functional.max_pool2d(x, 2)  # (1, 4, 2, 3)
+    theta = conv(x, block.theta.weight, block.theta.bias).flatten(2)[0].t()
+    phi = conv(keys_in, block.phi.weight, block.phi.bias).flatten(2)[0].t()
+    bias = torch.empty(30, 6, dtype=torch.float64)
+    for i, (h, w) in enumerate((h, w) for h in range(5) for w in range(6)):
+        ch, cw = min(h // 2, 1), min(w // 2, 2)  # the key cell holding the query (floor pooling)
+        for j, (kh, kw) in enumerate((a, b) for a in range(2) for b in range(3)):
+            bias[i, j] = block.rel_bias[ch - kh + 7, cw - kw + 7]
+    torch.testing.assert_close(attn[0], (theta @ phi.t() / math.sqrt(2) + bias).softmax(-1))
+
+
+@pytest.mark.parametrize("mode", ["spacetime", "space", "time"])
+def test_relative_bias_makes_the_block_order_sensitive(mode):
+    x = torch.randn(2, 8, 4, 4, 4)
+    perm = torch.tensor([2, 0, 3, 1])
+    torch.manual_seed(0)
+    block = _live(NonLocal3d(8, pos="relative", mode=mode))
+    with torch.no_grad():  # a zero table (a new block) is order-blind
+        torch.testing.assert_close(block(x[:, :, perm]), block(x)[:, :, perm])
+        block.rel_bias.normal_()
+        moved = block(x[:, :, perm]), block(x)[:, :, perm]
+    if mode == "space":  # a frame attends to itself only: no offset in time is ever seen
+        torch.testing.assert_close(*moved)
+    else:
+        assert not torch.allclose(*moved, atol=1e-4)
+    # the bias needs the explicit matrix: every impl gives the reference path's output
+    outs = []
+    for impl in ("reference", "fast", "auto"):
+        block.impl = impl
+        outs.append(block(x))
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
+    torch.testing.assert_close(outs[2], outs[0], rtol=0, atol=0)
+
+
+def test_relative_bias_deploys_and_trains():
+    torch.manual_seed(0)
+    block = _live(NonLocal3d(8, pos="relative", instantiation="euclidean"))
+    with torch.no_grad():
+        block.rel_bias.normal_()
+    x = torch.randn(2, 8, 2, 4, 4)
+    traced = torch.fx.symbolic_trace(block)
+    torch.testing.assert_close(traced(x), block(x))
+    y = torch.randn(1, 8, 4, 6, 4)
+    torch.testing.assert_close(traced(y), block(y))
+    exported = torch.export.export(block, (x,))
+    torch.testing.assert_close(exported.module()(x), block(x))
+    block.train()(x).square().sum().backward()
+    assert block.rel_bias.grad.abs().sum() > 0
