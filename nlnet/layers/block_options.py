@@ -115,6 +115,39 @@ def check_choices(
         )
 
 
+def resolve_inter_channels(
+    in_channels: int, inter_channels: int | None, reduction: int | None
+) -> int:
+    """The bottleneck width: ``inter_channels``, ``in_channels // reduction`` (the practitioner's
+    guide) or ``in_channels // 2`` (Sec. 3.3), at least 1."""
+    check_int("in_channels", in_channels)
+    if inter_channels is not None and reduction is not None:
+        raise ValueError("give either inter_channels or reduction, not both")
+    if reduction is not None:
+        check_int("reduction", reduction)
+        inter_channels = max(in_channels // reduction, 1)
+    elif inter_channels is None:
+        inter_channels = max(in_channels // 2, 1)
+    check_int("inter_channels", inter_channels)
+    return inter_channels
+
+
+def check_temporal_groups_option(
+    temporal_groups: int | None, dim: int, kernel: tuple[int, ...]
+) -> None:
+    """``temporal_groups``: ``None``, or (3D only) a multiple of the temporal pooling kernel."""
+    if temporal_groups is None:
+        return
+    if dim != 3:
+        raise ValueError(f"temporal_groups needs a 3D (video) block, got a {dim}D block")
+    check_int("temporal_groups", temporal_groups)
+    if temporal_groups % kernel[0]:
+        raise ValueError(
+            f"temporal_groups={temporal_groups} must be a multiple of the temporal "
+            f"sub_sample kernel {kernel[0]}"
+        )
+
+
 def check_temporal_groups(x: Tensor, groups: int) -> None:
     if x.shape[2] % groups:
         raise ValueError(
@@ -176,6 +209,8 @@ __all__ = [
     "check_block_input",
     "check_int",
     "check_temporal_groups",
+    "check_temporal_groups_option",
     "positional_error",
+    "resolve_inter_channels",
     "resolve_sub_sample",
 ]

@@ -79,9 +79,10 @@ from nlnet.layers.block_options import (
     Mode,
     check_block_input,
     check_choices,
-    check_int,
     check_temporal_groups,
+    check_temporal_groups_option,
     positional_error,
+    resolve_inter_channels,
     resolve_sub_sample,
 )
 from nlnet.layers.gate import GATES, GatedNorm
@@ -187,15 +188,7 @@ class NonLocalNd(nn.Module):
             raise positional_error(type(self).__name__, args)
         if dim not in (1, 2, 3):
             raise ValueError(f"dim must be 1, 2 or 3, got {dim}")
-        check_int("in_channels", in_channels)
-        if inter_channels is not None and reduction is not None:
-            raise ValueError("give either inter_channels or reduction, not both")
-        if reduction is not None:
-            check_int("reduction", reduction)
-            inter_channels = max(in_channels // reduction, 1)
-        elif inter_channels is None:
-            inter_channels = max(in_channels // 2, 1)
-        check_int("inter_channels", inter_channels)
+        inter_channels = resolve_inter_channels(in_channels, inter_channels, reduction)
         check_norm_args(norm, in_channels, norm_eps, norm_momentum, norm_groups)
         if gate not in GATES:
             raise ValueError(f"gate must be one of {GATES}, got {gate!r}")
@@ -205,15 +198,7 @@ class NonLocalNd(nn.Module):
             pos=pos, init=init, gate=gate,
         )  # fmt: skip
         kernel = resolve_sub_sample(sub_sample, dim)
-        if temporal_groups is not None:
-            if dim != 3:
-                raise ValueError(f"temporal_groups needs a 3D (video) block, got a {dim}D block")
-            check_int("temporal_groups", temporal_groups)
-            if temporal_groups % kernel[0]:
-                raise ValueError(
-                    f"temporal_groups={temporal_groups} must be a multiple of the temporal "
-                    f"sub_sample kernel {kernel[0]}"
-                )
+        check_temporal_groups_option(temporal_groups, dim, kernel)
 
         self.dim = dim
         self.in_channels = in_channels
