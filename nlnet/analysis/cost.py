@@ -66,14 +66,6 @@ class CostReport:
     stages: list[CostRow] = field(default_factory=list)
     non_local: list[CostRow] = field(default_factory=list)
 
-    @property
-    def non_local_macs(self) -> int:
-        return sum(r.macs for r in self.non_local)
-
-    @property
-    def non_local_params(self) -> int:
-        return sum(r.params for r in self.non_local)
-
     def table(self) -> str:
         """A text table: stages, non-local blocks and the total, in millions / GMACs."""
         lines = [

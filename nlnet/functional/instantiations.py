@@ -1,4 +1,5 @@
-"""One table row per instantiation of the non-local operation (Sec. 3.2, Eqs. 2-5).
+"""One table row per instantiation of the non-local operation (Sec. 3.2, Eqs. 2-5, and the
+Euclidean Gaussian that Sec. 3.2 names beside Eq. 2).
 
 Wang et al., "Non-local Neural Networks", CVPR 2018, arXiv 1711.07971. Every place that needs to
 know how an instantiation behaves -- how its pairwise scores are normalised, whether ``theta`` and
@@ -14,7 +15,7 @@ from typing import Literal
 
 __all__ = ["Form", "FORMS", "INSTANTIATIONS", "form"]
 
-Scores = Literal["softmax", "dot", "concat"]
+Scores = Literal["softmax", "distance", "dot", "concat"]
 FastPath = Literal["sdpa", "associativity", "sorted_scores"]
 
 
@@ -26,7 +27,8 @@ class Form:
         name: the instantiation's name (``"embedded_gaussian"``...).
         equation: where the paper defines ``f`` (``"Eq. 3"``).
         scores: ``"softmax"`` (``f = exp(.)``, ``C = sum_j f``: a softmax over the logits
-            ``theta_i^T phi_j``), ``"dot"`` (``f = theta_i^T phi_j``, ``C = N'``) or ``"concat"``
+            ``theta_i^T phi_j``), ``"distance"`` (``f = exp(-||x_i - x_j||^2)``, ``C = sum_j f``:
+            a softmax over minus the squared distances), ``"dot"`` (``f = theta_i^T phi_j``, ``C = N'``) or ``"concat"``
             (``f = ReLU(w_f^T [theta_i, phi_j])``, ``C = N'``).
         embedded: ``theta``/``phi`` are learned 1x1 projections (``False``: ``f`` on ``x``
             itself, the Gaussian of Eq. 2).
@@ -50,8 +52,8 @@ class Form:
 
     @property
     def softmax(self) -> bool:
-        """Whether ``C = sum_j f`` (the two Gaussian forms): a softmax over the logits."""
-        return self.scores == "softmax"
+        """Whether ``C = sum_j f`` (the Gaussian forms): a softmax over the logits."""
+        return self.scores in ("softmax", "distance")
 
     @property
     def reassociates(self) -> bool:
@@ -66,6 +68,9 @@ FORMS: dict[str, Form] = {
         Form("embedded_gaussian", "Eq. 3", "softmax", True, "sdpa", True, True),
         Form("dot_product", "Eq. 4", "dot", True, "associativity", True, True),
         Form("concatenation", "Eq. 5", "concat", True, "sorted_scores", False, False),
+        # Sec. 3.2: "the Gaussian with Euclidean distance ... is also applicable"; on x itself,
+        # as the distance of non-local means and bilateral filters compares the raw signal
+        Form("euclidean", "Sec. 3.2", "distance", False, "sdpa", False, False),
     )
 }
 

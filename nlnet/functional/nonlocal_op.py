@@ -1,4 +1,4 @@
-"""The generic non-local operation (Wang et al., CVPR 2018, Eq. 1) and its four instantiations.
+"""The generic non-local operation (Wang et al., CVPR 2018, Eq. 1) and its instantiations.
 
     y_i = 1 / C(x) * sum_j f(x_i, x_j) g(x_j)                                   (Eq. 1)
 
@@ -17,7 +17,15 @@ Instantiations (Sec. 3.2, Wang et al., CVPR 2018, arXiv 1711.07971):
 ``embedded_gaussian``  exp(theta_i^T phi_j)           (Eq. 3)  sum_j f
 ``dot_product``        theta_i^T phi_j                (Eq. 4)  N'
 ``concatenation``      ReLU(w_f^T [theta_i, phi_j])   (Eq. 5)  N'
+``euclidean``          exp(-||x_i - x_j||^2)     (Sec. 3.2)  sum_j f
 =====================  =====================================  ===============
+
+``euclidean`` is the Gaussian with Euclidean distance that Sec. 3.2 names as "also applicable"
+beside Eq. 2 (the distance of non-local means and bilateral filters); like ``gaussian`` it acts on
+the features themselves. Its reference path expands ``||x_i||^2 + ||x_j||^2 - 2 x_i^T x_j``; the
+``||x_i||^2`` term is constant over ``j`` and cancels in the softmax over ``j``, so the fast path
+runs the fused kernel on ``q_i = [2 x_i, 1]``, ``k_j = [x_j, -||x_j||^2]``:
+``q_i^T k_j = 2 x_i^T x_j - ||x_j||^2``. The logit scale multiplies the distance.
 
 For the two softmax forms the operation is ``softmax(s * theta phi^T) g``; ``gaussian`` differs from
 ``embedded_gaussian`` only in what the caller passes (the raw features instead of embeddings).
@@ -52,10 +60,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from nlnet.functional.attention import attention_weights, check_mask
+from nlnet.functional.attention import attention_weights, check_mask, masked_softmax
 from nlnet.functional.instantiations import FORMS, INSTANTIATIONS, form  # noqa: F401  (re-export)
 
-Instantiation = Literal["gaussian", "embedded_gaussian", "dot_product", "concatenation"]
+Instantiation = Literal[
+    "gaussian", "embedded_gaussian", "dot_product", "concatenation", "euclidean"
+]
 Impl = Literal["auto", "fast", "reference"]
 
 SOFTMAX_FORMS: tuple[str, ...] = tuple(n for n, f in FORMS.items() if f.softmax)
@@ -195,7 +205,7 @@ def _check_tokens(theta: Tensor, phi: Tensor, g: Tensor, w_f: Tensor | None, ins
 def check_w_f(w_f: Tensor | None, inst: str, d: int, dtype: torch.dtype) -> None:
     """Validate the concatenation weight ``w_f`` (Eq. 5): a tensor of shape ``(2d,)``.
 
-    Other instantiations ignore ``w_f`` (so one call can loop over all four).
+    Other instantiations ignore ``w_f`` (so one call can loop over all of them).
     """
     if form(inst).scores != "concat":
         return
@@ -280,6 +290,8 @@ def pairwise_weights(
     check_instantiation(instantiation)
     check_mask(mask, theta.shape[-2], phi.shape[-2], batch_shape=theta.shape[:-2])
     scores = form(instantiation).scores
+    if scores == "distance":
+        return _distance_weights(theta, phi, logit_scale(scale, theta.shape[-1]), mask)
     if scores == "softmax":
         # Low-precision inputs: logits and softmax in fp32 so that large logits cannot overflow.
         dt = torch.promote_types(theta.dtype, torch.float32)
@@ -309,6 +321,35 @@ def pairwise_weights(
     f = f.masked_fill(~mask, 0.0)
     count = mask.sum(dim=-1, keepdim=True).clamp_min(1).to(f.dtype)
     return f / count
+
+
+def _distance_weights(theta: Tensor, phi: Tensor, s: float, mask: Tensor | None) -> Tensor:
+    """``softmax_j(-s ||theta_i - phi_j||^2)`` (masked), the distance expanded as
+    ``||theta_i||^2 + ||phi_j||^2 - 2 theta_i^T phi_j`` (logits in at least fp32)."""
+    dt = torch.promote_types(theta.dtype, torch.float32)
+    q, k = theta.to(dt), phi.to(dt)
+    sq_dist = (
+        q.pow(2).sum(-1, keepdim=True)
+        + k.pow(2).sum(-1).unsqueeze(-2)
+        - 2 * torch.matmul(q, k.transpose(-2, -1))
+    )  # (..., N, N')
+    logits = sq_dist * -s
+    if mask is None:
+        return logits.softmax(dim=-1).to(theta.dtype)
+    if mask.dtype == torch.bool:
+        logits = logits.masked_fill(~mask, float("-inf"))
+    else:
+        logits = logits + mask.to(dt)
+    return masked_softmax(logits).to(theta.dtype)
+
+
+def distance_augmented(theta: Tensor, phi: Tensor) -> tuple[Tensor, Tensor]:
+    """``q = [2 theta, 1]`` and ``k = [phi, -||phi||^2]``: ``q_i^T k_j = -||theta_i - phi_j||^2
+    + ||theta_i||^2``, the Euclidean logits up to a per-query constant (which the softmax over
+    ``j`` cancels), so the fused attention kernels compute the ``euclidean`` form."""
+    ones = theta.new_ones(theta.shape[:-1] + (1,))
+    sq = phi.pow(2).sum(-1, keepdim=True, dtype=torch.promote_types(phi.dtype, torch.float32))
+    return torch.cat([2 * theta, ones], dim=-1), torch.cat([phi, -sq.to(phi.dtype)], dim=-1)
 
 
 def concatenation_from_scores(a: Tensor, b: Tensor, g: Tensor) -> Tensor:
@@ -389,8 +430,8 @@ def non_local(
         theta: Queries ``(..., N, d)``: ``theta(x)`` or, for ``gaussian``, ``x`` itself.
         phi: Keys ``(..., N', d)``: ``phi(x_hat)`` or ``x_hat`` for ``gaussian``.
         g: Values ``(..., N', d_v)``: ``g(x_hat)``.
-        instantiation: ``"gaussian"``, ``"embedded_gaussian"``, ``"dot_product"`` or
-            ``"concatenation"`` (Eqs. 2-5).
+        instantiation: ``"gaussian"``, ``"embedded_gaussian"``, ``"dot_product"``,
+            ``"concatenation"`` (Eqs. 2-5) or ``"euclidean"`` (Sec. 3.2).
         scale: Softmax forms only: ``True`` for ``1/sqrt(d)`` (released code, default),
             ``False`` for the paper's equations, or a positive float.
         w_f: Concatenation only: the weight vector ``(2d,)`` of Eq. 5.
@@ -475,6 +516,8 @@ def _fast(theta: Tensor, phi: Tensor, g: Tensor, inst: str, scale, w_f) -> Tenso
     fast_path = FORMS[inst].fast_path
     if fast_path == "sdpa":
         s = logit_scale(scale, theta.shape[-1])
+        if FORMS[inst].scores == "distance":  # Euclidean logits as one product (docstring)
+            theta, phi = distance_augmented(theta, phi)
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (theta, phi, g))
         if theta.device.type == "cpu" and not grad and theta.shape[-2] > 0:
             return _chunked_softmax(theta, phi, g, s)

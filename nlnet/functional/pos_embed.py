@@ -19,6 +19,8 @@ from torch import Tensor
 __all__ = [
     "sinusoidal_embedding_1d",
     "sinusoidal_embedding_2d",
+    "sinusoidal_grid_encoding",
+    "clipped_offset_index",
     "resize_pos_embed",
     "relative_position_index",
     "relative_position_bias",
@@ -92,6 +94,80 @@ def sinusoidal_embedding_2d(
     return torch.cat(
         [eh[:, None, :].expand(h, w, -1), ew[None, :, :].expand(h, w, -1)], dim=-1
     ).reshape(h * w, dim)
+
+
+def sinusoidal_grid_encoding(x: Tensor, channels: int, *, base: float = 10000.0) -> Tensor:
+    """Fixed sinusoidal encoding of the grid coordinates of a channel-first map (Vaswani et al.
+    2017, Sec. 3.5, one band of channels per grid axis).
+
+    The ``channels // 2`` sine/cosine pairs are dealt to the ``k`` grid axes in turn (axis ``a``
+    gets ``p_a = channels // 2 // k`` pairs, one more for the first ``channels // 2 % k`` axes),
+    axis after axis; an odd last channel is 0. Within the band of axis ``a``, pair ``i`` is
+    ``sin(t / base^(i / p_a))``, ``cos(t / base^(i / p_a))`` of the coordinate ``t`` along ``a``.
+    Sizes are read from ``x`` when the encoding runs, so a traced or exported graph encodes the
+    grid of each input.
+
+    Args:
+        x: A map ``(B, C, *grid)``; only its grid sizes, dtype and device are used.
+        channels: Encoding width (``>= 2 k`` so that every axis gets a pair).
+        base: Wavelength base.
+
+    Returns:
+        ``(channels, *grid)`` in the dtype of ``x`` (computed in at least float32).
+    """
+    grid = x.shape[2:]
+    k = len(grid)
+    pairs = channels // 2
+    if k < 1 or pairs < k:
+        raise ValueError(
+            f"channels must give every one of the {k} grid axes a sine/cosine pair (>= {2 * k}), "
+            f"got {channels}"
+        )
+    dt = torch.promote_types(x.dtype, torch.float32)
+    bands = []
+    for a in range(k):
+        p = pairs // k + (1 if a < pairs % k else 0)
+        t = torch.arange(grid[a], device=x.device, dtype=dt)  # coordinates along axis a
+        freq = torch.exp(-math.log(base) * torch.arange(p, device=x.device, dtype=dt) / p)
+        angle = t[:, None] * freq[None, :]  # (size_a, p)
+        band = torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(grid[a], 2 * p).t()
+        shape = [2 * p] + [1] * k
+        shape[1 + a] = grid[a]
+        bands.append(band.reshape(shape).expand(2 * p, *grid))
+    if channels % 2:
+        bands.append(x.new_zeros((1, *grid), dtype=dt))
+    return torch.cat(bands, dim=0).to(x.dtype)
+
+
+def clipped_offset_index(x: Tensor, kernel: Sequence[int], radius: int) -> Tensor:
+    """Index of the clipped relative offset of every (query, key) pair of a block's grids.
+
+    Queries are the positions of ``x``'s grid ``(B, C, *grid)``; keys are the cells of the grid
+    max-pooled with ``kernel`` (floor mode). Along each axis the offset is the pooled cell that
+    contains the query minus the key cell (a remainder position uses the last cell), clipped to
+    ``[-radius, radius]`` (Shaw et al. 2018, Sec. 3.2); the index is the row-major position of
+    the offsets in a ``(2 radius + 1,) * k`` table.
+
+    Returns:
+        ``(N, N')`` int64 indices (N queries row-major, N' keys row-major).
+    """
+    grid = x.shape[2:]
+    k = len(grid)
+    width = 2 * radius + 1
+    total = None
+    for a in range(k):
+        n_keys = grid[a] // kernel[a]
+        cell = (torch.arange(grid[a], device=x.device) // kernel[a]).clamp_max(max(n_keys, 1) - 1)
+        off = cell[:, None] - torch.arange(n_keys, device=x.device)[None, :]  # (s_a, k_a)
+        off = (off.clamp(-radius, radius) + radius) * width ** (k - 1 - a)
+        shape = [1] * (2 * k)
+        shape[a], shape[k + a] = grid[a], n_keys
+        term = off.reshape(shape)
+        total = term if total is None else total + term
+    n = 1
+    for s in grid:
+        n = n * s
+    return total.reshape(n, -1)
 
 
 def _square_side(n: int, name: str) -> int:

@@ -18,8 +18,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nlnet.functional.attention import check_mask, scaled_dot_product_attention
+from nlnet.functional.pos_embed import sinusoidal_grid_encoding
 
-__all__ = ["MultiheadSelfAttention", "split_heads", "merge_heads"]
+#: Position information of the layer (``"none"``: order-blind, the article's
+#: "permutation equivariance").
+POSITIONS: tuple[str, ...] = ("none", "sincos", "learned")
+
+__all__ = ["POSITIONS", "MultiheadSelfAttention", "split_heads", "merge_heads"]
 
 
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
@@ -44,6 +49,12 @@ class MultiheadSelfAttention(nn.Module):
         dropout: dropout on the attention weights during training.
         impl: attention implementation, see
             :func:`~nlnet.functional.attention.scaled_dot_product_attention`.
+        pos: position of the tokens in their sequence, added to the inputs of the query and key
+            projections only (the values never see it): ``"none"`` (default: permutation
+            equivariant), ``"sincos"`` (the fixed sinusoidal encoding of the token index,
+            Vaswani et al. 2017, Sec. 3.5) or ``"learned"`` (that encoding through a learned
+            ``d x d`` map ``pos_proj``, initialised to the identity). With ``context``, the keys'
+            positions are their indices in ``context``.
 
     Shapes:
         ``x``: ``(B, n, d)`` or unbatched ``(n, d)``; ``context`` (keys/values, cross-attention):
@@ -58,12 +69,17 @@ class MultiheadSelfAttention(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         impl: str = "auto",
+        pos: str = "none",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(embed_dim, int) or embed_dim < 1:
             raise ValueError(f"embed_dim must be a positive int, got {embed_dim!r}")
+        if pos not in POSITIONS:
+            raise ValueError(f"pos must be one of {POSITIONS}, got {pos!r}")
+        if pos != "none" and embed_dim < 2:
+            raise ValueError(f"pos={pos!r} needs embed_dim >= 2, got {embed_dim}")
         if not isinstance(num_heads, int) or num_heads < 1 or embed_dim % num_heads:
             raise ValueError(
                 f"num_heads must be a positive int dividing embed_dim={embed_dim}, got {num_heads!r}"
@@ -82,6 +98,11 @@ class MultiheadSelfAttention(nn.Module):
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **fk)
+        self.pos = pos
+        if pos == "learned":
+            self.pos_proj = nn.Parameter(torch.eye(embed_dim, **fk))
+        else:
+            self.register_parameter("pos_proj", None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -134,6 +155,8 @@ class MultiheadSelfAttention(nn.Module):
 
     def to_torch(self) -> nn.MultiheadAttention:
         """An equivalent ``nn.MultiheadAttention(batch_first=True)`` with these weights."""
+        if self.pos != "none":
+            raise ValueError(f"pos={self.pos!r}: nn.MultiheadAttention has no position input")
         p = self.in_proj_weight
         mha = nn.MultiheadAttention(
             self.embed_dim,
@@ -152,6 +175,15 @@ class MultiheadSelfAttention(nn.Module):
         w = self.in_proj_weight[part]
         b = None if self.in_proj_bias is None else self.in_proj_bias[part]
         return F.linear(x, w, b)
+
+    def with_position(self, t: Tensor) -> Tensor:
+        """``t`` ``(B, n, d)`` plus the encoding of its token indices (``t`` itself without)."""
+        if self.pos == "none":
+            return t
+        p = sinusoidal_grid_encoding(t.transpose(1, 2), self.embed_dim).t()  # (n, d)
+        if self.pos_proj is not None:
+            p = F.linear(p, self.pos_proj.to(p.dtype))
+        return t + p
 
     def forward(
         self,
@@ -209,8 +241,9 @@ class MultiheadSelfAttention(nn.Module):
             else:
                 mask = mask.masked_fill(~km, float("-inf"))
 
-        q = split_heads(self._project(x, slice(0, d)), self.num_heads)  # (B, h, n, d_h)
-        k = split_heads(self._project(src, slice(d, 2 * d)), self.num_heads)  # (B, h, m, d_h)
+        xq, src_k = self.with_position(x), self.with_position(src)  # (position: Q, K only)
+        q = split_heads(self._project(xq, slice(0, d)), self.num_heads)  # (B, h, n, d_h)
+        k = split_heads(self._project(src_k, slice(d, 2 * d)), self.num_heads)  # (B, h, m, d_h)
         v = split_heads(self._project(src, slice(2 * d, 3 * d)), self.num_heads)  # (B, h, m, d_h)
         res = scaled_dot_product_attention(
             q,
@@ -233,4 +266,5 @@ class MultiheadSelfAttention(nn.Module):
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
             f"bias={self.in_proj_bias is not None}, dropout={self.dropout}, impl={self.impl!r}"
+            + (f", pos={self.pos!r}" if self.pos != "none" else "")
         )

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nlnet.layers.block_options import _check_int
+from nlnet.layers.block_options import check_int
 
 NormKind = Literal["bn", "gn", "ln", "affine"]
 NORMS: tuple[str | None, ...] = ("bn", "gn", "ln", "affine", None)
@@ -94,7 +94,7 @@ def check_norm_args(norm, channels: int, eps, momentum, groups) -> None:
     if groups is not None:
         if norm != "gn":
             raise ValueError(f"norm_groups applies to norm='gn' only, got norm={norm!r}")
-        _check_int("norm_groups", groups)
+        check_int("norm_groups", groups)
         if channels % groups:
             raise ValueError(
                 f"norm_groups={groups} must divide in_channels={channels} for GroupNorm"

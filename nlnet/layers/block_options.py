@@ -13,13 +13,22 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from nlnet.functional.instantiations import form
+from nlnet.functional.nonlocal_op import check_instantiation, check_scale
+
 Mode = Literal["spacetime", "space", "time"]
 MODES: tuple[str, ...] = ("spacetime", "space", "time")
+#: Position information of the block (``"none"``: the paper's block, Eq. 1 over a set).
+POSITIONS: tuple[str, ...] = ("none", "sincos", "learned", "relative")
+#: ``pos="relative"``: offsets beyond this many key cells along an axis share one bias.
+RELATIVE_RADIUS: int = 7
+#: How a new block is made the identity: the paper's zero BN scale (Sec. 4.1) or a zero ``W_z``.
+INITS: tuple[str, ...] = ("bn_zero", "w_z")
 
 _LAYOUT = {1: "(B, C, L)", 2: "(B, C, H, W)", 3: "(B, C, T, H, W)"}
 
 
-def _check_block_input(
+def check_block_input(
     x: Tensor,
     weight: Tensor,
     dim: int,
@@ -65,14 +74,88 @@ def _check_block_input(
             )
 
 
-def _check_temporal_groups(x: Tensor, groups: int) -> None:
+def check_choices(
+    dim: int, in_channels: int, *, instantiation: str, scale, pool_position: str, bias,
+    mode: str, impl: str, phi_init: str, pos: str, init: str, gate: str | None,
+) -> None:  # fmt: skip
+    """The block's choices among named options (one line naming the argument on a bad one)."""
+    check_instantiation(instantiation)
+    check_scale(scale)
+    if pool_position not in ("before", "after"):
+        raise ValueError(f"pool_position must be 'before' or 'after', got {pool_position!r}")
+    if not isinstance(bias, bool):
+        raise TypeError(f"bias must be True or False, got {bias!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode != "spacetime" and dim != 3:
+        raise ValueError(
+            f"mode={mode!r} needs a 3D (video) block; a {dim}D block only has mode='spacetime'"
+        )
+    if impl not in ("auto", "fast", "reference"):
+        raise ValueError(f"impl must be 'auto', 'fast' or 'reference', got {impl!r}")
+    if phi_init not in ("he", "theta"):
+        raise ValueError(f"phi_init must be 'he' or 'theta', got {phi_init!r}")
+    if pos not in POSITIONS:
+        raise ValueError(f"pos must be one of {POSITIONS}, got {pos!r}")
+    if pos == "relative" and not form(instantiation).softmax:
+        raise ValueError(
+            f"pos='relative' adds a learned bias to the softmax logits; instantiation="
+            f"{instantiation!r} has none (use gaussian, embedded_gaussian or euclidean)"
+        )
+    if pos in ("sincos", "learned") and in_channels < 2 * dim:
+        raise ValueError(
+            f"pos={pos!r} needs in_channels >= {2 * dim} (a sine/cosine pair per axis of a "
+            f"{dim}D grid), got {in_channels}"
+        )
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if init == "w_z" and gate is not None:
+        raise ValueError(
+            f"init='w_z' and gate={gate!r} are two initialisations of the identity; give one"
+        )
+
+
+def resolve_inter_channels(
+    in_channels: int, inter_channels: int | None, reduction: int | None
+) -> int:
+    """The bottleneck width: ``inter_channels``, ``in_channels // reduction`` (the practitioner's
+    guide) or ``in_channels // 2`` (Sec. 3.3), at least 1."""
+    check_int("in_channels", in_channels)
+    if inter_channels is not None and reduction is not None:
+        raise ValueError("give either inter_channels or reduction, not both")
+    if reduction is not None:
+        check_int("reduction", reduction)
+        inter_channels = max(in_channels // reduction, 1)
+    elif inter_channels is None:
+        inter_channels = max(in_channels // 2, 1)
+    check_int("inter_channels", inter_channels)
+    return inter_channels
+
+
+def check_temporal_groups_option(
+    temporal_groups: int | None, dim: int, kernel: tuple[int, ...]
+) -> None:
+    """``temporal_groups``: ``None``, or (3D only) a multiple of the temporal pooling kernel."""
+    if temporal_groups is None:
+        return
+    if dim != 3:
+        raise ValueError(f"temporal_groups needs a 3D (video) block, got a {dim}D block")
+    check_int("temporal_groups", temporal_groups)
+    if temporal_groups % kernel[0]:
+        raise ValueError(
+            f"temporal_groups={temporal_groups} must be a multiple of the temporal "
+            f"sub_sample kernel {kernel[0]}"
+        )
+
+
+def check_temporal_groups(x: Tensor, groups: int) -> None:
     if x.shape[2] % groups:
         raise ValueError(
             f"temporal_groups={groups} must divide the number of frames T, got T = {x.shape[2]}"
         )
 
 
-def _positional_error(name: str, extra: tuple) -> TypeError:
+def positional_error(name: str, extra: tuple) -> TypeError:
     first = extra[0]
     return TypeError(
         f"{name} takes in_channels as its only positional argument; the others are "
@@ -83,7 +166,7 @@ def _positional_error(name: str, extra: tuple) -> TypeError:
     )
 
 
-def _check_int(name: str, value, minimum: int = 1) -> None:
+def check_int(name: str, value, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
@@ -117,4 +200,17 @@ def resolve_sub_sample(sub_sample: bool | int | Sequence[int] | None, dim: int) 
     return kernel
 
 
-__all__ = ["MODES", "Mode", "resolve_sub_sample"]
+__all__ = [
+    "INITS",
+    "MODES",
+    "POSITIONS",
+    "RELATIVE_RADIUS",
+    "Mode",
+    "check_block_input",
+    "check_int",
+    "check_temporal_groups",
+    "check_temporal_groups_option",
+    "positional_error",
+    "resolve_inter_channels",
+    "resolve_sub_sample",
+]

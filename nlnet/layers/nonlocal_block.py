@@ -28,39 +28,42 @@ Wang et al., CVPR 2018, arXiv 1711.07971:
   cell ``(h // k_h, w // k_w)`` in ``time`` mode; a remainder row/column left by floor pooling uses
   the last cell).
 
-Fast path: the 1x1 convolutions run on the channel-first maps and hand the pairwise part token
-views of their outputs (no copies; measured in ``benchmarks/nonlocal_block.py``, this beats fused
-matmuls on the token layout, which pay a weight concatenation, an input copy and a materialised
-per-sample weight gradient), the pairwise part goes through :func:`nlnet.functional.non_local`
-(which never builds the N x N' matrix unless asked and returns y stored channel-first), and
-``W_z`` is the 1x1 convolution on that layout. Where ``impl="auto"`` uses the explicit matrix and
-it saves multiply-adds, ``W_theta`` and ``W_z`` are moved onto the pooled grid
-(:mod:`nlnet.functional.reassociated`, exact by linearity); in eval mode a BatchNorm after ``W_z``
-is folded into it; the max pooling is :func:`nlnet.functional.pooling.max_pool` (equal to
-PyTorch's, faster on the CPU). A ``torch.fx`` trace keeps the textbook order. ``return_attention=True`` evaluates the explicit
-reference path and also returns the weights ``f / C`` as ``(B, N, N')`` over the row-major
-flattened input grid (N) and pooled grid (N'); in ``space``/``time`` mode the entries outside the
-query's frame / position are exactly zero.
+Paths: :func:`nlnet.functional.plan.plan_non_local` picks one per input shape and the functions
+of :mod:`nlnet.functional.block_paths` evaluate it from this module's weights: the 1x1
+convolutions on the channel-first maps with token views of their outputs (no copies), the pairwise
+part through :func:`nlnet.functional.non_local`, ``W_theta``/``W_z`` re-associated around the
+explicit matrix where that saves multiply-adds, and in eval mode a BatchNorm folded into ``W_z``.
+A ``torch.fx`` trace keeps the textbook order. ``return_attention=True`` evaluates the explicit
+path and also returns the weights ``f / C`` ``(B, N, N')`` over the row-major input grid (N) and
+pooled grid (N'); in ``space``/``time`` mode the entries outside the query's frame / position are
+exactly zero.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from nlnet.functional.instantiations import form
-from nlnet.functional.nonlocal_op import (
-    INSTANTIATIONS,
-    Impl,
-    Instantiation,
-    check_instantiation,
-    check_scale,
+from nlnet.functional.block_paths import (
+    BlockGeometry,
+    BlockWeights,
+    empty_grid_path,
+    fast_path,
+    fold_batchnorm,
+    non_finite_sample_guard,
+    reassociated_path,
+    reference_path,
 )
+from nlnet.functional.instantiations import form
+from nlnet.functional.nonlocal_op import INSTANTIATIONS, Impl, Instantiation
 from nlnet.functional.plan import NonLocalPlan, plan_non_local
+from nlnet.functional.pos_embed import clipped_offset_index, sinusoidal_grid_encoding
 from nlnet.functional.reassociated import pointwise
 from nlnet.layers.block_norm import (
     NORMS,
@@ -72,25 +75,29 @@ from nlnet.layers.block_norm import (
 )
 from nlnet.layers.block_options import (
     MODES,
+    RELATIVE_RADIUS,
     Mode,
-    _check_block_input,
-    _check_int,
-    _check_temporal_groups,
-    _positional_error,
+    check_block_input,
+    check_choices,
+    check_temporal_groups,
+    check_temporal_groups_option,
+    positional_error,
+    resolve_inter_channels,
     resolve_sub_sample,
 )
-from nlnet.layers.block_paths import NonLocalPaths, _non_finite_guard
 from nlnet.layers.gate import GATES, GatedNorm
 
 _CONV = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 
 # torch.fx.symbolic_trace records these as single calls evaluated at run time (they read sizes),
-# so a traced block keeps its checks.
-torch.fx.wrap("_check_block_input")
-torch.fx.wrap("_check_temporal_groups")
+# so a traced block keeps its checks and computes the position encoding of each input's grid.
+torch.fx.wrap("check_block_input")
+torch.fx.wrap("check_temporal_groups")
+torch.fx.wrap("sinusoidal_grid_encoding")
+torch.fx.wrap("clipped_offset_index")
 
 
-class NonLocalNd(NonLocalPaths, nn.Module):
+class NonLocalNd(nn.Module):
     """Non-local block z = W_z y + x (Eq. 6) for ``dim``-dimensional feature maps.
 
     Every argument after ``in_channels`` is keyword-only (``NonLocal2d(512, 2)`` is an error:
@@ -101,8 +108,9 @@ class NonLocalNd(NonLocalPaths, nn.Module):
         in_channels: Channels C of the input ``x``.
         inter_channels: Bottleneck width of ``theta``, ``phi`` and ``g``; default ``C // 2``.
         reduction: Alternative to ``inter_channels``: width ``max(C // reduction, 1)``.
-        instantiation: ``"embedded_gaussian"`` (default), ``"gaussian"``, ``"dot_product"`` or
-            ``"concatenation"`` (Sec. 3.2, Eqs. 2-5).
+        instantiation: ``"embedded_gaussian"`` (default), ``"gaussian"``, ``"dot_product"``,
+            ``"concatenation"`` (Sec. 3.2, Eqs. 2-5) or ``"euclidean"`` (the Gaussian with
+            Euclidean distance that Sec. 3.2 names as also applicable; on ``x`` itself).
         sub_sample: Max-pooling kernel for keys and values, see :func:`resolve_sub_sample`.
         pool_position: ``"before"`` the ``phi``/``g`` convolutions (released code, default) or
             ``"after"`` them.
@@ -130,6 +138,18 @@ class NonLocalNd(NonLocalPaths, nn.Module):
             as the plain Gaussian of Eq. 2 is of the features themselves, instead of an arbitrary
             bilinear form. Needs an instantiation with ``theta`` and ``phi`` (Eqs. 3-5).
         impl: ``"auto"`` (fastest exact path for the size), ``"fast"`` or ``"reference"``.
+        pos: Position information, added to the inputs of ``theta`` and ``phi`` only (``g`` and
+            the residual never see it, so a new block is still the identity): ``"none"``
+            (default: the paper's block, Eq. 1 is a sum over a *set* of positions),
+            ``"sincos"`` (a fixed sinusoidal encoding of the grid coordinates,
+            :func:`~nlnet.functional.pos_embed.sinusoidal_grid_encoding`) or ``"learned"`` (that
+            encoding through a learned ``C x C`` map ``pos_proj``, initialised to the identity)
+            or ``"relative"`` (softmax forms: a learned bias ``rel_bias`` on the logits for each
+            clipped offset between the query's key cell and the key, initialised to 0; evaluated
+            on the explicit path).
+        init: How the new block is made the identity: ``"bn_zero"`` (default, Sec. 4.1: the
+            norm's scale at 0) or ``"w_z"`` (the practitioner's guide: ``W_z`` at 0, the norm's
+            scale at 1). Not with ``gate``, which is its own initialisation.
 
     Shape:
         Input ``(B, C, *grid)``; output the same. With ``return_attention=True`` also the weights
@@ -160,50 +180,25 @@ class NonLocalNd(NonLocalPaths, nn.Module):
         scale: bool | float = True,
         impl: Impl = "auto",
         phi_init: Literal["he", "theta"] = "he",
+        pos: Literal["none", "sincos", "learned"] = "none",
+        init: Literal["bn_zero", "w_z"] = "bn_zero",
     ) -> None:
         super().__init__()
         if args:
-            raise _positional_error(type(self).__name__, args)
+            raise positional_error(type(self).__name__, args)
         if dim not in (1, 2, 3):
             raise ValueError(f"dim must be 1, 2 or 3, got {dim}")
-        _check_int("in_channels", in_channels)
-        if inter_channels is not None and reduction is not None:
-            raise ValueError("give either inter_channels or reduction, not both")
-        if reduction is not None:
-            _check_int("reduction", reduction)
-            inter_channels = max(in_channels // reduction, 1)
-        elif inter_channels is None:
-            inter_channels = max(in_channels // 2, 1)
-        _check_int("inter_channels", inter_channels)
-        check_instantiation(instantiation)
-        check_scale(scale)
-        if pool_position not in ("before", "after"):
-            raise ValueError(f"pool_position must be 'before' or 'after', got {pool_position!r}")
-        if not isinstance(bias, bool):
-            raise TypeError(f"bias must be True or False, got {bias!r}")
+        inter_channels = resolve_inter_channels(in_channels, inter_channels, reduction)
         check_norm_args(norm, in_channels, norm_eps, norm_momentum, norm_groups)
         if gate not in GATES:
             raise ValueError(f"gate must be one of {GATES}, got {gate!r}")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if mode != "spacetime" and dim != 3:
-            raise ValueError(
-                f"mode={mode!r} needs a 3D (video) block; a {dim}D block only has mode='spacetime'"
-            )
-        if impl not in ("auto", "fast", "reference"):
-            raise ValueError(f"impl must be 'auto', 'fast' or 'reference', got {impl!r}")
-        if phi_init not in ("he", "theta"):
-            raise ValueError(f"phi_init must be 'he' or 'theta', got {phi_init!r}")
+        check_choices(
+            dim, in_channels, instantiation=instantiation, scale=scale,
+            pool_position=pool_position, bias=bias, mode=mode, impl=impl, phi_init=phi_init,
+            pos=pos, init=init, gate=gate,
+        )  # fmt: skip
         kernel = resolve_sub_sample(sub_sample, dim)
-        if temporal_groups is not None:
-            if dim != 3:
-                raise ValueError(f"temporal_groups needs a 3D (video) block, got a {dim}D block")
-            _check_int("temporal_groups", temporal_groups)
-            if temporal_groups % kernel[0]:
-                raise ValueError(
-                    f"temporal_groups={temporal_groups} must be a multiple of the temporal "
-                    f"sub_sample kernel {kernel[0]}"
-                )
+        check_temporal_groups_option(temporal_groups, dim, kernel)
 
         self.dim = dim
         self.in_channels = in_channels
@@ -222,6 +217,8 @@ class NonLocalNd(NonLocalPaths, nn.Module):
                 f"{instantiation!r} has none"
             )
         self.phi_init = phi_init
+        self.pos = pos
+        self.init = init
 
         conv = _CONV[dim]
         if not self.form.embedded:  # Eq. 2: no embedding, f on x itself (Fig. 2 caption)
@@ -241,12 +238,22 @@ class NonLocalNd(NonLocalPaths, nn.Module):
         )
         if gate == "scalar":
             self.norm = GatedNorm(self.norm)
+        # pos="learned": the sinusoidal encoding through a learned map (initialised to identity)
+        if pos == "learned":
+            self.pos_proj = nn.Parameter(torch.empty(in_channels, in_channels))
+        else:
+            self.register_parameter("pos_proj", None)
+        if pos == "relative":  # one bias per clipped offset (Shaw et al. 2018), zero at the start
+            self.rel_bias = nn.Parameter(torch.zeros((2 * RELATIVE_RADIUS + 1,) * dim))
+        else:
+            self.register_parameter("rel_bias", None)
         self.reset_parameters()
 
     # ------------------------------------------------------------------ set-up
     def reset_parameters(self) -> None:
         """He initialisation of the embeddings (``phi`` a copy of ``theta`` with
-        ``phi_init="theta"``); the norm's scale (or W_z itself) set to zero."""
+        ``phi_init="theta"``); the norm's scale (or ``W_z`` itself with ``init="w_z"`` or
+        without a norm) set to zero."""
         for m in (self.theta, self.phi, self.g, self.W_z):
             if m is not None:
                 nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
@@ -259,10 +266,13 @@ class NonLocalNd(NonLocalPaths, nn.Module):
                     self.phi.bias.copy_(self.theta.bias)
         if self.w_f is not None:
             nn.init.normal_(self.w_f, std=math.sqrt(1.0 / self.w_f.numel()))
+        if self.pos_proj is not None:  # starts as the fixed sinusoidal encoding
+            with torch.no_grad():
+                self.pos_proj.copy_(torch.eye(self.in_channels))
         if isinstance(self.norm, GatedNorm):
             nn.init.zeros_(self.norm.gamma)  # SAGAN's gamma = 0: the identity (layers/gate.py)
-        elif isinstance(self.norm, nn.Identity):
-            nn.init.zeros_(self.W_z.weight)
+        elif isinstance(self.norm, nn.Identity) or self.init == "w_z":
+            nn.init.zeros_(self.W_z.weight)  # the guide's W_z = 0 (the norm keeps scale 1)
             if self.W_z.bias is not None:
                 nn.init.zeros_(self.W_z.bias)
         else:
@@ -271,6 +281,8 @@ class NonLocalNd(NonLocalPaths, nn.Module):
 
     def extra_repr(self) -> str:
         extra = f", temporal_groups={self.temporal_groups}" if self.temporal_groups else ""
+        extra += f", pos={self.pos!r}" if self.pos != "none" else ""
+        extra += f", init={self.init!r}" if self.init != "bn_zero" else ""
         return (
             f"in_channels={self.in_channels}, inter_channels={self.inter_channels}, "
             f"instantiation={self.instantiation!r}, sub_sample={self.kernel}, "
@@ -281,6 +293,38 @@ class NonLocalNd(NonLocalPaths, nn.Module):
     def subsampled(self) -> bool:
         """Whether keys/values come from a pooled grid."""
         return any(k > 1 for k in self.kernel)
+
+    @property
+    def geometry(self) -> BlockGeometry:
+        """The block's structure as its paths (:mod:`nlnet.functional.block_paths`) read it."""
+        return BlockGeometry(
+            self.dim, self.in_channels, self.inter_channels, self.instantiation, self.kernel,
+            self.pool_position, self.mode, self.temporal_groups, self.scale, self.impl,
+        )  # fmt: skip
+
+    @property
+    def weights(self) -> BlockWeights:
+        """The projection weights that the paths read (no ``theta``/``phi`` on ``x`` itself)."""
+        t, p = self.theta, self.phi
+        w = (None,) * 4 if t is None else (t.weight, t.bias, p.weight, p.bias)
+        return BlockWeights(self.g.weight, self.g.bias, *w, self.w_f)
+
+    def position_input(self, x: Tensor) -> Tensor | None:
+        """The input of ``theta`` and ``phi``: ``x`` plus the position encoding of its grid
+        (``None`` with ``pos="none"``: ``x`` itself)."""
+        if self.pos in ("none", "relative"):
+            return None
+        p = sinusoidal_grid_encoding(x, self.in_channels)  # (C, *grid), x's dtype and device
+        if self.pos_proj is not None:  # a 1x1 map over the channels (also on an empty grid)
+            p = F.linear(p.movedim(0, -1), self.pos_proj.to(p.dtype)).movedim(-1, 0)
+        return x + p
+
+    def relative_bias(self, x: Tensor) -> Tensor | None:
+        """``(N, N')`` bias on the logits with ``pos="relative"`` (``None`` otherwise)."""
+        if self.rel_bias is None:
+            return None
+        index = clipped_offset_index(x, self.kernel, RELATIVE_RADIUS)
+        return self.rel_bias.flatten()[index]
 
     def key_grid(self, input_size: Sequence[int]) -> tuple[int, ...]:
         """The pooled grid (N' positions) that keys and values live on for an input grid."""
@@ -328,26 +372,28 @@ class NonLocalNd(NonLocalPaths, nn.Module):
             raise TypeError(f"return_attention must be True or False, got {return_attention!r}")
         want_attention = return_attention is True  # (a torch.fx trace takes the default path)
         eager = not isinstance(x, torch.fx.Proxy)  # a trace records no branch on sizes
-        _check_block_input(
+        check_block_input(
             x, self.g.weight, self.dim, self.in_channels, self.kernel, type(self).__name__, eager
         )
         if self.temporal_groups is not None:
-            _check_temporal_groups(x, self.temporal_groups)
+            check_temporal_groups(x, self.temporal_groups)
         if eager and 0 in x.shape[2:]:
             return self._empty_grid(x, want_attention)
         attn = None
-        guard = _non_finite_guard(x)  # one rule on every path: a NaN/inf makes its sample NaN
-        plan = self.plan(x) if not want_attention else NonLocalPlan("reference", "")
+        guard = non_finite_sample_guard(x)  # one rule on every path: a NaN/inf makes it NaN
+        explicit = want_attention or self.rel_bias is not None  # the bias needs the matrix
+        plan = self.plan(x) if not explicit else NonLocalPlan("reference", "")
         fold = self._folded_output() if eager and plan.path != "reference" else None  # eval BN
+        w, geo, xq = self.weights, self.geometry, self.position_input(x)
         if plan.path == "reference":  # the textbook steps (the only path with the weights)
-            y, attn = self._reference(x, want_attention)
+            y, attn = reference_path(x, w, geo, want_attention, xq, self.relative_bias(x))
         elif plan.path == "reassociated":  # (a torch.fx trace keeps the textbook order)
             w_z, b_z = fold if fold is not None else (self.W_z.weight, self.W_z.bias)
-            wz = self._reassociated(x, w_z, b_z, plan.reassociate)  # W_z y (B, C, N), fresh
+            wz = reassociated_path(x, w, geo, w_z, b_z, plan.reassociate, xq)  # (B, C, N), fresh
             wz = wz.add_(guard.to(wz.dtype)).unflatten(2, x.shape[2:])  # in place: one C x N map
             return (wz if fold is not None else self.norm(wz)) + x
         else:
-            y = self._fast(x, plan)
+            y = fast_path(x, w, geo, plan.path, plan.op_impl, xq)
         y = y + guard.to(y.dtype)  # (W_z spreads a NaN row of y over the sample)
         # W_z on the channel-first map (B, d_v, *grid): the 1x1 convolution, as theta/phi/g.
         # The fast paths return y token-major (B, N, d_v): its transpose would look channels-last
@@ -357,6 +403,38 @@ class NonLocalNd(NonLocalPaths, nn.Module):
         if fold is not None:
             return pointwise(y, *fold).unflatten(2, x.shape[2:]) + x
         z = self.norm(self.W_z(y.unflatten(2, x.shape[2:]))) + x
+        return (z, attn) if want_attention else z
+
+    def _folded_output(self) -> tuple[Tensor, Tensor] | None:
+        """``(weight, bias)`` of ``BN(W_z y)`` as one 1x1 projection for an evaluating BatchNorm
+        (:func:`~nlnet.functional.block_paths.fold_batchnorm`); ``None`` in training or without
+        running statistics."""
+        bn = self.norm
+        if not isinstance(bn, nn.modules.batchnorm._BatchNorm) or bn.training:
+            return None
+        if bn.running_mean is None or bn.running_var is None:
+            return None
+        return fold_batchnorm(
+            self.W_z.weight, self.W_z.bias, bn.running_mean, bn.running_var, bn.eps, bn.weight,
+            bn.bias,
+        )  # fmt: skip
+
+    def _empty_grid(self, x: Tensor, want_attention: bool) -> Tensor | tuple[Tensor, Tensor]:
+        """The block on a grid with an axis of size 0: ``z = norm(W_z y) + x`` is the empty
+        tensor of the shape of ``x``, as PyTorch's own layers return for empty inputs; every
+        parameter gets a zero gradient and BatchNorm treats the empty map as it treats an empty
+        batch (running statistics kept). See
+        :func:`~nlnet.functional.block_paths.empty_grid_path`."""
+        wz, attn = empty_grid_path(
+            x, self.weights, self.geometry, self.W_z.weight, self.W_z.bias, want_attention,
+            self.position_input(x),
+        )  # fmt: skip
+        if isinstance(self.norm, nn.GroupNorm):  # F.group_norm rejects empty grids
+            shape = (1, -1) + (1,) * self.dim
+            wz = wz * self.norm.weight.view(shape) + self.norm.bias.view(shape)
+        else:
+            wz = self.norm(wz)
+        z = wz + x
         return (z, attn) if want_attention else z
 
 
@@ -381,7 +459,16 @@ class NonLocal3d(NonLocalNd):
         super().__init__(3, in_channels, *args, **kwargs)
 
 
+#: The block's options (every keyword-only argument): the names that model builders pass on to
+#: their blocks (:func:`nlnet.models.registry.create_model`), read from the signature itself.
+BLOCK_OPTIONS: tuple[str, ...] = tuple(
+    p.name
+    for p in inspect.signature(NonLocalNd.__init__).parameters.values()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY
+)
+
 __all__ = [
+    "BLOCK_OPTIONS",
     "INSTANTIATIONS",
     "MODES",
     "NORMS",

@@ -51,9 +51,26 @@ __all__ = [
     "WindowAttention3d",
     "SwinBlock",
     "swin_blocks",
+    "window_tuple",
 ]
 
 _SMALL_GRID = ("pad", "clip", "error")
+
+
+def window_tuple(
+    window_size: int | Sequence[int], shift_size: int | Sequence[int] = 0, ndim: int | None = None
+) -> tuple[int, ...]:
+    """``window_size`` as a tuple: an int ``M`` becomes ``(M,) * ndim``, with ``ndim`` taken from
+    ``shift_size`` when that is a sequence and 2 (an image grid) otherwise."""
+    if ndim is not None and ndim not in (2, 3):
+        raise ValueError(f"ndim must be 2 or 3, got {ndim!r}")
+    if isinstance(window_size, bool) or not isinstance(window_size, int):
+        if ndim is not None and len(window_size) != ndim:
+            raise ValueError(f"window_size {window_size!r} does not have ndim={ndim} entries")
+        return tuple(window_size)
+    if ndim is None:
+        ndim = 2 if isinstance(shift_size, int) else len(shift_size)
+    return (window_size,) * ndim
 
 
 class WindowAttention(nn.Module):
@@ -61,7 +78,8 @@ class WindowAttention(nn.Module):
 
     Args:
         dim: channels ``C``.
-        window_size: ``M`` per grid dim; its length (2 or 3) sets the grid dimensionality.
+        window_size: ``M`` per grid dim; its length (2 or 3) sets the grid dimensionality. An
+            int ``M`` is ``(M, M)``, or ``(M, M, M)`` with ``ndim=3`` or a 3-entry ``shift_size``.
         num_heads: heads; must divide ``dim``.
         shift_size: cyclic shift per dim (0 = W-MSA, ``M // 2`` = SW-MSA); ``0 <= s < M``.
         qkv_bias: bias of the ``qkv`` projection.
@@ -71,12 +89,14 @@ class WindowAttention(nn.Module):
         small_grid: ``"pad"``, ``"clip"`` or ``"error"`` for grids smaller than the window.
         mask_padding: hide padding tokens as keys (Swin and torchvision do not).
         impl: attention implementation (see ``scaled_dot_product_attention``).
+        ndim: 2 or 3: the grid dimensionality of an int ``window_size`` (default: the length of
+            ``shift_size`` if it is a sequence, else 2).
     """
 
     def __init__(
         self,
         dim: int,
-        window_size: Sequence[int],
+        window_size: int | Sequence[int],
         num_heads: int,
         shift_size: int | Sequence[int] = 0,
         *,
@@ -89,9 +109,11 @@ class WindowAttention(nn.Module):
         impl: str = "auto",
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        ndim: int | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(window_size, int) or len(window_size) not in (2, 3):
+        window_size = window_tuple(window_size, shift_size, ndim)
+        if len(window_size) not in (2, 3):
             raise ValueError(
                 f"window_size must be a sequence of 2 (2D) or 3 (3D) ints, got {window_size!r}"
             )
@@ -346,7 +368,8 @@ class SwinBlock(nn.Module):
     Args:
         dim: channels.
         num_heads: heads.
-        window_size: ``M`` per dim (2 or 3 values).
+        window_size: ``M`` per dim (2 or 3 values), or an int ``M`` for every dim (2D unless
+            ``ndim=3`` or ``shift_size`` has 3 entries).
         shift_size: 0 for W-MSA blocks, ``M // 2`` for SW-MSA blocks (see :func:`swin_blocks`).
         mlp_ratio: hidden width of the MLP relative to ``dim``.
         dropout: dropout in the MLP and after the attention projection.
@@ -360,7 +383,7 @@ class SwinBlock(nn.Module):
         self,
         dim: int,
         num_heads: int,
-        window_size: Sequence[int],
+        window_size: int | Sequence[int],
         shift_size: int | Sequence[int] = 0,
         *,
         mlp_ratio: float = 4.0,
@@ -368,9 +391,11 @@ class SwinBlock(nn.Module):
         attention_dropout: float = 0.0,
         stochastic_depth_prob: float = 0.0,
         norm_layer: Callable[..., nn.Module] = nn.LayerNorm,
+        ndim: int | None = None,
         **attn_kwargs,
     ) -> None:
         super().__init__()
+        window_size = window_tuple(window_size, shift_size, ndim)
         attn_kwargs.setdefault("small_grid", "pad" if len(window_size) == 2 else "clip")
         self.norm1 = norm_layer(dim)
         self.attn = WindowAttention(
@@ -408,15 +433,19 @@ def swin_blocks(
     depth: int,
     dim: int,
     num_heads: int,
-    window_size: Sequence[int],
+    window_size: int | Sequence[int],
+    *,
+    ndim: int | None = None,
     **kwargs,
 ) -> nn.Sequential:
     """``depth`` Swin blocks alternating W-MSA (shift 0) and SW-MSA (shift ``M // 2``).
 
-    Seed, "Windowed attention": "Alternate blocks shift the windows by floor(M/2) patches".
+    Seed, "Windowed attention": "Alternate blocks shift the windows by floor(M/2) patches". An
+    int ``window_size`` is ``M`` for each of ``ndim`` (default 2) grid dims.
     """
     if depth < 1:
         raise ValueError(f"depth must be positive, got {depth}")
+    window_size = window_tuple(window_size, 0, ndim)
     shifted = [m // 2 for m in window_size]
     return nn.Sequential(
         *[

@@ -30,6 +30,7 @@ from typing import Any
 
 from torch import nn
 
+from nlnet.layers.nonlocal_block import BLOCK_OPTIONS  # the block's options: its signature
 from nlnet.models.model_cfg import ModelCfg
 
 __all__ = [
@@ -41,26 +42,6 @@ __all__ = [
     "BLOCK_OPTIONS",
     "model_facts",
 ]
-
-#: Keyword arguments of the non-local block that builders accept directly.
-BLOCK_OPTIONS: tuple[str, ...] = (
-    "inter_channels",
-    "reduction",
-    "instantiation",
-    "sub_sample",
-    "pool_position",
-    "norm",
-    "mode",
-    "scale",
-    "impl",
-    "bias",
-    "norm_eps",
-    "norm_momentum",
-    "norm_groups",
-    "gate",
-    "temporal_groups",
-    "phi_init",
-)
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,16 @@ from nlnet.layers.nonlocal_block import NonLocal2d, NonLocal3d
 
 
 def test_one_table_row_per_instantiation_of_section_3_2():
-    assert INSTANTIATIONS == ("gaussian", "embedded_gaussian", "dot_product", "concatenation")
-    assert [FORMS[n].equation for n in INSTANTIATIONS] == ["Eq. 2", "Eq. 3", "Eq. 4", "Eq. 5"]
-    assert SOFTMAX_FORMS == ("gaussian", "embedded_gaussian")
+    assert INSTANTIATIONS == (
+        "gaussian", "embedded_gaussian", "dot_product", "concatenation", "euclidean"
+    )  # fmt: skip
+    assert [FORMS[n].equation for n in INSTANTIATIONS] == [
+        "Eq. 2", "Eq. 3", "Eq. 4", "Eq. 5", "Sec. 3.2"
+    ]  # fmt: skip
+    assert SOFTMAX_FORMS == ("gaussian", "embedded_gaussian", "euclidean")
     assert BILINEAR_FORMS == ("embedded_gaussian", "dot_product")
     assert REASSOCIATED_FORMS == ("gaussian", "embedded_gaussian", "dot_product")
-    assert [n for n in INSTANTIATIONS if not form(n).embedded] == ["gaussian"]
+    assert [n for n in INSTANTIATIONS if not form(n).embedded] == ["gaussian", "euclidean"]
     with pytest.raises(ValueError, match="instantiation must be one of"):
         form("embedded")
 

@@ -109,6 +109,32 @@ def test_swin_blocks_alternate_shift():
     assert seq(torch.randn(1, 8, 8, 8)).shape == (1, 8, 8, 8)
 
 
+def test_int_window_size_everywhere():
+    """An int window size M is (M, M) (or (M, M, M) with ndim=3 / a 3-entry shift), wherever a
+    window size is accepted; the modules equal the ones built from the tuple."""
+    x2, x3 = torch.randn(1, 8, 8, 8), torch.randn(1, 4, 8, 8, 8)
+    for build in (
+        lambda w, **k: SwinBlock(8, 2, w, **k),
+        lambda w, **k: WindowAttention(8, w, 2, **k),
+    ):
+        for w_int, w_tuple, x, kw in ((4, (4, 4), x2, {}), (2, (2, 2, 2), x3, {"ndim": 3})):
+            torch.manual_seed(0)
+            a = build(w_int, **kw)
+            torch.manual_seed(0)
+            b = build(w_tuple)
+            assert a.state_dict().keys() == b.state_dict().keys()
+            with torch.no_grad():
+                torch.testing.assert_close(a(x), b(x), rtol=0, atol=0)
+    assert SwinBlock(8, 2, 4, shift_size=(1, 2, 2)).attn.window_size == (4, 4, 4)
+    seq = swin_blocks(2, 8, 2, 4)
+    assert [blk.attn.shift_size for blk in seq] == [(0, 0), (2, 2)]
+    assert [blk.attn.window_size for blk in swin_blocks(2, 8, 2, 2, ndim=3)] == [(2, 2, 2)] * 2
+    with pytest.raises(ValueError, match="ndim must be 2 or 3"):
+        SwinBlock(8, 2, 4, ndim=4)
+    with pytest.raises(ValueError, match="does not have ndim=3"):
+        WindowAttention(8, (4, 4), 2, ndim=3)
+
+
 @pytest.mark.parametrize("shift", [0, 2])
 def test_window_attention_equals_global_attention_with_window_mask(shift):
     """W-MSA / SW-MSA (zero bias) = global multi-head attention with the raster window mask."""
@@ -193,7 +219,7 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match="shift_size"):
         WindowAttention2d(8, 4, 2, 4)
     with pytest.raises(ValueError, match="window_size"):
-        WindowAttention(8, 4, 2)
+        WindowAttention(8, (4, 4, 4, 4), 2)  # (an int is accepted: test_int_window_size_everywhere)
     with pytest.raises(ValueError, match="small_grid"):
         WindowAttention2d(8, 4, 2, small_grid="crop")
     strict = WindowAttention2d(8, 4, 2, small_grid="error")
