@@ -45,13 +45,24 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "models side by side, one PyTorch thread each (auto = the usable cores), so their figures "
         "do not depend on it; the segmentation demo: threads of one process (auto = idle cores)",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars (there are none when stderr is not a terminal)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
+    import sys
+
+    from nlnet.commands.common import device_arg, output_dir_arg
     from nlnet.demo.threads import jobs_for
     from nlnet.engine.errors import UserError
 
+    # a bar redraws itself with "\r": only on a terminal, never in a log file or a pipe
+    args.no_progress = args.no_progress or not sys.stderr.isatty()
+    output_dir_arg(args.output_dir)
+    device_arg(args.device)
     try:
         jobs_for(args.threads)  # the one check of --threads, before any work
     except ValueError as exc:
@@ -83,8 +94,6 @@ def _dense(args: argparse.Namespace) -> int:
         torch.set_num_threads(threads_for(args.threads))
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError("--device cuda: CUDA is not available on this machine")
 
     data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if args.quick else None
     epochs = args.epochs or (1 if args.quick else DEMO_EPOCHS)

@@ -7,7 +7,7 @@
 ``optim``          optimizer and schedule (PyTorch's SGD/AdamW, SequentialLR)
 ``state``          what a run changes: model, optimizer, schedule, position, counters
 ``loop``           ``train(cfg)`` and ``evaluate(cfg, checkpoint)``
-``checkpoint``     verified, weights-only checkpoints; ``load_model(path)``
+``checkpoint``     verified, weights-only checkpoints; ``build_model_from_checkpoint``
 ``runlog``         metrics.jsonl/csv, curves, console lines
 ``rundir``         run-directory lock and refusal to mix runs
 ``evaluator``      multi-clip testing (Section 4.1)
@@ -33,7 +33,7 @@ _EXPORTS = {
     "checkpoint_info": "checkpoint",
     "load_backbone": "checkpoint",
     "load_checkpoint": "checkpoint",
-    "load_model": "checkpoint",
+    "build_model_from_checkpoint": "checkpoint",
     "save_checkpoint": "checkpoint",
     "Config": "config",
     "ConfigError": "config",
