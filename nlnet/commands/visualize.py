@@ -180,7 +180,7 @@ def _classifier_input(path: Path, info: Any, args: argparse.Namespace, side: int
 
     prep = Preprocessing.from_dict(info.preprocessing)
     still = path.suffix.lower() in IMAGE_EXTENSIONS
-    if prep.is_video and not still:
+    if prep.is_video and prep.size and not still:
         tf = VideoTransform.from_preprocessing(prep, clips=1, crops=1)
         if args.frames:
             tf = tf.replace(num_frames=args.frames)
