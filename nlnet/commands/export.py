@@ -194,8 +194,13 @@ def export_with_free_axes(
     (all of them, then the clip length alone, then the batch alone) must export and its file
     must run an input changed along those axes (a guard of the exported graph, e.g. a path
     chosen by size, may bound an axis: then a fixed size, honestly)."""
+    import logging
+
     tries = [wanted, tuple(a for a in wanted if a == "time"), ()]
     for dynamic in dict.fromkeys(tries):  # in order, without repeats
+        before = logging.root.manager.disable
+        if dynamic:  # torch logs a refused axis at ERROR level: the next try follows anyway
+            logging.disable(logging.ERROR)
         try:
             axes = export_model(model, x, fmt, output, opset, dynamic=dynamic, metadata=metadata)
         except ValueError:
@@ -204,6 +209,8 @@ def export_with_free_axes(
             if not dynamic:
                 raise
             continue
+        finally:
+            logging.disable(before)
         if not dynamic or _runs_changed(fmt, output, x, dynamic):
             return axes
     raise AssertionError("unreachable: the batch-only export returns")
