@@ -154,7 +154,9 @@ class VideoTransform:
             )
         test = (ckpt.get("config") or {}).get("eval") or {}
         return cls.from_preprocessing(
-            prep, clips=int(clips or test.get("clips", 10)), crops=int(crops or test.get("crops", 1))
+            prep,
+            clips=int(clips or test.get("clips", 10)),
+            crops=int(crops or test.get("crops", 1)),
         )
 
     def replace(self, **changes: Any) -> VideoTransform:

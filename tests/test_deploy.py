@@ -466,7 +466,9 @@ def test_export_defaults_to_the_checkpoints_own_clip_and_crop(tmp_path, capsys):
                        "size": 28, "crop": 24},
     )  # fmt: skip
     out = tmp_path / "m.ts"
-    rc = main(["export", "--checkpoint", str(ckpt), "--format", "torchscript", "--output", str(out)])
+    rc = main(
+        ["export", "--checkpoint", str(ckpt), "--format", "torchscript", "--output", str(out)]
+    )
     report = json.loads(capsys.readouterr().out)
     assert rc == 0 and report["input_shape"] == [1, 3, 6, 24, 24] and report["check_ok"]
     assert "height" not in report["dynamic_axes"]

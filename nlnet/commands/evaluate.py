@@ -29,9 +29,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from nlnet.commands.common import data_backend_arg, device_arg
     from nlnet.engine.checkpoint import load_checkpoint
     from nlnet.engine.config import ConfigError, apply_overrides, config_from_dict, load_config
-    from nlnet.commands.common import data_backend_arg, device_arg
     from nlnet.engine.loop import evaluate
 
     overrides = list(args.overrides)

@@ -139,7 +139,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         summary = train(cfg, resume=args.resume, force=args.force)
     except WeightsUnavailableError as exc:  # offline, the ImageNet file not in the hub cache
-        raise UserError(f"model.{exc}" if str(exc).startswith("pretrained_2d") else str(exc)) from None
+        raise UserError(
+            f"model.{exc}" if str(exc).startswith("pretrained_2d") else str(exc)
+        ) from None
     except ValueError as exc:  # the 2D weights of another architecture (models.inflate)
         if not str(exc).startswith("pretrained_2d:"):
             raise

@@ -27,6 +27,7 @@ without --query the position whose attention is most concentrated is used. A tra
 rollout has no query; ViT and the video transformers get the input resized to their size.
 """
 
+
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="a checkpoint written by nlnet")
     parser.add_argument("--video", required=True, help="a video file, or an image for 2D models")

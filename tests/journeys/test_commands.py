@@ -172,7 +172,9 @@ def test_export_at_the_checkpoints_own_size_agrees_with_predict(tmp_path, capsys
     ckpt = tmp_path / "run" / "checkpoints" / "final.pt"
     capsys.readouterr()
     out = tmp_path / "model.onnx"
-    assert main(["export", "--checkpoint", str(ckpt), "--format", "onnx", "--output", str(out)]) == 0
+    assert (
+        main(["export", "--checkpoint", str(ckpt), "--format", "onnx", "--output", str(out)]) == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["input_shape"] == [1, 3, 4, 32, 32] and report["check_ok"], report
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
