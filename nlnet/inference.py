@@ -1,14 +1,14 @@
 """Inference from a checkpoint in three calls: the model, its preprocessing, predictions.
 
-::
+```python
+import nlnet
 
-    import nlnet
-
-    model = nlnet.load_model("runs/mine/checkpoints/final.pt")      # eval mode, weights loaded
-    transform = nlnet.preprocessing("runs/mine/checkpoints/final.pt")
-    clips = transform("video.mp4")           # (clips x crops, 3, T, H, W), the test views
-    result = nlnet.predict(model, ["video.mp4"])[0]
-    result.top(5)                            # [("class name", score), ...]
+model = nlnet.load_model("runs/mine/checkpoints/final.pt")      # eval mode, weights loaded
+transform = nlnet.preprocessing("runs/mine/checkpoints/final.pt")
+clips = transform("video.mp4")           # (clips x crops, 3, T, H, W), the test views
+result = nlnet.predict(model, ["video.mp4"])[0]
+result.top(5)                            # [("class name", score), ...]
+```
 
 An image classifier's checkpoint works the same way: :func:`preprocessing` returns an
 :class:`ImageTransform` (resize, centre crop, normalisation) and :func:`predict` takes image files.
@@ -21,9 +21,8 @@ from the one :class:`~nlnet.data.config.Preprocessing` of the checkpoint.  A vid
 "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) Section 4.1, *Inference*:
 ``clips`` clips spread evenly over the video, the shorter side resized (256 in the paper), the
 network run fully-convolutionally (or on ``crops`` crops), and the softmax scores (per-category
-sigmoid for a multi-label model, Section 5.2) averaged over the views.
-
-``nlnet predict`` is this module on the command line.
+sigmoid for a multi-label model, Section 5.2) averaged over the views.  ``nlnet predict`` is
+this module on the command line.
 """
 
 from __future__ import annotations
@@ -270,10 +269,7 @@ class ImageTransform:
         crop = (prep.crop_hw() or (224, 224))[0]
         return cls(size=prep.size or crop, crop=crop, mean=prep.mean, std=prep.std)
 
-    @property
-    def views(self) -> int:
-        """Views per image: 1."""
-        return 1
+    views = 1  # one view per image
 
     def replace(self, **changes: Any) -> ImageTransform:
         """A copy with some fields changed."""
@@ -404,7 +400,7 @@ def _task(model_name: str) -> str | None:
 
     try:
         return model_facts(model_name).task
-    except ValueError:
+    except ValueError:  # not registered
         return None
 
 
