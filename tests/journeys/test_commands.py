@@ -189,3 +189,24 @@ def test_export_at_the_checkpoints_own_size_agrees_with_predict(tmp_path, capsys
         assert main(["predict", str(clip), "--checkpoint", str(ckpt), "--json"]) == 0
         top1 = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["top"][0][0]
         assert onnx_top1 == top1, (clip, onnx_top1, top1)
+
+
+def test_no_nan_speed_in_the_log_or_the_records(tmp_path, capsys):
+    """The first log window has one step, no speed yet: the line says so instead of
+    ``nan clips/s``, and metrics.jsonl holds ``null`` (strict JSON), not NaN."""
+    import helpers
+
+    from nlnet.engine.loop import train
+
+    root = helpers.video_tree(tmp_path / "videos", per_class=1)
+    cfg = helpers.engine_cfg("video_classification", "c2d_tiny", helpers.video_data(root),
+                             tmp_path / "run")  # fmt: skip
+    train(cfg)
+    out = capsys.readouterr().out
+    assert "iter 1/1" in out and "nan" not in out.lower(), out
+
+    def no_constant(name: str) -> None:
+        pytest.fail(f"{name} in metrics.jsonl")
+
+    for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=no_constant)
