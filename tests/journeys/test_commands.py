@@ -210,3 +210,15 @@ def test_no_nan_speed_in_the_log_or_the_records(tmp_path, capsys):
 
     for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines():
         json.loads(line, parse_constant=no_constant)
+
+
+def test_demo_draws_no_progress_bar_into_a_pipe(tmp_path, monkeypatch):
+    """Progress bars redraw with carriage returns: ``nlnet demo`` turns them off when stderr is
+    not a terminal (here: pytest's capture), as the training loop does."""
+    import nlnet.demo.video_run as video_run
+    from nlnet.cli import main
+
+    seen = {}
+    monkeypatch.setattr(video_run, "run_demo", lambda args: seen.update(vars(args)))
+    assert main(["demo", "--quick", "--output-dir", str(tmp_path)]) == 0
+    assert seen["no_progress"] is True
