@@ -40,11 +40,18 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (and exit status 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str) -> argparse.ArgumentParser:
     """Return the argument parser of one sub-command (imports its module)."""
     module_name, summary = COMMANDS[command]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog=f"nlnet {command}",
         description=(module.__doc__ or summary).strip().splitlines()[0],
         epilog=getattr(module, "EXAMPLES", None),
@@ -76,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"nlnet: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     # Options and KEY=VALUE overrides may come in any order.
-    args = build_parser(command).parse_intermixed_args(rest)
+    try:
+        args = build_parser(command).parse_intermixed_args(rest)
+    except SystemExit as exc:  # --help (0) or a usage error (2, one line on stderr)
+        return int(exc.code or 0)
     return _run(command, args, debug)
 
 

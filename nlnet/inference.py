@@ -1,52 +1,79 @@
 """Inference from a checkpoint in three calls: the model, its preprocessing, predictions.
 
-::
+```python
+import nlnet
 
-    import nlnet
+model = nlnet.load_model("runs/mine/checkpoints/final.pt")      # eval mode, weights loaded
+transform = nlnet.preprocessing("runs/mine/checkpoints/final.pt")
+clips = transform("video.mp4")           # (clips x crops, 3, T, H, W), the test views
+result = nlnet.predict(model, ["video.mp4"])[0]
+result.top(5)                            # [("class name", score), ...]
+```
 
-    model = nlnet.load_model("runs/mine/checkpoints/final.pt")      # eval mode, weights loaded
-    transform = nlnet.preprocessing("runs/mine/checkpoints/final.pt")
-    clips = transform("video.mp4")           # (clips x crops, 3, T, H, W), the test views
-    result = nlnet.predict(model, ["video.mp4"])[0]
-    result.top(5)                            # [("class name", score), ...]
+An image classifier's checkpoint works the same way: :func:`preprocessing` returns an
+:class:`ImageTransform` (resize, centre crop, normalisation) and :func:`predict` takes image files.
 
 Everything a checkpoint written by ``nlnet train`` (or ``nlnet demo``) needs at test time is
 stored in it: the registry name and build options of the network, the class names, and the
 test-time preprocessing (clip length, frame stride, shorter side, crop, mean/std) together with
-the multi-clip protocol of its config (``eval.clips`` x ``eval.crops``).  A video is scored as in
+the multi-clip protocol of its config (``eval.clips`` x ``eval.crops``); both transforms are read
+from the one :class:`~nlnet.data.video.config.Preprocessing` of the checkpoint.  A video is scored as in
 "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) Section 4.1, *Inference*:
 ``clips`` clips spread evenly over the video, the shorter side resized (256 in the paper), the
 network run fully-convolutionally (or on ``crops`` crops), and the softmax scores (per-category
-sigmoid for a multi-label model, Section 5.2) averaged over the views.
-
-``nlnet predict`` is this module on the command line.
+sigmoid for a multi-label model, Section 5.2) averaged over the views.  ``nlnet predict`` is
+this module on the command line.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from nlnet.data.video.config import Preprocessing
 from nlnet.data.video.sampling import UniformClipSampler
 from nlnet.data.video.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform
 from nlnet.data.video_io.backends import VideoDecodeError, open_video
-from nlnet.engine.checkpoint import CheckpointInfo, checkpoint_info, load_checkpoint
-from nlnet.engine.checkpoint import load_model as _load_checkpoint_model
+from nlnet.engine.checkpoint import (
+    CheckpointInfo,
+    build_model_from_checkpoint,
+    checkpoint_info,
+    load_checkpoint,
+)
 from nlnet.engine.distributed import resolve_device
 from nlnet.engine.errors import CheckpointError, DataError
 from nlnet.engine.tasks.video_eval import scores_from_logits
 
-__all__ = ["VideoTransform", "Prediction", "load_model", "preprocessing", "predict"]
+__all__ = [
+    "ImageTransform",
+    "InputWarning",
+    "VideoTransform",
+    "Prediction",
+    "load_model",
+    "preprocessing",
+    "predict",
+]
 
 PathLike = str | os.PathLike
 Checkpoint = PathLike | Mapping[str, Any]
-Video = PathLike | torch.Tensor
+Video = PathLike | torch.Tensor | np.ndarray
+
+#: File extensions read as still images (by Pillow), not as videos.
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+
+class InputWarning(UserWarning):
+    """An input the model can score but not as it was trained: a video shorter than one clip,
+    or a still image given to a video model (the warning names the file)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +98,7 @@ class VideoTransform:
     num_frames: int
     stride: int = 1
     size: int = 256
-    crop: int | None = None
+    crop: int | tuple[int, ...] | None = None
     mean: tuple[float, ...] = IMAGENET_MEAN
     std: tuple[float, ...] = IMAGENET_STD
     clips: int = 10
@@ -95,32 +122,38 @@ class VideoTransform:
         return self.clips * self.crops
 
     @classmethod
+    def from_preprocessing(
+        cls, prep: Preprocessing, *, clips: int | None = None, crops: int | None = None
+    ) -> VideoTransform:
+        """The transform of a video model's :class:`~nlnet.data.video.config.Preprocessing`."""
+        if not prep.is_video:
+            raise ValueError("preprocessing: no num_frames (not a video model's)")
+        return cls(num_frames=prep.num_frames, stride=prep.stride or 1, size=prep.size or 256,
+                   crop=prep.crop, mean=prep.mean, std=prep.std, clips=clips or 10,
+                   crops=crops or 1)  # fmt: skip
+
+    @classmethod
     def from_checkpoint(
         cls, checkpoint: Checkpoint, *, clips: int | None = None, crops: int | None = None
     ) -> VideoTransform:
         """The preprocessing stored in a checkpoint (``clips``/``crops``: its ``eval`` config).
 
         Raises:
-            CheckpointError: the checkpoint stores no preprocessing (a bare state dict).
+            CheckpointError: the checkpoint stores no video preprocessing (an image model's,
+                or a bare state dict).
         """
         ckpt = load_checkpoint(checkpoint)
-        prep = checkpoint_info(ckpt).preprocessing
-        if not prep.get("num_frames"):
+        prep = Preprocessing.from_dict(checkpoint_info(ckpt).preprocessing)
+        if not prep.is_video:
             where = "checkpoint" if isinstance(checkpoint, Mapping) else f"{str(checkpoint)!r}"
-            what = "an image model's" if prep else "no"
             raise CheckpointError(
-                f"{where}: stores {what} preprocessing, not a video classifier's (no num_frames);"
-                " nlnet.predict scores video classifiers: build a transform with "
-                "nlnet.inference.VideoTransform(num_frames=..., size=..., mean=..., std=...)"
+                f"{where}: stores no video preprocessing (no num_frames); use "
+                "nlnet.preprocessing(checkpoint) (an image model's gives an ImageTransform) or "
+                "build nlnet.inference.VideoTransform(num_frames=..., size=..., mean=..., std=...)"
             )
         test = (ckpt.get("config") or {}).get("eval") or {}
-        return cls(
-            num_frames=int(prep["num_frames"]),
-            stride=int(prep.get("stride", 1)),
-            size=int(prep.get("size", 256)),
-            crop=None if prep.get("crop") is None else int(prep["crop"]),
-            mean=tuple(prep.get("mean", IMAGENET_MEAN)),
-            std=tuple(prep.get("std", IMAGENET_STD)),
+        return cls.from_preprocessing(
+            prep,
             clips=int(clips or test.get("clips", 10)),
             crops=int(crops or test.get("crops", 1)),
         )
@@ -134,38 +167,133 @@ class VideoTransform:
 
         Args:
             video: a video file (decoded with PyAV), or its frames as decoded: a ``uint8``
-                ``(frames, H, W, 3)`` tensor (e.g. from :func:`nlnet.data.video_io.backends.read_frames`).
+                ``(frames, H, W, 3)`` tensor or numpy array (e.g. from
+                :func:`nlnet.data.video_io.backends.read_frames`).  A still image file is a
+                one-frame video (with an :class:`InputWarning`), as is a video shorter than one
+                clip (its frames are repeated).
 
         Returns:
             ``(clips * crops, 3, num_frames, H', W')`` float32, normalised.
 
         Raises:
             VideoDecodeError: the file is missing, corrupt or has no video stream.
-            ValueError: a tensor that is not ``uint8`` ``(frames, H, W, C)``.
+            ValueError: an array that is not ``uint8`` ``(frames, H, W, C)``.
         """
         transform = TestTransform(self.size, self.crop, self.crops, self.mean, self.std)
+        return torch.stack(
+            [transform(frames, c) for frames in self.clips_of(video) for c in range(self.crops)]
+        )
+
+    def clips_of(self, video: Video) -> list[torch.Tensor]:
+        """The ``clips`` sampled clips of a video, ``uint8`` ``(num_frames, H, W, C)`` each
+        (before resizing and cropping): what :meth:`__call__` turns into views."""
+        if isinstance(video, np.ndarray):
+            video = torch.from_numpy(np.ascontiguousarray(video))
         if isinstance(video, torch.Tensor):
             if video.ndim != 4 or video.dtype != torch.uint8 or video.shape[0] < 1:
                 raise ValueError(
                     "video: expected a file path or uint8 frames of shape (frames, H, W, C), "
-                    f"got a {video.dtype} tensor of shape {tuple(video.shape)}"
+                    f"got a {video.dtype} array of shape {tuple(video.shape)}"
                 )
-            clips = [video[idx] for idx in self._indices(video.shape[0])]
-        elif isinstance(video, (str, os.PathLike)):
-            with open_video(video) as reader:
-                clips = [reader.get_frames(idx) for idx in self._indices(reader.num_frames)]
-        else:
+            self._warn_short(video.shape[0], "video frames")
+            return [video[idx] for idx in self._indices(video.shape[0])]
+        if not isinstance(video, (str, os.PathLike)):
             raise TypeError(
-                f"video: expected a file path or a uint8 tensor, got {type(video).__name__}"
+                f"video: expected a file path or a uint8 array, got {type(video).__name__}"
             )
-        views = [transform(frames, c) for frames in clips for c in range(self.crops)]
-        return torch.stack(views)
+        if Path(video).suffix.lower() in IMAGE_EXTENSIONS:
+            warnings.warn(
+                f"{str(video)!r}: a still image given to a video model ({self.num_frames}-frame "
+                "clips); it is scored as a clip of that one frame repeated",
+                InputWarning,
+                stacklevel=3,
+            )
+            frames = torch.from_numpy(_read_image(video))[None]
+            return [frames[idx] for idx in self._indices(1)]
+        with open_video(video) as reader:
+            self._warn_short(reader.num_frames, repr(str(video)))
+            return [reader.get_frames(idx) for idx in self._indices(reader.num_frames)]
+
+    def _warn_short(self, num_frames: int, what: str) -> None:
+        span = (self.num_frames - 1) * self.stride + 1
+        if 0 < num_frames < span:
+            warnings.warn(
+                f"{what}: {num_frames} frame(s), shorter than one clip ({self.num_frames} frames "
+                f"at stride {self.stride} span {span}); frames are repeated to fill the clip",
+                InputWarning,
+                stacklevel=4,
+            )
 
     def _indices(self, num_frames: int) -> list[torch.Tensor]:
         if num_frames < 1:
             raise ValueError("video: it has no frame")
         sampler = UniformClipSampler(self.num_frames, self.stride, self.clips)
         return [sampler(num_frames, k) for k in range(self.clips)]
+
+
+def _read_image(path: PathLike) -> np.ndarray:
+    """An image file as ``uint8`` ``(H, W, 3)`` RGB (Pillow)."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.array(im.convert("RGB"))
+
+
+@dataclass(frozen=True)
+class ImageTransform:
+    """The test-time input pipeline of an image classifier: an image -> one normalised view.
+
+    The ImageNet recipe: the shorter side resized to ``size``, the centre ``crop x crop`` kept
+    and normalised, returned as a ``(1, C, crop, crop)`` float tensor (one view, so that
+    :func:`predict` treats images and videos alike).
+
+    Attributes:
+        size: shorter side after resizing (``crop * 8 / 7`` by default in training configs).
+        crop: side of the square centre crop given to the model.
+        mean: per-channel mean on the ``[0, 1]`` pixel scale.
+        std: per-channel standard deviation on the ``[0, 1]`` pixel scale.
+    """
+
+    size: int
+    crop: int
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+
+    @classmethod
+    def from_preprocessing(cls, prep: Preprocessing) -> ImageTransform:
+        """The transform of an image model's :class:`~nlnet.data.video.config.Preprocessing`."""
+        crop = (prep.crop_hw() or (224, 224))[0]
+        return cls(size=prep.size or crop, crop=crop, mean=prep.mean, std=prep.std)
+
+    views = 1  # one view per image
+
+    def replace(self, **changes: Any) -> ImageTransform:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def __call__(self, image: PathLike | np.ndarray | torch.Tensor | Any) -> torch.Tensor:
+        """Turn one image (a file, a PIL image or ``uint8`` ``(H, W, 3)`` pixels) into
+        ``(1, 3, crop, crop)`` float32, normalised.
+
+        Raises:
+            OSError: the file is missing or not an image Pillow reads.
+        """
+        from PIL import Image
+        from torchvision import transforms as T
+
+        if isinstance(image, (str, os.PathLike)):
+            image = _read_image(image)
+        if not isinstance(image, Image.Image):
+            pixels = np.asarray(image)
+            if pixels.ndim != 3 or pixels.dtype != np.uint8:
+                raise ValueError(
+                    "image: expected a file path, a PIL image or uint8 pixels of shape (H, W, C), "
+                    f"got a {pixels.dtype} array of shape {tuple(pixels.shape)}"
+                )
+            image = Image.fromarray(pixels)
+        tf = T.Compose([T.Resize(self.size, antialias=True), T.CenterCrop(self.crop),
+                        T.ToTensor(), T.Normalize(self.mean, self.std)])  # fmt: skip
+        return tf(image.convert("RGB"))[None]
 
 
 @dataclass(frozen=True)
@@ -205,9 +333,12 @@ class Prediction:
 def load_model(checkpoint: Checkpoint, device: str | torch.device = "cpu") -> nn.Module:
     """Build the network a checkpoint was trained as, load its weights, eval mode.
 
+    The one public way from a checkpoint to a model (the engine's
+    :func:`~nlnet.engine.checkpoint.build_model_from_checkpoint` plus what prediction needs).
     The model carries what :func:`predict` needs as ``model.nlnet_info`` (a
     :class:`~nlnet.engine.checkpoint.CheckpointInfo`: class names, preprocessing, multi-label)
-    and ``model.nlnet_transform`` (a :class:`VideoTransform`, or ``None``).
+    and ``model.nlnet_transform`` (a :class:`VideoTransform` or :class:`ImageTransform`, or
+    ``None`` for a checkpoint that is not a classifier's).
 
     Args:
         checkpoint: a ``.pt`` file written by ``nlnet train``/``demo`` or a loaded checkpoint.
@@ -217,10 +348,10 @@ def load_model(checkpoint: Checkpoint, device: str | torch.device = "cpu") -> nn
         CheckpointError: the file is missing, corrupted or does not rebuild a registered model.
     """
     ckpt = load_checkpoint(checkpoint)
-    model = _load_checkpoint_model(ckpt, resolve_device(device))
+    model = build_model_from_checkpoint(ckpt, resolve_device(device))
     model.nlnet_info = checkpoint_info(ckpt)
     try:
-        model.nlnet_transform = VideoTransform.from_checkpoint(ckpt)
+        model.nlnet_transform = preprocessing(ckpt)
     except (CheckpointError, ValueError):
         model.nlnet_transform = None
     return model
@@ -228,23 +359,53 @@ def load_model(checkpoint: Checkpoint, device: str | torch.device = "cpu") -> nn
 
 def preprocessing(
     checkpoint: Checkpoint, *, clips: int | None = None, crops: int | None = None
-) -> VideoTransform:
-    """The test-time preprocessing stored in a checkpoint (see :class:`VideoTransform`).
+) -> VideoTransform | ImageTransform:
+    """The test-time preprocessing stored in a checkpoint.
+
+    A video classifier's is a :class:`VideoTransform`, an image classifier's an
+    :class:`ImageTransform`; both are read from the checkpoint's one
+    :class:`~nlnet.data.video.config.Preprocessing`.
 
     Args:
         checkpoint: a ``.pt`` file written by ``nlnet train``/``demo`` or a loaded checkpoint.
         clips: clips per video (default: the checkpoint's ``eval.clips``, else 10).
         crops: spatial views per clip, 1 or 3 (default: the checkpoint's ``eval.crops``).
+
+    Raises:
+        CheckpointError: the checkpoint is not a video or image classifier's (e.g. a
+            segmentation model's, or a bare state dict).
     """
-    return VideoTransform.from_checkpoint(checkpoint, clips=clips, crops=crops)
+    ckpt = load_checkpoint(checkpoint)
+    info = checkpoint_info(ckpt)
+    prep = Preprocessing.from_dict(info.preprocessing)
+    if prep.is_video:
+        return VideoTransform.from_checkpoint(ckpt, clips=clips, crops=crops)
+    if info.preprocessing and _task(info.model_name) == "image_classification":
+        return ImageTransform.from_preprocessing(prep)
+    where = "checkpoint" if isinstance(checkpoint, Mapping) else f"{str(checkpoint)!r}"
+    what = "is not a video or image classifier's" if info.preprocessing else "stores none"
+    raise CheckpointError(
+        f"{where}: its preprocessing {what} ({info.model_name}; a checkpoint that stores no "
+        "preprocessing cannot be fed); build nlnet.inference.VideoTransform(...) or "
+        "ImageTransform(...)"
+    )
+
+
+def _task(model_name: str) -> str | None:
+    from nlnet.models.registry import model_facts
+
+    try:
+        return model_facts(model_name).task
+    except ValueError:  # not registered
+        return None
 
 
 def _resolve(
     model: nn.Module | Checkpoint,
-    transform: VideoTransform | None,
+    transform: VideoTransform | ImageTransform | None,
     class_names: Sequence[str] | None,
     device: str | torch.device,
-) -> tuple[nn.Module, VideoTransform, list[str], bool, torch.device]:
+) -> tuple[nn.Module, VideoTransform | ImageTransform, list[str], bool, torch.device]:
     dev = resolve_device(device)
     if not isinstance(model, nn.Module):
         model = load_model(model, dev)
@@ -253,7 +414,7 @@ def _resolve(
     if transform is None:
         raise ValueError(
             "transform: the model carries no preprocessing; pass transform=nlnet.preprocessing(ckpt)"
-            " or a nlnet.inference.VideoTransform(...)"
+            " or a nlnet.inference.VideoTransform(...) / ImageTransform(...)"
         )
     names = list(class_names) if class_names is not None else (info.class_names if info else [])
     return model.to(dev).eval(), transform, names, bool(info and info.multi_label), dev
@@ -267,7 +428,7 @@ def predict(
     model: nn.Module | Checkpoint,
     videos: Video | Sequence[Video],
     *,
-    transform: VideoTransform | None = None,
+    transform: VideoTransform | ImageTransform | None = None,
     class_names: Sequence[str] | None = None,
     multi_label: bool | None = None,
     batch_size: int = 1,
@@ -276,10 +437,13 @@ def predict(
 ) -> list[Prediction]:
     """Score videos with multi-clip testing (Section 4.1): one :class:`Prediction` per video.
 
+    An image classifier's checkpoint scores images the same way (one view each).
+
     Args:
         model: a checkpoint path (or loaded checkpoint), or a model from :func:`load_model`; any
             other ``nn.Module`` taking ``(B, 3, T, H, W)`` clips works with ``transform=``.
-        videos: one or several video files or ``uint8`` ``(frames, H, W, 3)`` tensors.
+        videos: one or several video files or ``uint8`` ``(frames, H, W, 3)`` tensors or numpy
+            arrays; for an image classifier, image files or ``uint8`` ``(H, W, 3)`` arrays.
         transform: the preprocessing (default: the checkpoint's).
         class_names: names of the outputs (default: the checkpoint's; ``class_<i>`` otherwise).
         multi_label: sigmoid instead of softmax scores (default: the checkpoint's loss).
@@ -295,7 +459,8 @@ def predict(
         raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
     net, transform, names, stored_multi, dev = _resolve(model, transform, class_names, device)
     multi = stored_multi if multi_label is None else bool(multi_label)
-    items = [videos] if isinstance(videos, (str, os.PathLike, torch.Tensor)) else list(videos)
+    single = (str, os.PathLike, torch.Tensor, np.ndarray)
+    items = [videos] if isinstance(videos, single) else list(videos)
     given = class_names is not None
     with torch.no_grad():
         return [
@@ -306,7 +471,7 @@ def predict(
 
 def _predict_one(
     net: nn.Module,
-    transform: VideoTransform,
+    transform: VideoTransform | ImageTransform,
     names: list[str],
     multi: bool,
     dev: torch.device,
@@ -315,7 +480,7 @@ def _predict_one(
     names_given: bool,
     skip_errors: bool,
 ) -> Prediction:
-    path = None if isinstance(video, torch.Tensor) else str(video)
+    path = str(video) if isinstance(video, (str, os.PathLike)) else None
     try:
         views = transform(video)
     except _DECODE_ERRORS as exc:
@@ -323,7 +488,8 @@ def _predict_one(
             raise
         reason = getattr(exc, "reason", None) or f"{type(exc).__name__}: {exc}"
         if not skip_errors:
-            raise DataError(f"video {path!r}: {reason}") from exc
+            what = "image" if isinstance(transform, ImageTransform) else "video"
+            raise DataError(f"{what} {path!r}: {reason}") from exc
         return Prediction(path, None, names, 0, reason)
     total = torch.zeros((), dtype=torch.float64)
     for start in range(0, views.shape[0], batch_size):

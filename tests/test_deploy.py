@@ -359,8 +359,10 @@ def tiny_checkpoint(tmp_path_factory):
         model=model,
         model_name="c2d_tiny_nl1",
         num_classes=5,
-        extra={"model_overrides": {"width": 4}, "num_frames": 4},
-    )
+        model_options={"width": 4},
+        preprocessing={"mean": [0.45] * 3, "std": [0.225] * 3, "num_frames": 4, "stride": 1,
+                       "size": 32, "crop": None},  # tested on whole 32-pixel frames
+    )  # fmt: skip
     return path
 
 
@@ -375,13 +377,11 @@ def test_export_command_writes_a_file_that_runs(fmt, tiny_checkpoint, tmp_path, 
     report = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert out.is_file() and report["bytes"] == out.stat().st_size
-    assert report["input_shape"] == [1, 3, 4, 32, 32]  # frames from the checkpoint
+    assert report["input_shape"] == [1, 3, 4, 32, 32]  # the checkpoint's clip length and scale
     assert report["check_ok"] and report["check_max_abs_diff"] <= 1e-4
-    # dynamic batch and clip length, checked on other shapes; metadata beside the file
-    assert report["dynamic_axes"] == {"batch": 0, "time": 2}
-    assert [3, 3, 8, 32, 32] in report["check_shapes"] or [2, 3, 8, 32, 32] in report[
-        "check_shapes"
-    ]  # fmt: skip
+    # dynamic batch and clip length (and whole-frame height/width), checked on other shapes
+    assert {"batch": 0, "time": 2}.items() <= report["dynamic_axes"].items()
+    assert any(s[2] == 8 for s in report["check_shapes"]), report["check_shapes"]
     meta = json.loads(Path(report["metadata"]).read_text())
     assert meta["class_names"] == [f"class_{i}" for i in range(5)] and meta["input_name"] == "input"
     assert meta["preprocessing"]["num_frames"] == 4 and len(meta["preprocessing"]["mean"]) == 3
@@ -449,3 +449,26 @@ def test_inserted_block_survives_deepcopy_and_pickle():
             torch.testing.assert_close(other(x), ref)
         model.layer3[4].non_local.norm.weight.zero_()  # identity block: output must change
         assert not torch.allclose(model(x), ref)
+
+
+def test_export_defaults_to_the_checkpoints_own_clip_and_crop(tmp_path, capsys):
+    """No --input-size: the clip length and crop stored in the checkpoint (here 6 frames,
+    24-pixel crops), not the model's registered 4 x 32 x 32; a crop is a fixed size."""
+    from nlnet.cli import main
+    from nlnet.engine.checkpoint import save_checkpoint
+    from nlnet.models.registry import get_model_entry
+
+    assert get_model_entry("c2d_tiny_nl1").default_cfg.input_size[-1] == 32
+    ckpt = save_checkpoint(
+        tmp_path / "crop.pt", model=_tiny_model("c2d_tiny_nl1"), model_name="c2d_tiny_nl1",
+        num_classes=5, model_options={"width": 4},
+        preprocessing={"mean": [0.45] * 3, "std": [0.225] * 3, "num_frames": 6, "stride": 2,
+                       "size": 28, "crop": 24},
+    )  # fmt: skip
+    out = tmp_path / "m.ts"
+    rc = main(
+        ["export", "--checkpoint", str(ckpt), "--format", "torchscript", "--output", str(out)]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 0 and report["input_shape"] == [1, 3, 6, 24, 24] and report["check_ok"]
+    assert "height" not in report["dynamic_axes"]

@@ -7,6 +7,8 @@ checkpoint's class names, and clear errors for bad input.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -127,8 +129,96 @@ def test_bad_inputs_are_clear_errors(files):
     no_prep = save_checkpoint(files["ckpt"].parent / "noprep.pt", model=files["model"],
                               model_name="c2d_tiny_nl1", num_classes=3,
                               model_options={"width": 4})  # fmt: skip
-    with pytest.raises(CheckpointError, match="stores no preprocessing"):
+    with pytest.raises(CheckpointError, match="preprocessing stores none"):
         nlnet.preprocessing(no_prep)
     assert nlnet.load_model(no_prep).nlnet_transform is None
     with pytest.raises(ValueError, match="transform"):
         nlnet.predict(no_prep, [files["video"]])
+
+
+def test_video_transform_takes_numpy_frames(files):
+    """The docs' promise: uint8 (T, H, W, C) numpy frames work as the tensor does."""
+    transform = nlnet.preprocessing(files["ckpt"])
+    frames = read_frames(files["video"], range(11))
+    assert torch.equal(transform(frames.numpy()), transform(frames))
+    [by_array] = nlnet.predict(files["ckpt"], frames.numpy())
+    [by_path] = nlnet.predict(files["ckpt"], files["video"])
+    torch.testing.assert_close(by_array.scores, by_path.scores)
+    with pytest.raises(ValueError, match="uint8"):
+        transform(frames.numpy().astype("float32"))
+
+
+def test_short_video_and_still_image_warn_naming_the_file(files, tmp_path):
+    from PIL import Image
+
+    from nlnet.inference import InputWarning
+
+    short = write_video(tmp_path / "short.mp4", torch.zeros(3, 32, 40, 3, dtype=torch.uint8))
+    with pytest.warns(InputWarning, match=r"short\.mp4.*3 frame"):
+        [r] = nlnet.predict(files["ckpt"], short)  # 4 frames at stride 2 span 7
+    assert r.scores is not None
+    still = tmp_path / "photo.png"
+    Image.fromarray(torch.zeros(32, 40, 3, dtype=torch.uint8).numpy()).save(still)
+    with pytest.warns(InputWarning, match=r"photo\.png.*still image"):
+        [r] = nlnet.predict(files["ckpt"], still)
+    assert r.scores is not None and r.views == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a long enough video: no warning
+        nlnet.predict(files["ckpt"], files["video"])
+
+
+def test_preprocessing_is_one_class_for_video_and_image():
+    """Checkpoints store ``Preprocessing.to_dict()`` (video) or the image task's dict; both
+    read back through ``Preprocessing.from_dict``."""
+    from nlnet.data.video.config import Preprocessing, VideoDataConfig
+
+    video = Preprocessing.from_data(VideoDataConfig(num_frames=8, test_scale=40, test_crop=32))
+    assert Preprocessing.from_dict(video.to_dict()) == video and video.is_video
+    image = Preprocessing.from_dict({"mean": [0.1] * 3, "std": [0.2] * 3, "size": 32,
+                                     "resize": 37, "input_kind": "image"})  # fmt: skip
+    assert (image.size, image.crop, image.is_video, image.crop_hw()) == (37, 32, False, (32, 32))
+
+
+@pytest.fixture(scope="module")
+def image_files(tmp_path_factory):
+    from PIL import Image
+
+    tmp = tmp_path_factory.mktemp("image_inference")
+    torch.manual_seed(0)
+    model = nlnet.create_model("vit_tiny", num_classes=2, image_size=32)
+    prep = {"mean": [0.5] * 3, "std": [0.25] * 3, "size": 32, "resize": 36,
+            "input_kind": "image"}  # fmt: skip
+    ckpt = save_checkpoint(
+        tmp / "image.pt", model=model, model_name="vit_tiny", num_classes=2,
+        class_names=["dark", "light"], model_options={"image_size": 32}, preprocessing=prep,
+    )  # fmt: skip
+    gen = torch.Generator().manual_seed(2)
+    paths = []
+    for i in range(2):
+        x = torch.randint(0, 256, (40, 48, 3), dtype=torch.uint8, generator=gen)
+        Image.fromarray(x.numpy()).save(tmp / f"{i}.png")
+        paths.append(tmp / f"{i}.png")
+    return {"ckpt": ckpt, "paths": paths, "model": model.eval()}
+
+
+def test_image_checkpoints_through_the_python_api(image_files):
+    """``nlnet.preprocessing``/``nlnet.predict`` take an image classifier's checkpoint: the
+    image task's test transform (resize 36, centre crop 32, the stored mean/std)."""
+    from PIL import Image
+    from torchvision import transforms as T
+
+    from nlnet.inference import ImageTransform
+
+    transform = nlnet.preprocessing(image_files["ckpt"])
+    assert transform == ImageTransform(size=36, crop=32, mean=(0.5,) * 3, std=(0.25,) * 3)
+    ref = T.Compose([T.Resize(36), T.CenterCrop(32), T.ToTensor(), T.Normalize([0.5] * 3,
+                                                                                 [0.25] * 3)])  # fmt: skip
+    path = image_files["paths"][0]
+    expected_input = ref(Image.open(path).convert("RGB"))[None]
+    assert torch.equal(transform(path), expected_input)
+    results = nlnet.predict(image_files["ckpt"], image_files["paths"])
+    with torch.no_grad():
+        expected = torch.softmax(image_files["model"](expected_input), 1)[0].double()
+    torch.testing.assert_close(results[0].scores, expected)
+    assert results[0].class_names == ["dark", "light"] and results[0].views == 1
+    assert nlnet.load_model(image_files["ckpt"]).nlnet_transform == transform

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nlnet.analysis.hooks import record_attention
+from nlnet.analysis.visualize import fit_titles
 
 __all__ = [
     "PALETTE",
@@ -190,6 +191,7 @@ def save_segmentation_figure(
         ]
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8)
     fig.tight_layout(rect=(0, 0.08 if class_names else 0, 1, 1))
+    fit_titles(fig)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from nlnet.analysis.hooks import record_attention
+from nlnet.analysis.visualize import fit_titles
 from nlnet.functional.windows import cyclic_shift, pad_to_window, window_partition
 
 __all__ = [
@@ -300,7 +301,7 @@ def rollout_figure(image, heat: Tensor, title: str = "attention rollout"):
     for ax in axes:
         ax.axis("off")
     fig.tight_layout()
-    return fig
+    return fit_titles(fig)
 
 
 def transformer_attention_figure(model: nn.Module, x: Tensor, frames, title: str = ""):
@@ -360,4 +361,4 @@ def _video_rollout_figure(frames, heat: Tensor, title: str):
         ax.axis("off")
     fig.suptitle(title or "attention rollout (class token)")
     fig.tight_layout()
-    return fig
+    return fit_titles(fig)

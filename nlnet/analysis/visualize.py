@@ -29,6 +29,8 @@ from nlnet.analysis.hooks import GridMapping
 __all__ = [
     "arrows_figure",
     "draw_arrows",
+    "fit_titles",
+    "title_boxes",
     "heatmap_figure",
     "strongest_query",
     "top_keys",
@@ -41,6 +43,47 @@ def _plt():
     plt = pyplot()
 
     return plt
+
+
+def title_boxes(fig: Any) -> list[Any]:
+    """Display-space bounding boxes of a figure's titles (its texts, e.g. the suptitle, and every
+    axis title that is set), measured with the figure's renderer."""
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in fig.texts if t.get_visible() and t.get_text()]
+    texts += [ax.title for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    return [t.get_window_extent(renderer) for t in texts]
+
+
+def _overlapping(boxes: list[Any]) -> list[tuple[Any, Any]]:
+    return [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if a.overlaps(b)]
+
+
+def fit_titles(fig: Any, min_fontsize: float = 5.0) -> Any:
+    """Lay a figure out so that no two titles overlap (checked with the renderer).
+
+    The figure's own texts (the suptitle) are wrapped to the figure's width; while a title
+    overlaps an axis title below it, the axes move down; axis titles that overlap each other
+    side by side get a smaller font (down to ``min_fontsize``).  Returns the figure.
+    """
+    for text in fig.texts:
+        text.set_wrap(True)
+    for _ in range(12):
+        fig.canvas.draw()
+        pairs = _overlapping(title_boxes(fig))
+        if not pairs:
+            break
+        sup = [t.get_window_extent(fig.canvas.get_renderer()) for t in fig.texts if t.get_text()]
+        lowest = min((b.y0 for b in sup), default=None)
+        tops = [ax.title.get_window_extent(fig.canvas.get_renderer()).y1 for ax in fig.axes
+                if ax.get_title()]  # fmt: skip
+        if lowest is not None and tops and max(tops) > lowest:  # the axes go down
+            shift = (max(tops) - lowest + 4.0) / fig.get_window_extent().height
+            top = max(ax.get_position().y1 for ax in fig.axes)
+            fig.subplots_adjust(top=max(top - shift, 0.3))
+            continue
+        for ax in fig.axes:  # side by side: smaller fonts
+            ax.title.set_fontsize(max(ax.title.get_fontsize() - 1, min_fontsize))
+    return fig
 
 
 def _as_frames(frames: Tensor | np.ndarray) -> np.ndarray:
@@ -175,7 +218,7 @@ def arrows_figure(
     if title:
         fig.suptitle(title, fontsize=9)
     fig.subplots_adjust(left=0.01, right=0.99, bottom=0.02, top=0.8 if title else 0.88, wspace=0.05)
-    return fig
+    return fit_titles(fig)
 
 
 def heatmap_figure(
@@ -188,7 +231,12 @@ def heatmap_figure(
     panel_size: float = 1.6,
     cmap: str = "inferno",
 ):
-    """The query's weights over the key grid, upsampled onto every frame (one shared scale)."""
+    """The query's weights over the key grid, upsampled onto every frame (one shared scale).
+
+    Each key time step's total weight ("mass") is written once, above the first frame it
+    covers (``t=a-b`` when a pooled key step spans frames ``a..b``), so that the masses in the
+    titles add up to the row's total (1 for a softmax, Eq. 2).
+    """
     plt = _plt()
     video = _as_frames(frames)
     m = _video_mapping(mapping)
@@ -207,16 +255,22 @@ def heatmap_figure(
     mass = grid.reshape(grid.shape[0], -1).sum(axis=1)  # total weight per key time step
     fig, axes = plt.subplots(1, T, figsize=(panel_size * T, panel_size + 0.5), squeeze=False)
     tq, yq, xq = m.query_center(query)
+    cells = [m.key_cell(m.key_index((t, 0, 0)))[0] for t in range(T)]
     for t, ax in enumerate(axes[0]):
         ax.imshow(video[t].mean(-1), cmap="gray", interpolation="nearest")
         ax.imshow(heat[t], cmap=cmap, alpha=0.6, vmin=0.0, vmax=vmax, interpolation="nearest")
         ax.set_xticks([])
         ax.set_yticks([])
-        tk = m.key_cell(m.key_index((t, 0, 0)))[0]
-        ax.set_title(f"t={t}  mass {mass[tk]:.2f}", fontsize=7)
+        tk = cells[t]
+        if t == 0 or cells[t - 1] != tk:  # a key time step's mass once, on its first frame
+            last = max(i for i, c in enumerate(cells) if c == tk)
+            span = f"t={t}" if last == t else f"t={t}-{last}"
+            ax.set_title(f"{span}  mass {mass[tk]:.2f}", fontsize=7)
+        else:
+            ax.set_title(f"t={t}", fontsize=7)
         if t == int(round(tq)):
             ax.plot([xq], [yq], "o", ms=7, mfc="none", mec="#00e5ff", mew=2)
     if title:
         fig.suptitle(title, fontsize=9)
     fig.subplots_adjust(left=0.01, right=0.99, bottom=0.02, top=0.8 if title else 0.88, wspace=0.05)
-    return fig
+    return fit_titles(fig)

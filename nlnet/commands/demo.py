@@ -60,13 +60,24 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="CPU cores (default: auto = the usable cores). The demos train their models side by "
         "side, one PyTorch thread each, so their figures do not depend on it",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bars (there are none when stderr is not a terminal)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
+    import sys
+
+    from nlnet.commands.common import device_arg, output_dir_arg
     from nlnet.demo.threads import jobs_for
     from nlnet.engine.errors import UserError
 
+    # a bar redraws itself with "\r": only on a terminal, never in a log file or a pipe
+    args.no_progress = args.no_progress or not sys.stderr.isatty()
+    output_dir_arg(args.output_dir)
+    device_arg(args.device)
     try:
         jobs_for(args.threads)  # the one check of --threads, before any work
     except ValueError as exc:

@@ -29,9 +29,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from nlnet.commands.common import data_backend_arg, device_arg
     from nlnet.engine.checkpoint import load_checkpoint
     from nlnet.engine.config import ConfigError, apply_overrides, config_from_dict, load_config
-    from nlnet.engine.distributed import resolve_device
     from nlnet.engine.evaluation import evaluate
 
     overrides = list(args.overrides)
@@ -46,7 +46,8 @@ def main(args: argparse.Namespace) -> int:
             if not stored:
                 raise ConfigError(f"checkpoint {args.checkpoint!r} holds no config; pass --config")
             cfg = config_from_dict(apply_overrides(stored, overrides))
-        resolve_device(cfg.train.device)  # a clear error for --device cuda without CUDA
+        device_arg(cfg.train.device)  # a clear error for --device cuda without CUDA
+        data_backend_arg(cfg)
         from nlnet.models.registry import get_model_entry
 
         get_model_entry(cfg.model.name)  # a typo in model.name: one line, not ignored

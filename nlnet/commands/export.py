@@ -1,8 +1,12 @@
 """Export a trained model to ONNX, TorchScript or a ``torch.export`` program, and check it.
 
-The checkpoint's registered model is rebuilt and loaded and exported with a dynamic batch axis
-(and a dynamic clip length where the model allows it: the convolutional video models), the input
-named ``input`` and the output ``logits``.  The model name, class names, preprocessing (mean,
+The checkpoint's model is rebuilt and loaded (:func:`nlnet.load_model`) and exported at the size
+its own stored preprocessing makes (:class:`~nlnet.data.video.config.Preprocessing`: the clip length and
+the crop, or the test scale when it tests on the whole frame), not at the model's registered
+size: a model trained on 32-pixel clips takes 32-pixel clips.  The batch axis is dynamic, and so
+are the clip length (the convolutional video models) and, for a model tested on whole frames,
+the height and width, where the exported graph allows it; the input is named ``input`` and the
+output ``logits``.  The model name, class names, preprocessing (mean,
 std, clip length, size) and the dynamic axes go into the ONNX file's metadata
 (``metadata_props``, JSON values), into TorchScript's extra file ``nlnet.json``, and beside every
 exported file as ``<output>.json``.  The exported file is then read back and run on random
@@ -36,7 +40,6 @@ __all__ = [
     "configure_parser",
     "export_model",
     "export_metadata",
-    "load_model",
     "main",
     "missing_packages",
     "EXAMPLES",
@@ -61,8 +64,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input-size",
         default=None,
-        help="one sample, CxTxHxW (video) or CxHxW (image); default: the checkpoint's clip "
-        "length and the model's registered input size",
+        help="one sample, CxTxHxW (video) or CxHxW (image); default: the checkpoint's own clip "
+        "length and crop (its stored preprocessing)",
     )
     parser.add_argument(
         "--batch",
@@ -73,20 +76,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (>= 17)")
     parser.add_argument("--atol", type=float, default=1e-4, help="tolerance of the check run")
     parser.add_argument("--no-check", action="store_true", help="skip the check run")
-
-
-def load_model(path: str | Path) -> tuple[nn.Module, Any]:
-    """The checkpoint's model (eval mode, CPU) and what it says about its input.
-
-    Goes through the engine's one checkpoint-to-model path (``load_model`` + ``checkpoint_info``).
-    """
-    from nlnet.engine.checkpoint import checkpoint_info
-    from nlnet.engine.checkpoint import load_model as load_checkpoint_model
-
-    return load_checkpoint_model(path), checkpoint_info(path)
+    parser.add_argument(
+        "--device", default="cpu", help="where the model is traced: cpu, cuda, cuda:N (cpu)"
+    )
 
 
 def _input_shape(args: argparse.Namespace, info: Any) -> tuple[int, ...]:
+    """``(batch, C, T, H, W)`` or ``(batch, C, H, W)``: ``--input-size``, else what the
+    checkpoint's stored preprocessing makes (clip length, crop or test scale), else the model's
+    registered input size (a checkpoint that stores no preprocessing)."""
+    from nlnet.data.video.config import Preprocessing
     from nlnet.models.registry import get_model_entry
 
     if args.batch < 1:
@@ -105,71 +104,116 @@ def _input_shape(args: argparse.Namespace, info: Any) -> tuple[int, ...]:
     size = list(get_model_entry(info.model_name).default_cfg.input_size)
     if not size:
         raise ValueError("--input-size: the model has no registered input size; give one")
-    frames = info.preprocessing.get("num_frames")
-    if frames and len(size) == 4:
-        size[1] = int(frames)
+    prep = Preprocessing.from_dict(info.preprocessing)
+    hw = prep.crop_hw() or ((prep.size, prep.size) if prep.size else None)
+    if prep.is_video and len(size) == 4:
+        size[1] = prep.num_frames
+    if hw and len(size) in (3, 4) and info.preprocessing.get("kind") != "volume":
+        size[-2:] = hw
     return (args.batch, *size)
 
 
-def dynamic_spec(x: torch.Tensor, dynamic_time: bool) -> dict[int, Any]:
-    """``torch.export`` dynamic shapes of the input: batch always, clip length if allowed."""
+def _whole_frame(args: argparse.Namespace, info: Any) -> bool:
+    """Whether the model is tested on whole resized frames (no crop): their height and width
+    vary with the video's aspect ratio, so the export tries to keep them dynamic."""
+    prep = info.preprocessing
+    return not args.input_size and bool(prep.get("num_frames")) and prep.get("crop") is None
+
+
+#: The optional dynamic axes of a clip ``(B, C, T, H, W)`` (the batch axis 0 is always dynamic).
+AXES = {"time": 2, "height": 3, "width": 4}
+
+
+def dynamic_spec(x: torch.Tensor, dynamic: tuple[str, ...] = (), *, named: bool = False
+                 ) -> dict[int, Any]:  # fmt: skip
+    """``torch.export`` dynamic shapes of the input: the batch always, and the ``dynamic`` axes
+    of a clip (``"time"``, ``"height"``, ``"width"``).  ``named``: named dimensions (what the
+    ONNX exporter takes; the clip length from 2, the height/width from the example's, the test
+    scale being the shorter side) instead of ``Dim.AUTO`` (the range the model's
+    shape-dependent paths allow)."""
     from torch.export import Dim
 
     spec: dict[int, Any] = {0: Dim("batch", min=1, max=4096)}
-    if dynamic_time and x.dim() == 5:
-        spec[2] = Dim.AUTO  # the range the model's shape-dependent paths allow
+    if x.dim() != 5:
+        return spec
+    for name in dynamic:
+        axis = AXES[name]
+        low = 2 if name == "time" else int(x.shape[axis])
+        spec[axis] = Dim(name, min=low, max=4096) if named else Dim.AUTO
     return spec
 
 
 def export_model(
     model: nn.Module, x: torch.Tensor, fmt: str, output: Path, opset: int = 18,
-    *, dynamic_time: bool = False, metadata: dict[str, Any] | None = None,
+    *, dynamic: tuple[str, ...] = (), metadata: dict[str, Any] | None = None,
 ) -> dict[str, int]:  # fmt: skip
     """Write ``model`` traced on the example input ``x`` to ``output`` in format ``fmt``.
 
     Traced under ``no_grad``: the inference graph (the blocks' ``"auto"`` path chooses by whether
     a backward follows, so a graph traced with autograd on would carry the training choice).
-    The batch axis (``x`` should have a batch of 2 or more) and, with ``dynamic_time``, the clip
-    length are dynamic; ``metadata`` (strings to JSON values) goes into the file where the format
-    has a place for it (ONNX ``metadata_props``, TorchScript extra file ``nlnet.json``).
+    The batch axis (``x`` should have a batch of 2 or more) and the ``dynamic`` axes of a clip
+    (``"time"``, ``"height"``, ``"width"``) are dynamic (TorchScript's trace keeps no shapes);
+    ``metadata`` (strings to JSON values) goes into the file where the format has a place for
+    it (ONNX ``metadata_props``, TorchScript extra file ``nlnet.json``).
 
     Returns:
-        The dynamic axes of the input, ``{"batch": 0[, "time": 2]}``.
+        The dynamic axes of the input, e.g. ``{"batch": 0, "time": 2}``.
+
+    Raises:
+        ValueError: a bad format or opset.
+        Exception: whatever the exporter raises when the graph does not allow ``dynamic``.
     """
     output.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "onnx" and opset < 17:
         raise ValueError(f"--opset: expected 17 or more, got {opset}")
     if fmt not in FORMATS:
         raise ValueError(f"--format: expected one of {FORMATS}, got {fmt!r}")
-    spec = dynamic_spec(x, dynamic_time)
-    axes = {"batch": 0, **({"time": 2} if 2 in spec else {})}
+    dynamic = tuple(dynamic) if x.dim() == 5 else ()
+    axes = {"batch": 0, **{name: AXES[name] for name in dynamic}}
     meta = {k: json.dumps(v) for k, v in (metadata or {}).items()}
     with torch.no_grad():
         if fmt == "onnx":
-            if 2 in spec:  # the ONNX exporter takes named dimensions only
-                from torch.export import Dim
-
-                spec[2] = Dim("time", min=2, max=4096)
-            try:
-                program = _onnx_program(model, x, spec, opset)
-            except Exception:  # noqa: BLE001 - the clip length is not free: batch only
-                spec.pop(2, None)
-                axes.pop("time", None)
-                program = _onnx_program(model, x, spec, opset)
-            program.save(str(output))
+            spec = dynamic_spec(x, dynamic, named=True)
+            _onnx_program(model, x, spec, opset).save(str(output))
             _onnx_metadata(output, {**meta, "dynamic_axes": json.dumps(axes)})
         elif fmt == "torchscript":
             extra = {"nlnet.json": json.dumps({**(metadata or {}), "dynamic_axes": axes})}
             torch.jit.save(torch.jit.trace(model, (x,)), str(output), _extra_files=extra)
         else:
-            try:
-                program = torch.export.export(model, (x,), dynamic_shapes=(spec,))
-            except Exception:  # noqa: BLE001 - the clip length is not free: batch only
-                spec.pop(2, None)
-                axes.pop("time", None)
-                program = torch.export.export(model, (x,), dynamic_shapes=(spec,))
+            spec = dynamic_spec(x, dynamic)
+            program = torch.export.export(model, (x,), dynamic_shapes=(spec,))
             torch.export.save(program, str(output))
     return axes
+
+
+def export_with_free_axes(
+    model: nn.Module, x: torch.Tensor, fmt: str, output: Path, opset: int,
+    wanted: tuple[str, ...], metadata: dict[str, Any],
+) -> dict[str, int]:  # fmt: skip
+    """Export with the most of the ``wanted`` dynamic axes that the graph allows: each attempt
+    (all of them, then the clip length alone, then the batch alone) must export and its file
+    must run an input changed along those axes (a guard of the exported graph, e.g. a path
+    chosen by size, may bound an axis: then a fixed size, honestly)."""
+    import logging
+
+    tries = [wanted, tuple(a for a in wanted if a == "time"), ()]
+    for dynamic in dict.fromkeys(tries):  # in order, without repeats
+        before = logging.root.manager.disable
+        if dynamic:  # torch logs a refused axis at ERROR level: the next try follows anyway
+            logging.disable(logging.ERROR)
+        try:
+            axes = export_model(model, x, fmt, output, opset, dynamic=dynamic, metadata=metadata)
+        except ValueError:
+            raise
+        except Exception:  # noqa: BLE001 - the exporter refuses these axes: fewer
+            if not dynamic:
+                raise
+            continue
+        finally:
+            logging.disable(before)
+        if not dynamic or _runs_changed(fmt, output, x, dynamic):
+            return axes
+    raise AssertionError("unreachable: the batch-only export returns")
 
 
 def _onnx_program(model: nn.Module, x: torch.Tensor, spec: dict[int, Any], opset: int) -> Any:
@@ -228,7 +272,7 @@ def run_exported(fmt: str, path: Path, x: torch.Tensor) -> torch.Tensor:
         import onnxruntime as ort
 
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        (out,) = session.run([OUTPUT_NAME], {INPUT_NAME: x.numpy()})
+        (out,) = session.run([OUTPUT_NAME], {INPUT_NAME: x.detach().cpu().numpy()})
         return torch.from_numpy(out)
     if fmt == "torchscript":
         return torch.jit.load(str(path))(x)
@@ -245,8 +289,13 @@ def main(args: argparse.Namespace) -> int:
         print(f"nlnet export: --format onnx needs the package(s) {', '.join(missing)}: "
               f"pip install 'nlnet[export]'{hint}", file=sys.stderr)  # fmt: skip
         return 2
+    from nlnet.engine.distributed import resolve_device
+    from nlnet.inference import load_model
+
     try:
-        model, info = load_model(args.checkpoint)
+        device = resolve_device(args.device)
+        model = load_model(args.checkpoint, device)
+        info = model.nlnet_info
         _check_exportable(info.model_name)
         shape = _input_shape(args, info)
     except (OSError, ValueError) as err:
@@ -255,15 +304,14 @@ def main(args: argparse.Namespace) -> int:
     from nlnet.models.registry import model_facts
 
     facts = model_facts(info.model_name)
-    x = torch.randn(max(shape[0], 2), *shape[1:])  # a batch of 1 would be specialised
+    x = torch.randn(max(shape[0], 2), *shape[1:], device=device)  # a batch of 1 is specialised
     output = Path(args.output)
     metadata = export_metadata(info)
+    wanted = (("time",) if facts.dynamic_time else ()) + (
+        ("height", "width") if _whole_frame(args, info) else ()
+    )
     try:
-        axes = export_model(model, x, args.format, output, args.opset,
-                            dynamic_time=facts.dynamic_time, metadata=metadata)  # fmt: skip
-        if "time" in axes and not _runs_longer_clips(args.format, output, x):
-            # the model's shape-dependent paths bound the clip length: a fixed one, honestly
-            axes = export_model(model, x, args.format, output, args.opset, metadata=metadata)
+        axes = export_with_free_axes(model, x, args.format, output, args.opset, wanted, metadata)
     except ValueError as err:
         print(f"nlnet export: {err}", file=sys.stderr)
         return 2
@@ -281,16 +329,16 @@ def main(args: argparse.Namespace) -> int:
     }
     status = 0
     if not args.no_check:
+        free = tuple(a for a in axes if a != "batch")
         shapes = [shape, (shape[0] + 2, *shape[1:])]
-        if "time" in axes:
-            shapes.append((shape[0] + 1, shape[1], shape[2] * 2, *shape[3:]))
+        if free:
+            shapes.append((shape[0] + 1, *_changed(torch.empty(shape), free).shape[1:]))
         diff = 0.0
         for s in shapes:
-            x = torch.randn(s)
+            x = torch.randn(s, device=device)
             with torch.no_grad():
-                diff = max(
-                    diff, (run_exported(args.format, output, x) - model(x)).abs().max().item()
-                )
+                out = run_exported(args.format, output, x).cpu()
+                diff = max(diff, (out - model(x).cpu()).abs().max().item())
         report["check_shapes"] = [list(s) for s in shapes]
         report["check_max_abs_diff"] = diff
         report["check_ok"] = diff <= args.atol
@@ -299,13 +347,21 @@ def main(args: argparse.Namespace) -> int:
     return status
 
 
-def _runs_longer_clips(fmt: str, output: Path, x: torch.Tensor) -> bool:
-    """Whether the exported file takes clips twice as long as the example (a guard of the
-    exported graph, e.g. a path chosen by size, may bound the dynamic clip length)."""
-    longer = torch.randn(x.shape[0], x.shape[1], x.shape[2] * 2, *x.shape[3:])
+def _changed(x: torch.Tensor, dynamic: tuple[str, ...]) -> torch.Tensor:
+    """A random input like ``x`` with each ``dynamic`` axis longer (the clip twice as long,
+    the frame 16 pixels taller/wider)."""
+    shape = list(x.shape)
+    for name in dynamic:
+        axis = AXES[name]
+        shape[axis] = shape[axis] * 2 if name == "time" else shape[axis] + 16
+    return torch.randn(shape, device=x.device)
+
+
+def _runs_changed(fmt: str, output: Path, x: torch.Tensor, dynamic: tuple[str, ...]) -> bool:
+    """Whether the exported file takes an input changed along its ``dynamic`` axes."""
     try:
         with torch.no_grad():
-            run_exported(fmt, output, longer)
+            run_exported(fmt, output, _changed(x, dynamic))
     except Exception:  # noqa: BLE001 - any runtime's refusal means: not dynamic
         return False
     return True

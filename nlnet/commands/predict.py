@@ -1,7 +1,7 @@
 """Top-k classes of video files with a trained checkpoint (multi-clip testing, Section 4.1).
 
 Each video is cut into ``--clips`` clips spread evenly over its length (the paper: 10); the clip
-scores (softmax, or sigmoid for a multi-label model) are averaged and the ``--topk`` classes are
+scores (softmax, or sigmoid for a multi-label model) are averaged and the ``--top-k`` classes are
 printed with their scores.  Class names come from the checkpoint (or ``--classes FILE``).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 EXAMPLES = """examples:
   nlnet predict clip1.mp4 clip2.mp4 --checkpoint runs/mine/checkpoints/final.pt
-  nlnet predict my_videos/val/*/*.mp4 --checkpoint final.pt --topk 3 --clips 10 --json
+  nlnet predict my_videos/val/*/*.mp4 --checkpoint final.pt --top-k 3 --clips 10 --json
   nlnet predict video.mp4 --checkpoint k400.pt --classes kinetics_classes.txt --device cuda
 """
 
@@ -24,7 +24,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "videos", nargs="+", metavar="VIDEO", help="video files (image files for image models)"
     )
     parser.add_argument("--checkpoint", "-k", required=True, help="a .pt written by nlnet train")
-    parser.add_argument("--topk", type=int, default=5, help="classes to print per video (5)")
+    parser.add_argument("--top-k", type=int, default=5, help="classes to print per video (5)")
+    parser.add_argument("--topk", type=int, dest="top_k", help=argparse.SUPPRESS)  # old spelling
     parser.add_argument("--classes", help="class-index file (.txt/.json) overriding the ckpt's")
     parser.add_argument(
         "--clips", type=int, help="clips per video (default: the ckpt's eval.clips)"
@@ -57,33 +58,6 @@ def checkpoint_kind(model_name: str) -> str:
     return facts.input_kind
 
 
-def predict_images(paths: list[str], model: Any, prep: dict[str, Any], names: list[str],
-                   topk: int, device: Any) -> list[dict[str, Any]]:  # fmt: skip
-    """Top-k classes of image files: resize + center crop + the checkpoint's normalisation."""
-    import torch
-    from PIL import Image, UnidentifiedImageError
-    from torchvision import transforms as T
-
-    size = int(prep.get("size") or 224)
-    tf = T.Compose([T.Resize(int(prep.get("resize") or size), antialias=True),
-                    T.CenterCrop(size), T.ToTensor(),
-                    T.Normalize(prep.get("mean", (0.485, 0.456, 0.406)),
-                                prep.get("std", (0.229, 0.224, 0.225)))])  # fmt: skip
-    out: list[dict[str, Any]] = []
-    for path in paths:
-        try:
-            x = tf(Image.open(path).convert("RGB"))[None]
-        except (OSError, UnidentifiedImageError, ValueError) as exc:
-            out.append({"video": path, "error": f"not a readable image ({exc})"})
-            continue
-        with torch.no_grad():
-            scores = torch.softmax(model(x.to(device)).float(), dim=1)[0].cpu()
-        values, idx = scores.topk(min(topk, len(names)))
-        out.append({"video": path, "clips": 1,
-                    "top": [(names[i], float(v)) for v, i in zip(values.tolist(), idx.tolist())]})  # fmt: skip
-    return out
-
-
 def predict_videos(
     videos: list[str],
     checkpoint: str,
@@ -92,27 +66,27 @@ def predict_videos(
     classes: str | None = None,
     clips: int | None = None,
     crops: int | None = None,
-    device: str = "auto",
+    device: Any = "auto",
 ) -> list[dict[str, Any]]:
-    """Score video files; returns ``[{"video", "top": [(name, score), ...]} | {"video", "error"}]``.
+    """Score video (or, for an image model, image) files; returns
+    ``[{"video", "top": [(name, score), ...]} | {"video", "error"}]``.
 
     A thin wrapper of the Python inference API (:func:`nlnet.inference.predict`): the model and
-    the test-time preprocessing (clip length, stride, test scale, normalisation, clips x crops)
-    are those stored in the checkpoint.
+    the test-time preprocessing (clip length, stride, test scale, normalisation, clips x crops;
+    an image model's resize and crop) are those stored in the checkpoint.
     """
     from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint
-    from nlnet.engine.distributed import resolve_device
     from nlnet.engine.errors import UserError
-    from nlnet.inference import VideoTransform, load_model, predict
+    from nlnet.inference import load_model, predict, preprocessing
 
     if topk < 1:
-        raise UserError(f"--topk: expected a positive integer, got {topk}")
+        raise UserError(f"--top-k: expected a positive integer, got {topk}")
     for flag, value in (("--clips", clips), ("--crops", crops)):
         if value is not None and value < 1:
             raise UserError(f"{flag}: expected a positive integer, got {value}")
     ckpt = load_checkpoint(checkpoint)  # verified once, names the file in its errors
     info = checkpoint_info(ckpt)
-    kind = checkpoint_kind(info.model_name)
+    checkpoint_kind(info.model_name)
     names = info.class_names
     if classes is not None:
         from nlnet.data.video.builder import read_class_index
@@ -125,12 +99,8 @@ def predict_videos(
         raise UserError(
             f"--classes: {len(names)} names but the checkpoint's model has {info.num_classes} classes"
         )
-    if kind == "image":
-        dev = resolve_device(device)
-        model = load_model(ckpt, dev)
-        return predict_images(videos, model, info.preprocessing, names, topk, dev)
     model = load_model(ckpt, device)
-    transform = VideoTransform.from_checkpoint(ckpt, clips=clips, crops=crops)
+    transform = preprocessing(ckpt, clips=clips, crops=crops)  # the one the Python API uses
     results = predict(
         model, videos, transform=transform, class_names=names, device=device, skip_errors=True
     )
@@ -146,17 +116,25 @@ def predict_videos(
 def main(args: argparse.Namespace) -> int:
     import warnings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # bad videos are reported below
+    from nlnet.commands.common import device_arg
+
+    device = device_arg(args.device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         results = predict_videos(
             args.videos,
             args.checkpoint,
-            topk=args.topk,
+            topk=args.top_k,
             classes=args.classes,
             clips=args.clips,
             crops=args.crops,
-            device=args.device,
+            device=device,
         )
+    from nlnet.inference import InputWarning
+
+    for w in caught:  # a short video, an image given to a video model: one line each
+        if issubclass(w.category, InputWarning):
+            print(f"nlnet predict: warning: {w.message}", file=sys.stderr)
     failed = 0
     for r in results:
         if "error" in r:

@@ -37,9 +37,17 @@ def block_cost(block: torch.nn.Module, x: torch.Tensor) -> tuple[tuple[int, ...]
 
 
 def main(args: argparse.Namespace) -> int:
-    size = tuple(int(s) for s in args.size.lower().split("x"))
-    if len(size) != 3:
-        raise SystemExit(f"--size must be T x H x W, got {args.size!r}")
+    from nlnet.engine.errors import UserError
+
+    try:
+        size = tuple(int(s) for s in args.size.lower().split("x"))
+    except ValueError:
+        size = ()
+    if len(size) != 3 or min(size) < 1 or args.channels < 1 or args.batch < 1:
+        raise UserError(
+            f"--size/--channels/--batch: expected T x H x W and counts >= 1, got --size "
+            f"{args.size!r} --channels {args.channels} --batch {args.batch}"
+        )
     x = torch.empty(args.batch, args.channels, *size, device="meta")
     print(f"input {tuple(x.shape)} (B, C, T, H, W); N = {size[0] * size[1] * size[2]} positions\n")
     print(

@@ -69,8 +69,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _config_for(args: argparse.Namespace):
+    from nlnet.commands.common import data_backend_arg, device_arg, output_dir_arg
     from nlnet.engine.config import ConfigError, load_config, replace
-    from nlnet.engine.distributed import resolve_device
 
     if isinstance(args.resume, str) and "=" in args.resume and not Path(args.resume).exists():
         args.overrides.insert(0, args.resume)  # `--resume key=value`: a bare --resume
@@ -93,9 +93,11 @@ def _config_for(args: argparse.Namespace):
             raise ConfigError("--config: required (except with --resume --output-dir RUN_DIR)")
     try:
         cfg = load_config(config, overrides)
-        resolve_device(cfg.train.device)  # a clear error for --device cuda without CUDA
+        device_arg(cfg.train.device)  # a clear error for --device cuda without CUDA
     except (ValueError, FileNotFoundError) as exc:
         raise ConfigError(str(exc)) from None
+    output_dir_arg(cfg.output_dir, "--output-dir" if args.output_dir else "output_dir")
+    data_backend_arg(cfg)
     chosen = args.output_dir or any(o.startswith("output_dir=") for o in overrides)
     out = Path(cfg.output_dir)
     used = out.is_dir() and any(p.name != ".lock" for p in out.iterdir())  # a lock alone: empty
@@ -130,9 +132,20 @@ def main(args: argparse.Namespace) -> int:
 
         print(yaml.safe_dump(config_to_dict(cfg), sort_keys=False), end="")
         return 0
+    from nlnet.engine.errors import UserError
     from nlnet.engine.loop import train
+    from nlnet.models.weights import WeightsUnavailableError
 
-    summary = train(cfg, resume=args.resume, force=args.force)
+    try:
+        summary = train(cfg, resume=args.resume, force=args.force)
+    except WeightsUnavailableError as exc:  # offline, the ImageNet file not in the hub cache
+        raise UserError(
+            f"model.{exc}" if str(exc).startswith("pretrained_2d") else str(exc)
+        ) from None
+    except ValueError as exc:  # the 2D weights of another architecture (models.inflate)
+        if not str(exc).startswith("pretrained_2d:"):
+            raise
+        raise UserError(f"model.{exc}") from None
     if int(os.environ.get("RANK", "0")) == 0:  # the group is gone by now
         keep = ("run_dir", "iterations", "train_loss", "val", "checkpoint", "time_s",
                 "clips_per_s", "skipped", "empty_batches", "stopped")  # fmt: skip

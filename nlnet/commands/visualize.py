@@ -5,8 +5,10 @@ divided video transformers) gets one attention-rollout picture instead (``rollou
 class token's, or for Swin the pooled tokens', rollout over the patches, Abnar & Zuidema 2020),
 drawn by :func:`nlnet.analysis.rollout.transformer_attention_figure`.
 
-The model, its class names and its preprocessing (mean/std, frames) come from the checkpoint
-(:func:`nlnet.engine.checkpoint.load_model`), exactly as in training, evaluation and prediction.
+The model, its class names and its preprocessing come from the checkpoint
+(:func:`nlnet.load_model`, :func:`nlnet.preprocessing`): a video classifier sees the clip that
+``nlnet predict --clips 1`` scores (the centre clip, at the stored stride, test scale and crop),
+an image classifier the image ``nlnet predict`` scores, so both name the same class.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ The query is "t,y,x" (frame, row, column of the model input) for video, "y,x" fo
 without --query the position whose attention is most concentrated is used. A transformer's
 rollout has no query; ViT and the video transformers get the input resized to their size.
 """
-
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -72,7 +72,7 @@ def _fixed_side(model: Any) -> int | None:
 def _rollout_picture(model: Any, inp: Any, frames: Any, args: argparse.Namespace, info) -> int:
     """The transformer branch: one attention-rollout figure, ``rollout.png``."""
     from nlnet.analysis.rollout import transformer_attention_figure
-    from nlnet.analysis.visualize import _plt
+    from nlnet.analysis.visualize import _plt, fit_titles
     from nlnet.engine.errors import DataError
 
     for flag, value in (("--query", args.query), ("--block", args.block)):
@@ -87,6 +87,7 @@ def _rollout_picture(model: Any, inp: Any, frames: Any, args: argparse.Namespace
     names = info.class_names
     label = names[pred] if pred < len(names) else str(pred)
     fig.suptitle(f"{fig_title}  prediction: {label}")
+    fit_titles(fig)
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_dir / "rollout.png", dpi=120)
@@ -100,6 +101,8 @@ def read_input(path: Path, frames: int | None, size: int | None) -> Any:
     """uint8 (T, H, W, 3) from a video, or (1, H, W, 3) from an image file."""
     import numpy as np
     import torch
+
+    from nlnet.inference import IMAGE_EXTENSIONS
 
     if path.suffix.lower() in IMAGE_EXTENSIONS:
         from PIL import Image
@@ -168,13 +171,91 @@ def _label(logits: Any, names: list[str]) -> str:
     return names[pred] if pred < len(names) else str(pred)
 
 
+def _classifier_input(path: Path, info: Any, args: argparse.Namespace, side: int | None) -> Any:
+    """``(inp, frames)`` for a video or image classifier through the transform ``nlnet
+    predict`` uses (one clip, one crop), or ``None`` for other models and inputs."""
+    import torch
+
+    from nlnet.data.video.config import Preprocessing
+    from nlnet.inference import IMAGE_EXTENSIONS, ImageTransform, VideoTransform
+
+    prep = Preprocessing.from_dict(info.preprocessing)
+    still = path.suffix.lower() in IMAGE_EXTENSIONS
+    if prep.is_video and prep.size and not still:
+        tf = VideoTransform.from_preprocessing(prep, clips=1, crops=1)
+        if args.frames:
+            tf = tf.replace(num_frames=args.frames)
+        if side or args.size:
+            tf = tf.replace(size=args.size or side, crop=args.size or side)
+        inp = tf(path)  # (1, 3, T, H, W)
+    elif "resize" in info.preprocessing and still:  # an image classifier's checkpoint
+        tf = ImageTransform.from_preprocessing(prep)
+        if args.size:
+            tf = tf.replace(size=args.size, crop=args.size)
+        inp = tf(path)  # (1, 3, H, W)
+    else:
+        return None
+    mean = torch.tensor(tf.mean).view(-1, *[1] * (inp.dim() - 2))
+    std = torch.tensor(tf.std).view(-1, *[1] * (inp.dim() - 2))
+    pixels = ((inp[0] * std + mean) * 255).round().clamp(0, 255).byte()
+    frames = pixels.permute(1, 2, 3, 0) if inp.dim() == 5 else pixels.permute(1, 2, 0)[None]
+    return inp, frames.numpy()
+
+
+def _model_input(path: Path, model: Any, info: Any, args: argparse.Namespace, side: int | None
+                 ) -> tuple[Any, Any]:  # fmt: skip
+    """The model's input ``(1, 3, [T,] H, W)`` and the uint8 ``(T, H, W, 3)`` frames drawn."""
+    import torch
+
+    from nlnet.engine.errors import DataError
+
+    got = _classifier_input(path, info, args, side)
+    if got is not None:
+        return got
+    frames_np = read_input(path, args.frames or info.preprocessing.get("num_frames"),
+                           args.size or side)  # fmt: skip
+    x = normalize(frames_np, info.preprocessing)  # (T, H, W, 3)
+    if any(isinstance(m, torch.nn.Conv3d) for m in model.modules()):
+        return x.permute(3, 0, 1, 2)[None], frames_np  # an image is a one-frame clip
+    if frames_np.shape[0] != 1:
+        raise DataError(
+            f"--video: {str(path)!r} is a video of {frames_np.shape[0]} frames but "
+            f"{info.model_name!r} is an image model; pass an image file (or --frames 1 for the "
+            "middle frame)"
+        )
+    return x[0].permute(2, 0, 1)[None], frames_np  # (1, 3, H, W)
+
+
+def _query_indices(mapping: Any, attn: Any, queries: list[str] | None) -> list[int]:
+    """Flattened query cells of ``--query`` values (default: the strongest query)."""
+    from nlnet.analysis.visualize import strongest_query
+    from nlnet.engine.errors import DataError
+
+    if not queries:
+        return [strongest_query(attn)]
+    out = []
+    for text in queries:
+        pos = _parse_query(text, len(mapping.input_size))
+        try:
+            out.append(mapping.query_index(pos))
+        except ValueError:
+            axes = "t,y,x" if len(pos) == 3 else "y,x"
+            limits = ",".join(f"0..{n - 1}" for n in mapping.input_size)
+            raise DataError(
+                f"--query: {text!r} lies outside the model input ({axes} within {limits})"
+            ) from None
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
     import torch
 
     from nlnet.analysis.hooks import find_attention_layers, find_non_local_blocks, record_attention
-    from nlnet.analysis.visualize import _plt, arrows_figure, heatmap_figure, strongest_query
-    from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model
+    from nlnet.analysis.visualize import _plt, arrows_figure, heatmap_figure
+    from nlnet.commands.common import device_arg, output_dir_arg
+    from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint
     from nlnet.engine.errors import DataError
+    from nlnet.inference import load_model
 
     video_path = Path(args.video)
     if not video_path.is_file():
@@ -184,25 +265,16 @@ def main(args: argparse.Namespace) -> int:
     for flag, value in (("--frames", args.frames), ("--size", args.size)):
         if value is not None and value < 1:
             raise DataError(f"{flag}: expected a positive integer, got {value}")
+    output_dir_arg(args.output, "--output")
+    device = device_arg(args.device)
     ckpt = load_checkpoint(args.checkpoint)
     info = checkpoint_info(ckpt)
     _check_kind(info.model_name)
-    model = load_model(ckpt, args.device)
+    model = load_model(ckpt, device)
     transformer = not find_non_local_blocks(model) and bool(find_attention_layers(model))
-    size = args.size or (_fixed_side(model) if transformer else None)
-    frames_np = read_input(video_path, args.frames or info.preprocessing.get("num_frames"),
-                           size)  # fmt: skip
-    x = normalize(frames_np, info.preprocessing)  # (T, H, W, 3)
-    if any(isinstance(m, torch.nn.Conv3d) for m in model.modules()):
-        inp = x.permute(3, 0, 1, 2)[None]  # (1, 3, T, H, W); an image is a one-frame clip
-    elif frames_np.shape[0] != 1:
-        raise ValueError(
-            f"--video: {str(video_path)!r} has {frames_np.shape[0]} frames but the model is "
-            "an image model; pass an image file or use --frames 1"
-        )
-    else:
-        inp = x[0].permute(2, 0, 1)[None]  # (1, 3, H, W)
-    inp = inp.to(args.device)
+    side = _fixed_side(model) if transformer else None
+    inp, frames_np = _model_input(video_path, model, info, args, side)
+    inp = inp.to(device)
     if transformer:
         return _rollout_picture(model, inp, frames_np, args, info)
     if args.block is not None and args.block not in dict(find_non_local_blocks(model)):
@@ -211,18 +283,15 @@ def main(args: argparse.Namespace) -> int:
                         f"its blocks: {have}")  # fmt: skip
     with record_attention(model, args.block, to_cpu=True) as rec, torch.no_grad():
         logits = model(inp)
+    label = _label(logits, info.class_names)
+    maps = [(b, rec.maps[b][0], rec.mapping(b, inp.shape[2:])) for b in rec.names]  # (N, N')
+    queries = {b: _query_indices(m, attn, args.query) for b, attn, m in maps}  # checked first
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
-    label = _label(logits, info.class_names)
     plt = _plt()
     written = []
-    for bname in rec.names:
-        attn = rec.maps[bname][0]  # (N, N')
-        mapping = rec.mapping(bname, inp.shape[2:])
-        queries = [
-            mapping.query_index(_parse_query(q, len(mapping.input_size))) for q in args.query
-        ] if args.query else [strongest_query(attn)]  # fmt: skip
-        for q in queries:
+    for bname, attn, mapping in maps:
+        for q in queries[bname]:
             where = ",".join(str(int(round(c))) for c in mapping.query_center(q))
             title = f"{info.model_name}  {bname}  query ({where})  prediction: {label}"
             stem = out_dir / f"{bname.replace('.', '_')}_q{q}"

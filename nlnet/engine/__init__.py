@@ -11,7 +11,7 @@
 ``hooks/``         the loop's hooks: logging, validation, checkpoints, EMA, precise BN...
 ``augment``        MixUp / CutMix / RandAugment of video clips
 ``evaluation``     ``evaluate(cfg, checkpoint)``, the evaluation driver
-``checkpoint/``    verified, weights-only checkpoints; ``load_model(path)``
+``checkpoint/``    verified, weights-only checkpoints; ``build_model_from_checkpoint(path)``
 ``seeding``        per-item seeding for exact resume
 ``stop``           SIGINT/SIGTERM: stop after the step, save, say how to resume
 ``runlog``         metrics.jsonl/csv, curves, console lines
@@ -40,7 +40,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "checkpoint_info": "checkpoint.model_loading",
         "load_backbone": "checkpoint.model_loading",
         "load_checkpoint": "checkpoint.file_io",
-        "load_model": "checkpoint.model_loading",
+        "build_model_from_checkpoint": "checkpoint.model_loading",
         "save_checkpoint": "checkpoint.file_io",
         "Config": "config.schema",
         "ConfigError": "errors",

@@ -20,8 +20,8 @@ from torch.utils.data import Dataset
 from nlnet.engine import distributed as du
 from nlnet.engine.checkpoint.file_io import load_checkpoint
 from nlnet.engine.checkpoint.model_loading import (
+    build_model_from_checkpoint,
     check_compatible,
-    load_model,
     load_model_weights,
 )
 from nlnet.engine.errors import DataError
@@ -119,7 +119,7 @@ def evaluate(
             clips and crops), ``cfg.data`` the dataset.  The checkpoint's model name and class count must match
             ``cfg.model`` (a clear error otherwise).
         checkpoint: a ``.pt`` written by :func:`nlnet.engine.loop.train` (or a loaded one).
-        model: load the weights into this network instead of :func:`load_model`.
+        model: load the weights into this network instead of :func:`build_model_from_checkpoint`.
         dataset: use this dataset instead of the task's ``split``.
         split: dataset split (default ``cfg.eval.split``).
         collate_fn: batch collation (default: the task's).
@@ -133,7 +133,7 @@ def evaluate(
         if cfg.model.num_classes is not None:
             check_compatible(ckpt, cfg.model.name, cfg.model.num_classes)
         if model is None:
-            model = load_model(ckpt)
+            model = build_model_from_checkpoint(ckpt)
         else:
             load_model_weights(model, ckpt)
         model.to(info.device)

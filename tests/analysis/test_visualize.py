@@ -162,3 +162,81 @@ def test_cli_draws_the_rollout_of_a_transformer(name, overrides, video, tmp_path
     assert cli_main([*common, "--output", str(out), "--query", "5,5"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--query" in err and "rollout" in err
+
+
+def _titles(fig) -> list[str]:
+    return [ax.get_title() for ax in fig.axes]
+
+
+def test_heatmap_gives_each_key_time_step_its_mass_once():
+    """Key steps pooled over 2 frames each (T=4 frames, T'=2 key steps): each step's mass is
+    written once, so the masses in the titles add up to the softmax row's total, 1."""
+    import re
+
+    frames = np.zeros((4, 16, 16, 3), np.uint8)
+    m = GridMapping((4, 4, 4), (2, 2, 2), (2, 2, 2), (4, 16, 16))
+    weights = torch.softmax(torch.randn(m.num_keys, generator=torch.Generator().manual_seed(0)), 0)
+    titles = _titles(heatmap_figure(frames, weights, m, 0))
+    masses = [float(x) for t in titles for x in re.findall(r"mass ([0-9.]+)", t)]
+    assert len(masses) == 2 and abs(sum(masses) - 1.0) <= 0.011, titles
+    assert titles[0].startswith("t=0-1") and titles[1] == "t=1" and titles[2].startswith("t=2-3")
+    # one key step per frame: one mass per frame, as before
+    m1 = GridMapping((4, 4, 4), (4, 2, 2), (1, 2, 2), (4, 16, 16))
+    titles = _titles(heatmap_figure(frames, torch.softmax(torch.randn(16), 0), m1, 0))
+    assert sum("mass" in t for t in titles) == 4
+
+
+def _assert_titles_apart(fig) -> None:
+    from nlnet.analysis.visualize import title_boxes
+
+    fig.canvas.draw()
+    boxes = title_boxes(fig)
+    assert len(boxes) >= 2
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not a.overlaps(b), (a, b, [t.get_text() for t in fig.texts], _titles(fig))
+
+
+@pytest.fixture
+def checked_savefig(monkeypatch):
+    """Every figure saved during the test is checked for overlapping titles first."""
+    from matplotlib.figure import Figure
+
+    real = Figure.savefig
+    checked = []
+
+    def savefig(self, *args, **kwargs):
+        _assert_titles_apart(self)
+        checked.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return checked
+
+
+def test_rollout_and_segmentation_titles_never_overlap(tmp_path, checked_savefig):
+    """ViT rollout and a segmentation model's attention pictures through ``nlnet visualize``,
+    and the demos' segmentation row with long model names: titles measured with matplotlib's
+    renderer do not intersect."""
+    from PIL import Image
+
+    from nlnet.analysis.dense_visualize import save_segmentation_figure
+    from nlnet.cli import main as cli_main
+
+    rng = np.random.default_rng(3)
+    image = tmp_path / "x.png"
+    Image.fromarray(rng.integers(0, 255, (48, 48, 3), dtype=np.uint8)).save(image)
+    _write_checkpoint(tmp_path / "vit.pt", "vit_tiny")
+    _write_checkpoint(tmp_path / "seg.pt", "seg_tiny_nl")
+    for ckpt in ("vit.pt", "seg.pt"):
+        argv = ["visualize", "--checkpoint", str(tmp_path / ckpt), "--video", str(image),
+                "--output", str(tmp_path / f"out_{ckpt}")]  # fmt: skip
+        assert cli_main(argv) == 0
+    assert len(checked_savefig) == 3  # rollout, seg arrows + heatmap
+    truth = rng.integers(0, 3, (48, 48))
+    preds = {"seg_tiny (C2D-style baseline, no block)": truth,
+             "seg_tiny_nl (one non-local block, Sec. 5)": truth}  # fmt: skip
+    save_segmentation_figure(tmp_path / "row.png", np.asarray(Image.open(image)), truth, preds,
+                             attention=rng.random((48, 48)), pixel=(5, 5),
+                             class_names=["bg", "a", "b"])  # fmt: skip
+    assert len(checked_savefig) == 4

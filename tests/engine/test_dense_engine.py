@@ -13,7 +13,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from dense_engine_helpers import dense_cfg, records, run, tiny_data
 
-from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model  # noqa: E402
+from nlnet.engine.checkpoint import build_model_from_checkpoint as load_model
+from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint  # noqa: E402
 from nlnet.engine.config import replace  # noqa: E402
 from nlnet.engine.evaluation import evaluate  # noqa: E402
 

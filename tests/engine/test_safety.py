@@ -296,7 +296,7 @@ def test_cost_reads_the_model_from_a_checkpoint(tmp_path, capsys):
 
     import nlnet.demo.models  # noqa: F401
     from nlnet.commands import cost
-    from nlnet.engine.checkpoint import load_model
+    from nlnet.engine.checkpoint import build_model_from_checkpoint as load_model
     from nlnet.models.registry import create_model
 
     model = create_model("c2d_tiny_nl1", num_classes=3, width=2)

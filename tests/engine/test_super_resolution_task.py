@@ -49,7 +49,8 @@ def _sr_config(tmp_path, **data):
 
 def test_one_step_checkpoint_eval_and_export(tmp_path, capsys):
     from nlnet.cli import main
-    from nlnet.engine.checkpoint import checkpoint_info, load_model
+    from nlnet.engine.checkpoint import build_model_from_checkpoint as load_model
+    from nlnet.engine.checkpoint import checkpoint_info
     from nlnet.engine.evaluation import evaluate
     from nlnet.engine.loop import train
 

@@ -10,7 +10,8 @@ import helpers  # tests/journeys/helpers.py (pytest pythonpath)
 import pytest
 import torch
 
-from nlnet.engine.checkpoint import checkpoint_info, load_model
+from nlnet.engine.checkpoint import build_model_from_checkpoint as load_model
+from nlnet.engine.checkpoint import checkpoint_info
 
 #: volumes (C, D, H, W) whose sizes are not multiples of the narrow U-Net's stride (4)
 SHAPE = (4, 10, 16, 18)

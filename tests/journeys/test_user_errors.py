@@ -4,10 +4,12 @@ directory; SIGINT/SIGTERM write ``last.pt`` and print the exact ``--resume`` com
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import helpers
 import pytest
@@ -21,47 +23,120 @@ def _one_line(capsys, rc: int, *words: str) -> str:
     return err
 
 
-@pytest.fixture
-def video_ckpt(checkpoints):
-    return checkpoints("video")  # shared with test_commands.py (made once per session)
-
-
 def _clip_path(ckpt: Path) -> str:
     return str(next((ckpt.parents[2] / "videos" / "val").rglob("*.mp4")))
 
 
-@pytest.mark.parametrize(
-    "argv,words",
-    [
-        (["predict", "{clip}", "--checkpoint", "{ckpt}", "--clips", "0"], ["--clips"]),
-        (["predict", "{clip}", "--checkpoint", "{ckpt}", "--topk", "0"], ["--topk"]),
-        (["predict", "{clip}", "--checkpoint", "{ckpt}", "--classes", "nope.txt"], ["--classes"]),
-        (["visualize", "--checkpoint", "{ckpt}", "--video", "{clip}", "--block", "x"], ["--block"]),
-        (["visualize", "--checkpoint", "{ckpt}", "--video", "{clip}", "--top-k", "0"], ["--top-k"]),
-        (["visualize", "--checkpoint", "{ckpt}", "--video", "{clip}", "--query", "1,2"],
-         ["--query"]),
-        (["visualize", "--checkpoint", "{ckpt}", "--video", "nope.mp4"], ["--video"]),
-        (["cost", "c2d_r50_nl"], ["unknown model", "c2d_r50_nl5"]),
-        (["train", "--config", "smoke/folder_tiny", "model.name=c2d_tiny_nl", "--print-config"],
-         ["model.name", "unknown model"]),
-        (["eval", "--config", "smoke/folder_tiny", "--checkpoint", "{ckpt}",
-          "model.name=c2d_tiny_nl"], ["model.name", "unknown model"]),
-    ],
-)  # fmt: skip
-def test_bad_flags_are_one_line(argv, words, video_ckpt, capsys):
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="the mistake needs a CPU-only host")
+NO_TORCHCODEC = pytest.mark.skipif(
+    importlib.util.find_spec("torchcodec") is not None, reason="torchcodec is installed here"
+)
+#: ``nlnet train`` on the tiny video folder, one step (every row fails before training)
+TRAIN = ["train", "--config", "smoke/folder_tiny", "data.root={videos}", "data.num_frames=4",
+         "optim.max_iters=1", "train.batch_size=2", "--output-dir", "{tmp}/run"]  # fmt: skip
+PREDICT = ["predict", "{clip}", "--checkpoint", "{ckpt}"]
+VISUALIZE = ["visualize", "--checkpoint", "{ckpt}", "--video", "{clip}", "--output", "{tmp}/v"]
+EXPORT = ["export", "--checkpoint", "{ckpt}", "--format", "exported", "--output", "{tmp}/m.pt2"]
+EVAL = ["eval", "--checkpoint", "{ckpt}", "eval.clips=1"]
+
+#: every command x the ordinary mistakes: (command, argv, words the one line must hold[, marks]).
+#: A command added to ``nlnet.cli.COMMANDS`` joins this table (test_every_command_has_rows).
+ROWS = [
+    ("demo", ["demo", "--output-dir", "{file}"], ["--output-dir", "existing file"]),
+    ("demo", ["demo", "--threads", "many"], ["threads"]),
+    ("demo", ["demo", "--device", "cuda", "--quick"], ["--device", "CUDA"], NO_CUDA),
+    ("train", [*TRAIN[:-1], "{file}"], ["--output-dir", "existing file"]),
+    ("train", [*TRAIN, "data.backend=torchcodec"], ["data.backend=torchcodec", "pyav"],
+     NO_TORCHCODEC),
+    ("train", [*TRAIN, "--device", "cuda"], ["CUDA"], NO_CUDA),
+    ("train", [*TRAIN, "model.name=c2d_tiny_nl", "--print-config"], ["model.name", "unknown model"]),
+    ("train", [*TRAIN, "model.name=c2d_r50", "model.overrides={width: 4}",
+               "model.pretrained_2d=IMAGENET1K_V1"], ["resnet50-", "hub/checkpoints/"], "offline"),
+    ("train", [*TRAIN, "model.pretrained_2d={pth}"], ["model.pretrained_2d", "does not match"]),
+    ("train", ["train", "--resume", "--output-dir", "{tmp}/never"], ["--resume"]),
+    ("eval", [*EVAL, "--device", "cuda"], ["CUDA"], NO_CUDA),
+    ("eval", [*EVAL, "data.backend=torchcodec"], ["data.backend=torchcodec"], NO_TORCHCODEC),
+    ("eval", ["eval", "--config", "smoke/folder_tiny", "--checkpoint", "{ckpt}",
+              "model.name=c2d_tiny_nl"], ["model.name", "unknown model"]),
+    ("eval", ["eval", "--checkpoint", "{tmp}/nope.pt"], ["nope.pt"]),
+    ("predict", [*PREDICT, "--clips", "0"], ["--clips"]),
+    ("predict", [*PREDICT, "--top-k", "0"], ["--top-k"]),
+    ("predict", [*PREDICT, "--classes", "nope.txt"], ["--classes"]),
+    ("predict", [*PREDICT, "--device", "cuda"], ["--device", "CUDA"], NO_CUDA),
+    ("predict", ["predict", "{clip}", "--checkpoint", "{seg}"], ["--checkpoint", "takes"]),
+    ("models", ["models", "--nope"], ["unrecognized arguments", "--nope"]),
+    ("cost", ["cost", "c2d_r50_nl"], ["unknown model", "c2d_r50_nl5"]),
+    ("visualize", [*VISUALIZE, "--block", "x"], ["--block"]),
+    ("visualize", [*VISUALIZE, "--top-k", "0"], ["--top-k"]),
+    ("visualize", [*VISUALIZE, "--query", "1,2"], ["--query"]),
+    ("visualize", [*VISUALIZE, "--query", "9,0,0"], ["--query", "outside"]),
+    ("visualize", ["visualize", "--checkpoint", "{ckpt}", "--video", "nope.mp4"], ["--video"]),
+    ("visualize", [*VISUALIZE, "--device", "cuda"], ["--device", "CUDA"], NO_CUDA),
+    ("visualize", [*VISUALIZE[:-1], "{file}"], ["--output", "existing file"]),
+    ("visualize", ["visualize", "--checkpoint", "{seg}", "--video", "{clip}"],
+     ["--video", "image model", "image file"]),
+    ("showcase", ["showcase", "--size", "4x14"], ["--size"]),
+    ("import-caffe2", ["import-caffe2", "{tmp}/nope.pkl", "--output", "{tmp}/x.pt"], ["nope.pkl"]),
+    ("export", [*EXPORT, "--device", "cuda"], ["CUDA"], NO_CUDA),
+    ("export", [*EXPORT, "--input-size", "3x4"], ["--input-size"]),
+    ("export", ["export", "--checkpoint", "{ckpt}", "--format", "png", "--output", "x"],
+     ["--format", "invalid choice"]),
+]  # fmt: skip
+
+
+def _row_param(row: tuple) -> Any:
+    command, argv, words, *rest = row
+    marks = [r for r in rest if not isinstance(r, str)]
+    setup = next((r for r in rest if isinstance(r, str)), None)
+    return pytest.param(argv, words, setup, marks=marks, id=f"{command}:{argv[-1]}")
+
+
+def test_every_command_has_rows():
+    from nlnet.cli import COMMANDS
+
+    assert set(COMMANDS) <= {row[0] for row in ROWS}, set(COMMANDS) - {row[0] for row in ROWS}
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mistakes")
+    (tmp / "a_file.txt").write_text("not a folder\n")
+    torch.save({"conv1.weight": torch.zeros(8, 3, 3, 3)}, tmp / "other_arch.pth")
+    return {"{file}": str(tmp / "a_file.txt"), "{pth}": str(tmp / "other_arch.pth"),
+            "{videos}": str(helpers.video_tree(tmp / "videos"))}  # fmt: skip
+
+
+@pytest.mark.parametrize("argv,words,setup", [_row_param(r) for r in ROWS])
+def test_every_mistake_is_one_line(argv, words, setup, places, checkpoints, tmp_path, capsys,
+                                   monkeypatch):  # fmt: skip
+    """Each row: exit status 2, one line on stderr holding the row's words, no traceback."""
     from nlnet.cli import main
 
-    subst = {"{ckpt}": str(video_ckpt), "{clip}": _clip_path(video_ckpt)}
+    if setup == "offline":  # an empty hub cache and no network
+        import urllib.error
+
+        monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
+
+        def offline(*args: Any, **kwargs: Any) -> None:
+            raise urllib.error.URLError("no network")
+
+        monkeypatch.setattr(torch.hub, "urlopen", offline)
+    subst = {**places, "{tmp}": str(tmp_path)}
+    if any("{ckpt}" in a or "{clip}" in a for a in argv):
+        ckpt = checkpoints("video")
+        subst.update({"{ckpt}": str(ckpt), "{clip}": _clip_path(ckpt)})
+    if any("{seg}" in a for a in argv):
+        subst["{seg}"] = str(checkpoints("segmentation"))
+    filled = [_fill(a, subst) for a in argv]
     capsys.readouterr()
-    _one_line(capsys, main([subst.get(a, a) for a in argv]), *words)
+    _one_line(capsys, main(filled), *words)
+    assert not (tmp_path / "run").exists()  # nothing written before the checks pass
 
 
-def test_resume_of_a_missing_run_blames_resume(tmp_path, capsys):
-    from nlnet.cli import main
-
-    rc = main(["train", "--output-dir", str(tmp_path / "never"), "--resume"])
-    assert _one_line(capsys, rc, "--resume").startswith("nlnet train: --resume")
-    assert not (tmp_path / "never").exists()
+def _fill(arg: str, subst: dict[str, str]) -> str:
+    for key, value in subst.items():
+        arg = arg.replace(key, value)
+    return arg
 
 
 def test_failed_start_leaves_no_directory_or_lock(tmp_path, capsys):

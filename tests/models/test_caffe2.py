@@ -172,7 +172,8 @@ def test_not_a_pickle_and_no_arrays_are_clear_errors(tmp_path):
 
 def test_import_caffe2_command_writes_an_evaluable_checkpoint(tmp_path, capsys):
     from nlnet.cli import main
-    from nlnet.engine.checkpoint import load_checkpoint, load_model
+    from nlnet.engine.checkpoint import build_model_from_checkpoint as load_model
+    from nlnet.engine.checkpoint import load_checkpoint
     from nlnet.engine.config import config_from_dict
 
     src = _random_model(9)

@@ -18,7 +18,8 @@ from caffe2_reference import make_released_blobs, released_forward
 
 import nlnet
 from nlnet.cli import main
-from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint, load_model
+from nlnet.engine.checkpoint import build_model_from_checkpoint as load_model
+from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint
 
 
 def _released(builder, arc, nonlocal_, affine, frames, stride):

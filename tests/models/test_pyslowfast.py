@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from nlnet.cli import main
-from nlnet.engine.checkpoint import checkpoint_info, load_model
+from nlnet.engine.checkpoint import build_model_from_checkpoint as load_model
+from nlnet.engine.checkpoint import checkpoint_info
 from nlnet.models.pyslowfast import PYSLOWFAST_OPTIONS, import_pyslowfast, pyslowfast_key
 from nlnet.models.registry import create_model
 

@@ -160,7 +160,14 @@ class VideoDataConfig:
 
 @dataclass(frozen=True)
 class Preprocessing:
-    """How a clip is prepared at test time, stored in checkpoints (``preprocessing``).
+    """How an input is prepared at test time, stored in checkpoints (``preprocessing``).
+
+    The one reading of a checkpoint's ``preprocessing`` dict, for video and image models alike
+    (:func:`nlnet.preprocessing`, :func:`nlnet.predict`, ``nlnet predict``/``visualize``/
+    ``export``): a video clip is ``num_frames`` frames ``stride`` apart, its shorter side resized
+    to ``size`` and centre-cropped to ``crop`` ("Non-local Neural Networks", Section 4.1,
+    *Inference*); an image is resized to ``size`` and centre-cropped to ``crop`` (the ImageNet
+    recipe).
 
     Attributes:
         mean: per-channel mean on the [0, 1] scale.
@@ -186,26 +193,40 @@ class Preprocessing:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Preprocessing:
-        """From a checkpoint's ``preprocessing`` dict (keys it does not know are ignored)."""
+        """From a checkpoint's ``preprocessing`` dict (keys it does not know are ignored).
+
+        An image classifier's dict (``input_kind: image``) names its crop ``size`` and its
+        shorter side ``resize``; it is read into ``crop`` and ``size`` here.
+        """
+        values = dict(values)
+        if values.get("input_kind") == "image" or ("resize" in values and not values.get(
+                "num_frames")):  # fmt: skip
+            crop = values.get("size") or 224
+            values["size"], values["crop"] = values.get("resize") or -(-crop * 8 // 7), crop
         known = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in values.items() if k in known}
+        kw = {k: v for k, v in values.items() if k in known and v is not None}
         for key in ("mean", "std"):
             if key in kw:
                 kw[key] = tuple(float(v) for v in kw[key])
+        for key in ("num_frames", "stride", "size"):
+            if key in kw:
+                kw[key] = int(kw[key])
+        if isinstance(kw.get("crop"), Sequence):
+            kw["crop"] = tuple(int(v) for v in kw["crop"])
         return cls(**kw)
 
-    def clip_options(self) -> dict[str, Any]:
-        """The test-mode :class:`~nlnet.data.video.builder.VideoClipDataset` keyword arguments."""
-        if self.num_frames is None:
-            raise ValueError("preprocessing: no num_frames stored (not a video model)")
-        return {
-            "num_frames": self.num_frames,
-            "stride": self.stride or 1,
-            "test_scale": self.size or 256,
-            "test_crop": self.crop,
-            "mean": self.mean,
-            "std": self.std,
-        }
+    @property
+    def is_video(self) -> bool:
+        """Whether this prepares clips (a video model) rather than single images."""
+        return self.num_frames is not None
+
+    def crop_hw(self) -> tuple[int, int] | None:
+        """The model input's ``(H, W)`` when it is fixed (a crop), else ``None``."""
+        if self.crop is None:
+            return None
+        if isinstance(self.crop, Sequence):
+            return (int(self.crop[0]), int(self.crop[-1]))
+        return (int(self.crop), int(self.crop))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain lists and numbers (``torch.load(weights_only=True)``-safe); the video keys

@@ -36,7 +36,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "check_compatible": "model_loading",
         "checkpoint_info": "model_loading",
         "load_backbone": "model_loading",
-        "load_model": "model_loading",
+        "build_model_from_checkpoint": "model_loading",
         "load_model_weights": "model_loading",
         "takes_dropout": "model_loading",
     },

@@ -101,7 +101,7 @@ def save_checkpoint(
     Args:
         path: destination file (``.pt``).
         model: the network (DDP wrappers are unwrapped).
-        model_name: registry name, checked when resuming and used by :func:`load_model`.
+        model_name: registry name, checked when resuming and used by :func:`build_model_from_checkpoint`.
         num_classes: classifier width, checked when resuming.
         optimizer, scheduler, scaler: training state (optional).
         epoch, iteration, batch_in_epoch: position of the run (iteration = optimizer steps done;

@@ -28,9 +28,9 @@ Kinetics model on Charades), call :func:`load_backbone`, which skips the classif
 
 or set ``model.pretrained=PATH model.reset_head=true`` in a config.
 
-The one way from a checkpoint to a network is :func:`load_model` (used by ``nlnet eval``,
-``predict``, ``visualize`` and ``cost``); :func:`checkpoint_info` gives its class names and
-preprocessing.  Loading verifies the file first (:func:`load_checkpoint`): an empty, truncated,
+The one way from a checkpoint to a network is :func:`build_model_from_checkpoint` (behind
+:func:`nlnet.load_model`, ``nlnet eval``, ``predict``, ``visualize``, ``export`` and ``cost``);
+:func:`checkpoint_info` gives its class names and preprocessing.  Loading verifies the file first (:func:`load_checkpoint`): an empty, truncated,
 corrupted (zip CRC), foreign or weight-less file is a :class:`CheckpointError` naming the file.
 
 Saving and verified loading are in :mod:`nlnet.engine.checkpoint.file_io`, the generator states in
@@ -56,7 +56,7 @@ __all__ = [
     "CheckpointInfo",
     "CheckpointMismatchError",
     "checkpoint_info",
-    "load_model",
+    "build_model_from_checkpoint",
     "check_compatible",
     "load_model_weights",
     "load_backbone",
@@ -150,13 +150,15 @@ def checkpoint_info(ckpt: str | os.PathLike | Mapping[str, Any]) -> CheckpointIn
     return CheckpointInfo(str(name), n, dict(options), names, prep, loss == "bce")
 
 
-def load_model(
+def build_model_from_checkpoint(
     checkpoint: str | os.PathLike | Mapping[str, Any], device: str | torch.device = "cpu"
 ) -> nn.Module:
     """Build the network a checkpoint was trained as and load its weights (eval mode).
 
     ``create_model(name, num_classes, **model_options)`` followed by a strict weight load: the
-    one way from a checkpoint to a model (``nlnet eval``/``predict``/``visualize``/``cost``).
+    engine's one way from a checkpoint to a bare model, behind the public
+    :func:`nlnet.load_model` (which adds the class names and preprocessing) and ``nlnet
+    eval``/``export``.
     """
     from nlnet.models.registry import create_model
 

@@ -13,7 +13,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from nlnet.engine.checkpoint.file_io import load_checkpoint, unwrap_model
-from nlnet.engine.checkpoint.model_loading import load_model
+from nlnet.engine.checkpoint.model_loading import build_model_from_checkpoint
 from nlnet.engine.errors import CheckpointError
 from nlnet.engine.hooks.base import HookBase, RunView
 
@@ -72,7 +72,7 @@ class EMAHook(HookBase):
 
 def load_ema_model(checkpoint: Any, device: str = "cpu") -> nn.Module:
     """The network of a checkpoint with its EMA weights (eval mode), like
-    :func:`~nlnet.engine.checkpoint.load_model` for the raw ones.
+    :func:`~nlnet.engine.checkpoint.build_model_from_checkpoint` for the raw ones.
 
     Raises:
         CheckpointError: the run was trained without ``ema.decay``.
@@ -81,6 +81,6 @@ def load_ema_model(checkpoint: Any, device: str = "cpu") -> nn.Module:
     state = (ckpt.get("extra") or {}).get("hooks", {}).get("ema")
     if not state:
         raise CheckpointError("checkpoint: no EMA weights (the run was trained without ema.decay)")
-    model = load_model(ckpt)
+    model = build_model_from_checkpoint(ckpt)
     model.load_state_dict(state["model"], strict=True)
     return model.to(device).eval()

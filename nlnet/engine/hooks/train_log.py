@@ -55,15 +55,17 @@ class LoggingHook(HookBase):
                 "that decoded: the run diverged; lower optim.lr or check the inputs"
             )
         st.events.put_scalar("loss", loss)
+        rate = st.speed.rate  # NaN until the window holds two steps: not a speed yet
+        rate = rate if math.isfinite(rate) else None
         record = {"kind": "train", "iter": st.iteration, "epoch": st.step_epoch, "loss": loss,
-                  "lr": lr, "clips_per_s": st.speed.rate,
+                  "lr": lr, "clips_per_s": rate,
                   "time_s": time.perf_counter() - run.t_start}  # fmt: skip
         if run.device.type == "cuda":
             record["max_mem_mb"] = torch.cuda.max_memory_allocated(run.device) / 2**20
         record.update(_loss_terms(run))
         run.logger.log(record)
         text = f"no decodable {item}" if loss is None else f"loss {loss:.4f}"
-        speed = f"{st.speed.rate:.1f} {item}s/s"
+        speed = f"{rate:.1f} {item}s/s" if rate is not None else f"first {item}s"
         if run.bar is not None:
             run.bar.set_postfix_str(f"{text}, lr {lr:.2e}, {speed}")
         else:
