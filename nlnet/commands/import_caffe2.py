@@ -177,13 +177,19 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _write(args, model, name, num_classes, config, options, prep, report) -> int:
+    from nlnet.models.kinetics_classes import kinetics400_classes
+
+    # every released file (and PySlowFast's Kinetics models) numbers the 400 Kinetics classes
+    # alphabetically: store the names so that predict prints "abseiling", not "class_0"
+    names = list(kinetics400_classes()) if num_classes == 400 else None
     path = save_imported(
         args.output, model, name, num_classes, config=config, model_options=options,
-        preprocessing=prep or {},
+        preprocessing=prep or {}, class_names=names,
     )  # fmt: skip
     print(report)
     if report.missing or report.unmatched:
         print("warning: partial import (--allow-partial): see missing/unmatched above")
     what = "protocol of " + Path(args.file).name if prep else "explicit options"
+    what += ", Kinetics-400 class names" if names else ""
     print(f"wrote {path} ({name}, {num_classes} classes, {what})")
     return 0
