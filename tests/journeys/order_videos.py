@@ -7,8 +7,10 @@ backwards, so both classes have the same bag of frames:
 * ``right`` / ``left``: a square of random size and colour moving horizontally;
 * ``appear`` / ``vanish``: a still disk that appears (vanishes) halfway through the video.
 
-A model blind to frame order (C2D with a non-local block and a temporal average) can tell the
-pairs apart but never the two classes inside a pair: 50 % at best on the four classes.
+The videos have 8 frames, the clip length of ``smoke/folder_tiny``: every clip is a whole video,
+so the two classes of a pair give exactly the same frames in a different order, and a model blind
+to frame order (C2D with a non-local block and a temporal average) can tell the pairs apart but
+never the two classes inside a pair: 50 % at best on the four classes.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ def _background(rng: np.random.Generator, frames: int, size: int) -> np.ndarray:
     return rng.integers(0, 60, size=(frames, size, size, 3)).astype(np.uint8)
 
 
-def moving_square(rng: np.random.Generator, frames: int = 10, size: int = 40) -> np.ndarray:
+def moving_square(rng: np.random.Generator, frames: int = 8, size: int = 40) -> np.ndarray:
     """uint8 ``(T, H, W, 3)``: a square moving to the right at 2-3 pixels a frame."""
     out = _background(rng, frames, size)
     side = int(rng.integers(8, 13))
@@ -40,7 +42,7 @@ def moving_square(rng: np.random.Generator, frames: int = 10, size: int = 40) ->
     return out
 
 
-def appearing_disk(rng: np.random.Generator, frames: int = 10, size: int = 40) -> np.ndarray:
+def appearing_disk(rng: np.random.Generator, frames: int = 8, size: int = 40) -> np.ndarray:
     """uint8 ``(T, H, W, 3)``: a still disk present from frame ``T // 2`` on."""
     out = _background(rng, frames, size)
     r = rng.uniform(5, 8)
@@ -52,7 +54,7 @@ def appearing_disk(rng: np.random.Generator, frames: int = 10, size: int = 40) -
     return out
 
 
-def order_video(name: str, rng: np.random.Generator, frames: int = 10, size: int = 40) -> np.ndarray:
+def order_video(name: str, rng: np.random.Generator, frames: int = 8, size: int = 40) -> np.ndarray:
     """One video of class ``name`` (one of :data:`CLASSES`)."""
     if name in ("right", "left"):
         x = moving_square(rng, frames, size)
@@ -63,7 +65,7 @@ def order_video(name: str, rng: np.random.Generator, frames: int = 10, size: int
     return x[::-1].copy() if name in ("left", "vanish") else x
 
 
-def order_tree(root: Path, train: int = 20, val: int = 6, frames: int = 10, size: int = 40,
+def order_tree(root: Path, train: int = 20, val: int = 6, frames: int = 8, size: int = 40,
                seed: int = 0) -> Path:  # fmt: skip
     """``root/{train,val}/<class>/<i>.mp4``: ``train`` / ``val`` videos per class of
     :data:`CLASSES` (``frames`` frames of ``size x size``), MPEG-4 Part 2 at 10 fps."""

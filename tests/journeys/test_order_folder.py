@@ -45,9 +45,8 @@ def _run_readme(folder: Path, cwd: Path, monkeypatch, *extra: str) -> dict:
     (cwd / root).symlink_to(folder, target_is_directory=True)
     monkeypatch.chdir(cwd)
     assert main([*argv, *extra]) == 0
-    config = argv[2]
-    summary = json.loads((cwd / "runs" / config / "summary.json").read_text())
-    return summary
+    run = cwd / "runs" / Path(argv[2]).name  # the default output_dir: runs/<config name>
+    return json.loads((run / "summary.json").read_text())
 
 
 @pytest.mark.slow
@@ -61,7 +60,7 @@ def test_first_run_command_runs_on_the_order_folder(order_folder, tmp_path, monk
     the four classes without flipping."""
     summary = _run_readme(order_folder, tmp_path, monkeypatch, "optim.epochs=1")
     assert summary["val"]["video_top1"] >= 0.0
-    cfg = load_config(next(tmp_path.glob("runs/**/config.yaml")))
+    cfg = load_config(next(tmp_path.glob("runs/*/config.yaml")))
     assert cfg.model.name == "i3d_tiny_nl1" and cfg.data.flip is False
     assert sorted(cfg.class_names) == sorted(CLASSES)
 
@@ -78,7 +77,7 @@ def _recommended_models() -> set[str]:
 
 
 def test_reversing_a_clip_changes_the_logits_of_every_recommended_model():
-    from nlnet.analysis.time_order import order_gap
+    from nlnet.analysis.time_order import order_gap, probe_size
     from nlnet.models.registry import create_model, model_facts
 
     models = _recommended_models()
@@ -87,15 +86,28 @@ def test_reversing_a_clip_changes_the_logits_of_every_recommended_model():
         facts = model_facts(name)
         torch.manual_seed(0)
         model = create_model(name, num_classes=4, **dict(facts.test_overrides)).eval()
-        clip = torch.randn(2, *(facts.test_input_size or facts.input_size))
+        clip = torch.randn(2, *probe_size(facts.test_input_size or facts.input_size))
         with torch.no_grad():
             a, b = model(clip), model(clip.flip(2))
         assert (a - b).abs().max() > 1e-4 * a.abs().max(), name
         assert order_gap(model.double(), clip.double()) > 1e-6, name
 
 
-def test_the_first_run_and_folder_configs_do_not_flip():
-    from nlnet.data.datasets import build_dataset  # noqa: F401  (the loader reads data.flip)
+def test_the_first_run_and_folder_configs_do_not_flip(order_folder):
+    """Every shipped config for one's own folder says no flip, and the first-run config's training transform
+    (the one that would mirror clips) gets it."""
+    from dataclasses import asdict
 
-    for name in ("smoke/folder_tiny", "smoke/folder_tiny_c2d", "smoke/folder_c2d_r50_nl5"):
+    from nlnet.data.datasets import build_dataset
+    from nlnet.engine.config import list_configs
+
+    # the configs for one's own folders (the Kinetics configs keep the paper's flip)
+    folder_configs = [c for c in list_configs() if c.startswith("smoke/folder")]
+    assert {"smoke/folder_tiny", "smoke/folder_tiny_c2d"} <= set(folder_configs)
+    for name in folder_configs:
         assert load_config(name).data.flip is False, name
+    data = asdict(load_config("smoke/folder_tiny", {"data.root": str(order_folder)}).data)
+    train = build_dataset(data, "train")
+    assert train.transform.transform.flip is False
+    flipping = build_dataset({**data, "flip": True}, "train")
+    assert flipping.transform.transform.flip is True  # the switch reaches the transform
