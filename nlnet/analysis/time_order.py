@@ -20,7 +20,7 @@ does it for every registered video model (``nlnet models`` shows it as a column;
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
+from functools import cache
 
 import torch
 from torch import nn
@@ -94,7 +94,7 @@ def is_video_model(name: str) -> bool:
     return model_facts(name).input_kind == "clip"
 
 
-@lru_cache(maxsize=None)
+@cache
 def sees_frame_order(name: str, seed: int = 0) -> bool:
     """Whether the registered video model ``name`` is *not* invariant to the order of frames.
 

@@ -37,8 +37,8 @@ import torch.fx
 from torch import nn
 
 from nlnet.models.checks import check_input
-from nlnet.models.resnet3d import inflation_pattern
 from nlnet.models.registry import _split_block_options, place_non_local, register_model
+from nlnet.models.resnet3d import inflation_pattern
 
 __all__ = ["BasicBlock3d", "TinyC2D", "build_tiny"]
 

@@ -23,6 +23,11 @@ from nlnet.data.video import write_video
 
 CLASSES: tuple[str, ...] = ("appear", "left", "right", "vanish")
 
+#: lossless H.264 (every frame decodes to the same pixels whatever its neighbours): a lossy
+#: codec's rate control quantises a frame by its place in the video, so a reversed video would
+#: not decode to the same frames reversed and an order-blind model could tell the pair apart
+LOSSLESS: dict[str, object] = {"codec": "libx264", "crf": 0, "pix_fmt": "yuv444p"}
+
 
 def _background(rng: np.random.Generator, frames: int, size: int) -> np.ndarray:
     return rng.integers(0, 60, size=(frames, size, size, 3)).astype(np.uint8)
@@ -68,11 +73,11 @@ def order_video(name: str, rng: np.random.Generator, frames: int = 8, size: int 
 def order_tree(root: Path, train: int = 20, val: int = 6, frames: int = 8, size: int = 40,
                seed: int = 0) -> Path:  # fmt: skip
     """``root/{train,val}/<class>/<i>.mp4``: ``train`` / ``val`` videos per class of
-    :data:`CLASSES` (``frames`` frames of ``size x size``), MPEG-4 Part 2 at 10 fps."""
+    :data:`CLASSES` (``frames`` frames of ``size x size``), lossless H.264 at 10 fps."""
     rng = np.random.default_rng(seed)
     for split, n in (("train", train), ("val", val)):
         for name in CLASSES:
             for i in range(n):
                 path = root / split / name / f"{i:03d}.mp4"
-                write_video(path, order_video(name, rng, frames, size), fps=10, codec="mpeg4")
+                write_video(path, order_video(name, rng, frames, size), fps=10, **LOSSLESS)
     return root

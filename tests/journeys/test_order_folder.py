@@ -38,6 +38,29 @@ def order_folder(tmp_path_factory):
     return order_tree(tmp_path_factory.mktemp("order") / "my_videos", train=20, val=6)
 
 
+def test_the_generated_pairs_hold_the_same_frames_in_reverse_order(tmp_path):
+    """What makes the folder an order-only task: a video and its partner class's video (the same
+    frames written backwards) decode to the same pixels in reverse order."""
+    import av
+    import numpy as np
+
+    from nlnet.data.video import write_video
+
+    from .order_videos import LOSSLESS, order_video
+
+    def decode(path):
+        with av.open(str(path)) as c:
+            return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+
+    for name in ("right", "appear"):
+        x = order_video(name, np.random.default_rng(3))
+        write_video(tmp_path / "a.mp4", x, **LOSSLESS)
+        write_video(tmp_path / "b.mp4", x[::-1].copy(), **LOSSLESS)
+        a, b = decode(tmp_path / "a.mp4"), decode(tmp_path / "b.mp4")
+        assert a.shape == (8, 40, 40, 3) and np.array_equal(a, b[::-1]), name
+        assert not np.array_equal(a, a[::-1])  # the order matters
+
+
 def _run_readme(folder: Path, cwd: Path, monkeypatch, *extra: str) -> dict:
     argv = _readme_first_run()
     root = argv[-1].partition("=")[2]
