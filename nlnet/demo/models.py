@@ -74,15 +74,8 @@ class BasicBlock3d(nn.Module):
         temporal_kernel: int = 1,
     ) -> None:
         super().__init__()
-        kt = int(temporal_kernel)
-        self.conv1 = nn.Conv3d(
-            inplanes,
-            planes,
-            (kt, 3, 3),
-            stride=(1, stride, stride),
-            padding=(kt // 2, 1, 1),
-            bias=False,
-        )
+        kt, sp = int(temporal_kernel), (1, stride, stride)  # a kt x 3 x 3 kernel, "same" padding
+        self.conv1 = nn.Conv3d(inplanes, planes, (kt, 3, 3), sp, (kt // 2, 1, 1), bias=False)
         self.bn1 = nn.BatchNorm3d(planes)
         self.conv2 = nn.Conv3d(planes, planes, (1, 3, 3), padding=(0, 1, 1), bias=False)
         self.bn2 = nn.BatchNorm3d(planes)

@@ -85,7 +85,11 @@ def test_first_run_command_runs_on_the_order_folder(order_folder, tmp_path, monk
     assert summary["val"]["video_top1"] >= 0.0
     cfg = load_config(next(tmp_path.glob("runs/*/config.yaml")))
     assert cfg.model.name == "i3d_tiny_nl1" and cfg.data.flip is False
-    assert sorted(cfg.class_names) == sorted(CLASSES)
+    from nlnet.engine.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(tmp_path / "runs" / "folder_tiny" / "checkpoints" / "final.pt")
+    assert ckpt["model_name"] == "i3d_tiny_nl1"
+    assert sorted(ckpt["class_names"]) == sorted(CLASSES)
 
 
 def _recommended_models() -> set[str]:
