@@ -8,6 +8,9 @@ test protocol (10 clips x 3 crops of 256), all stored in the checkpoint so that 
 ``predict`` and ``visualize`` feed it as it was trained. Any other file needs ``--model`` (and
 ``--override`` for options the blobs cannot tell). The import is refused when a model weight
 finds no blob or a weight blob goes unused, unless ``--allow-partial``.
+A 400-way classifier (every released file) gets the Kinetics-400 class names in the released
+order (alphabetical; :mod:`nlnet.models.kinetics_classes`, shipped with the package), so
+``nlnet predict`` prints ``abseiling`` rather than ``class_0``.
 
 A PySlowFast checkpoint (``.pyth``, ``model_state`` of its C2D/I3D ResNet, read with
 ``weights_only=True``) imports the same way with ``--model`` (:mod:`nlnet.models.pyslowfast`).
