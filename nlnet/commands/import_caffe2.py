@@ -8,6 +8,9 @@ test protocol (10 clips x 3 crops of 256), all stored in the checkpoint so that 
 ``predict`` and ``visualize`` feed it as it was trained. Any other file needs ``--model`` (and
 ``--override`` for options the blobs cannot tell). The import is refused when a model weight
 finds no blob or a weight blob goes unused, unless ``--allow-partial``.
+A 400-way classifier (every released file) gets the Kinetics-400 class names in the released
+order (alphabetical; :mod:`nlnet.models.kinetics_classes`, shipped with the package), so
+``nlnet predict`` prints ``abseiling`` rather than ``class_0``.
 
 A PySlowFast checkpoint (``.pyth``, ``model_state`` of its C2D/I3D ResNet, read with
 ``weights_only=True``) imports the same way with ``--model`` (:mod:`nlnet.models.pyslowfast`).
@@ -177,13 +180,19 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _write(args, model, name, num_classes, config, options, prep, report) -> int:
+    from nlnet.models.kinetics_classes import kinetics400_classes
+
+    # every released file (and PySlowFast's Kinetics models) numbers the 400 Kinetics classes
+    # alphabetically: store the names so that predict prints "abseiling", not "class_0"
+    names = list(kinetics400_classes()) if num_classes == 400 else None
     path = save_imported(
         args.output, model, name, num_classes, config=config, model_options=options,
-        preprocessing=prep or {},
+        preprocessing=prep or {}, class_names=names,
     )  # fmt: skip
     print(report)
     if report.missing or report.unmatched:
         print("warning: partial import (--allow-partial): see missing/unmatched above")
     what = "protocol of " + Path(args.file).name if prep else "explicit options"
+    what += ", Kinetics-400 class names" if names else ""
     print(f"wrote {path} ({name}, {num_classes} classes, {what})")
     return 0

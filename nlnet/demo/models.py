@@ -14,6 +14,13 @@ on a laptop CPU:
   until the global average pool, so the C2D baseline is exactly a sum of per-frame terms. With
   ``temporal_pool=True`` the paper's pool1/pool2 temporal strides of 2 are used.
 
+The C2D models are blind to frame order: every convolution sees one frame, the non-local block
+sums over a *set* of positions (Eq. 1) and the head averages over time, so a clip and the same
+clip reversed get the same logits. The ``i3d_tiny*`` models inflate the first ``1x3x3`` kernel
+of some residual blocks to ``3x3x3`` (``inflate_blocks``, Section 4 "Inflated 3D ConvNet": one
+kernel in every other block), the tiny counterpart of the paper's I3D: they see the order of
+frames (``nlnet models`` shows which models do, :mod:`nlnet.analysis.time_order`).
+
 The non-local placements are the paper's presets applied to this stage structure
 (:func:`nlnet.models.surgery.non_local_paths`): ``nl1`` = one block in res4 right before its
 last residual block (Table 2a), ``nl5`` = 2 blocks in res3 + 3 in res4 (Table 2c), and the
@@ -31,6 +38,7 @@ from torch import nn
 
 from nlnet.models.checks import check_input
 from nlnet.models.registry import _split_block_options, place_non_local, register_model
+from nlnet.models.resnet3d import inflation_pattern
 
 __all__ = ["BasicBlock3d", "TinyC2D", "build_tiny"]
 
@@ -52,17 +60,22 @@ class BasicBlock3d(nn.Module):
         planes: output channels.
         stride: spatial stride of ``conv1`` and of the shortcut.
         downsample: projection shortcut or ``None`` for identity.
+        temporal_kernel: temporal size of ``conv1`` (1: C2D; 3: I3D's inflated ``3x3x3``).
     """
 
     expansion: int = 1
 
     def __init__(
-        self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None
+        self,
+        inplanes: int,
+        planes: int,
+        stride: int = 1,
+        downsample: nn.Module | None = None,
+        temporal_kernel: int = 1,
     ) -> None:
         super().__init__()
-        self.conv1 = nn.Conv3d(
-            inplanes, planes, (1, 3, 3), stride=(1, stride, stride), padding=(0, 1, 1), bias=False
-        )
+        kt, sp = int(temporal_kernel), (1, stride, stride)  # a kt x 3 x 3 kernel, "same" padding
+        self.conv1 = nn.Conv3d(inplanes, planes, (kt, 3, 3), sp, (kt // 2, 1, 1), bias=False)
         self.bn1 = nn.BatchNorm3d(planes)
         self.conv2 = nn.Conv3d(planes, planes, (1, 3, 3), padding=(0, 1, 1), bias=False)
         self.bn2 = nn.BatchNorm3d(planes)
@@ -101,6 +114,11 @@ class TinyC2D(nn.Module):
             frames are never mixed before the global pool, so C2D is a sum of per-frame terms).
         dropout: dropout ratio before ``fc``.
         in_channels: input channels.
+        inflate_blocks: which residual blocks get a ``temporal_kernel x 3 x 3`` first kernel
+            (I3D, Section 4): ``"none"`` (C2D, the default), ``"even"``, ``"all"``,
+            ``"original"`` or one list of booleans per stage
+            (:func:`nlnet.models.resnet3d.inflation_pattern`).
+        temporal_kernel: temporal size of an inflated kernel (3 as in the paper's I3D).
 
     Input ``(B, in_channels, T, H, W)``; output ``(B, num_classes)``.
     """
@@ -114,6 +132,8 @@ class TinyC2D(nn.Module):
         temporal_pool: bool = False,
         dropout: float = 0.2,
         in_channels: int = 3,
+        inflate_blocks: str | Sequence[Sequence[bool]] = "none",
+        temporal_kernel: int = 3,
     ) -> None:
         super().__init__()
         layers = tuple(int(n) for n in layers)
@@ -123,6 +143,7 @@ class TinyC2D(nn.Module):
             ("num_classes", num_classes),
             ("width", width),
             ("in_channels", in_channels),
+            ("temporal_kernel", temporal_kernel),
         ):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}: expected a positive int, got {v!r}")
@@ -142,11 +163,15 @@ class TinyC2D(nn.Module):
         else:
             self.maxpool = nn.MaxPool3d((1, 2, 2), stride=(1, 2, 2))
             self.pool2 = nn.Identity()
+        if temporal_kernel % 2 == 0:
+            raise ValueError(f"temporal_kernel: expected an odd size, got {temporal_kernel!r}")
+        inflate = inflation_pattern(layers, inflate_blocks)
         self.inplanes = width
-        self.layer1 = self._make_layer(width, layers[0], 1)
-        self.layer2 = self._make_layer(width * 2, layers[1], 2)
-        self.layer3 = self._make_layer(width * 4, layers[2], 2)
-        self.layer4 = self._make_layer(width * 8, layers[3], 2)
+        kts = [[temporal_kernel if on else 1 for on in stage] for stage in inflate]
+        self.layer1 = self._make_layer(width, kts[0], 1)
+        self.layer2 = self._make_layer(width * 2, kts[1], 2)
+        self.layer3 = self._make_layer(width * 4, kts[2], 2)
+        self.layer4 = self._make_layer(width * 8, kts[3], 2)
         self.num_features = width * 8
         self.dropout = nn.Dropout(dropout)
         self.fc = nn.Linear(self.num_features, num_classes)
@@ -157,16 +182,17 @@ class TinyC2D(nn.Module):
             nn.init.normal_(self.fc.weight, std=0.01)
             nn.init.zeros_(self.fc.bias)
 
-    def _make_layer(self, planes: int, blocks: int, stride: int) -> nn.Sequential:
+    def _make_layer(self, planes: int, kts: Sequence[int], stride: int) -> nn.Sequential:
+        """One stage: a basic block per entry of ``kts`` (its ``conv1`` temporal size)."""
         downsample = None
         if stride != 1 or self.inplanes != planes:
             downsample = nn.Sequential(
                 nn.Conv3d(self.inplanes, planes, 1, stride=(1, stride, stride), bias=False),
                 nn.BatchNorm3d(planes),
             )
-        mods = [BasicBlock3d(self.inplanes, planes, stride, downsample)]
+        mods = [BasicBlock3d(self.inplanes, planes, stride, downsample, kts[0])]
         self.inplanes = planes
-        mods += [BasicBlock3d(planes, planes) for _ in range(1, blocks)]
+        mods += [BasicBlock3d(planes, planes, temporal_kernel=kt) for kt in kts[1:]]
         return nn.Sequential(*mods)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -211,7 +237,7 @@ def build_tiny(blocks: str | None = None, **kwargs: Any) -> nn.Module:
     return place_non_local(TinyC2D(**kwargs), at, opts)
 
 
-def _cfg(blocks: str | None) -> dict[str, Any]:
+def _cfg(blocks: str | None, arch: str = "c2d") -> dict[str, Any]:
     return {
         "num_classes": 10,
         "input_size": (3, 8, 32, 32),
@@ -219,7 +245,7 @@ def _cfg(blocks: str | None) -> dict[str, Any]:
         "family": "tiny",
         "first_conv": "conv1",
         "classifier": ("fc",),
-        "arch": "c2d",
+        "arch": arch,
         "blocks": blocks,
         "test_overrides": {"width": 4},
         "test_input_size": (3, 4, 32, 32),
@@ -340,3 +366,22 @@ def c2d_tiny_tconv1(**kwargs: Any) -> nn.Module:
     """Tiny C2D + 1 temporal residual block (``3x1x1``, I3D-style) where ``c2d_tiny_nl1`` has its
     non-local block: a model that sees the order of the frames (the demo's order control)."""
     return build_control((3, 1, 1), **kwargs)
+
+
+#: The tiny I3D's inflated blocks: one kernel in every other residual block of each stage
+#: (Section 4), i.e. blocks 0 of res2/res3/res5 and blocks 0, 2 of res4 for ``(1, 2, 3, 1)``.
+TINY_I3D_INFLATE = "even"
+
+
+@register_model(name="i3d_tiny", default_cfg=_cfg(None, "i3d"))
+def i3d_tiny(**kwargs: Any) -> nn.Module:
+    """Tiny I3D baseline for CPUs (3x3x3 kernels in every other block; sees frame order)."""
+    kwargs.setdefault("inflate_blocks", TINY_I3D_INFLATE)
+    return build_tiny(None, **kwargs)
+
+
+@register_model(name="i3d_tiny_nl1", default_cfg=_cfg("nl1", "i3d"))
+def i3d_tiny_nl1(**kwargs: Any) -> nn.Module:
+    """Tiny I3D + 1 spacetime non-local block in res4: the first-run model for your videos."""
+    kwargs.setdefault("inflate_blocks", TINY_I3D_INFLATE)
+    return build_tiny("nl1", **kwargs)
