@@ -49,7 +49,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from nlnet.demo.threads import jobs_for
+    from nlnet.demo.jobs import jobs_for
     from nlnet.engine.errors import UserError
 
     try:
@@ -76,7 +76,7 @@ def _dense(args: argparse.Namespace) -> int:
 
     from nlnet.demo.dense import DEMO_EPOCHS, run_dense_demo
     from nlnet.demo.digits_dense import DenseDigitsConfig
-    from nlnet.demo.threads import threads_for
+    from nlnet.demo.jobs import threads_for
     from nlnet.engine.errors import UserError
 
     try:  # more threads than idle cores make PyTorch's CPU kernels far slower when shared

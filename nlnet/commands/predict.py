@@ -64,11 +64,13 @@ def predict_images(paths: list[str], model: Any, prep: dict[str, Any], names: li
     from PIL import Image, UnidentifiedImageError
     from torchvision import transforms as T
 
+    from nlnet.models.model_cfg import IMAGENET_MEAN, IMAGENET_STD
+
     size = int(prep.get("size") or 224)
     tf = T.Compose([T.Resize(int(prep.get("resize") or size), antialias=True),
                     T.CenterCrop(size), T.ToTensor(),
-                    T.Normalize(prep.get("mean", (0.485, 0.456, 0.406)),
-                                prep.get("std", (0.229, 0.224, 0.225)))])  # fmt: skip
+                    T.Normalize(prep.get("mean", IMAGENET_MEAN),
+                                prep.get("std", IMAGENET_STD))])  # fmt: skip
     out: list[dict[str, Any]] = []
     for path in paths:
         try:

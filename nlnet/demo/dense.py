@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader
 
 from nlnet.data.segmentation import SegmentationFolder
 from nlnet.demo.digits_dense import CATEGORIES, DenseDigitsConfig, prepare_dense_digits
-from nlnet.demo.summary import write_summary
+from nlnet.demo.jobs import write_summary
 from nlnet.engine.tasks.segmentation import SegmentationTask
 from nlnet.models import create_model
 

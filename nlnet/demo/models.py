@@ -30,7 +30,9 @@ import torch.fx
 from torch import nn
 
 from nlnet.models.checks import check_input
-from nlnet.models.registry import _split_block_options, place_non_local, register_model
+from nlnet.models.features import new_classifier, resnet_feature_info, resnet_intermediates
+from nlnet.models.placement import place_non_local, split_block_options
+from nlnet.models.registry import register_model
 
 __all__ = ["BasicBlock3d", "TinyC2D", "build_tiny"]
 
@@ -150,6 +152,8 @@ class TinyC2D(nn.Module):
         self.num_features = width * 8
         self.dropout = nn.Dropout(dropout)
         self.fc = nn.Linear(self.num_features, num_classes)
+        stages = [width * 2**k for k in range(4)]
+        self.feature_info = resnet_feature_info(width, stages, (1, 2, 4, 8, 16))
         if not self.conv1.weight.is_meta:
             for m in self.modules():
                 if isinstance(m, nn.Conv3d):
@@ -176,22 +180,34 @@ class TinyC2D(nn.Module):
         x = self.pool2(self.layer1(x))
         return self.layer4(self.layer3(self.layer2(x)))
 
-    def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every stage output ``(B, C, T, H, W)``, named as ResNet3d's (``conv1`` .. ``res5``)."""
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | Sequence[int] | None = None,
+        stop_early: bool = False,
+        intermediates_only: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]] | list[torch.Tensor]:
+        """timm's ``forward_intermediates`` (:mod:`nlnet.models.features`): the stem and the
+        res2..res5 maps ``(B, C, T, H, W)`` (:attr:`feature_info`) and the res5 map (or the last
+        one asked for, ``stop_early``)."""
         check_input(x, 5, self.conv1.in_channels)
-        out = {"conv1": self.relu(self.bn1(self.conv1(x)))}
-        out["pool1"] = self.maxpool(out["conv1"])
-        out["res2"] = self.layer1(out["pool1"])
-        out["pool2"] = self.pool2(out["res2"])
-        out["res3"] = self.layer2(out["pool2"])
-        out["res4"] = self.layer3(out["res3"])
-        out["res5"] = self.layer4(out["res4"])
-        return out
+        final, feats = resnet_intermediates(self, x, indices, stop_early)
+        return feats if intermediates_only else (final, feats)
 
-    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
-        """Global average pool, dropout and ``fc`` on the res5 map ``(B, 8w, T', H', W')``."""
-        x = x.flatten(2).mean(dim=2)  # (B, 8w)
-        return self.fc(self.dropout(x))
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Global average pool, dropout and ``fc`` on the res5 map ``(B, 8w, T', H', W')``
+        (``pre_logits``: the pooled features ``(B, 8w)``, before ``fc``)."""
+        x = self.dropout(x.flatten(2).mean(dim=2))  # (B, 8w)
+        return x if pre_logits else self.fc(x)
+
+    def get_classifier(self) -> nn.Module:
+        """The classifier, ``fc``."""
+        return self.fc
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A fresh ``fc`` with ``num_classes`` outputs (0: none, the head returns features)."""
+        self.fc = new_classifier(self.num_features, num_classes, std=0.01)
+        self.num_classes = num_classes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
@@ -204,10 +220,10 @@ def build_tiny(blocks: str | None = None, **kwargs: Any) -> nn.Module:
         blocks: ``None`` (the C2D baseline) or a preset (``"nl1"``, ``"nl5"``, ``"nl10"``,
             ``"res2"``..``"res5"``) or explicit module paths.
         **kwargs: :class:`TinyC2D` options, ``nl_at`` (overrides ``blocks``), ``nl_options`` and
-            the block options of :data:`nlnet.models.registry.BLOCK_OPTIONS` (e.g. ``mode``).
+            the block options of :data:`nlnet.models.placement.BLOCK_OPTIONS` (e.g. ``mode``).
     """
     at = kwargs.pop("nl_at", blocks)
-    opts = _split_block_options(kwargs)
+    opts = split_block_options(kwargs)
     return place_non_local(TinyC2D(**kwargs), at, opts)
 
 

@@ -24,12 +24,8 @@ from nlnet.models.registry import (
     model_facts,
     register_model,
 )
-from nlnet.models.resnet3d import (
-    BLOCK_CONFIG,
-    Bottleneck3d,
-    ResNet3d,
-    inflation_pattern,
-)
+from nlnet.models.resnet3d import Bottleneck3d, ResNet3d, inflation_pattern
+from nlnet.models.resnet_layout import BLOCK_CONFIG, STAGE_NAMES
 from nlnet.models.slowfast import SlowFast  # noqa: F401  (registers slowfast_r50*)
 from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_blocks, non_local_paths
 from nlnet.models.swin import SwinTransformer  # noqa: F401  (registers swin_*)
@@ -47,6 +43,7 @@ __all__ = [
     "ResNet3d",
     "SegmentationHead",
     "SegmentationNet",
+    "STAGE_NAMES",
     "create_model",
     "get_model_entry",
     "inflate_conv_weight",

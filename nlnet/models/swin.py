@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from nlnet.layers.window_attention import SwinBlock
 from nlnet.models.checks import check_input
+from nlnet.models.features import feature_info_of, feature_take_indices, new_classifier
 from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.registry import register_model
 from nlnet.models.vit import attend, torchvision_state_dict
@@ -142,6 +143,11 @@ class SwinTransformer(nn.Module):
         self.num_features = embed_dim * 2 ** (len(depths) - 1)
         self.norm = nn.LayerNorm(self.num_features)
         self.head = nn.Linear(self.num_features, num_classes)
+        n = len(depths)
+        self.feature_info = feature_info_of(
+            [f"stages.{k}" for k in range(n)], [embed_dim * 2**k for k in range(n)],
+            [patch_size * 2**k for k in range(n)],
+        )  # fmt: skip
         if not self.head.weight.is_meta:
             for m in self.modules():
                 if isinstance(m, nn.Linear):
@@ -159,21 +165,47 @@ class SwinTransformer(nn.Module):
             x = stage(x)
         return self.norm(x)
 
-    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
-        """Each stage's output as a channels-first map ``(B, C_k, h_k, w_k)`` (``stage0`` ..)."""
+    def forward_intermediates(
+        self,
+        x: Tensor,
+        indices: int | Sequence[int] | None = None,
+        stop_early: bool = False,
+        intermediates_only: bool = False,
+    ) -> tuple[Tensor, list[Tensor]] | list[Tensor]:
+        """timm's ``forward_intermediates``: the outputs of the stages asked for
+        (:attr:`feature_info`) as channels-first maps ``(B, C_k, h_k, w_k)``, and the final
+        features (:meth:`forward_features`'s; with ``stop_early`` before the last stage, the
+        channels-last map of the last stage run, without the final LayerNorm)."""
+        take, last = feature_take_indices(len(self.stages), indices)
         check_input(x, 4, self.in_channels)
         x = self.patch_norm(self.patch_embed(x).permute(0, 2, 3, 1))
-        out = {}
+        out = []
         for k, stage in enumerate(self.stages):
+            if stop_early and k > last:
+                break
             if k > 0:
                 x = self.merges[k - 1](x)
             x = stage(x)
-            out[f"stage{k}"] = x.permute(0, 3, 1, 2)
-        return out
+            if k in take:
+                out.append(x.permute(0, 3, 1, 2))
+        if intermediates_only:
+            return out
+        return (x if stop_early and last < len(self.stages) - 1 else self.norm(x)), out
 
-    def forward_head(self, x: Tensor) -> Tensor:
-        """Global average pool of the channels-last features ``(B, h, w, C)``, then ``head``."""
-        return self.head(x.mean(dim=(1, 2)))
+    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
+        """Global average pool of the channels-last features ``(B, h, w, C)``, then ``head``
+        (``pre_logits``: the pooled features ``(B, C)``)."""
+        x = x.mean(dim=(1, 2))
+        return x if pre_logits else self.head(x)
+
+    def get_classifier(self) -> nn.Module:
+        """The classifier, ``head``."""
+        return self.head
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A fresh ``head`` with ``num_classes`` outputs (0: none, the head returns features)."""
+        self.head = new_classifier(self.num_features, num_classes)
+        self.num_classes = num_classes
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))

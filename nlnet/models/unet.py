@@ -26,7 +26,8 @@ import torch.fx
 from torch import Tensor, nn
 
 from nlnet.models.checks import check_input
-from nlnet.models.registry import _split_block_options, place_non_local, register_model
+from nlnet.models.placement import place_non_local, split_block_options
+from nlnet.models.registry import register_model
 
 __all__ = ["UNet", "check_divisible"]
 
@@ -157,7 +158,7 @@ GUIDE_BLOCK = {"reduction": 2, "sub_sample": 2}
 def build_unet(dim: int, with_block: bool, **kwargs: Any) -> UNet:
     """A :class:`UNet`; with ``with_block`` one block after the bottleneck (``GUIDE_BLOCK``
     unless block options override it)."""
-    opts = _split_block_options(kwargs)
+    opts = split_block_options(kwargs)
     at = kwargs.pop("nl_at", "bottleneck" if with_block else None)
     model = UNet(dim, **kwargs)
     if at:

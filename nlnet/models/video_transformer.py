@@ -24,6 +24,7 @@ same recorder as the non-local blocks (:func:`nlnet.analysis.hooks.record_attent
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from torch import Tensor, nn
 from nlnet.layers.attention import MultiheadSelfAttention
 from nlnet.layers.pos_embed import LearnedPositionEmbedding
 from nlnet.models.checks import check_input
+from nlnet.models.features import feature_info_of, new_classifier, token_intermediates
 from nlnet.models.registry import register_model
 from nlnet.models.vit import EncoderBlock, attend
 
@@ -167,6 +169,10 @@ class VideoTransformer(nn.Module):
         self.blocks = nn.Sequential(*[block() for _ in range(num_layers)])
         self.norm = nn.LayerNorm(hidden_dim, eps=1e-6)
         self.head = nn.Linear(hidden_dim, num_classes)
+        self.num_features = hidden_dim
+        self.feature_info = feature_info_of(
+            [f"blocks.{i}" for i in range(num_layers)], [hidden_dim] * num_layers, [p] * num_layers
+        )
         if not self.head.weight.is_meta:
             nn.init.normal_(self.cls_token, std=0.02)
             for m in self.modules():
@@ -184,18 +190,32 @@ class VideoTransformer(nn.Module):
         """All tokens after the final LayerNorm ``(B, 1 + T'H'W', D)`` (class token first)."""
         return self.norm(self.blocks(self._tokens(x)))
 
-    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
-        """The patch tokens after each block as maps ``(B, D, T', H', W')`` (``block0`` ..)."""
-        x = self._tokens(x)
-        out = {}
-        for i, block in enumerate(self.blocks):
-            x = block(x)
-            out[f"block{i}"] = x[:, 1:].transpose(1, 2).unflatten(2, self.grid)
-        return out
+    def forward_intermediates(
+        self,
+        x: Tensor,
+        indices: int | Sequence[int] | None = None,
+        stop_early: bool = False,
+        intermediates_only: bool = False,
+    ) -> tuple[Tensor, list[Tensor]] | list[Tensor]:
+        """timm's ``forward_intermediates``: the patch tokens after the blocks asked for
+        (:attr:`feature_info`) as maps ``(B, D, T', H', W')`` (class token left out), and the
+        tokens after the final LayerNorm (after the last block asked for, ``stop_early``)."""
+        x, out = token_intermediates(self.blocks, self._tokens(x), self.grid, indices, stop_early)
+        return out if intermediates_only else (self.norm(x), out)
 
-    def forward_head(self, x: Tensor) -> Tensor:
-        """The classifier on the class token."""
-        return self.head(x[:, 0])
+    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
+        """The classifier on the class token (``pre_logits``: the class token ``(B, D)``)."""
+        x = x[:, 0]
+        return x if pre_logits else self.head(x)
+
+    def get_classifier(self) -> nn.Module:
+        """The classifier, ``head``."""
+        return self.head
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A fresh ``head`` with ``num_classes`` outputs (0: none, the head returns features)."""
+        self.head = new_classifier(self.num_features, num_classes)
+        self.num_classes = num_classes
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))

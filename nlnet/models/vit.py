@@ -21,7 +21,7 @@ Attention maps: :func:`nlnet.analysis.hooks.record_attention` (``kind="transform
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -30,6 +30,11 @@ from torch import Tensor, nn
 
 from nlnet.layers.attention import MultiheadSelfAttention
 from nlnet.layers.pos_embed import LearnedPositionEmbedding
+from nlnet.models.features import (
+    feature_info_of,
+    new_classifier,
+    token_intermediates,
+)
 from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.registry import register_model
 
@@ -168,6 +173,11 @@ class VisionTransformer(nn.Module):
         )
         self.norm = nn.LayerNorm(hidden_dim, eps=1e-6)
         self.head = nn.Linear(hidden_dim, num_classes)
+        self.num_features = hidden_dim
+        self.feature_info = feature_info_of(
+            [f"blocks.{i}" for i in range(num_layers)], [hidden_dim] * num_layers,
+            [patch_size] * num_layers,
+        )  # fmt: skip
         if not self.head.weight.is_meta:
             self._init_weights()
 
@@ -184,32 +194,45 @@ class VisionTransformer(nn.Module):
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
-    def forward_features(self, x: Tensor) -> Tensor:
-        """All tokens after the final LayerNorm, ``(B, 1 + H/P * W/P, D)`` (class token first)."""
+    def _tokens(self, x: Tensor) -> Tensor:
+        """Eq. 1: patch embeddings, class token, position embedding ``(B, 1 + N, D)``."""
         check_image(x, self.in_channels, (self.image_size, self.image_size))
         x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, D), patches row-major
         cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
-        x = torch.cat([cls, x], dim=1) + self.pos_embed.pos_embed  # Eq. 1
-        x = self.blocks(self.pos_drop(x))
-        return self.norm(x)
+        return self.pos_drop(torch.cat([cls, x], dim=1) + self.pos_embed.pos_embed)
 
-    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
-        """The patch tokens after each encoder block as maps ``(B, D, H/P, W/P)``
-        (``block0`` .. ``block{L-1}``; the class token left out)."""
-        check_image(x, self.in_channels, (self.image_size, self.image_size))
-        grid = (self.image_size // self.patch_size,) * 2
-        x = self.patch_embed(x).flatten(2).transpose(1, 2)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        x = self.pos_drop(x + self.pos_embed.pos_embed)
-        out = {}
-        for i, block in enumerate(self.blocks):
-            x = block(x)
-            out[f"block{i}"] = x[:, 1:].transpose(1, 2).unflatten(2, grid)
-        return out
+    def forward_features(self, x: Tensor) -> Tensor:
+        """All tokens after the final LayerNorm, ``(B, 1 + H/P * W/P, D)`` (class token first)."""
+        return self.norm(self.blocks(self._tokens(x)))
 
-    def forward_head(self, x: Tensor) -> Tensor:
-        """The classifier on the class token of :meth:`forward_features` (Eq. 4)."""
-        return self.head(x[:, 0])
+    def forward_intermediates(
+        self,
+        x: Tensor,
+        indices: int | Sequence[int] | None = None,
+        stop_early: bool = False,
+        intermediates_only: bool = False,
+    ) -> tuple[Tensor, list[Tensor]] | list[Tensor]:
+        """timm's ``forward_intermediates``: the patch tokens after the encoder blocks asked for
+        (:attr:`feature_info`) as maps ``(B, D, H/P, W/P)`` (the class token left out), and the
+        tokens after the final LayerNorm (after the last block asked for, ``stop_early``)."""
+        x, out = token_intermediates(self.blocks, self._tokens(x), self.grid_size, indices,
+                                     stop_early)  # fmt: skip
+        return out if intermediates_only else (self.norm(x), out)
+
+    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
+        """The classifier on the class token of :meth:`forward_features` (Eq. 4);
+        ``pre_logits``: the class token ``(B, D)``."""
+        x = x[:, 0]
+        return x if pre_logits else self.head(x)
+
+    def get_classifier(self) -> nn.Module:
+        """The classifier, ``head``."""
+        return self.head
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A fresh ``head`` with ``num_classes`` outputs (0: none, the head returns features)."""
+        self.head = new_classifier(self.num_features, num_classes)
+        self.num_classes = num_classes
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))
