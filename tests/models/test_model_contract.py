@@ -76,14 +76,14 @@ def test_timm_contract(name):
     assert model.get_classifier() is model.get_submodule(cfg.classifier[0])
     assert pooled.shape == (x.shape[0], model.get_classifier().in_features)
     torch.testing.assert_close(model.get_classifier()(pooled), logits)
+    _check_indices_and_reset(model, x, maps)
 
 
-@pytest.mark.parametrize("name", CLASSIFIERS)
-def test_indices_stop_early_and_reset_classifier(name):
-    model, x = _tiny(name)
+def _check_indices_and_reset(model: nn.Module, x: torch.Tensor, maps: list[torch.Tensor]) -> None:
+    """``indices``/``stop_early``/``intermediates_only`` pick from ``maps``; a reset classifier
+    has the new size, and none (0 classes) leaves the pooled features."""
     n = len(model.feature_info)
     with torch.no_grad():
-        _, maps = model.forward_intermediates(x)
         last_two = model.forward_intermediates(x, indices=2, intermediates_only=True)
         first, early = model.forward_intermediates(x, indices=[0], stop_early=True)
     assert len(last_two) == 2
