@@ -30,7 +30,7 @@ import torch.fx
 from torch import nn
 
 from nlnet.models.checks import check_input
-from nlnet.models.features import new_classifier, resnet_feature_info, resnet_intermediates
+from nlnet.models.features import ClassifierContract, resnet_feature_info, resnet_intermediates
 from nlnet.models.placement import place_non_local, split_block_options
 from nlnet.models.registry import register_model
 
@@ -81,7 +81,7 @@ class BasicBlock3d(nn.Module):
         return out
 
 
-class TinyC2D(nn.Module):
+class TinyC2D(ClassifierContract, nn.Module):
     """A narrow C2D ResNet (Table 1 stage structure, basic blocks) for tiny clips on a CPU.
 
     Layout for a ``T x 32 x 32`` clip (width ``w``)::
@@ -104,8 +104,12 @@ class TinyC2D(nn.Module):
         dropout: dropout ratio before ``fc``.
         in_channels: input channels.
 
-    Input ``(B, in_channels, T, H, W)``; output ``(B, num_classes)``.
+    Input ``(B, in_channels, T, H, W)``; output ``(B, num_classes)``. timm's contract
+    (:class:`~nlnet.models.features.ClassifierContract`, classifier ``fc``).
     """
+
+    classifier_name = "fc"
+    classifier_init_std = 0.01
 
     def __init__(
         self,
@@ -180,34 +184,19 @@ class TinyC2D(nn.Module):
         x = self.pool2(self.layer1(x))
         return self.layer4(self.layer3(self.layer2(x)))
 
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices: int | Sequence[int] | None = None,
-        stop_early: bool = False,
-        intermediates_only: bool = False,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]] | list[torch.Tensor]:
-        """timm's ``forward_intermediates`` (:mod:`nlnet.models.features`): the stem and the
-        res2..res5 maps ``(B, C, T, H, W)`` (:attr:`feature_info`) and the res5 map (or the last
-        one asked for, ``stop_early``)."""
+    def _forward_intermediates(
+        self, x: torch.Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The stem and the res2..res5 maps ``(B, C, T, H, W)`` (:attr:`feature_info`) and the
+        res5 map (or, ``stop_early``, the last map asked for)."""
         check_input(x, 5, self.conv1.in_channels)
-        final, feats = resnet_intermediates(self, x, indices, stop_early)
-        return feats if intermediates_only else (final, feats)
+        return resnet_intermediates(self, x, indices, stop_early)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Global average pool, dropout and ``fc`` on the res5 map ``(B, 8w, T', H', W')``
         (``pre_logits``: the pooled features ``(B, 8w)``, before ``fc``)."""
         x = self.dropout(x.flatten(2).mean(dim=2))  # (B, 8w)
         return x if pre_logits else self.fc(x)
-
-    def get_classifier(self) -> nn.Module:
-        """The classifier, ``fc``."""
-        return self.fc
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """A fresh ``fc`` with ``num_classes`` outputs (0: none, the head returns features)."""
-        self.fc = new_classifier(self.num_features, num_classes, std=0.01)
-        self.num_classes = num_classes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))

@@ -25,7 +25,7 @@ output and the four stage outputs, as in timm's ResNet.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -33,6 +33,7 @@ from torch import nn
 from nlnet.models.resnet_layout import STAGE_NAMES
 
 __all__ = [
+    "ClassifierContract",
     "feature_take_indices",
     "feature_info_of",
     "new_classifier",
@@ -59,9 +60,7 @@ def feature_take_indices(
         take = list(range(num_features))
     elif isinstance(indices, int) and not isinstance(indices, bool):
         if not 0 < indices <= num_features:
-            raise ValueError(
-                f"indices: expected 1..{num_features} last features, got {indices!r}"
-            )
+            raise ValueError(f"indices: expected 1..{num_features} last features, got {indices!r}")
         take = list(range(num_features - indices, num_features))
     else:
         take = [num_features + i if i < 0 else i for i in indices]
@@ -70,6 +69,62 @@ def feature_take_indices(
                 f"indices: expected indices in [-{num_features}, {num_features}), got {indices!r}"
             )
     return take, max(take)
+
+
+class ClassifierContract:
+    """The classifier half of timm's contract, for a classification ``nn.Module`` to inherit
+    first (``class ResNet3d(ClassifierContract, nn.Module)``).
+
+    The subclass declares, in its own body: :attr:`classifier_name` (the attribute that holds
+    the classifier, the module ``ModelCfg.classifier`` names), optionally
+    :attr:`classifier_init_std`; sets ``num_features`` (the classifier's input width) and
+    ``num_classes`` and ``feature_info`` in ``__init__``; and implements
+    ``_forward_intermediates(x, indices, stop_early) -> (final, maps)``. This class adds
+    :meth:`forward_intermediates`, :meth:`get_classifier` and :meth:`reset_classifier`.
+    """
+
+    #: Attribute of the classifier (``"fc"``, ``"head"``); declared by every subclass.
+    classifier_name: ClassVar[str]
+    #: Standard deviation of a fresh classifier's weights; ``None``: PyTorch's default init.
+    classifier_init_std: ClassVar[float | None] = None
+    num_features: int
+    num_classes: int
+    feature_info: list[dict[str, Any]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not isinstance(getattr(cls, "classifier_name", None), str):
+            raise TypeError(f"{cls.__name__}: declare classifier_name (the classifier attribute)")
+
+    def _forward_intermediates(
+        self, x: torch.Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        raise NotImplementedError(f"{type(self).__name__} defines no _forward_intermediates")
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | Sequence[int] | None = None,
+        stop_early: bool = False,
+        intermediates_only: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]] | list[torch.Tensor]:
+        """timm's ``forward_intermediates``: ``(final features, [maps])``, the maps of
+        :attr:`feature_info` picked by ``indices`` (all, the last ``n``, or a list), each
+        channels-first ``(B, C, *grid)``; ``stop_early`` stops after the last one asked for;
+        ``intermediates_only`` returns the maps alone."""
+        final, maps = self._forward_intermediates(x, indices, stop_early)
+        return maps if intermediates_only else (final, maps)
+
+    def get_classifier(self) -> nn.Module:
+        """The classifier module (attribute :attr:`classifier_name`)."""
+        return getattr(self, self.classifier_name)
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A fresh classifier with ``num_classes`` outputs (0: none, the head then returns the
+        pooled features)."""
+        fc = new_classifier(self.num_features, num_classes, self.classifier_init_std)
+        setattr(self, self.classifier_name, fc)
+        self.num_classes = num_classes
 
 
 def feature_info_of(

@@ -26,7 +26,7 @@ from torch import nn
 from torchvision.models import resnet
 
 from nlnet.models.checks import check_input
-from nlnet.models.features import new_classifier, resnet_feature_info, resnet_intermediates
+from nlnet.models.features import ClassifierContract, resnet_feature_info, resnet_intermediates
 from nlnet.models.placement import split_block_options
 from nlnet.models.registry import register_model
 from nlnet.models.resnet_layout import BASIC_BLOCK_DEPTHS, BLOCK_CONFIG
@@ -42,11 +42,14 @@ __all__ = [
 
 torch.fx.wrap("check_input")  # traceable input check (models/checks.py)
 
-class ImageResNet(resnet.ResNet):
+
+class ImageResNet(ClassifierContract, resnet.ResNet):
     """torchvision's ResNet (same modules and state-dict keys) with nlnet's model contract,
     timm's (:mod:`nlnet.models.features`): :meth:`forward_features`, :meth:`forward_head`,
     :meth:`forward_intermediates`, :attr:`feature_info`, :meth:`get_classifier`,
     :meth:`reset_classifier`. Arguments: torchvision's ``ResNet``."""
+
+    classifier_name = "fc"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -58,18 +61,13 @@ class ImageResNet(resnet.ResNet):
         stages = [self.num_features // 2 ** (3 - k) for k in range(4)]
         self.feature_info = resnet_feature_info(self.conv1.out_channels, stages, reductions)
 
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices: int | Sequence[int] | None = None,
-        stop_early: bool = False,
-        intermediates_only: bool = False,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]] | list[torch.Tensor]:
-        """timm's ``forward_intermediates``: the stem and the res2..res5 maps ``(B, C, H, W)``
-        (:attr:`feature_info`) and the res5 map (or the last one asked for, ``stop_early``)."""
+    def _forward_intermediates(
+        self, x: torch.Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The stem and the res2..res5 maps ``(B, C, H, W)`` (:attr:`feature_info`) and the res5
+        map (or, ``stop_early``, the last one asked for)."""
         check_input(x, 4, self.conv1.in_channels)
-        final, feats = resnet_intermediates(self, x, indices, stop_early)
-        return feats if intermediates_only else (final, feats)
+        return resnet_intermediates(self, x, indices, stop_early)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The res5 map ``(B, C, H/32, W/32)``."""
@@ -81,14 +79,6 @@ class ImageResNet(resnet.ResNet):
         """Global average pool and ``fc`` (``pre_logits``: the pooled features ``(B, C)``)."""
         x = torch.flatten(self.avgpool(x), 1)
         return x if pre_logits else self.fc(x)
-
-    def get_classifier(self) -> nn.Module:
-        """The classifier, ``fc``."""
-        return self.fc
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """A fresh ``fc`` with ``num_classes`` outputs (0: none, the head returns features)."""
-        self.fc = new_classifier(self.num_features, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))

@@ -51,7 +51,7 @@ from torch import nn
 
 from nlnet.layers.nonlocal_block import NonLocal3d
 from nlnet.models.checks import check_input
-from nlnet.models.features import new_classifier, resnet_feature_info, resnet_intermediates
+from nlnet.models.features import ClassifierContract, resnet_feature_info, resnet_intermediates
 from nlnet.models.resnet_layout import BLOCK_CONFIG, STAGE_NAMES
 from nlnet.models.video_parts import (
     HEADS,
@@ -236,7 +236,7 @@ def _checked(
     return layers, conv1_t, temporal_strides
 
 
-class ResNet3d(nn.Module):
+class ResNet3d(ClassifierContract, nn.Module):
     """C2D / I3D ResNet for video classification (Table 1 and Section 4).
 
     Args:
@@ -273,8 +273,13 @@ class ResNet3d(nn.Module):
             averaged); it returns the log of the averaged probabilities so that a softmax of
             the output gives them back exactly.
 
-    Input ``(B, in_channels, T, H, W)``; output logits ``(B, num_classes)``.
+    Input ``(B, in_channels, T, H, W)``; output logits ``(B, num_classes)``. timm's contract
+    (:class:`~nlnet.models.features.ClassifierContract`): ``feature_info``,
+    ``forward_intermediates``, ``get_classifier``/``reset_classifier`` (``fc``).
     """
+
+    classifier_name = "fc"
+    classifier_init_std = 0.01  # as in _init_weights (the released code's MODEL.FC_INIT_STD)
 
     def __init__(
         self,
@@ -403,19 +408,13 @@ class ResNet3d(nn.Module):
                 if isinstance(m, Bottleneck3d):
                     nn.init.zeros_(m.bn3.weight)
 
-    def forward_intermediates(
-        self,
-        x: torch.Tensor,
-        indices: int | Sequence[int] | None = None,
-        stop_early: bool = False,
-        intermediates_only: bool = False,
-    ) -> tuple[torch.Tensor, list[torch.Tensor]] | list[torch.Tensor]:
-        """timm's ``forward_intermediates`` (:mod:`nlnet.models.features`): the stem and the
-        res2..res5 outputs ``(B, C, T, H, W)`` of Table 1 (:attr:`feature_info`), and the res5
-        map (or, with ``stop_early``, the last map asked for)."""
+    def _forward_intermediates(
+        self, x: torch.Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The stem and the res2..res5 outputs ``(B, C, T, H, W)`` of Table 1
+        (:attr:`feature_info`) and the res5 map (or, ``stop_early``, the last map asked for)."""
         check_input(x, 5, self.conv1.in_channels)
-        final, feats = resnet_intermediates(self, x, indices, stop_early)
-        return feats if intermediates_only else (final, feats)
+        return resnet_intermediates(self, x, indices, stop_early)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The res5 feature map ``(B, 2048, T/8, H/32, W/32)`` (Table 1), no intermediate kept."""
@@ -432,15 +431,6 @@ class ResNet3d(nn.Module):
             return fully_conv_head(x, self.fc.weight, self.fc.bias)
         x = self.dropout(self.avgpool(x).flatten(1))  # (B, C)
         return x if pre_logits else self.fc(x)
-
-    def get_classifier(self) -> nn.Module:
-        """The classifier, ``fc``."""
-        return self.fc
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """A fresh ``fc`` with ``num_classes`` outputs (0: none, the head returns features)."""
-        self.fc = new_classifier(self.num_features, num_classes, std=0.01)
-        self.num_classes = num_classes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))

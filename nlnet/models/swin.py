@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from nlnet.layers.window_attention import SwinBlock
 from nlnet.models.checks import check_input
-from nlnet.models.features import feature_info_of, feature_take_indices, new_classifier
+from nlnet.models.features import ClassifierContract, feature_info_of, feature_take_indices
 from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.registry import register_model
 from nlnet.models.vit import attend, torchvision_state_dict
@@ -81,7 +81,7 @@ class _Block(SwinBlock):
         return x + self.stochastic_depth(self.mlp(self.norm2(x)))
 
 
-class SwinTransformer(nn.Module):
+class SwinTransformer(ClassifierContract, nn.Module):
     """Swin Transformer (v1) classifier.
 
     Args:
@@ -97,6 +97,8 @@ class SwinTransformer(nn.Module):
 
     Input ``(B, in_channels, H, W)`` (any size; windows are padded); output ``(B, num_classes)``.
     """
+
+    classifier_name = "head"
 
     def __init__(
         self,
@@ -165,17 +167,13 @@ class SwinTransformer(nn.Module):
             x = stage(x)
         return self.norm(x)
 
-    def forward_intermediates(
-        self,
-        x: Tensor,
-        indices: int | Sequence[int] | None = None,
-        stop_early: bool = False,
-        intermediates_only: bool = False,
-    ) -> tuple[Tensor, list[Tensor]] | list[Tensor]:
-        """timm's ``forward_intermediates``: the outputs of the stages asked for
-        (:attr:`feature_info`) as channels-first maps ``(B, C_k, h_k, w_k)``, and the final
-        features (:meth:`forward_features`'s; with ``stop_early`` before the last stage, the
-        channels-last map of the last stage run, without the final LayerNorm)."""
+    def _forward_intermediates(
+        self, x: Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        """The outputs of the stages asked for (:attr:`feature_info`) as channels-first maps
+        ``(B, C_k, h_k, w_k)``, and the final features (:meth:`forward_features`'s; with
+        ``stop_early`` before the last stage, the channels-last map of the last stage run,
+        without the final LayerNorm)."""
         take, last = feature_take_indices(len(self.stages), indices)
         check_input(x, 4, self.in_channels)
         x = self.patch_norm(self.patch_embed(x).permute(0, 2, 3, 1))
@@ -188,8 +186,6 @@ class SwinTransformer(nn.Module):
             x = stage(x)
             if k in take:
                 out.append(x.permute(0, 3, 1, 2))
-        if intermediates_only:
-            return out
         return (x if stop_early and last < len(self.stages) - 1 else self.norm(x)), out
 
     def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
@@ -197,15 +193,6 @@ class SwinTransformer(nn.Module):
         (``pre_logits``: the pooled features ``(B, C)``)."""
         x = x.mean(dim=(1, 2))
         return x if pre_logits else self.head(x)
-
-    def get_classifier(self) -> nn.Module:
-        """The classifier, ``head``."""
-        return self.head
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """A fresh ``head`` with ``num_classes`` outputs (0: none, the head returns features)."""
-        self.head = new_classifier(self.num_features, num_classes)
-        self.num_classes = num_classes
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))

@@ -34,9 +34,9 @@ from torch import Tensor, nn
 from nlnet.layers.attention import MultiheadSelfAttention
 from nlnet.layers.pos_embed import LearnedPositionEmbedding
 from nlnet.models.checks import check_input
-from nlnet.models.features import feature_info_of, new_classifier, token_intermediates
+from nlnet.models.features import ClassifierContract, feature_info_of, token_intermediates
 from nlnet.models.registry import register_model
-from nlnet.models.vit import EncoderBlock, attend
+from nlnet.models.vit import EncoderBlock, attend, embed_tokens
 
 __all__ = [
     "ATTENTIONS",
@@ -110,7 +110,7 @@ class DividedSpaceTimeBlock(nn.Module):
         return torch.cat([cls, frames[:, 1:].reshape(b, t * s, d)], dim=1)  # (B, 1 + T'S, D)
 
 
-class VideoTransformer(nn.Module):
+class VideoTransformer(ClassifierContract, nn.Module):
     """Video transformer with joint (ViViT model 1) or divided (TimeSformer T+S) attention.
 
     Args:
@@ -127,6 +127,8 @@ class VideoTransformer(nn.Module):
 
     Input ``(B, in_channels, T, H, W)``; output ``(B, num_classes)``.
     """
+
+    classifier_name = "head"
 
     def __init__(
         self,
@@ -181,41 +183,26 @@ class VideoTransformer(nn.Module):
                     nn.init.zeros_(m.bias)
 
     def _tokens(self, x: Tensor) -> Tensor:
-        check_input(x, 5, self.in_channels)
-        x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, T'H'W', D), row-major (t, y, x)
-        cls = self.cls_token.expand(x.shape[0], -1, -1)
-        return self.pos_drop(torch.cat([cls, x], dim=1) + self.pos_embed.pos_embed)
+        check_input(x, 5, self.in_channels)  # tokens row-major in (t, y, x)
+        return embed_tokens(x, self.patch_embed, self.cls_token, self.pos_embed, self.pos_drop)
 
     def forward_features(self, x: Tensor) -> Tensor:
         """All tokens after the final LayerNorm ``(B, 1 + T'H'W', D)`` (class token first)."""
         return self.norm(self.blocks(self._tokens(x)))
 
-    def forward_intermediates(
-        self,
-        x: Tensor,
-        indices: int | Sequence[int] | None = None,
-        stop_early: bool = False,
-        intermediates_only: bool = False,
-    ) -> tuple[Tensor, list[Tensor]] | list[Tensor]:
-        """timm's ``forward_intermediates``: the patch tokens after the blocks asked for
-        (:attr:`feature_info`) as maps ``(B, D, T', H', W')`` (class token left out), and the
-        tokens after the final LayerNorm (after the last block asked for, ``stop_early``)."""
+    def _forward_intermediates(
+        self, x: Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        """The patch tokens after the blocks asked for (:attr:`feature_info`) as maps
+        ``(B, D, T', H', W')`` (class token left out), and the tokens after the final LayerNorm
+        (after the last block asked for, ``stop_early``)."""
         x, out = token_intermediates(self.blocks, self._tokens(x), self.grid, indices, stop_early)
-        return out if intermediates_only else (self.norm(x), out)
+        return self.norm(x), out
 
     def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
         """The classifier on the class token (``pre_logits``: the class token ``(B, D)``)."""
         x = x[:, 0]
         return x if pre_logits else self.head(x)
-
-    def get_classifier(self) -> nn.Module:
-        """The classifier, ``head``."""
-        return self.head
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """A fresh ``head`` with ``num_classes`` outputs (0: none, the head returns features)."""
-        self.head = new_classifier(self.num_features, num_classes)
-        self.num_classes = num_classes
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))

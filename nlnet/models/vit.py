@@ -31,8 +31,8 @@ from torch import Tensor, nn
 from nlnet.layers.attention import MultiheadSelfAttention
 from nlnet.layers.pos_embed import LearnedPositionEmbedding
 from nlnet.models.features import (
+    ClassifierContract,
     feature_info_of,
-    new_classifier,
     token_intermediates,
 )
 from nlnet.models.model_cfg import ModelCfg
@@ -43,6 +43,7 @@ __all__ = [
     "VisionTransformer",
     "attend",
     "check_image",
+    "embed_tokens",
     "load_torchvision_vit",
     "torchvision_state_dict",
     "vit_state_dict_from_torchvision",
@@ -54,6 +55,21 @@ def attend(module: nn.Module, x: Tensor) -> Tensor:
     their inputs in Python, which a symbolic trace cannot run). Eager mode, ``torch.compile``
     and ``torch.export`` run it as a plain call, so hooks (attention recording) still fire."""
     return module(x)
+
+
+def embed_tokens(
+    x: Tensor,
+    patch_embed: nn.Module,
+    cls_token: Tensor,
+    pos_embed: LearnedPositionEmbedding,
+    pos_drop: nn.Module,
+) -> Tensor:
+    """Eq. 1: the patches (or tubelets) of ``x`` projected by ``patch_embed`` to ``(B, N, D)``
+    (row-major), the class token prepended, the position embedding added, then ``pos_drop``:
+    ``(B, 1 + N, D)``."""
+    x = patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, D)
+    cls = cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
+    return pos_drop(torch.cat([cls, x], dim=1) + pos_embed.pos_embed)
 
 
 def check_image(x: Tensor, channels: int, size: tuple[int, int]) -> None:
@@ -110,7 +126,7 @@ class EncoderBlock(nn.Module):
         return x + self.mlp(self.norm2(x))  # Eq. 3
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(ClassifierContract, nn.Module):
     """ViT classifier (Sec. 3.1, Eqs. 1-4).
 
     Args:
@@ -127,6 +143,8 @@ class VisionTransformer(nn.Module):
 
     Input ``(B, in_channels, image_size, image_size)``; output ``(B, num_classes)``.
     """
+
+    classifier_name = "head"
 
     def __init__(
         self,
@@ -197,42 +215,27 @@ class VisionTransformer(nn.Module):
     def _tokens(self, x: Tensor) -> Tensor:
         """Eq. 1: patch embeddings, class token, position embedding ``(B, 1 + N, D)``."""
         check_image(x, self.in_channels, (self.image_size, self.image_size))
-        x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, D), patches row-major
-        cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
-        return self.pos_drop(torch.cat([cls, x], dim=1) + self.pos_embed.pos_embed)
+        return embed_tokens(x, self.patch_embed, self.cls_token, self.pos_embed, self.pos_drop)
 
     def forward_features(self, x: Tensor) -> Tensor:
         """All tokens after the final LayerNorm, ``(B, 1 + H/P * W/P, D)`` (class token first)."""
         return self.norm(self.blocks(self._tokens(x)))
 
-    def forward_intermediates(
-        self,
-        x: Tensor,
-        indices: int | Sequence[int] | None = None,
-        stop_early: bool = False,
-        intermediates_only: bool = False,
-    ) -> tuple[Tensor, list[Tensor]] | list[Tensor]:
-        """timm's ``forward_intermediates``: the patch tokens after the encoder blocks asked for
-        (:attr:`feature_info`) as maps ``(B, D, H/P, W/P)`` (the class token left out), and the
-        tokens after the final LayerNorm (after the last block asked for, ``stop_early``)."""
+    def _forward_intermediates(
+        self, x: Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        """The patch tokens after the encoder blocks asked for (:attr:`feature_info`) as maps
+        ``(B, D, H/P, W/P)`` (the class token left out), and the tokens after the final
+        LayerNorm (after the last block asked for, ``stop_early``)."""
         x, out = token_intermediates(self.blocks, self._tokens(x), self.grid_size, indices,
                                      stop_early)  # fmt: skip
-        return out if intermediates_only else (self.norm(x), out)
+        return self.norm(x), out
 
     def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
         """The classifier on the class token of :meth:`forward_features` (Eq. 4);
         ``pre_logits``: the class token ``(B, D)``."""
         x = x[:, 0]
         return x if pre_logits else self.head(x)
-
-    def get_classifier(self) -> nn.Module:
-        """The classifier, ``head``."""
-        return self.head
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """A fresh ``head`` with ``num_classes`` outputs (0: none, the head returns features)."""
-        self.head = new_classifier(self.num_features, num_classes)
-        self.num_classes = num_classes
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))
