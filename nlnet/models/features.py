@@ -1,6 +1,6 @@
 """timm's feature contract, shared by the classification families of nlnet.
 
-Every classification model (C2D/I3D :class:`~nlnet.models.resnet3d.ResNet3d`, the image
+Every classification model (C2D/I3D :class:`~nlnet.models.video.resnet3d.ResNet3d`, the image
 ResNets, ViT, Swin, the video transformers, the demo's tiny C2D) offers the methods that timm's
 models offer (``timm.models.resnet``, ``vision_transformer``; ``_features.py``), so code written
 for one family works on all:

@@ -1,8 +1,8 @@
 """The model registry (timm style): ``register_model``, ``create_model``, ``list_models``.
 
 Each architecture module registers its names itself, one decorated builder per name, next to
-the architecture (``video_resnets.py``: C2D/I3D; ``image.py``: the COCO/guide ResNets and the
-segmentation nets; ``vit.py``, ``swin.py``, ``video_transformer.py``, ``detection.py``,
+the architecture (``video/resnets.py``: C2D/I3D; ``image.py``: the COCO/guide ResNets and the
+segmentation nets; ``vit.py``, ``swin.py``, ``video/transformer.py``, ``detection.py``,
 ``segmentation.py``), so every name can be found with ``grep``.  Importing :mod:`nlnet.models`
 imports all of them; this module imports none.  Other packages register more models through
 entry points (group :data:`ENTRY_POINT_GROUP`, ``"nlnet.models"``), read on the first lookup

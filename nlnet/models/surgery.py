@@ -9,7 +9,7 @@ Where the block goes, and the resulting parameter names. The original module kee
 all its parameter names; the new block is registered as a child called ``non_local`` of the module
 at the path, so its parameters are ``<path>.non_local.theta.weight`` etc.:
 
-* a module with a ``non_local`` slot that is ``None`` (our :class:`~nlnet.models.resnet3d.
+* a module with a ``non_local`` slot that is ``None`` (our :class:`~nlnet.models.video.resnet3d.
   Bottleneck3d`) applies the block to its output itself;
 * an ``nn.Sequential`` (a whole stage, e.g. ``"layer4"``) gets the block appended as its last
   element ``non_local``;

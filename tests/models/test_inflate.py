@@ -14,7 +14,7 @@ from nlnet.models.inflate import (
     read_state_dict,
 )
 from nlnet.models.registry import create_model
-from nlnet.models.resnet3d import ResNet3d
+from nlnet.models.video.resnet3d import ResNet3d
 
 
 def _randomise_bn(model: nn.Module, gen: torch.Generator) -> None:

@@ -8,7 +8,7 @@ import torchvision
 from torch import nn
 
 from nlnet.models.registry import create_model, get_model_entry, list_models
-from nlnet.models.resnet3d import Bottleneck3d, ResNet3d, inflation_pattern
+from nlnet.models.video.resnet3d import Bottleneck3d, ResNet3d, inflation_pattern
 
 # The paper's video models (Table 1 layout); the CPU demo family "tiny" is narrower by design.
 VIDEO_MODELS = [
@@ -194,7 +194,7 @@ def test_pooling_options_sizes(pooling, res2):
 
 def test_fully_conv_head_is_the_global_head_at_one_position_and_averages_softmax():
     from nlnet.models.registry import create_model
-    from nlnet.models.resnet3d import fully_conv_head
+    from nlnet.models.video.resnet3d import fully_conv_head
 
     m = create_model("c2d_r50", width=4, num_classes=6, head="fully_conv").eval()
     feats = torch.randn(2, m.num_features, 2, 7, 7)

@@ -8,7 +8,7 @@ only), ``i3d`` (3x3x3 inflation of one 3x3 kernel in two, conv1 5x7x7) or ``i3d3
 (1 block right before the last residual block of that stage, Table 2b). Exact block indices:
 :mod:`nlnet.models.surgery`.
 
-Every builder takes :class:`~nlnet.models.resnet3d.ResNet3d` options, ``nl_at`` (a preset or
+Every builder takes :class:`~nlnet.models.video.resnet3d.ResNet3d` options, ``nl_at`` (a preset or
 module paths, replacing the default placement), ``nl_options`` (a dict of block options) and any
 block option directly, e.g. ``create_model("c2d_r50_nl5", mode="space")`` for Table 2d.
 """
@@ -22,9 +22,9 @@ from torch import nn
 from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.placement import place_non_local, split_block_options
 from nlnet.models.registry import register_model
-from nlnet.models.resnet3d import ResNet3d
 from nlnet.models.resnet_layout import BLOCK_CONFIG
 from nlnet.models.surgery import stage_locations
+from nlnet.models.video.resnet3d import ResNet3d
 
 __all__ = ["build_video_resnet", "VIDEO_ARCHS", "VIDEO_DEPTHS"]  # models: create_model
 
@@ -47,7 +47,7 @@ def build_video_resnet(
         arch: ``"c2d"``, ``"i3d"`` (3x3x3) or ``"i3d311"`` (3x1x1).
         blocks: ``None`` or a placement preset (``"nl1"``, ``"nl5"``, ``"nl10"``,
             ``"res2"``..``"res5"``).
-        **kwargs: :class:`~nlnet.models.resnet3d.ResNet3d` options, ``nl_at`` (paths or a preset,
+        **kwargs: :class:`~nlnet.models.video.resnet3d.ResNet3d` options, ``nl_at`` (paths or a preset,
             overriding ``blocks``), ``nl_options`` and block options.
     """
     if depth not in VIDEO_DEPTHS:

@@ -53,7 +53,7 @@ from nlnet.layers.nonlocal_block import NonLocal3d
 from nlnet.models.checks import check_input
 from nlnet.models.features import ClassifierContract, resnet_feature_info, resnet_intermediates
 from nlnet.models.resnet_layout import BLOCK_CONFIG, STAGE_NAMES
-from nlnet.models.video_parts import (
+from nlnet.models.video.parts import (
     HEADS,
     POOLINGS,
     block_plan,
