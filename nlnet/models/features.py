@@ -20,6 +20,11 @@ for one family works on all:
 For a ResNet-style network (Table 1 of "Non-local Neural Networks", Wang et al., CVPR 2018,
 arXiv:1711.07971: stem, ``pool1``, res2, ``pool2``, res3..res5) the features are the stem
 output and the four stage outputs, as in timm's ResNet.
+
+Each model class inherits :class:`ClassifierContract` (``forward_intermediates``,
+``get_classifier``, ``reset_classifier``) and writes its own ``feature_info``,
+``_forward_intermediates`` (with :func:`resnet_intermediates` or :func:`token_intermediates`)
+and ``forward_head``.
 """
 
 from __future__ import annotations
