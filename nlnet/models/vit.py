@@ -40,6 +40,7 @@ from nlnet.models.registry import register_model
 
 __all__ = [
     "EncoderBlock",
+    "TokenClassifier",
     "VisionTransformer",
     "attend",
     "check_image",
@@ -126,7 +127,40 @@ class EncoderBlock(nn.Module):
         return x + self.mlp(self.norm2(x))  # Eq. 3
 
 
-class VisionTransformer(ClassifierContract, nn.Module):
+class TokenClassifier(ClassifierContract, nn.Module):
+    """A class-token transformer classifier: the forward paths that ViT (Eqs. 1-4) and the video
+    transformers share. A subclass sets ``blocks``, ``norm``, ``head``, ``grid`` (the patch
+    grid) and the ``feature_info`` of its blocks, and defines ``_tokens(x)`` (Eq. 1)."""
+
+    classifier_name = "head"
+    grid: tuple[int, ...]
+
+    def _tokens(self, x: Tensor) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} defines no _tokens")
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """All tokens after the final LayerNorm ``(B, 1 + N, D)`` (class token first)."""
+        return self.norm(self.blocks(self._tokens(x)))
+
+    def _forward_intermediates(
+        self, x: Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        """The patch tokens after the blocks asked for (:attr:`feature_info`) as maps
+        ``(B, D, *grid)`` (the class token left out), and the tokens after the final LayerNorm
+        (after the last block asked for, ``stop_early``)."""
+        x, out = token_intermediates(self.blocks, self._tokens(x), self.grid, indices, stop_early)
+        return self.norm(x), out
+
+    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
+        """The classifier on the class token (Eq. 4); ``pre_logits``: the class token ``(B, D)``."""
+        x = x[:, 0]
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+class VisionTransformer(TokenClassifier):
     """ViT classifier (Sec. 3.1, Eqs. 1-4).
 
     Args:
@@ -143,8 +177,6 @@ class VisionTransformer(ClassifierContract, nn.Module):
 
     Input ``(B, in_channels, image_size, image_size)``; output ``(B, num_classes)``.
     """
-
-    classifier_name = "head"
 
     def __init__(
         self,
@@ -170,6 +202,7 @@ class VisionTransformer(ClassifierContract, nn.Module):
             )
         self.image_size, self.patch_size, self.in_channels = image_size, patch_size, in_channels
         self.grid_size = (image_size // patch_size, image_size // patch_size)
+        self.grid = self.grid_size
         self.hidden_dim = hidden_dim
         self.num_classes = num_classes
         # Eq. 1: x_p E as a P x P stride-P convolution; class token; position embedding E_pos
@@ -216,29 +249,6 @@ class VisionTransformer(ClassifierContract, nn.Module):
         """Eq. 1: patch embeddings, class token, position embedding ``(B, 1 + N, D)``."""
         check_image(x, self.in_channels, (self.image_size, self.image_size))
         return embed_tokens(x, self.patch_embed, self.cls_token, self.pos_embed, self.pos_drop)
-
-    def forward_features(self, x: Tensor) -> Tensor:
-        """All tokens after the final LayerNorm, ``(B, 1 + H/P * W/P, D)`` (class token first)."""
-        return self.norm(self.blocks(self._tokens(x)))
-
-    def _forward_intermediates(
-        self, x: Tensor, indices: int | Sequence[int] | None, stop_early: bool
-    ) -> tuple[Tensor, list[Tensor]]:
-        """The patch tokens after the encoder blocks asked for (:attr:`feature_info`) as maps
-        ``(B, D, H/P, W/P)`` (the class token left out), and the tokens after the final
-        LayerNorm (after the last block asked for, ``stop_early``)."""
-        x, out = token_intermediates(self.blocks, self._tokens(x), self.grid_size, indices,
-                                     stop_early)  # fmt: skip
-        return self.norm(x), out
-
-    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
-        """The classifier on the class token of :meth:`forward_features` (Eq. 4);
-        ``pre_logits``: the class token ``(B, D)``."""
-        x = x[:, 0]
-        return x if pre_logits else self.head(x)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.forward_head(self.forward_features(x))
 
 
 # ------------------------------------------------------------------------ torchvision weights

@@ -24,7 +24,6 @@ same recorder as the non-local blocks (:func:`nlnet.analysis.hooks.record_attent
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -34,9 +33,9 @@ from torch import Tensor, nn
 from nlnet.layers.attention import MultiheadSelfAttention
 from nlnet.layers.pos_embed import LearnedPositionEmbedding
 from nlnet.models.checks import check_input
-from nlnet.models.features import ClassifierContract, feature_info_of, token_intermediates
+from nlnet.models.features import feature_info_of
 from nlnet.models.registry import register_model
-from nlnet.models.vit import EncoderBlock, attend, embed_tokens
+from nlnet.models.vit import EncoderBlock, TokenClassifier, attend, embed_tokens
 
 __all__ = [
     "ATTENTIONS",
@@ -110,7 +109,7 @@ class DividedSpaceTimeBlock(nn.Module):
         return torch.cat([cls, frames[:, 1:].reshape(b, t * s, d)], dim=1)  # (B, 1 + T'S, D)
 
 
-class VideoTransformer(ClassifierContract, nn.Module):
+class VideoTransformer(TokenClassifier):
     """Video transformer with joint (ViViT model 1) or divided (TimeSformer T+S) attention.
 
     Args:
@@ -127,8 +126,6 @@ class VideoTransformer(ClassifierContract, nn.Module):
 
     Input ``(B, in_channels, T, H, W)``; output ``(B, num_classes)``.
     """
-
-    classifier_name = "head"
 
     def __init__(
         self,
@@ -185,27 +182,6 @@ class VideoTransformer(ClassifierContract, nn.Module):
     def _tokens(self, x: Tensor) -> Tensor:
         check_input(x, 5, self.in_channels)  # tokens row-major in (t, y, x)
         return embed_tokens(x, self.patch_embed, self.cls_token, self.pos_embed, self.pos_drop)
-
-    def forward_features(self, x: Tensor) -> Tensor:
-        """All tokens after the final LayerNorm ``(B, 1 + T'H'W', D)`` (class token first)."""
-        return self.norm(self.blocks(self._tokens(x)))
-
-    def _forward_intermediates(
-        self, x: Tensor, indices: int | Sequence[int] | None, stop_early: bool
-    ) -> tuple[Tensor, list[Tensor]]:
-        """The patch tokens after the blocks asked for (:attr:`feature_info`) as maps
-        ``(B, D, T', H', W')`` (class token left out), and the tokens after the final LayerNorm
-        (after the last block asked for, ``stop_early``)."""
-        x, out = token_intermediates(self.blocks, self._tokens(x), self.grid, indices, stop_early)
-        return self.norm(x), out
-
-    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
-        """The classifier on the class token (``pre_logits``: the class token ``(B, D)``)."""
-        x = x[:, 0]
-        return x if pre_logits else self.head(x)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.forward_head(self.forward_features(x))
 
 
 _TINY_CFG = {
