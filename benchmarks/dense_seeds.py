@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from nlnet.demo.threads import jobs_for
+from nlnet.demo.jobs import jobs_for
 from nlnet.demo.video_seeds import dense_seed_rows, markdown_table, parse_seeds
 
 METRIC = {"segmentation": "mIoU", "unet": "mDice"}

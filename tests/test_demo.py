@@ -55,7 +55,7 @@ def _run_demo(tmp_path: Path, *extra: str, timeout: int) -> dict:
 
 def test_quick_demo_smoke_and_the_same_figures_with_jobs_side_by_side(tmp_path):
     """A quick run with one job; then ``--threads 2``, which trains the models side by side in
-    worker processes, one thread each (nlnet.demo.parallel): its weights and figures equal the
+    worker processes, one thread each (nlnet.demo.jobs): its weights and figures equal the
     one-job run's bit for bit."""
     import torch
 
@@ -94,7 +94,7 @@ def test_quick_demo_smoke_and_the_same_figures_with_jobs_side_by_side(tmp_path):
 def test_jobs_run_inline_on_one_thread_and_deliver_errors():
     import torch
 
-    from nlnet.demo.parallel import Jobs
+    from nlnet.demo.jobs import Jobs
 
     before = torch.get_num_threads()
     with Jobs(1) as jobs:
@@ -122,7 +122,7 @@ def test_jobs_stop_the_other_workers_when_one_fails():
     not waited for."""
     import time
 
-    from nlnet.demo.parallel import Jobs
+    from nlnet.demo.jobs import Jobs
 
     start = time.perf_counter()
     with pytest.raises(ValueError, match="not a number"):

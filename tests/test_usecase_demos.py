@@ -52,9 +52,9 @@ def test_demo_threads_error_is_one_line(tmp_path, capsys, task):
 def test_jobs_auto_is_the_usable_cores_and_threads_auto_the_idle_ones(monkeypatch):
     import os
 
-    from nlnet.demo import threads
+    from nlnet.demo import jobs
 
-    monkeypatch.setattr(threads, "usable_cores", lambda: 4)
+    monkeypatch.setattr(jobs, "usable_cores", lambda: 4)
     monkeypatch.setattr(os, "getloadavg", lambda: (2.6, 0.0, 0.0))
-    assert threads.jobs_for("auto") == 4 and threads.jobs_for("3") == 3
-    assert threads.threads_for("auto") == 1 and threads.threads_for("2") == 2
+    assert jobs.jobs_for("auto") == 4 and jobs.jobs_for("3") == 3
+    assert jobs.threads_for("auto") == 1 and jobs.threads_for("2") == 2

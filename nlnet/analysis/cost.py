@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from nlnet.layers.nonlocal_block import NonLocalNd
+from nlnet.models.resnet_layout import STAGE_NAMES
 
 __all__ = [
     "CostRow",
@@ -43,7 +44,7 @@ TABLE2E_PAPER: dict[str, tuple[float, float]] = {
     "c2d_r101_nl5": (1.2, 1.2),
 }
 
-_STAGE_ALIASES = {"layer1": "res2", "layer2": "res3", "layer3": "res4", "layer4": "res5"}
+_STAGE_ALIASES = {layer: res for res, layer in STAGE_NAMES.items()}  # layer1 -> res2
 
 
 @dataclass

@@ -179,7 +179,7 @@ def divided_weights_to_tokens(
 def divided_rollout(
     model: nn.Module, x: Tensor, *, head_fusion: str = "mean"
 ) -> tuple[Tensor, Tensor]:
-    """Run a divided space-time :class:`~nlnet.models.video_transformer.VideoTransformer` on
+    """Run a divided space-time :class:`~nlnet.models.video.transformer.VideoTransformer` on
     ``x`` and roll its attention out over every temporal and spatial attention.
 
     Returns:
@@ -310,7 +310,7 @@ def transformer_attention_figure(model: nn.Module, x: Tensor, frames, title: str
     Args:
         model: a :class:`~nlnet.models.vit.VisionTransformer`,
             :class:`~nlnet.models.swin.SwinTransformer` or
-            :class:`~nlnet.models.video_transformer.VideoTransformer` (eval mode).
+            :class:`~nlnet.models.video.transformer.VideoTransformer` (eval mode).
         x: its input, ``(1, 3, H, W)`` or ``(1, 3, T, H, W)``.
         frames: the picture(s) to draw on, ``(T, H, W, 3)`` uint8 (``T = 1`` for an image).
         title: figure title (e.g. the prediction).
@@ -321,7 +321,7 @@ def transformer_attention_figure(model: nn.Module, x: Tensor, frames, title: str
     import numpy as np
 
     from nlnet.models.swin import SwinTransformer
-    from nlnet.models.video_transformer import VideoTransformer
+    from nlnet.models.video.transformer import VideoTransformer
     from nlnet.models.vit import VisionTransformer
 
     frames = np.asarray(frames)

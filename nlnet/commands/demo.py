@@ -71,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
     import sys
 
     from nlnet.commands.common import device_arg, output_dir_arg
-    from nlnet.demo.threads import jobs_for
+    from nlnet.demo.jobs import jobs_for
     from nlnet.engine.errors import UserError
 
     # a bar redraws itself with "\r": only on a terminal, never in a log file or a pipe

@@ -40,10 +40,7 @@ def main(args: argparse.Namespace) -> int:
     from nlnet.analysis.time_order import is_video_model, sees_frame_order
     from nlnet.models.registry import get_model_entry, list_models
 
-    pattern = args.filter
-    if pattern is not None and not any(c in pattern for c in "*?["):
-        pattern = f"*{pattern}*"
-    names = list_models(pattern)
+    names = list_models(args.filter)  # the registry's one matching rule (name_matches)
     if not names:
         print(f"no model matches {args.filter!r}")
         return 1

@@ -32,8 +32,7 @@ from torch.utils.data import DataLoader
 
 from nlnet.data.segmentation.images import SegmentationFolder
 from nlnet.demo.digits_dense import CATEGORIES, DenseDigitsConfig, prepare_dense_digits
-from nlnet.demo.parallel import Jobs
-from nlnet.demo.summary import write_summary
+from nlnet.demo.jobs import Jobs, write_summary
 from nlnet.engine.tasks.segmentation import SegmentationTask
 from nlnet.models import create_model
 
@@ -116,7 +115,7 @@ def fit_and_test(
     name: str, root: Path, seed_dir: Path, seed: int, recipe: dict[str, Any]
 ) -> dict[str, Any]:
     """One model of one seed: train through the engine's loop, test mIoU, save its weights to
-    ``seed_dir/<name>.pt``. A job of :class:`nlnet.demo.parallel.Jobs` (one thread, side by side).
+    ``seed_dir/<name>.pt``. A job of :class:`nlnet.demo.jobs.Jobs` (one thread, side by side).
 
     Returns:
         ``{"seed", "model", "params", "train_s", "metrics", "state"}`` (``state`` on the CPU).
@@ -159,7 +158,7 @@ def run_dense_demo(
     """Train the baseline and the non-local model for each seed; test mIoU and per-class IoU.
 
     ``jobs`` trainings run side by side, one PyTorch thread each
-    (:class:`nlnet.demo.parallel.Jobs`, like the video and U-Net demos): the figures do not
+    (:class:`nlnet.demo.jobs.Jobs`, like the video and U-Net demos): the figures do not
     depend on it.
 
     Args:
@@ -231,7 +230,7 @@ def format_table(runs: Sequence[dict[str, Any]]) -> str:
 def cli_main(args: Any) -> int:
     """``nlnet demo --task segmentation``: both models side by side, one thread each
     (``--threads`` jobs), into ``<output-dir>/dense-demo-<timestamp>-seed<k>/``."""
-    from nlnet.demo.threads import jobs_for
+    from nlnet.demo.jobs import jobs_for
     from nlnet.engine.errors import UserError
 
     try:
@@ -240,7 +239,7 @@ def cli_main(args: Any) -> int:
         raise UserError(str(exc)) from None
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UserError("--device cuda: CUDA is not available on this machine")
-    torch.set_num_threads(1)  # one thread per job (nlnet.demo.parallel)
+    torch.set_num_threads(1)  # one thread per job (nlnet.demo.jobs)
     data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if args.quick else None
     epochs = args.epochs or (1 if args.quick else DEMO_EPOCHS)
     out = Path(args.output_dir) / f"dense-demo-{time.strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"

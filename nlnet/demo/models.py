@@ -37,8 +37,10 @@ import torch.fx
 from torch import nn
 
 from nlnet.models.checks import check_input
-from nlnet.models.registry import _split_block_options, place_non_local, register_model
-from nlnet.models.resnet3d import inflation_pattern
+from nlnet.models.features import ClassifierContract, resnet_feature_info, resnet_intermediates
+from nlnet.models.placement import place_non_local, split_block_options
+from nlnet.models.registry import register_model
+from nlnet.models.video.resnet3d import inflation_pattern
 
 __all__ = ["BasicBlock3d", "TinyC2D", "build_tiny"]
 
@@ -92,7 +94,7 @@ class BasicBlock3d(nn.Module):
         return out
 
 
-class TinyC2D(nn.Module):
+class TinyC2D(ClassifierContract, nn.Module):
     """A narrow C2D ResNet (Table 1 stage structure, basic blocks) for tiny clips on a CPU.
 
     Layout for a ``T x 32 x 32`` clip (width ``w``)::
@@ -117,11 +119,15 @@ class TinyC2D(nn.Module):
         inflate_blocks: which residual blocks get a ``temporal_kernel x 3 x 3`` first kernel
             (I3D, Section 4): ``"none"`` (C2D, the default), ``"even"``, ``"all"``,
             ``"original"`` or one list of booleans per stage
-            (:func:`nlnet.models.resnet3d.inflation_pattern`).
+            (:func:`nlnet.models.video.resnet3d.inflation_pattern`).
         temporal_kernel: temporal size of an inflated kernel (3 as in the paper's I3D).
 
-    Input ``(B, in_channels, T, H, W)``; output ``(B, num_classes)``.
+    Input ``(B, in_channels, T, H, W)``; output ``(B, num_classes)``. timm's contract
+    (:class:`~nlnet.models.features.ClassifierContract`, classifier ``fc``).
     """
+
+    classifier_name = "fc"
+    classifier_init_std = 0.01
 
     def __init__(
         self,
@@ -175,6 +181,8 @@ class TinyC2D(nn.Module):
         self.num_features = width * 8
         self.dropout = nn.Dropout(dropout)
         self.fc = nn.Linear(self.num_features, num_classes)
+        stages = [width * 2**k for k in range(4)]
+        self.feature_info = resnet_feature_info(width, stages, (1, 2, 4, 8, 16))
         if not self.conv1.weight.is_meta:
             for m in self.modules():
                 if isinstance(m, nn.Conv3d):
@@ -202,22 +210,19 @@ class TinyC2D(nn.Module):
         x = self.pool2(self.layer1(x))
         return self.layer4(self.layer3(self.layer2(x)))
 
-    def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every stage output ``(B, C, T, H, W)``, named as ResNet3d's (``conv1`` .. ``res5``)."""
+    def _forward_intermediates(
+        self, x: torch.Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The stem and the res2..res5 maps ``(B, C, T, H, W)`` (:attr:`feature_info`) and the
+        res5 map (or, ``stop_early``, the last map asked for)."""
         check_input(x, 5, self.conv1.in_channels)
-        out = {"conv1": self.relu(self.bn1(self.conv1(x)))}
-        out["pool1"] = self.maxpool(out["conv1"])
-        out["res2"] = self.layer1(out["pool1"])
-        out["pool2"] = self.pool2(out["res2"])
-        out["res3"] = self.layer2(out["pool2"])
-        out["res4"] = self.layer3(out["res3"])
-        out["res5"] = self.layer4(out["res4"])
-        return out
+        return resnet_intermediates(self, x, indices, stop_early)
 
-    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
-        """Global average pool, dropout and ``fc`` on the res5 map ``(B, 8w, T', H', W')``."""
-        x = x.flatten(2).mean(dim=2)  # (B, 8w)
-        return self.fc(self.dropout(x))
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Global average pool, dropout and ``fc`` on the res5 map ``(B, 8w, T', H', W')``
+        (``pre_logits``: the pooled features ``(B, 8w)``, before ``fc``)."""
+        x = self.dropout(x.flatten(2).mean(dim=2))  # (B, 8w)
+        return x if pre_logits else self.fc(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
@@ -230,10 +235,10 @@ def build_tiny(blocks: str | None = None, **kwargs: Any) -> nn.Module:
         blocks: ``None`` (the C2D baseline) or a preset (``"nl1"``, ``"nl5"``, ``"nl10"``,
             ``"res2"``..``"res5"``) or explicit module paths.
         **kwargs: :class:`TinyC2D` options, ``nl_at`` (overrides ``blocks``), ``nl_options`` and
-            the block options of :data:`nlnet.models.registry.BLOCK_OPTIONS` (e.g. ``mode``).
+            the block options of :data:`nlnet.models.placement.BLOCK_OPTIONS` (e.g. ``mode``).
     """
     at = kwargs.pop("nl_at", blocks)
-    opts = _split_block_options(kwargs)
+    opts = split_block_options(kwargs)
     return place_non_local(TinyC2D(**kwargs), at, opts)
 
 

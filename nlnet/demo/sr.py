@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nlnet.demo.threads import jobs_for
+from nlnet.demo.jobs import jobs_for
 
 __all__ = ["SRDemoSettings", "fit_and_test", "run_sr_demo", "sr_demo_config", "format_sr_table"]
 
@@ -118,7 +118,7 @@ def fit_and_test(
 ) -> dict[str, Any]:
     """One model of one seed: train through the engine's loop, test on the test tiles.
 
-    A job of :class:`nlnet.demo.parallel.Jobs` (one thread; the models train side by side).
+    A job of :class:`nlnet.demo.jobs.Jobs` (one thread; the models train side by side).
 
     Returns:
         ``{"seed", "model", "params", "train_s", "metrics", "state"}`` (``state`` on the CPU).
@@ -154,13 +154,12 @@ def run_sr_demo(
     """Train both models for each seed; test PSNR/SSIM on Y against bicubic.
 
     ``jobs`` runs (seed, model) trainings side by side, one PyTorch thread each
-    (:class:`nlnet.demo.parallel.Jobs`): the figures do not depend on it.
+    (:class:`nlnet.demo.jobs.Jobs`): the figures do not depend on it.
 
     Returns:
         ``{"settings", "runs": [{"seed", "model", "params", "train_s", "metrics"}], "wall_s"}``.
     """
-    from nlnet.demo.parallel import Jobs
-    from nlnet.demo.summary import write_summary
+    from nlnet.demo.jobs import Jobs, write_summary
     from nlnet.models import create_model
 
     s = settings or SRDemoSettings()
@@ -215,7 +214,7 @@ def cli_main(args: Any) -> int:
         jobs = jobs_for(args.threads)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    torch.set_num_threads(1)  # one thread per job (nlnet.demo.parallel)
+    torch.set_num_threads(1)  # one thread per job (nlnet.demo.jobs)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UserError("--device cuda: CUDA is not available on this machine")
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -100,7 +100,7 @@ def fit_and_test(
     name: str, s: UNetDemoSettings, root: Path, run_dir: Path, seed: int, device: str
 ) -> dict[str, Any]:
     """One model of one seed: train on ``root``'s train split through the engine's loop, test on
-    its test split. A job of :class:`nlnet.demo.parallel.Jobs` (one thread, side by side).
+    its test split. A job of :class:`nlnet.demo.jobs.Jobs` (one thread, side by side).
 
     Returns:
         ``{"seed", "model", "params", "train_s", "metrics", "state"}`` (``state`` on the CPU).
@@ -140,7 +140,7 @@ def run_unet_demo(
     """Train ``unet2d`` and ``unet2d_nl`` for each seed; test mIoU and Dice.
 
     ``jobs`` trainings run side by side, one PyTorch thread each
-    (:class:`nlnet.demo.parallel.Jobs`): the figures do not depend on it.
+    (:class:`nlnet.demo.jobs.Jobs`): the figures do not depend on it.
 
     Returns:
         ``{"settings", "data_root", "runs": [{"seed", "model", "params", "train_s",
@@ -148,8 +148,7 @@ def run_unet_demo(
     """
     from nlnet.data.segmentation.images import SegmentationFolder
     from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
-    from nlnet.demo.parallel import Jobs
-    from nlnet.demo.summary import write_summary
+    from nlnet.demo.jobs import Jobs, write_summary
     from nlnet.models import create_model
 
     s = settings or UNetDemoSettings()

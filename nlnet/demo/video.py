@@ -459,7 +459,7 @@ def train_job(
     run_dir: Path,
     class_names: list[str],
 ) -> dict[str, Any]:
-    """One model's training and test top-1, as a job of :class:`nlnet.demo.parallel.Jobs`.
+    """One model's training and test top-1, as a job of :class:`nlnet.demo.jobs.Jobs`.
 
     It reads the clips of ``root`` itself (in a worker process: from the dataset's decoded-clip
     cache, filled by the main process), so only paths and the small backbone travel.

@@ -20,8 +20,7 @@ from typing import Any
 import torch
 
 from nlnet.demo.digits_cache import default_cache_dir, prepare_digits, read_manifest
-from nlnet.demo.parallel import Jobs
-from nlnet.demo.threads import jobs_for
+from nlnet.demo.jobs import Jobs, jobs_for
 from nlnet.demo.video import (
     TASK_TEXT,
     TIME_MODEL,
@@ -155,7 +154,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     """Run the demo; returns the summary that is also written to ``summary.json``.
 
     Every job (2D pre-training, each model) has one PyTorch thread; ``--threads`` jobs run side by
-    side (:class:`nlnet.demo.parallel.Jobs`), so the figures are the same on any machine.
+    side (:class:`nlnet.demo.jobs.Jobs`), so the figures are the same on any machine.
     """
     t_start, cpu_start = time.perf_counter(), cpu_seconds()
     settings = settings_from_args(args)

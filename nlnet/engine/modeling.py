@@ -73,12 +73,13 @@ def head_names(cfg: Any) -> tuple[str, ...]:
     (``ModelCfg.classifier`` in the registry); ``("fc",)`` for a network not registered."""
     if cfg.model.head_names:
         return tuple(cfg.model.head_names)
+    from nlnet.models.model_cfg import DEFAULT_CLASSIFIER
     from nlnet.models.registry import model_facts
 
     try:
         return model_facts(cfg.model.name).classifier
     except ValueError:
-        return ("fc",)
+        return DEFAULT_CLASSIFIER
 
 
 def init_from_pretrained(model: nn.Module, cfg: Any) -> None:

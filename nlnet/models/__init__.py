@@ -5,7 +5,6 @@ See ``docs/models.md`` for the model names and where the non-local blocks go.
 
 from nlnet.models import detection as _detection  # noqa: F401  (maskrcnn_*, keypointrcnn_*)
 from nlnet.models import segmentation as _segmentation  # noqa: F401  (seg_tiny*)
-from nlnet.models import video_resnets as _video_resnets  # noqa: F401  (c2d_r*, i3d*)
 from nlnet.models.edsr import EDSR  # noqa: F401  (registers edsr_baseline*)
 from nlnet.models.image import SegmentationHead, SegmentationNet, resnet_non_local
 from nlnet.models.inflate import (
@@ -24,17 +23,14 @@ from nlnet.models.registry import (
     model_facts,
     register_model,
 )
-from nlnet.models.resnet3d import (
-    BLOCK_CONFIG,
-    Bottleneck3d,
-    ResNet3d,
-    inflation_pattern,
-)
+from nlnet.models.resnet_layout import BLOCK_CONFIG, STAGE_NAMES
 from nlnet.models.slowfast import SlowFast  # noqa: F401  (registers slowfast_r50*)
 from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_blocks, non_local_paths
 from nlnet.models.swin import SwinTransformer  # noqa: F401  (registers swin_*)
 from nlnet.models.unet import UNet  # noqa: F401  (registers unet2d*, unet3d*)
-from nlnet.models.video_transformer import VideoTransformer  # noqa: F401  (registers vivit_tiny)
+from nlnet.models.video import resnets as _video_resnets  # noqa: F401  (c2d_r*, i3d*)
+from nlnet.models.video.resnet3d import Bottleneck3d, ResNet3d, inflation_pattern
+from nlnet.models.video.transformer import VideoTransformer  # noqa: F401  (registers vivit_tiny)
 from nlnet.models.vit import VisionTransformer  # noqa: F401  (registers vit_*)
 
 __all__ = [
@@ -47,6 +43,7 @@ __all__ = [
     "ResNet3d",
     "SegmentationHead",
     "SegmentationNet",
+    "STAGE_NAMES",
     "create_model",
     "get_model_entry",
     "inflate_conv_weight",

@@ -5,7 +5,7 @@ arXiv:1711.07971) were released with the Caffe2 code facebookresearch/video-nonl
 ``.pkl`` files: a pickled dict ``{"blobs": {blob name: numpy array}, ...}`` (written by
 ``save_model_params`` in ``lib/utils/checkpoints.py``; ``model_iter``, ``lr`` and SGD
 ``*_momentum`` blobs may sit next to the weights). This module maps those blobs onto nlnet's
-C2D/I3D +/- non-local models (:mod:`nlnet.models.resnet3d`, torchvision parameter names).
+C2D/I3D +/- non-local models (:mod:`nlnet.models.video.resnet3d`, torchvision parameter names).
 
 Name mapping (blob names as built by ``lib/models/resnet_video.py``, ``resnet_helper.py`` and
 ``nonlocal_helper.py`` of the released code; ``{s}`` = stage 2..5 = ``layer{s-1}``, ``{i}`` =

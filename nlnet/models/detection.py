@@ -62,7 +62,8 @@ from nlnet.models.detection_builders import (
     insert_fpn_blocks,
 )
 from nlnet.models.model_cfg import ModelCfg
-from nlnet.models.registry import _split_block_options, register_model
+from nlnet.models.placement import split_block_options
+from nlnet.models.registry import register_model
 
 __all__ = [
     "KEYPOINT_HEAD_PATHS",
@@ -122,7 +123,7 @@ def _tiny_cfg(blocks: str | None) -> ModelCfg:
 
 
 def _block_options(name: str, has_block: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
-    opts = _split_block_options(kwargs)
+    opts = split_block_options(kwargs)
     if opts and not has_block and kwargs.get("fpn_levels") is None:
         raise ValueError(f"block options {sorted(opts)} given to {name}, which has no block")
     return opts

@@ -31,7 +31,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nlnet.models.checks import check_input
-from nlnet.models.registry import _split_block_options, place_non_local, register_model
+from nlnet.models.placement import place_non_local, split_block_options
+from nlnet.models.registry import register_model
 
 __all__ = ["SRNet", "EDSR", "ResBlock", "Upsampler", "SR_BLOCK", "DIV2K_RGB_MEAN", "sr_block_path"]
 
@@ -199,7 +200,7 @@ def sr_block_path(n: int, prefix: str = "body") -> str:
 
 def build_edsr(with_block: bool, **kwargs: Any) -> EDSR:
     """:class:`EDSR` with one block (``SR_BLOCK`` unless overridden) in the middle of the body."""
-    opts = _split_block_options(kwargs)
+    opts = split_block_options(kwargs)
     default_at = sr_block_path(kwargs.get("n_resblocks", 16)) if with_block else None
     at = kwargs.pop("nl_at", default_at)
     model = EDSR(**kwargs)

@@ -26,11 +26,15 @@ from torch import nn
 from torchvision.models import resnet
 
 from nlnet.models.checks import check_input
-from nlnet.models.registry import _split_block_options, register_model
+from nlnet.models.features import ClassifierContract, resnet_feature_info, resnet_intermediates
+from nlnet.models.placement import split_block_options
+from nlnet.models.registry import register_model
+from nlnet.models.resnet_layout import BASIC_BLOCK_DEPTHS, BLOCK_CONFIG
 from nlnet.models.surgery import insert_non_local, non_local_paths
 
 __all__ = [
     "ImageResNet",
+    "torchvision_resnet",
     "resnet_non_local",
     "SegmentationHead",
     "SegmentationNet",
@@ -38,29 +42,32 @@ __all__ = [
 
 torch.fx.wrap("check_input")  # traceable input check (models/checks.py)
 
-_DEPTHS = {
-    18: (resnet.BasicBlock, (2, 2, 2, 2)),
-    34: (resnet.BasicBlock, (3, 4, 6, 3)),
-    50: (resnet.Bottleneck, (3, 4, 6, 3)),
-    101: (resnet.Bottleneck, (3, 4, 23, 3)),
-    152: (resnet.Bottleneck, (3, 8, 36, 3)),
-}
 
+class ImageResNet(ClassifierContract, resnet.ResNet):
+    """torchvision's ResNet (same modules and state-dict keys) with nlnet's model contract,
+    timm's (:mod:`nlnet.models.features`): :meth:`forward_features`, :meth:`forward_head`,
+    :meth:`forward_intermediates`, :attr:`feature_info`, :meth:`get_classifier`,
+    :meth:`reset_classifier`. Arguments: torchvision's ``ResNet``."""
 
-class ImageResNet(resnet.ResNet):
-    """torchvision's ResNet (same modules and state-dict keys) with nlnet's model contract:
-    :meth:`forward_features`, :meth:`forward_head`, :meth:`forward_intermediates`."""
+    classifier_name = "fc"
 
-    def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The stem and stage outputs ``(B, C, H, W)``: ``conv1``, ``pool1``, ``res2`` .. ``res5``."""
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.num_features = self.fc.in_features
+        dilated = kwargs.get("replace_stride_with_dilation") or (False, False, False)
+        reductions = [2, 4]
+        for d in dilated:
+            reductions.append(reductions[-1] * (1 if d else 2))
+        stages = [self.num_features // 2 ** (3 - k) for k in range(4)]
+        self.feature_info = resnet_feature_info(self.conv1.out_channels, stages, reductions)
+
+    def _forward_intermediates(
+        self, x: torch.Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The stem and the res2..res5 maps ``(B, C, H, W)`` (:attr:`feature_info`) and the res5
+        map (or, ``stop_early``, the last one asked for)."""
         check_input(x, 4, self.conv1.in_channels)
-        out = {"conv1": self.relu(self.bn1(self.conv1(x)))}
-        out["pool1"] = self.maxpool(out["conv1"])
-        out["res2"] = self.layer1(out["pool1"])
-        out["res3"] = self.layer2(out["res2"])
-        out["res4"] = self.layer3(out["res3"])
-        out["res5"] = self.layer4(out["res4"])
-        return out
+        return resnet_intermediates(self, x, indices, stop_early)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The res5 map ``(B, C, H/32, W/32)``."""
@@ -68,19 +75,22 @@ class ImageResNet(resnet.ResNet):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         return self.layer4(self.layer3(self.layer2(self.layer1(x))))
 
-    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
-        """Global average pool and ``fc``."""
-        return self.fc(torch.flatten(self.avgpool(x), 1))
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Global average pool and ``fc`` (``pre_logits``: the pooled features ``(B, C)``)."""
+        x = torch.flatten(self.avgpool(x), 1)
+        return x if pre_logits else self.fc(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
 
 
-def _torchvision_resnet(depth: int, **kwargs: Any) -> ImageResNet:
-    if depth not in _DEPTHS:
-        raise ValueError(f"depth: expected one of {sorted(_DEPTHS)}, got {depth!r}")
-    block, layers = _DEPTHS[depth]
-    return ImageResNet(block, list(layers), **kwargs)
+def torchvision_resnet(depth: int, **kwargs: Any) -> ImageResNet:
+    """An :class:`ImageResNet` of ``depth`` (:data:`~nlnet.models.resnet_layout.BLOCK_CONFIG`;
+    ``kwargs``: torchvision ``ResNet`` options)."""
+    if depth not in BLOCK_CONFIG:
+        raise ValueError(f"depth: expected one of {sorted(BLOCK_CONFIG)}, got {depth!r}")
+    block = resnet.BasicBlock if depth in BASIC_BLOCK_DEPTHS else resnet.Bottleneck
+    return ImageResNet(block, list(BLOCK_CONFIG[depth]), **kwargs)
 
 
 def resnet_non_local(
@@ -105,7 +115,7 @@ def resnet_non_local(
     Returns:
         The ResNet; input ``(B, 3, H, W)``, output ``(B, num_classes)``.
     """
-    model = _torchvision_resnet(depth, num_classes=num_classes, width_per_group=width_per_group)
+    model = torchvision_resnet(depth, num_classes=num_classes, width_per_group=width_per_group)
     if at == "after_layer4":
         at = "layer4"
     elif isinstance(at, str) and at.startswith(("res", "nl")):
@@ -188,7 +198,7 @@ class SegmentationNet(nn.Module):
         super().__init__()
         if depth < 50:
             raise ValueError(f"depth: expected a bottleneck ResNet (50, 101, 152), got {depth!r}")
-        base = _torchvision_resnet(
+        base = torchvision_resnet(
             depth, replace_stride_with_dilation=[False, True, True], width_per_group=width_per_group
         )
         for name in ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4"):
@@ -244,7 +254,7 @@ _IMAGE_CFG = {
 )
 def resnet50_nl_coco(**kwargs: Any) -> nn.Module:
     """ResNet-50 with one 2D block after ``layer3.4`` (Section 6 of the paper)."""
-    opts = _split_block_options(kwargs)
+    opts = split_block_options(kwargs)
     return resnet_non_local(50, at=kwargs.pop("nl_at", "res4"), **kwargs, **opts)
 
 
@@ -254,7 +264,7 @@ def resnet50_nl_coco(**kwargs: Any) -> nn.Module:
 )
 def resnet101_nl_coco(**kwargs: Any) -> nn.Module:
     """ResNet-101 with one 2D block after ``layer3.21`` (Section 6 of the paper)."""
-    opts = _split_block_options(kwargs)
+    opts = split_block_options(kwargs)
     return resnet_non_local(101, at=kwargs.pop("nl_at", "res4"), **kwargs, **opts)
 
 
@@ -264,7 +274,7 @@ def resnet101_nl_coco(**kwargs: Any) -> nn.Module:
 )
 def resnet50_nl_guide(**kwargs: Any) -> nn.Module:
     """The guide's ``ResNet50NonLocal``: reduction 2, no subsampling, after stage 4."""
-    opts = {"reduction": 2, "sub_sample": False, **_split_block_options(kwargs)}
+    opts = {"reduction": 2, "sub_sample": False, **split_block_options(kwargs)}
     at = kwargs.pop("nl_at", "after_layer4")
     return resnet_non_local(50, at=at, **kwargs, **opts)
 

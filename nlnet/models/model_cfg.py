@@ -19,11 +19,32 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["ModelCfg", "IMAGENET_MEAN", "IMAGENET_STD", "INPUT_KINDS", "WEIGHTS_FORMATS"]
+__all__ = [
+    "ModelCfg",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "INPUT_KINDS",
+    "WEIGHTS_FORMATS",
+    "DENSE_TASKS",
+    "DEFAULT_CLASSIFIER",
+]
 
 #: ImageNet statistics on the [0, 1] scale (the 2D initialisation of Section 4.1 expects them).
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
+
+#: Tasks whose models have no dropout before a classifier (per-pixel and R-CNN heads): their
+#: :attr:`ModelCfg.takes_dropout` is false.
+DENSE_TASKS: tuple[str, ...] = (
+    "segmentation",
+    "instance_segmentation",
+    "keypoints",
+    "object_detection",
+    "super_resolution",
+)
+
+#: The classifier's module path in a network that is not registered (torchvision's ``fc``).
+DEFAULT_CLASSIFIER: tuple[str, ...] = ("fc",)
 
 #: What one input sample is: ``(C, T, H, W)`` clips or ``(C, H, W)`` images.
 INPUT_KINDS: tuple[str, ...] = ("clip", "image", "volume")
@@ -80,7 +101,8 @@ class ModelCfg:
             builder takes them as its backbone, detectors) or ``"native"`` (only state dicts of
             this very model); ``"inflate"`` without a ``weights_arch`` becomes ``"native"``.
         dynamic_time: the clip length may change at run time (export's dynamic axis).
-        takes_dropout: the builder takes ``dropout`` (before the classifier; ``train.dropout``).
+        takes_dropout: the builder takes ``dropout`` (before the classifier; ``train.dropout``);
+            never for the tasks of :data:`DENSE_TASKS`.
     """
 
     task: str
@@ -152,6 +174,7 @@ class ModelCfg:
         set_(self, "weights_arch", arch)
         if self.weights_format == "inflate" and arch is None:
             set_(self, "weights_format", "native")  # no torchvision counterpart
+        set_(self, "takes_dropout", bool(self.takes_dropout) and self.task not in DENSE_TASKS)
 
     def weights_meta(self, weights: Any = "DEFAULT") -> dict[str, Any]:
         """torchvision's ``meta`` of a weights name for this model (categories, recipe, ...),
@@ -206,11 +229,6 @@ class ModelCfg:
 
     def keys(self) -> tuple[str, ...]:
         return _FIELDS
-
-    @property
-    def sample_size(self) -> tuple[int, ...]:
-        """``test_input_size`` if set, else ``input_size``: the sample the tests feed."""
-        return self.test_input_size or self.input_size
 
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelCfg))

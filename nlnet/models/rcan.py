@@ -26,7 +26,8 @@ from nlnet.models.edsr import (
     sr_block_path,
     sr_cfg,
 )
-from nlnet.models.registry import _split_block_options, place_non_local, register_model
+from nlnet.models.placement import place_non_local, split_block_options
+from nlnet.models.registry import register_model
 
 __all__ = ["RCAN", "RCAB", "ChannelAttention", "ResidualGroup"]
 
@@ -109,7 +110,7 @@ class RCAN(SRNet):
 
 def build_rcan(with_block: bool, **kwargs: Any) -> RCAN:
     """:class:`RCAN` with one block (``SR_BLOCK`` unless overridden) after the middle group."""
-    opts = _split_block_options(kwargs)
+    opts = split_block_options(kwargs)
     default_at = sr_block_path(kwargs.get("n_resgroups", 10)) if with_block else None
     at = kwargs.pop("nl_at", default_at)
     model = RCAN(**kwargs)

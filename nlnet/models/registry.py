@@ -1,11 +1,16 @@
 """The model registry (timm style): ``register_model``, ``create_model``, ``list_models``.
 
 Each architecture module registers its names itself, one decorated builder per name, next to
-the architecture (``video_resnets.py``: C2D/I3D; ``image.py``: the COCO/guide ResNets and the
-segmentation nets; ``vit.py``, ``swin.py``, ``video_transformer.py``, ``detection.py``,
-``segmentation.py``; the demo's tiny models in ``nlnet/demo/models.py``), so every name can be
-found with ``grep``.  Importing :mod:`nlnet.models` imports all of them but the demo's, which
-the first lookup imports by name (:data:`PLUGINS`); this module imports none of them.
+the architecture (``video/resnets.py``: C2D/I3D; ``image.py``: the COCO/guide ResNets and the
+segmentation nets; ``vit.py``, ``swin.py``, ``video/transformer.py``, ``detection.py``,
+``segmentation.py``), so every name can be found with ``grep``.  Importing :mod:`nlnet.models`
+imports all of them; this module imports none.  Other packages register more models through
+entry points (group :data:`ENTRY_POINT_GROUP`, ``"nlnet.models"``), read on the first lookup
+(:func:`load_plugins`); nlnet's own demo models (``c2d_tiny*``, :mod:`nlnet.demo.models`) are
+one such plugin, declared in ``pyproject.toml``::
+
+    [project.entry-points."nlnet.models"]
+    demo = "nlnet.demo.models"
 
 Register a new model with its typed default config (:class:`~nlnet.models.model_cfg.ModelCfg`)::
 
@@ -13,34 +18,34 @@ Register a new model with its typed default config (:class:`~nlnet.models.model_
                                          input_size=(3, 8, 112, 112)))
     def my_model(**kwargs) -> nn.Module:
         ...  # the docstring's first line is the description shown by ``nlnet models``
-
-The builders of nlnet's own ResNets share :func:`build_video_resnet` and the block-option
-plumbing below (``BLOCK_OPTIONS``, :func:`place_non_local`).
 """
 
 from __future__ import annotations
 
 import difflib
 import fnmatch
-import importlib
+import importlib.metadata
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
-from nlnet.layers.nonlocal_block import BLOCK_OPTIONS  # the block's options: its signature
 from nlnet.models.model_cfg import ModelCfg
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "ModelEntry",
     "register_model",
     "create_model",
     "list_models",
+    "load_plugins",
+    "name_matches",
     "get_model_entry",
-    "BLOCK_OPTIONS",
     "model_facts",
+    "torchvision_arch",
 ]
 
 
@@ -62,21 +67,33 @@ class ModelEntry:
 
 _REGISTRY: dict[str, ModelEntry] = {}
 
-#: Modules above this layer that register more names (the tiny CPU models of ``nlnet demo``,
-#: ``c2d_tiny*``, live in :mod:`nlnet.demo.models`). They are imported by name on the first lookup
-#: (:func:`list_models`, :func:`get_model_entry`), the way entry points let a plugin register
-#: itself: the registry never imports them at module level, so the import direction holds.
-PLUGINS: tuple[str, ...] = ("nlnet.demo.models",)
+#: Entry-point group of the plugins: packages that register more models declare their module
+#: under ``[project.entry-points."nlnet.models"]`` (nlnet's own demo models are one of them).
+ENTRY_POINT_GROUP = "nlnet.models"
 _plugins_loaded = False
 
 
-def _load_plugins() -> None:
-    """Import the :data:`PLUGINS` modules once (their ``@register_model`` calls run then)."""
+def load_plugins() -> None:
+    """Import every module of the ``nlnet.models`` entry points once (their ``@register_model``
+    calls run then); :func:`list_models` and :func:`get_model_entry` call it on first use.
+
+    A plugin that fails to import is skipped with one warning naming it and the error, so one
+    broken package does not hide every other model.
+    """
     global _plugins_loaded
-    if not _plugins_loaded:
-        _plugins_loaded = True
-        for module in PLUGINS:
-            importlib.import_module(module)
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as exc:  # a third-party module: any error is its own
+            warnings.warn(
+                f"model plugin {ep.name!r} ({ep.value}, entry point group {ENTRY_POINT_GROUP!r}) "
+                f"failed to load and registers no model: {type(exc).__name__}: {exc}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 def register_model(
@@ -111,6 +128,16 @@ def register_model(
     return deco(fn) if fn is not None else deco
 
 
+def name_matches(name: str, patterns: str | Sequence[str]) -> bool:
+    """Whether ``name`` matches any of ``patterns``: shell-style wildcards (:mod:`fnmatch`,
+    case-sensitive); a pattern without a wildcard (``*``, ``?``, ``[``) matches the names that
+    contain it. The one matching rule of :func:`list_models` and ``nlnet models --filter``."""
+    pats = [patterns] if isinstance(patterns, str) else list(patterns)
+    return any(
+        fnmatch.fnmatchcase(name, p if any(c in p for c in "*?[") else f"*{p}*") for p in pats
+    )
+
+
 def list_models(
     pattern: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None
 ) -> list[str]:
@@ -118,24 +145,23 @@ def list_models(
 
     Args:
         pattern: shell-style wildcard(s) (:mod:`fnmatch`), e.g. ``"c2d_r50_nl*"``,
-            ``"*_r101*"``; a name matching any of them is kept. ``None``: all names.
-        exclude: wildcard(s) of names to drop.
+            ``"*_r101*"``; without a wildcard, names containing it (``"r101"``); a name matching
+            any of them is kept (:func:`name_matches`). ``None``: all names.
+        exclude: pattern(s) of names to drop, read the same way.
     """
-    _load_plugins()
+    load_plugins()
     names = sorted(_REGISTRY)
     if pattern is not None:
-        pats = [pattern] if isinstance(pattern, str) else list(pattern)
-        names = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
+        names = [n for n in names if name_matches(n, pattern)]
     if exclude is not None:
-        pats = [exclude] if isinstance(exclude, str) else list(exclude)
-        names = [n for n in names if not any(fnmatch.fnmatchcase(n, p) for p in pats)]
+        names = [n for n in names if not name_matches(n, exclude)]
     return names
 
 
 def get_model_entry(name: str) -> ModelEntry:
     """The :class:`ModelEntry` of ``name`` (``ValueError`` with suggestions if unknown)."""
     if not isinstance(name, str) or name not in _REGISTRY:
-        _load_plugins()
+        load_plugins()
     if not isinstance(name, str) or name not in _REGISTRY:
         close = difflib.get_close_matches(str(name), list(_REGISTRY), n=4)
         hint = f"; did you mean {', '.join(close)}?" if close else "; see `nlnet models`"
@@ -244,73 +270,4 @@ def create_model(
 
         load_finetune_weights(model, facts, weights)
     model.pretrained_cfg = facts  # timm's attribute name: the ModelCfg travels with the model
-    return model
-
-
-# --------------------------------------------------------------------------- built-in models
-_VIDEO_ARCHS = {
-    "c2d": (None, "C2D"),
-    "i3d": ("3x3x3", "I3D 3x3x3"),
-    "i3d311": ("3x1x1", "I3D 3x1x1"),
-}
-_DEPTH_LAYERS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
-
-
-def _split_block_options(kwargs: dict[str, Any]) -> dict[str, Any]:
-    opts = dict(kwargs.pop("nl_options", None) or {})
-    for k in BLOCK_OPTIONS:
-        if k in kwargs:
-            opts[k] = kwargs.pop(k)
-    return opts
-
-
-def build_video_resnet(
-    depth: int = 50,
-    arch: str = "c2d",
-    blocks: str | None = None,
-    **kwargs: Any,
-) -> nn.Module:
-    """Build a C2D/I3D ResNet (Table 1, Section 4) with non-local blocks at a preset.
-
-    Args:
-        depth: 50 or 101.
-        arch: ``"c2d"``, ``"i3d"`` (3x3x3) or ``"i3d311"`` (3x1x1).
-        blocks: ``None`` or a placement preset (``"nl1"``, ``"nl5"``, ``"nl10"``,
-            ``"res2"``..``"res5"``).
-        **kwargs: :class:`~nlnet.models.resnet3d.ResNet3d` options, ``nl_at`` (paths or a preset,
-            overriding ``blocks``), ``nl_options`` and block options.
-    """
-    from nlnet.models.resnet3d import ResNet3d
-
-    if depth not in _DEPTH_LAYERS:
-        raise ValueError(f"depth: expected one of {sorted(_DEPTH_LAYERS)}, got {depth!r}")
-    if arch not in _VIDEO_ARCHS:
-        raise ValueError(f"arch: expected one of {sorted(_VIDEO_ARCHS)}, got {arch!r}")
-    from nlnet.models.surgery import stage_locations
-
-    at = kwargs.pop("nl_at", blocks)
-    opts = _split_block_options(kwargs)
-    layers = kwargs.pop("layers", _DEPTH_LAYERS[depth])
-    inflate = _VIDEO_ARCHS[arch][0]
-    location = kwargs.pop("nl_location", None)  # explicit per-stage indices win over nl_at
-    if location is None and at:
-        location = stage_locations(at, layers)
-    if location is None and at:  # not residual blocks (e.g. a whole stage): insert afterwards
-        return place_non_local(ResNet3d(layers, inflate=inflate, **kwargs), at, opts)
-    # nlnet's own backbone builds its blocks with the network, per stage (Sec. 4, Table 2)
-    return ResNet3d(layers, inflate=inflate, nl_location=location, nl_options=opts, **kwargs)
-
-
-def place_non_local(model: nn.Module, at: Any, opts: dict[str, Any]) -> nn.Module:
-    """Insert blocks with ``opts`` at ``at`` (a preset or module paths); options without a
-    placement are an error rather than silently ignored."""
-    from nlnet.models.surgery import insert_non_local
-
-    if at:
-        insert_non_local(model, at, **opts)
-    elif opts:
-        raise ValueError(
-            f"block options {sorted(opts)} given to a model without non-local blocks; "
-            "pass nl_at= to place blocks"
-        )
     return model

@@ -57,8 +57,9 @@ from torch import Tensor, nn
 
 from nlnet.layers.nonlocal_block import NonLocal3d
 from nlnet.models.checks import check_input
-from nlnet.models.registry import _split_block_options, register_model
-from nlnet.models.video_parts import HEADS, fully_conv_head
+from nlnet.models.placement import split_block_options
+from nlnet.models.registry import register_model
+from nlnet.models.video.parts import HEADS, fully_conv_head
 
 __all__ = [
     "SlowFast",
@@ -378,7 +379,7 @@ def convert_pyslowfast_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tens
 
 def build_slowfast(default_inds: Mapping[int, Sequence[int]] | None, **kwargs: Any) -> SlowFast:
     """:class:`SlowFast` with block options from ``nl_options`` / direct block keywords."""
-    opts = _split_block_options(kwargs)
+    opts = split_block_options(kwargs)
     inds = kwargs.pop("nonlocal_inds", default_inds)
     if opts and not inds:
         raise ValueError(

@@ -9,7 +9,7 @@ Where the block goes, and the resulting parameter names. The original module kee
 all its parameter names; the new block is registered as a child called ``non_local`` of the module
 at the path, so its parameters are ``<path>.non_local.theta.weight`` etc.:
 
-* a module with a ``non_local`` slot that is ``None`` (our :class:`~nlnet.models.resnet3d.
+* a module with a ``non_local`` slot that is ``None`` (our :class:`~nlnet.models.video.resnet3d.
   Bottleneck3d`) applies the block to its output itself;
 * an ``nn.Sequential`` (a whole stage, e.g. ``"layer4"``) gets the block appended as its last
   element ``non_local``;
@@ -47,6 +47,7 @@ from typing import Any
 from torch import nn
 
 from nlnet.layers.nonlocal_block import NonLocalNd
+from nlnet.models.resnet_layout import BLOCK_CONFIG, STAGE_NAMES
 
 __all__ = [
     "PLACEMENTS",
@@ -61,7 +62,6 @@ __all__ = [
 #: Named placement presets accepted by :func:`non_local_paths`.
 PLACEMENTS: tuple[str, ...] = ("nl1", "nl5", "nl10", "res2", "res3", "res4", "res5")
 
-_STAGES = {"res2": "layer1", "res3": "layer2", "res4": "layer3", "res5": "layer4"}
 
 #: Paper defaults for video (Section 4.1): embedded Gaussian, C/2 channels, (1, 2, 2) max-pool
 #: subsampling, BN after W_z with gamma = 0. These are also the block's own defaults.
@@ -79,7 +79,7 @@ def _every(n: int, k: int) -> list[int]:
     return [m * (i + 1) - 1 for i in range(k)]
 
 
-def non_local_paths(placement: str, layers: Sequence[int] = (3, 4, 6, 3)) -> list[str]:
+def non_local_paths(placement: str, layers: Sequence[int] = BLOCK_CONFIG[50]) -> list[str]:
     """Module paths (torchvision naming) after which the blocks of a preset go.
 
     Args:
@@ -96,10 +96,10 @@ def non_local_paths(placement: str, layers: Sequence[int] = (3, 4, 6, 3)) -> lis
     n2, n3, n4, n5 = layers
     if placement == "nl1":
         placement = "res4"
-    if placement in _STAGES:
-        n = dict(zip(_STAGES, layers))[placement]
+    if placement in STAGE_NAMES:
+        n = dict(zip(STAGE_NAMES, layers))[placement]
         # "right before the last residual block of a stage" = after block n - 2 (Table 2b).
-        return [f"{_STAGES[placement]}.{max(n - 2, 0)}"]
+        return [f"{STAGE_NAMES[placement]}.{max(n - 2, 0)}"]
     if placement == "nl5":
         return [f"layer2.{i}" for i in _every(n3, 2)] + [f"layer3.{i}" for i in _every(n4, 3)]
     if placement == "nl10":
@@ -108,7 +108,7 @@ def non_local_paths(placement: str, layers: Sequence[int] = (3, 4, 6, 3)) -> lis
 
 
 def stage_locations(
-    at: str | Sequence[str], layers: Sequence[int] = (3, 4, 6, 3)
+    at: str | Sequence[str], layers: Sequence[int] = BLOCK_CONFIG[50]
 ) -> list[list[int]] | None:
     """A placement as per-stage residual-block indices (SlowFast's ``NONLOCAL.LOCATION``).
 
@@ -122,7 +122,7 @@ def stage_locations(
     out: list[list[int]] = [[], [], [], []]
     for path in paths:
         stage, _, idx = str(path).partition(".")
-        if stage not in _STAGES.values() or not idx.isdigit():
+        if stage not in STAGE_NAMES.values() or not idx.isdigit():
             return None
         out[int(stage[-1]) - 1].append(int(idx))
     return out

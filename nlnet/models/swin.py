@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from nlnet.layers.window_attention import SwinBlock
 from nlnet.models.checks import check_input
+from nlnet.models.features import ClassifierContract, feature_info_of, feature_take_indices
 from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.registry import register_model
 from nlnet.models.vit import attend, torchvision_state_dict
@@ -80,7 +81,7 @@ class _Block(SwinBlock):
         return x + self.stochastic_depth(self.mlp(self.norm2(x)))
 
 
-class SwinTransformer(nn.Module):
+class SwinTransformer(ClassifierContract, nn.Module):
     """Swin Transformer (v1) classifier.
 
     Args:
@@ -96,6 +97,8 @@ class SwinTransformer(nn.Module):
 
     Input ``(B, in_channels, H, W)`` (any size; windows are padded); output ``(B, num_classes)``.
     """
+
+    classifier_name = "head"
 
     def __init__(
         self,
@@ -142,6 +145,11 @@ class SwinTransformer(nn.Module):
         self.num_features = embed_dim * 2 ** (len(depths) - 1)
         self.norm = nn.LayerNorm(self.num_features)
         self.head = nn.Linear(self.num_features, num_classes)
+        n = len(depths)
+        self.feature_info = feature_info_of(
+            [f"stages.{k}" for k in range(n)], [embed_dim * 2**k for k in range(n)],
+            [patch_size * 2**k for k in range(n)],
+        )  # fmt: skip
         if not self.head.weight.is_meta:
             for m in self.modules():
                 if isinstance(m, nn.Linear):
@@ -159,21 +167,32 @@ class SwinTransformer(nn.Module):
             x = stage(x)
         return self.norm(x)
 
-    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
-        """Each stage's output as a channels-first map ``(B, C_k, h_k, w_k)`` (``stage0`` ..)."""
+    def _forward_intermediates(
+        self, x: Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        """The outputs of the stages asked for (:attr:`feature_info`) as channels-first maps
+        ``(B, C_k, h_k, w_k)``, and the final features (:meth:`forward_features`'s; with
+        ``stop_early`` before the last stage, the channels-last map of the last stage run,
+        without the final LayerNorm)."""
+        take, last = feature_take_indices(len(self.stages), indices)
         check_input(x, 4, self.in_channels)
         x = self.patch_norm(self.patch_embed(x).permute(0, 2, 3, 1))
-        out = {}
+        out = []
         for k, stage in enumerate(self.stages):
+            if stop_early and k > last:
+                break
             if k > 0:
                 x = self.merges[k - 1](x)
             x = stage(x)
-            out[f"stage{k}"] = x.permute(0, 3, 1, 2)
-        return out
+            if k in take:
+                out.append(x.permute(0, 3, 1, 2))
+        return (x if stop_early and last < len(self.stages) - 1 else self.norm(x)), out
 
-    def forward_head(self, x: Tensor) -> Tensor:
-        """Global average pool of the channels-last features ``(B, h, w, C)``, then ``head``."""
-        return self.head(x.mean(dim=(1, 2)))
+    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
+        """Global average pool of the channels-last features ``(B, h, w, C)``, then ``head``
+        (``pre_logits``: the pooled features ``(B, C)``)."""
+        x = x.mean(dim=(1, 2))
+        return x if pre_logits else self.head(x)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))

@@ -42,7 +42,8 @@ import torch.fx
 from torch import Tensor, nn
 
 from nlnet.models.checks import check_input
-from nlnet.models.registry import _split_block_options, place_non_local, register_model
+from nlnet.models.placement import place_non_local, split_block_options
+from nlnet.models.registry import register_model
 
 __all__ = ["UNet", "STYLES", "check_divisible"]
 
@@ -232,7 +233,7 @@ def build_unet(dim: int, with_block: bool, **kwargs: Any) -> UNet:
     unless block options override it). ``width`` is accepted as another name of
     ``base_channels`` (the first convolution's width: 32 in the 3D U-Net paper)."""
     kwargs = _width_alias(kwargs)
-    opts = _split_block_options(kwargs)
+    opts = split_block_options(kwargs)
     at = kwargs.pop("nl_at", "bottleneck" if with_block else None)
     model = UNet(dim, **kwargs)
     if at:

@@ -21,7 +21,7 @@ Attention maps: :func:`nlnet.analysis.hooks.record_attention` (``kind="transform
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -30,14 +30,21 @@ from torch import Tensor, nn
 
 from nlnet.layers.attention import MultiheadSelfAttention
 from nlnet.layers.pos_embed import LearnedPositionEmbedding
+from nlnet.models.features import (
+    ClassifierContract,
+    feature_info_of,
+    token_intermediates,
+)
 from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.registry import register_model
 
 __all__ = [
     "EncoderBlock",
+    "TokenClassifier",
     "VisionTransformer",
     "attend",
     "check_image",
+    "embed_tokens",
     "load_torchvision_vit",
     "torchvision_state_dict",
     "vit_state_dict_from_torchvision",
@@ -49,6 +56,21 @@ def attend(module: nn.Module, x: Tensor) -> Tensor:
     their inputs in Python, which a symbolic trace cannot run). Eager mode, ``torch.compile``
     and ``torch.export`` run it as a plain call, so hooks (attention recording) still fire."""
     return module(x)
+
+
+def embed_tokens(
+    x: Tensor,
+    patch_embed: nn.Module,
+    cls_token: Tensor,
+    pos_embed: LearnedPositionEmbedding,
+    pos_drop: nn.Module,
+) -> Tensor:
+    """Eq. 1: the patches (or tubelets) of ``x`` projected by ``patch_embed`` to ``(B, N, D)``
+    (row-major), the class token prepended, the position embedding added, then ``pos_drop``:
+    ``(B, 1 + N, D)``."""
+    x = patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, D)
+    cls = cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
+    return pos_drop(torch.cat([cls, x], dim=1) + pos_embed.pos_embed)
 
 
 def check_image(x: Tensor, channels: int, size: tuple[int, int]) -> None:
@@ -105,7 +127,40 @@ class EncoderBlock(nn.Module):
         return x + self.mlp(self.norm2(x))  # Eq. 3
 
 
-class VisionTransformer(nn.Module):
+class TokenClassifier(ClassifierContract, nn.Module):
+    """A class-token transformer classifier: the forward paths that ViT (Eqs. 1-4) and the video
+    transformers share. A subclass sets ``blocks``, ``norm``, ``head``, ``grid`` (the patch
+    grid) and the ``feature_info`` of its blocks, and defines ``_tokens(x)`` (Eq. 1)."""
+
+    classifier_name = "head"
+    grid: tuple[int, ...]
+
+    def _tokens(self, x: Tensor) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} defines no _tokens")
+
+    def forward_features(self, x: Tensor) -> Tensor:
+        """All tokens after the final LayerNorm ``(B, 1 + N, D)`` (class token first)."""
+        return self.norm(self.blocks(self._tokens(x)))
+
+    def _forward_intermediates(
+        self, x: Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        """The patch tokens after the blocks asked for (:attr:`feature_info`) as maps
+        ``(B, D, *grid)`` (the class token left out), and the tokens after the final LayerNorm
+        (after the last block asked for, ``stop_early``)."""
+        x, out = token_intermediates(self.blocks, self._tokens(x), self.grid, indices, stop_early)
+        return self.norm(x), out
+
+    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
+        """The classifier on the class token (Eq. 4); ``pre_logits``: the class token ``(B, D)``."""
+        x = x[:, 0]
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+class VisionTransformer(TokenClassifier):
     """ViT classifier (Sec. 3.1, Eqs. 1-4).
 
     Args:
@@ -147,6 +202,7 @@ class VisionTransformer(nn.Module):
             )
         self.image_size, self.patch_size, self.in_channels = image_size, patch_size, in_channels
         self.grid_size = (image_size // patch_size, image_size // patch_size)
+        self.grid = self.grid_size
         self.hidden_dim = hidden_dim
         self.num_classes = num_classes
         # Eq. 1: x_p E as a P x P stride-P convolution; class token; position embedding E_pos
@@ -168,6 +224,11 @@ class VisionTransformer(nn.Module):
         )
         self.norm = nn.LayerNorm(hidden_dim, eps=1e-6)
         self.head = nn.Linear(hidden_dim, num_classes)
+        self.num_features = hidden_dim
+        self.feature_info = feature_info_of(
+            [f"blocks.{i}" for i in range(num_layers)], [hidden_dim] * num_layers,
+            [patch_size] * num_layers,
+        )  # fmt: skip
         if not self.head.weight.is_meta:
             self._init_weights()
 
@@ -184,35 +245,10 @@ class VisionTransformer(nn.Module):
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
-    def forward_features(self, x: Tensor) -> Tensor:
-        """All tokens after the final LayerNorm, ``(B, 1 + H/P * W/P, D)`` (class token first)."""
+    def _tokens(self, x: Tensor) -> Tensor:
+        """Eq. 1: patch embeddings, class token, position embedding ``(B, 1 + N, D)``."""
         check_image(x, self.in_channels, (self.image_size, self.image_size))
-        x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, D), patches row-major
-        cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
-        x = torch.cat([cls, x], dim=1) + self.pos_embed.pos_embed  # Eq. 1
-        x = self.blocks(self.pos_drop(x))
-        return self.norm(x)
-
-    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
-        """The patch tokens after each encoder block as maps ``(B, D, H/P, W/P)``
-        (``block0`` .. ``block{L-1}``; the class token left out)."""
-        check_image(x, self.in_channels, (self.image_size, self.image_size))
-        grid = (self.image_size // self.patch_size,) * 2
-        x = self.patch_embed(x).flatten(2).transpose(1, 2)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        x = self.pos_drop(x + self.pos_embed.pos_embed)
-        out = {}
-        for i, block in enumerate(self.blocks):
-            x = block(x)
-            out[f"block{i}"] = x[:, 1:].transpose(1, 2).unflatten(2, grid)
-        return out
-
-    def forward_head(self, x: Tensor) -> Tensor:
-        """The classifier on the class token of :meth:`forward_features` (Eq. 4)."""
-        return self.head(x[:, 0])
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.forward_head(self.forward_features(x))
+        return embed_tokens(x, self.patch_embed, self.cls_token, self.pos_embed, self.pos_drop)
 
 
 # ------------------------------------------------------------------------ torchvision weights

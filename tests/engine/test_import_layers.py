@@ -5,8 +5,8 @@ Every ``import nlnet.X`` / ``from nlnet.X import`` in the package (function-leve
 read from the source with ``ast``; a module may import only from its own or a lower layer, and
 the graph of module imports has no cycle.  ``make lint`` runs this file.
 
-The registry's plugin hook (``nlnet.models.registry.PLUGINS``: modules imported by name on the
-first model lookup, the demo's tiny models) is not an ``import`` statement; it is checked here
+The registry's plugins (the ``nlnet.models`` entry points of ``pyproject.toml``, imported on the
+first model lookup: the demo's tiny models) are not ``import`` statements; they are checked here
 to load nothing above the models layer but the plugin module and its package.
 
 The top-level ``nlnet/__init__.py`` is the one exception: it re-exports names of every layer
@@ -152,11 +152,12 @@ def _graph_with_submodules() -> dict[str, set[str]]:
 
 
 def _registry_plugins() -> tuple[str, ...]:
-    tree = ast.parse((PACKAGE / "models" / "registry.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "PLUGINS":
-            return tuple(ast.literal_eval(node.value))
-    raise AssertionError("nlnet/models/registry.py: no PLUGINS tuple")
+    """The modules of the ``nlnet.models`` entry points that ``pyproject.toml`` declares."""
+    import tomllib
+
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    group = project.get("entry-points", {}).get("nlnet.models", {})
+    return tuple(value.split(":")[0] for value in group.values())
 
 
 def test_registry_plugins_load_nothing_above_models():
@@ -164,9 +165,9 @@ def test_registry_plugins_load_nothing_above_models():
     (function-level imports too, transitively) is at the models layer or below."""
     graph = _graph_with_submodules()
     plugins = _registry_plugins()
-    assert plugins, "PLUGINS is empty"
+    assert plugins, "pyproject.toml declares no nlnet.models entry point"
     for plugin in plugins:
-        assert plugin in graph, f"PLUGINS names {plugin!r}, not a module of the package"
+        assert plugin in graph, f"entry point {plugin!r} is not a module of the package"
         parts = plugin.split(".")
         own = {".".join(parts[:i]) for i in range(2, len(parts) + 1)}  # the packages + itself
         seen, todo = set(), list(own)

@@ -14,7 +14,7 @@ from nlnet.models.inflate import (
     read_state_dict,
 )
 from nlnet.models.registry import create_model
-from nlnet.models.resnet3d import ResNet3d
+from nlnet.models.video.resnet3d import ResNet3d
 
 
 def _randomise_bn(model: nn.Module, gen: torch.Generator) -> None:
@@ -58,15 +58,15 @@ def test_c2d_on_repeated_frame_equals_torchvision_resnet50_exactly():
     with torch.no_grad():
         ref = net2d(frame)
         out = video_net(video)
-        feats = video_net.forward_intermediates(video)
+        res5 = video_net.forward_intermediates(video, indices=[-1], intermediates_only=True)[0]
         ref_feat = net2d.layer4(
             net2d.layer3(
                 net2d.layer2(net2d.layer1(net2d.maxpool(net2d.relu(net2d.bn1(net2d.conv1(frame))))))
             )
         )
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
-    for t in range(feats["res5"].shape[2]):  # every frame, no border effect for C2D
-        torch.testing.assert_close(feats["res5"][:, :, t], ref_feat, rtol=1e-12, atol=1e-12)
+    for t in range(res5.shape[2]):  # every frame, no border effect for C2D
+        torch.testing.assert_close(res5[:, :, t], ref_feat, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("inflate", ["3x3x3", "3x1x1"])

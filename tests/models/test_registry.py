@@ -32,12 +32,17 @@ def _tiny_input(cfg: ModelCfg) -> torch.Tensor:
 
 
 def _check_contract(model: nn.Module, x: torch.Tensor, cfg: ModelCfg) -> None:
-    """One model contract: forward = head(features); features a tensor; stage maps a dict."""
+    """One model contract: forward = head(features); features a tensor; stage maps (a list in
+    timm's ``(final, maps)`` for the classifiers, tests/models/test_model_contract.py; a dict of
+    named maps for the dense models)."""
     with torch.no_grad():
         feats = model.forward_features(x)
         stages = model.forward_intermediates(x)
         out = model(x)
         head = model.forward_head(feats)
+    if isinstance(stages, tuple):  # timm's contract: (final features, [maps])
+        torch.testing.assert_close(stages[0], feats)
+        stages = dict(enumerate(stages[1]))
     assert isinstance(feats, torch.Tensor) and feats.shape[0] == x.shape[0]
     assert stages and all(isinstance(v, torch.Tensor) for v in stages.values())
     assert all(v.dim() == x.dim() and v.shape[0] == x.shape[0] for v in stages.values())
@@ -58,10 +63,11 @@ def test_registry_contents():
     assert ALL == sorted(ALL)
     assert list_models("*r101*") == [n for n in ALL if "r101" in n]
     assert list_models("c2d_r50_nl?") == ["c2d_r50_nl1", "c2d_r50_nl5"]  # fnmatch, not substring
-    assert list_models("r101") == []
+    assert list_models("r101") == list_models("*r101*")  # no wildcard: names containing it
     assert list_models(["i3d_r50*", "c2d_r101"], exclude="*nl10") == [
-        "c2d_r101", "i3d_r50", "i3d_r50_nl5"
+        "c2d_r101", "c2d_r101_nl1", "c2d_r101_nl5", "i3d_r50", "i3d_r50_nl5"
     ]  # fmt: skip
+    assert list_models(["i3d_r50*", "c2d_r101"], exclude=["nl"]) == ["c2d_r101", "i3d_r50"]
     for name in ALL:
         assert get_model_entry(name).description
 

@@ -8,7 +8,7 @@ import torchvision
 from torch import nn
 
 from nlnet.models.registry import create_model, get_model_entry, list_models
-from nlnet.models.resnet3d import Bottleneck3d, ResNet3d, inflation_pattern
+from nlnet.models.video.resnet3d import Bottleneck3d, ResNet3d, inflation_pattern
 
 # The paper's video models (Table 1 layout); the CPU demo family "tiny" is narrower by design.
 VIDEO_MODELS = [
@@ -34,9 +34,15 @@ TABLE1 = {
 def test_table1_stage_shapes_full_size_on_meta(name):
     with torch.device("meta"):
         model = create_model(name)
-        feats = model.forward_intermediates(torch.empty(1, 3, 32, 224, 224))
+        _, feats = model.forward_intermediates(torch.empty(1, 3, 32, 224, 224))
         logits = model.forward_head(model.forward_features(torch.empty(1, 3, 32, 224, 224)))
-    assert {k: tuple(v.shape[1:]) for k, v in feats.items()} == TABLE1
+        conv1, res2 = feats[0], feats[1]
+        pools = {"pool1": model.maxpool(conv1), "pool2": model.pool2(res2)}
+    names = ["conv1", "res2", "res3", "res4", "res5"]  # feature_info: the stem and the stages
+    shapes = {**dict(zip(names, feats)), **pools}
+    assert {k: tuple(v.shape[1:]) for k, v in shapes.items()} == TABLE1
+    assert [f["num_chs"] for f in model.feature_info] == [TABLE1[n][0] for n in names]
+    assert [224 // f["reduction"] for f in model.feature_info] == [TABLE1[n][2] for n in names]
     assert tuple(logits.shape) == (1, 400)
 
 
@@ -108,11 +114,13 @@ def test_forward_equals_head_of_features_and_num_classes():
     torch.manual_seed(0)
     m = ResNet3d((1, 1, 1, 1), num_classes=7, width=4).eval()
     x = torch.randn(2, 3, 8, 32, 32)
-    feats = m.forward_intermediates(x)
-    torch.testing.assert_close(m.forward_features(x), feats["res5"])
+    final, feats = m.forward_intermediates(x)
+    torch.testing.assert_close(m.forward_features(x), final)
+    torch.testing.assert_close(final, feats[-1])  # res5
     torch.testing.assert_close(m(x), m.forward_head(m.forward_features(x)))
     assert m(x).shape == (2, 7)
-    assert list(feats) == ["conv1", "pool1", "res2", "pool2", "res3", "res4", "res5"]
+    assert [f["module"] for f in m.feature_info] == ["relu", "layer1", "layer2", "layer3", "layer4"]
+    assert [f.shape[1] for f in feats] == [f["num_chs"] for f in m.feature_info]
 
 
 def test_temporal_strides_one_keeps_frames():
@@ -186,7 +194,7 @@ def test_pooling_options_sizes(pooling, res2):
 
 def test_fully_conv_head_is_the_global_head_at_one_position_and_averages_softmax():
     from nlnet.models.registry import create_model
-    from nlnet.models.resnet3d import fully_conv_head
+    from nlnet.models.video.resnet3d import fully_conv_head
 
     m = create_model("c2d_r50", width=4, num_classes=6, head="fully_conv").eval()
     feats = torch.randn(2, m.num_features, 2, 7, 7)

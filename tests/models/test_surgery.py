@@ -11,8 +11,8 @@ import torchvision
 from torch import nn
 
 from nlnet.layers.nonlocal_block import NonLocal2d, NonLocal3d
-from nlnet.models.resnet3d import ResNet3d
 from nlnet.models.surgery import infer_channels, insert_non_local, non_local_blocks, non_local_paths
+from nlnet.models.video.resnet3d import ResNet3d
 
 R50, R101 = (3, 4, 6, 3), (3, 4, 23, 3)
 

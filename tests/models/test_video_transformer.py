@@ -16,7 +16,7 @@ from nlnet.analysis.rollout import (
 )
 from nlnet.layers.attention import merge_heads, split_heads
 from nlnet.models import create_model
-from nlnet.models.video_transformer import DividedSpaceTimeBlock, VideoTransformer
+from nlnet.models.video.transformer import DividedSpaceTimeBlock, VideoTransformer
 
 GRID = (3, 2, 2)  # T', H', W': S = 4 positions
 B, D, HEADS = 2, 8, 2

@@ -15,7 +15,7 @@ import torch
 from torchvision.models import ResNet50_Weights, ResNet101_Weights
 
 from nlnet.models.registry import create_model
-from nlnet.models.resnet3d import ResNet3d
+from nlnet.models.video.resnet3d import ResNet3d
 from nlnet.models.weights import (
     WeightsUnavailableError,
     hub_cache_path,

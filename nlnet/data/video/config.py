@@ -17,14 +17,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nlnet.models.model_cfg import IMAGENET_MEAN, IMAGENET_STD
+
 __all__ = ["VideoDataConfig", "Preprocessing", "VIDEO_EXTENSIONS", "DATA_TYPES"]
 
 VIDEO_EXTENSIONS: tuple[str, ...] = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v")
 #: Dataset layouts: class folders, a list file of ``path label``, a multi-label list (Charades).
 DATA_TYPES: tuple[str, ...] = ("folder", "list", "multilabel")
 _BACKENDS = ("pyav", "torchcodec", "auto")
-_IMAGENET_MEAN = (0.485, 0.456, 0.406)
-_IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def _positive(name: str, value: Any, *, allow_none: bool = False) -> None:
@@ -87,8 +87,8 @@ class VideoDataConfig:
     flip: bool = True
     test_scale: int = 256
     test_crop: int | tuple[int, ...] | None = None
-    mean: tuple[float, ...] = _IMAGENET_MEAN
-    std: tuple[float, ...] = _IMAGENET_STD
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
     backend: str = "pyav"
     min_frames: int | None = None
     cache: bool | str = True
@@ -178,8 +178,8 @@ class Preprocessing:
         crop: centre-crop size (``None``: the whole resized frame).
     """
 
-    mean: tuple[float, ...] = _IMAGENET_MEAN
-    std: tuple[float, ...] = _IMAGENET_STD
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
     num_frames: int | None = None
     stride: int | None = None
     size: int | None = None

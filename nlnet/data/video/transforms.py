@@ -20,6 +20,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from nlnet.models.model_cfg import IMAGENET_MEAN, IMAGENET_STD
+
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -37,9 +39,6 @@ __all__ = [
     "TrainTransform",
     "TestTransform",
 ]
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 Size = int | Sequence[int]
 

@@ -67,20 +67,9 @@ class CheckpointMismatchError(UserError, ValueError):
     """The checkpoint was written for another architecture or number of classes."""
 
 
-#: Registry ``task``\ s whose models have no dropout before a classifier (``model.dropout`` is
-#: not passed to them): per-pixel and R-CNN heads.
-DENSE_TASKS = (
-    "segmentation",
-    "instance_segmentation",
-    "keypoints",
-    "object_detection",
-    "super_resolution",
-)
-
-
 def takes_dropout(model_name: str) -> bool:
     """Whether ``create_model(model_name)`` takes ``train.dropout``: a fact of the model
-    (``ModelCfg.takes_dropout``; never the dense models of :data:`DENSE_TASKS`); an
+    (``ModelCfg.takes_dropout``; never the dense models of ``model_cfg.DENSE_TASKS``); an
     unregistered name: yes, as before."""
     from nlnet.models.registry import get_model_entry
 
@@ -88,7 +77,7 @@ def takes_dropout(model_name: str) -> bool:
         entry = get_model_entry(model_name)
     except ValueError:  # not registered: the caller passes its own network
         return True
-    return entry.default_cfg.task not in DENSE_TASKS and entry.default_cfg.takes_dropout
+    return entry.default_cfg.takes_dropout
 
 
 @dataclass(frozen=True)
@@ -213,7 +202,7 @@ def load_model_weights(
 def load_backbone(
     model: nn.Module,
     ckpt: str | os.PathLike | Mapping[str, Any],
-    exclude: Iterable[str] = ("fc",),
+    exclude: Iterable[str] | None = None,
 ) -> dict[str, list[str]]:
     """Initialise ``model`` from a checkpoint of possibly another task, skipping the head.
 
@@ -225,12 +214,15 @@ def load_backbone(
     Args:
         model: the network to initialise (DDP wrappers are unwrapped).
         ckpt: a checkpoint path or an already loaded checkpoint.
-        exclude: parameter-name prefixes left untouched (the classifier).
+        exclude: parameter-name prefixes left untouched (the classifier); ``None``: ``fc``, the
+            classifier of a network that is not registered (``model_cfg.DEFAULT_CLASSIFIER``).
 
     Returns:
         ``{"loaded": [...], "skipped": [...]}`` parameter names.
     """
-    exclude = tuple(exclude)
+    from nlnet.models.model_cfg import DEFAULT_CLASSIFIER
+
+    exclude = tuple(DEFAULT_CLASSIFIER if exclude is None else exclude)
     target = unwrap_model(model)
     state = load_checkpoint(ckpt)["model"]
 

@@ -8,7 +8,7 @@ only), ``i3d`` (3x3x3 inflation of one 3x3 kernel in two, conv1 5x7x7) or ``i3d3
 (1 block right before the last residual block of that stage, Table 2b). Exact block indices:
 :mod:`nlnet.models.surgery`.
 
-Every builder takes :class:`~nlnet.models.resnet3d.ResNet3d` options, ``nl_at`` (a preset or
+Every builder takes :class:`~nlnet.models.video.resnet3d.ResNet3d` options, ``nl_at`` (a preset or
 module paths, replacing the default placement), ``nl_options`` (a dict of block options) and any
 block option directly, e.g. ``create_model("c2d_r50_nl5", mode="space")`` for Table 2d.
 """
@@ -20,9 +20,51 @@ from typing import Any
 from torch import nn
 
 from nlnet.models.model_cfg import ModelCfg
-from nlnet.models.registry import build_video_resnet, register_model
+from nlnet.models.placement import place_non_local, split_block_options
+from nlnet.models.registry import register_model
+from nlnet.models.resnet_layout import BLOCK_CONFIG
+from nlnet.models.surgery import stage_locations
+from nlnet.models.video.resnet3d import ResNet3d
 
-__all__: list[str] = []  # the models are reached through nlnet.models.create_model
+__all__ = ["build_video_resnet", "VIDEO_ARCHS", "VIDEO_DEPTHS"]  # models: create_model
+
+#: ``arch`` of :func:`build_video_resnet` -> ``ResNet3d(inflate=...)`` (Section 4).
+VIDEO_ARCHS: dict[str, str | None] = {"c2d": None, "i3d": "3x3x3", "i3d311": "3x1x1"}
+#: Depths of the video ResNets (Table 2e: ResNet-50 and ResNet-101).
+VIDEO_DEPTHS: tuple[int, ...] = (50, 101)
+
+
+def build_video_resnet(
+    depth: int = 50,
+    arch: str = "c2d",
+    blocks: str | None = None,
+    **kwargs: Any,
+) -> nn.Module:
+    """Build a C2D/I3D ResNet (Table 1, Section 4) with non-local blocks at a preset.
+
+    Args:
+        depth: 50 or 101.
+        arch: ``"c2d"``, ``"i3d"`` (3x3x3) or ``"i3d311"`` (3x1x1).
+        blocks: ``None`` or a placement preset (``"nl1"``, ``"nl5"``, ``"nl10"``,
+            ``"res2"``..``"res5"``).
+        **kwargs: :class:`~nlnet.models.video.resnet3d.ResNet3d` options, ``nl_at`` (paths or a preset,
+            overriding ``blocks``), ``nl_options`` and block options.
+    """
+    if depth not in VIDEO_DEPTHS:
+        raise ValueError(f"depth: expected one of {list(VIDEO_DEPTHS)}, got {depth!r}")
+    if arch not in VIDEO_ARCHS:
+        raise ValueError(f"arch: expected one of {sorted(VIDEO_ARCHS)}, got {arch!r}")
+    at = kwargs.pop("nl_at", blocks)
+    opts = split_block_options(kwargs)
+    layers = kwargs.pop("layers", BLOCK_CONFIG[depth])
+    inflate = VIDEO_ARCHS[arch]
+    location = kwargs.pop("nl_location", None)  # explicit per-stage indices win over nl_at
+    if location is None and at:
+        location = stage_locations(at, layers)
+    if location is None and at:  # not residual blocks (e.g. a whole stage): insert afterwards
+        return place_non_local(ResNet3d(layers, inflate=inflate, **kwargs), at, opts)
+    # nlnet's own backbone builds its blocks with the network, per stage (Sec. 4, Table 2)
+    return ResNet3d(layers, inflate=inflate, nl_location=location, nl_options=opts, **kwargs)
 
 
 def _cfg(arch: str, depth: int, blocks: str | None) -> ModelCfg:

@@ -1,4 +1,5 @@
-"""Demo jobs side by side: one PyTorch thread per job, so the figures do not depend on the cores.
+"""How the demos run their jobs: one PyTorch thread per job, side by side, and the record of the
+machine's load (so the figures do not depend on the cores, and their conditions are written down).
 
 A demo trains small models whose CPU kernels gain little from a second thread, and whose results
 change with the thread count (float sums are reduced in another order). So the demos give every
@@ -6,18 +7,24 @@ job -- the 2D pre-training, each model's training -- exactly one thread, and use
 other cores by running jobs side by side in spawned processes
 (:class:`concurrent.futures.ProcessPoolExecutor`). With one core, or on a GPU, the same jobs run
 one after the other in this process; either way each job computes the same numbers.
+
+``--threads`` of the demos is a number or ``auto`` (:func:`jobs_for`, :func:`threads_for`);
+``summary.json`` of a run carries the load average (:func:`write_summary`).
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["Jobs"]
+__all__ = ["Jobs", "jobs_for", "threads_for", "usable_cores", "load_average", "write_summary"]
 
 T = TypeVar("T")
 
@@ -95,3 +102,73 @@ class Jobs:
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.close(stop=exc_type is not None)
+
+
+# ------------------------------------------------------------------ --threads
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS reports it)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _positive(arg: str) -> int:
+    try:
+        n = int(arg)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"--threads: expected a positive integer or 'auto', got {arg!r}")
+    return n
+
+
+def threads_for(arg: str) -> int:
+    """``--threads`` as PyTorch threads of one process: a positive int, or ``auto`` = the idle
+    cores (at least 1).
+
+    On a shared machine more threads than idle cores make PyTorch's CPU kernels far slower, so
+    ``auto`` subtracts the 1-minute load average from the core count.
+
+    Raises:
+        ValueError: neither a positive integer nor ``auto``.
+    """
+    if arg != "auto":
+        return _positive(arg)
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = 0.0
+    cores = usable_cores()
+    return max(1, min(cores, int(cores - load + 0.5)))
+
+
+def jobs_for(arg: str) -> int:
+    """``--threads`` as one-thread jobs side by side (:class:`Jobs`): a
+    positive int, or ``auto`` = the usable cores.
+
+    Unlike the threads of one process, single-threaded processes lose little when the machine is
+    busy (the OS shares the cores; no thread waits for another's slice), so ``auto`` does not
+    look at the load.
+
+    Raises:
+        ValueError: neither a positive integer nor ``auto``.
+    """
+    return usable_cores() if arg == "auto" else _positive(arg)
+
+
+# ------------------------------------------------------------------ summary.json
+def load_average() -> list[float] | None:
+    """The 1/5/15-minute load averages, or ``None`` where the OS does not report them."""
+    try:
+        return list(os.getloadavg())
+    except (AttributeError, OSError):
+        return None
+
+
+def write_summary(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """Add ``loadavg_end`` and write ``out/summary.json`` (non-JSON numbers as floats)."""
+    summary = {**summary, "loadavg_end": load_average()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
+    return summary

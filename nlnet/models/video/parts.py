@@ -2,7 +2,7 @@
 Networks" (Wang et al., CVPR 2018, arXiv:1711.07971): stem pooling, the per-stage block plan
 and the fully-convolutional test head (Section 4.1 "Inference"; the released test net).
 
-Used by :class:`nlnet.models.resnet3d.ResNet3d` (``pooling``, ``nl_location``/``nl_options``/
+Used by :class:`nlnet.models.video.resnet3d.ResNet3d` (``pooling``, ``nl_location``/``nl_options``/
 ``nl_stage_options``, ``head``).
 """
 

@@ -33,8 +33,9 @@ from torch import Tensor, nn
 from nlnet.layers.attention import MultiheadSelfAttention
 from nlnet.layers.pos_embed import LearnedPositionEmbedding
 from nlnet.models.checks import check_input
+from nlnet.models.features import feature_info_of
 from nlnet.models.registry import register_model
-from nlnet.models.vit import EncoderBlock, attend
+from nlnet.models.vit import EncoderBlock, TokenClassifier, attend, embed_tokens
 
 __all__ = [
     "ATTENTIONS",
@@ -108,7 +109,7 @@ class DividedSpaceTimeBlock(nn.Module):
         return torch.cat([cls, frames[:, 1:].reshape(b, t * s, d)], dim=1)  # (B, 1 + T'S, D)
 
 
-class VideoTransformer(nn.Module):
+class VideoTransformer(TokenClassifier):
     """Video transformer with joint (ViViT model 1) or divided (TimeSformer T+S) attention.
 
     Args:
@@ -167,6 +168,10 @@ class VideoTransformer(nn.Module):
         self.blocks = nn.Sequential(*[block() for _ in range(num_layers)])
         self.norm = nn.LayerNorm(hidden_dim, eps=1e-6)
         self.head = nn.Linear(hidden_dim, num_classes)
+        self.num_features = hidden_dim
+        self.feature_info = feature_info_of(
+            [f"blocks.{i}" for i in range(num_layers)], [hidden_dim] * num_layers, [p] * num_layers
+        )
         if not self.head.weight.is_meta:
             nn.init.normal_(self.cls_token, std=0.02)
             for m in self.modules():
@@ -175,30 +180,8 @@ class VideoTransformer(nn.Module):
                     nn.init.zeros_(m.bias)
 
     def _tokens(self, x: Tensor) -> Tensor:
-        check_input(x, 5, self.in_channels)
-        x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, T'H'W', D), row-major (t, y, x)
-        cls = self.cls_token.expand(x.shape[0], -1, -1)
-        return self.pos_drop(torch.cat([cls, x], dim=1) + self.pos_embed.pos_embed)
-
-    def forward_features(self, x: Tensor) -> Tensor:
-        """All tokens after the final LayerNorm ``(B, 1 + T'H'W', D)`` (class token first)."""
-        return self.norm(self.blocks(self._tokens(x)))
-
-    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
-        """The patch tokens after each block as maps ``(B, D, T', H', W')`` (``block0`` ..)."""
-        x = self._tokens(x)
-        out = {}
-        for i, block in enumerate(self.blocks):
-            x = block(x)
-            out[f"block{i}"] = x[:, 1:].transpose(1, 2).unflatten(2, self.grid)
-        return out
-
-    def forward_head(self, x: Tensor) -> Tensor:
-        """The classifier on the class token."""
-        return self.head(x[:, 0])
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.forward_head(self.forward_features(x))
+        check_input(x, 5, self.in_channels)  # tokens row-major in (t, y, x)
+        return embed_tokens(x, self.patch_embed, self.cls_token, self.pos_embed, self.pos_drop)
 
 
 _TINY_CFG = {

@@ -42,7 +42,6 @@ torchvision ImageNet state dict loads after inflation (:mod:`nlnet.models.inflat
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,7 +51,9 @@ from torch import nn
 
 from nlnet.layers.nonlocal_block import NonLocal3d
 from nlnet.models.checks import check_input
-from nlnet.models.video_parts import (
+from nlnet.models.features import ClassifierContract, resnet_feature_info, resnet_intermediates
+from nlnet.models.resnet_layout import BLOCK_CONFIG, STAGE_NAMES
+from nlnet.models.video.parts import (
     HEADS,
     POOLINGS,
     block_plan,
@@ -71,21 +72,6 @@ __all__ = [
     "HEADS",
 ]
 
-
-#: Residual blocks per stage (res2, res3, res4, res5) for each depth (He et al. 2016).
-BLOCK_CONFIG: dict[int, tuple[int, int, int, int]] = {
-    50: (3, 4, 6, 3),
-    101: (3, 4, 23, 3),
-    152: (3, 8, 36, 3),
-}
-
-#: Paper stage name -> torchvision attribute name.
-STAGE_NAMES: dict[str, str] = {
-    "res2": "layer1",
-    "res3": "layer2",
-    "res4": "layer3",
-    "res5": "layer4",
-}
 
 # FX records the check as one call (it still runs in the traced module); see models/checks.py
 torch.fx.wrap("check_input")
@@ -250,7 +236,7 @@ def _checked(
     return layers, conv1_t, temporal_strides
 
 
-class ResNet3d(nn.Module):
+class ResNet3d(ClassifierContract, nn.Module):
     """C2D / I3D ResNet for video classification (Table 1 and Section 4).
 
     Args:
@@ -287,12 +273,17 @@ class ResNet3d(nn.Module):
             averaged); it returns the log of the averaged probabilities so that a softmax of
             the output gives them back exactly.
 
-    Input ``(B, in_channels, T, H, W)``; output logits ``(B, num_classes)``.
+    Input ``(B, in_channels, T, H, W)``; output logits ``(B, num_classes)``. timm's contract
+    (:class:`~nlnet.models.features.ClassifierContract`): ``feature_info``,
+    ``forward_intermediates``, ``get_classifier``/``reset_classifier`` (``fc``).
     """
+
+    classifier_name = "fc"
+    classifier_init_std = 0.01  # as in _init_weights (the released code's MODEL.FC_INIT_STD)
 
     def __init__(
         self,
-        layers: Sequence[int] = (3, 4, 6, 3),
+        layers: Sequence[int] = BLOCK_CONFIG[50],
         num_classes: int = 400,
         *,
         inflate: str | None = None,
@@ -351,6 +342,8 @@ class ResNet3d(nn.Module):
         self.avgpool = nn.AdaptiveAvgPool3d(1)
         self.dropout = nn.Dropout(dropout)
         self.fc = nn.Linear(self.num_features, num_classes)
+        stages = [width * 2**k * Bottleneck3d.expansion for k in range(4)]
+        self.feature_info = resnet_feature_info(width, stages, (2, 4, 8, 16, 32))
         self._init_weights(zero_init_residual)
 
     def _make_layer(
@@ -415,33 +408,13 @@ class ResNet3d(nn.Module):
                 if isinstance(m, Bottleneck3d):
                     nn.init.zeros_(m.bn3.weight)
 
-    def _check_input(self, x: torch.Tensor) -> None:
+    def _forward_intermediates(
+        self, x: torch.Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The stem and the res2..res5 outputs ``(B, C, T, H, W)`` of Table 1
+        (:attr:`feature_info`) and the res5 map (or, ``stop_early``, the last map asked for)."""
         check_input(x, 5, self.conv1.in_channels)
-
-    def forward_intermediates(self, x: torch.Tensor) -> OrderedDict[str, torch.Tensor]:
-        """Run the backbone and return every stage output, named as in Table 1.
-
-        Returns:
-            An ordered dict with keys ``conv1``, ``pool1``, ``res2``, ``pool2``, ``res3``,
-            ``res4``, ``res5`` (each ``(B, C, T, H, W)``).
-        """
-        check_input(x, 5, self.conv1.in_channels)
-        out: OrderedDict[str, torch.Tensor] = OrderedDict()
-        x = self.relu(self.bn1(self.conv1(x)))
-        out["conv1"] = x  # (B, 64, T/2, H/2, W/2)
-        x = self.maxpool(x)
-        out["pool1"] = x  # (B, 64, T/4, H/4, W/4)
-        x = self.layer1(x)
-        out["res2"] = x  # (B, 256, T/4, H/4, W/4)
-        x = self.pool2(x)
-        out["pool2"] = x  # (B, 256, T/8, H/4, W/4)
-        x = self.layer2(x)
-        out["res3"] = x  # (B, 512, T/8, H/8, W/8)
-        x = self.layer3(x)
-        out["res4"] = x  # (B, 1024, T/8, H/16, W/16)
-        x = self.layer4(x)
-        out["res5"] = x  # (B, 2048, T/8, H/32, W/32)
-        return out
+        return resnet_intermediates(self, x, indices, stop_early)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The res5 feature map ``(B, 2048, T/8, H/32, W/32)`` (Table 1), no intermediate kept."""
@@ -450,13 +423,14 @@ class ResNet3d(nn.Module):
         x = self.pool2(self.layer1(x))
         return self.layer4(self.layer3(self.layer2(x)))
 
-    def forward_head(self, x: torch.Tensor) -> torch.Tensor:
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Global average pool, dropout and ``fc`` on the res5 features ``(B, C, T, H, W)``;
-        with ``head="fully_conv"`` in eval mode the released test head instead."""
-        if self.head == "fully_conv" and not self.training:
+        with ``head="fully_conv"`` in eval mode the released test head instead. ``pre_logits``:
+        the pooled features ``(B, C)``, before ``fc``."""
+        if self.head == "fully_conv" and not self.training and not pre_logits:
             return fully_conv_head(x, self.fc.weight, self.fc.bias)
-        x = self.avgpool(x).flatten(1)  # (B, C)
-        return self.fc(self.dropout(x))
+        x = self.dropout(self.avgpool(x).flatten(1))  # (B, C)
+        return x if pre_logits else self.fc(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
