@@ -10,7 +10,8 @@ strides break that symmetry.
 
 :func:`sees_frame_order` measures it on one model: a narrow copy (the model's ``test_overrides``)
 in float64 and eval mode (BatchNorm uses its running statistics, dropout is off), with its random
-initialisation, on a random clip of its ``test_input_size``; the model is *order-blind* when the
+initialisation plus seeded noise on every parameter (so that branches which start as the
+identity, such as a non-local block with its BN scale at zero, count with what they can do), on a random clip of its ``test_input_size``; the model is *order-blind* when the
 output of the clip, of the clip reversed in time and of the clip under a random permutation of
 its frames agree to float64 round-off, and *sees order* otherwise. :func:`frame_order_table`
 does it for every registered video model (``nlnet models`` shows it as a column; the table in
@@ -30,6 +31,7 @@ __all__ = [
     "frame_order_markdown",
     "is_video_model",
     "order_gap",
+    "perturb_parameters",
     "probe_size",
     "sees_frame_order",
 ]
@@ -94,6 +96,17 @@ def is_video_model(name: str) -> bool:
     return model_facts(name).input_kind == "clip"
 
 
+def perturb_parameters(model: nn.Module, seed: int = 0, scale: float = 0.1) -> None:
+    """Add seeded noise to every parameter, in place: a branch that starts as the identity (a
+    non-local block's zero BN scale, Sec. 4.1; a zero-initialised position table or residual
+    branch) would hide, at initialisation, what the architecture can see once trained."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64)
+            p.add_(scale * noise.to(p.dtype))
+
+
 @cache
 def sees_frame_order(name: str, seed: int = 0) -> bool:
     """Whether the registered video model ``name`` is *not* invariant to the order of frames.
@@ -112,6 +125,7 @@ def sees_frame_order(name: str, seed: int = 0) -> bool:
     size = probe_size(facts.test_input_size or facts.input_size)
     torch.manual_seed(seed)
     model = create_model(name, **dict(facts.test_overrides)).double().eval()
+    perturb_parameters(model, seed)
     gen = torch.Generator().manual_seed(seed)
     clip = torch.randn(1, *size, dtype=torch.float64, generator=gen)
     return order_gap(model, clip, seed) > ORDER_TOL

@@ -45,6 +45,24 @@ def test_the_tiny_c2d_is_blind_and_the_tiny_i3d_sees_order():
         sees_frame_order("resnet50_nl_coco")
 
 
+def test_a_branch_that_starts_as_the_identity_still_counts():
+    # The order control's temporal block and a block with position information start as the
+    # identity (BN scale 0): at initialisation the model is exactly as blind as C2D, but the
+    # architecture sees order; the computation perturbs the parameters so that it says so.
+    assert sees_frame_order("c2d_tiny_tconv1")
+    assert not sees_frame_order("c2d_tiny_res1")
+    from nlnet.analysis.time_order import perturb_parameters
+    from nlnet.models import create_model
+
+    clip = torch.randn(1, 3, 4, 32, 32, dtype=torch.float64)
+    for pos, sees in (("none", False), ("sincos", True)):
+        torch.manual_seed(0)
+        model = create_model("c2d_tiny_nl1", width=2, pos=pos).double().eval()
+        assert order_gap(model, clip) < 1e-9  # identity at insertion: blind as built
+        perturb_parameters(model)
+        assert (order_gap(model, clip) > 1e-6) is sees
+
+
 def test_the_computation_agrees_with_a_direct_reversal_in_float32():
     """Independent of order_gap: the tiny C2D's logits of a clip and of the clip reversed agree
     to float32 round-off, the tiny I3D's do not."""
