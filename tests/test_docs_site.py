@@ -161,7 +161,9 @@ def test_rest_roles_become_cross_references_or_code():
     assert "The layout:\n\n```text\nroot/<split>/a.png    an image\n    indented more\n\n" in out
     assert "root/<split>/b.png\n```\n" in out
     assert "a bare marker follows\n\n```python\nx = f(1)\n```" in out
-    assert "    block: a [`Block`][nlnet.x.Block], shaped\n\n        ```text\n        N x C\n" in out
+    assert (
+        "    block: a [`Block`][nlnet.x.Block], shaped\n\n        ```text\n        N x C\n" in out
+    )
     assert "```pycon\n>>> y = make(2)\n>>> y + 1\n3\n```" in out  # a doctest paragraph
     # "Example:" is a note in griffe: its doctest is fenced; "Examples:" parses ">>>" itself
     assert "Example:\n    ```pycon\n    >>> make(1)\n    ```\n\nExamples:\n    >>> make(3)" in out
@@ -169,6 +171,8 @@ def test_rest_roles_become_cross_references_or_code():
     # roles inside a code block stay as written; a second pass changes nothing
     code = "Text::\n\n    a = ':class:`X`'\n"
     assert ":class:`X`" in roles.convert(code, _fake_resolve)
+    fenced = "```python\na = 1\n\n\nb = ':func:`f`'\n```"  # a Markdown fence stays as written
+    assert roles.convert(fenced, _fake_resolve) == fenced
     assert roles.convert(out, _fake_resolve) == out
 
 
@@ -213,8 +217,11 @@ def test_mkdocs_build_strict(tmp_path):
         html = page.read_text()
         role = re.search(r":(class|func|mod|meth|attr|data|exc):", html)
         assert role is None, f"{page}: {html[role.start() - 200 : role.end() + 100]}"
-        literal = re.search(r"::\s*</p>", html)
+        literal = re.search(r"::\s*</(p|li|td|dd)>", html)
         assert literal is None, f"{page}: {html[literal.start() - 200 : literal.end()]}"
+        assert not re.search(r"<blockquote>\s*<blockquote>", html), f"{page}: a doctest as quotes"
     engine = (site / "api" / "engine" / "index.html").read_text()
-    assert re.search(r'<a class="autorefs autorefs-internal"[^>]*href="#nlnet\.engine\.loop\.Run', engine)
+    assert re.search(
+        r'<a class="autorefs autorefs-internal"[^>]*href="#nlnet\.engine\.loop\.Run', engine
+    )
     shutil.rmtree(site)

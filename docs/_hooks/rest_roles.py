@@ -23,6 +23,7 @@ on sample docstrings in ``tests/test_docs_site.py``.
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from collections.abc import Callable
 from typing import Any
@@ -60,7 +61,7 @@ def convert_roles(text: str, resolve: Resolver) -> str:
         else:
             title = None
         short = target.startswith("~")
-        target = target.lstrip("~!")
+        target = re.sub(r"\s+", "", target.lstrip("~!"))  # a target wrapped over two lines
         shown = title or (target.rsplit(".", 1)[-1] if short else target.lstrip("."))
         path = resolve(target)
         return f"[`{shown}`][{path}]" if path else f"`{shown}`"
@@ -112,6 +113,9 @@ def convert_literal_blocks(text: str) -> str:
             out.append(line)
             i += 1
             continue
+        if not stripped and out and out[-1] == "":
+            i += 1  # one blank line (a fence we wrote ends in one)
+            continue
         if section is not None and stripped and _indent(line) <= section[1]:
             section = None  # left the Google section
         if (m := HEADER.match(line)) and not stripped.endswith("::"):
@@ -142,8 +146,7 @@ def convert_literal_blocks(text: str) -> str:
             continue
         out.append(line)
         i += 1
-    result = "\n".join(out)
-    return re.sub(r"\n{3,}", "\n\n", result).strip("\n")
+    return "\n".join(out).strip("\n")
 
 
 def convert(text: str, resolve: Resolver) -> str:
@@ -172,6 +175,28 @@ def _lookup(root: Any, path: str, depth: int = 0) -> Any:
     if obj.is_alias:
         return None if depth > 10 else _lookup(root, obj.target_path, depth + 1)
     return obj
+
+
+def _runtime_path(path: str) -> str | None:
+    """Where the object that ``path`` names at run time is defined (``None``: not found).
+
+    Names exported lazily by a package ``__getattr__`` (``nlnet.engine.lazy``) are members that
+    griffe cannot see; importing the package finds their defining module.
+    """
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for part in parts[cut:]:
+                obj = getattr(obj, part)
+        except AttributeError:
+            return None
+        module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+        return f"{module}.{qualname}" if isinstance(module, str) and qualname else None
+    return None
 
 
 def is_rendered(obj: Any) -> bool:
@@ -207,6 +232,9 @@ def resolver_for(obj: Any) -> Resolver:
             except (griffe.NameResolutionError, AttributeError):
                 pass
             candidates.append(target)
+        if not target.startswith("."):  # a lazy package export (PEP 562), seen when imported
+            candidates += [p for p in (_runtime_path(f"{module.path}.{target}"),
+                                       _runtime_path(target)) if p]  # fmt: skip
         for path in candidates:
             found = _lookup(root, path)
             if found is not None and is_rendered(found):
