@@ -23,7 +23,7 @@ on sample docstrings in ``tests/test_docs_site.py``.
 from __future__ import annotations
 
 import ast
-import importlib
+import pkgutil
 import re
 from collections.abc import Callable
 from typing import Any
@@ -183,20 +183,12 @@ def _runtime_path(path: str) -> str | None:
     Names exported lazily by a package ``__getattr__`` (``nlnet.engine.lazy``) are members that
     griffe cannot see; importing the package finds their defining module.
     """
-    parts = path.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        try:
-            for part in parts[cut:]:
-                obj = getattr(obj, part)
-        except AttributeError:
-            return None
-        module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-        return f"{module}.{qualname}" if isinstance(module, str) and qualname else None
-    return None
+    try:
+        obj = pkgutil.resolve_name(path)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    return f"{module}.{qualname}" if isinstance(module, str) and qualname else None
 
 
 def is_rendered(obj: Any) -> bool:
