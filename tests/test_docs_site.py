@@ -25,14 +25,14 @@ from nlnet.cli import COMMANDS, build_parser
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _gen():
-    spec = importlib.util.spec_from_file_location("gen_pages", REPO / "docs/_hooks/gen_pages.py")
+def _hook(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / f"docs/_hooks/{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-gen = _gen()
+gen = _hook("gen_pages")
 
 
 def test_config_reference_has_every_key_with_default_and_meaning():
@@ -101,6 +101,100 @@ def test_nav_lists_existing_or_generated_pages():
     assert guides <= set(pages), f"pages missing from the nav: {guides - set(pages)}"
 
 
+SAMPLE = """Summary with :class:`~nlnet.x.Block` and :func:`nlnet.x.make`, see :mod:`.images`.
+
+Not ours: :class:`torch.nn.Module`, :meth:`Run.step` and a `site <https://example.org>`_.
+The layout::
+
+    root/<split>/a.png    an image
+        indented more
+
+    root/<split>/b.png
+
+After the block, a bare marker follows
+
+::
+
+    x = f(1)
+
+Args:
+    block: a :class:`~nlnet.x.Block`, shaped ::
+
+        N x C
+
+Returns:
+    The output.
+
+>>> y = make(2)
+>>> y + 1
+3
+
+Example:
+    >>> make(1)
+
+Examples:
+    >>> make(3)
+"""
+
+
+def _fake_resolve(target: str) -> str | None:
+    """A stand-in for the package's scope: three targets that the API pages render."""
+    known = {"nlnet.x.Block": "nlnet.x.Block", "nlnet.x.make": "nlnet.x.make",
+             ".images": "nlnet.x.images"}  # fmt: skip
+    return known.get(target)
+
+
+def test_rest_roles_become_cross_references_or_code():
+    roles = _hook("rest_roles")
+    out = roles.convert(SAMPLE, _fake_resolve)
+    assert "[`Block`][nlnet.x.Block]" in out  # ~: the last component shown
+    assert "[`nlnet.x.make`][nlnet.x.make]" in out  # as written otherwise
+    assert "[`images`][nlnet.x.images]" in out  # relative target, resolved
+    assert "`torch.nn.Module`" in out and "[`torch.nn.Module`]" not in out  # not ours: code
+    assert "`Run.step`" in out and "[`Run.step`]" not in out  # unresolved: code
+    assert "[site](https://example.org)" in out
+    assert not re.search(r":(class|func|mod|meth|attr|data|exc):`", out)
+    # Google section headers stay; no line ends in "::"; the blocks are fenced
+    for header in ("Args:", "Returns:", "Example:"):
+        assert re.search(rf"^{header}$", out, re.M), header
+    assert not re.search(r"::\s*$", out, re.M)
+    assert "The layout:\n\n```text\nroot/<split>/a.png    an image\n    indented more\n\n" in out
+    assert "root/<split>/b.png\n```\n" in out
+    assert "a bare marker follows\n\n```python\nx = f(1)\n```" in out
+    assert (
+        "    block: a [`Block`][nlnet.x.Block], shaped\n\n        ```text\n        N x C\n" in out
+    )
+    assert "```pycon\n>>> y = make(2)\n>>> y + 1\n3\n```" in out  # a doctest paragraph
+    # "Example:" is a note in griffe: its doctest is fenced; "Examples:" parses ">>>" itself
+    assert "Example:\n    ```pycon\n    >>> make(1)\n    ```\n\nExamples:\n    >>> make(3)" in out
+    assert out.count("```") == 10
+    # roles inside a code block stay as written; a second pass changes nothing
+    code = "Text::\n\n    a = ':class:`X`'\n"
+    assert ":class:`X`" in roles.convert(code, _fake_resolve)
+    fenced = "```python\na = 1\n\n\nb = ':func:`f`'\n```"  # a Markdown fence stays as written
+    assert roles.convert(fenced, _fake_resolve) == fenced
+    assert roles.convert(out, _fake_resolve) == out
+
+
+def test_rest_roles_resolve_in_the_package():
+    griffe = pytest.importorskip("griffe", reason="install the docs extra")
+    roles = _hook("rest_roles")
+    loader = griffe.GriffeLoader(extensions=griffe.load_extensions(roles.RestToMarkdown()))
+    pkg = loader.load("nlnet")
+    loop = pkg["engine.loop"]
+    resolve = roles.resolver_for(loop)
+    assert resolve("Run.step") == "nlnet.engine.loop.Run.step"  # unqualified, in the scope
+    assert resolve("nlnet.engine.loop.train") == "nlnet.engine.loop.train"
+    assert resolve("torch.nn.Module") is None and resolve("NoSuchName") is None
+    seg = roles.resolver_for(pkg["data.segmentation"])
+    assert seg(".images") == "nlnet.data.segmentation.images"  # relative to the package
+    # the extension rewrote the docstrings while loading
+    assert "[`Run.step`][nlnet.engine.loop.Run.step]" in loop.docstring.value
+    assert ":func:`" not in loop.docstring.value and "::\n" not in loop.docstring.value
+    # names the API pages do not render are plain code (mkdocs --strict would fail on them)
+    assert resolve("nlnet.cli.main") is None  # the CLI has no API page
+
+
 @pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
     pytest.importorskip("mkdocs", reason="install the docs extra: pip install -e '.[docs]'")
@@ -116,4 +210,18 @@ def test_mkdocs_build_strict(tmp_path):
     assert "c2d_r50_nl5" in models and "maskrcnn_r50_fpn_nl" in models
     api = (site / "api" / "inference" / "index.html").read_text()
     assert "load_model" in api and "Preprocessing" in api
+    # the docstrings' reST roles and "::" literal blocks are rendered (docs/_hooks/rest_roles.py)
+    pages = sorted((site / "api").glob("*/index.html"))
+    assert len(pages) == len(gen.API_PACKAGES)
+    for page in pages:
+        html = page.read_text()
+        role = re.search(r":(class|func|mod|meth|attr|data|exc):", html)
+        assert role is None, f"{page}: {html[role.start() - 200 : role.end() + 100]}"
+        literal = re.search(r"::\s*</(p|li|td|dd)>", html)
+        assert literal is None, f"{page}: {html[literal.start() - 200 : literal.end()]}"
+        assert not re.search(r"<blockquote>\s*<blockquote>", html), f"{page}: a doctest as quotes"
+    engine = (site / "api" / "engine" / "index.html").read_text()
+    assert re.search(
+        r'<a class="autorefs autorefs-internal"[^>]*href="#nlnet\.engine\.loop\.Run', engine
+    )
     shutil.rmtree(site)
