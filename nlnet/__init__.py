@@ -28,6 +28,7 @@ _LAZY: dict[str, str] = {
     "preprocessing": "nlnet.inference",
     "predict": "nlnet.inference",
     "VideoTransform": "nlnet.inference",
+    "ImageTransform": "nlnet.inference",
     "Prediction": "nlnet.inference",
     "NonLocal1d": "nlnet.layers",
     "NonLocal2d": "nlnet.layers",
@@ -42,6 +43,7 @@ __all__ = [  # the same names as _LAZY, spelled out for linters and type checker
     "preprocessing",
     "predict",
     "VideoTransform",
+    "ImageTransform",
     "Prediction",
     "NonLocal1d",
     "NonLocal2d",
@@ -49,7 +51,14 @@ __all__ = [  # the same names as _LAZY, spelled out for linters and type checker
 ]
 
 if TYPE_CHECKING:  # what type checkers see; at run time the names come from __getattr__
-    from nlnet.inference import Prediction, VideoTransform, load_model, predict, preprocessing
+    from nlnet.inference import (
+        ImageTransform,
+        Prediction,
+        VideoTransform,
+        load_model,
+        predict,
+        preprocessing,
+    )
     from nlnet.layers import NonLocal1d, NonLocal2d, NonLocal3d
     from nlnet.models import create_model, list_models
 

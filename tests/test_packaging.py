@@ -70,7 +70,9 @@ _SCRIPT = """import nlnet
 model = nlnet.load_model("final.pt")
 results = nlnet.predict(model, ["video.mp4"], batch_size="2")
 reveal_type(results[0].top(3))
-reveal_type(nlnet.preprocessing("final.pt").num_frames)
+transform = nlnet.preprocessing("final.pt")  # a VideoTransform or an ImageTransform
+assert isinstance(transform, nlnet.VideoTransform)
+reveal_type(transform.num_frames)
 """
 
 

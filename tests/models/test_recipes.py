@@ -194,7 +194,8 @@ NOT_PAPER = {
     "kinetics/slowfast_r50_4x16", "kinetics/slowfast_r50_4x16_nl5", "kinetics/slowfast_r50_8x8",
     "kinetics/slowfast_r50_8x8_nl5",
     # first runs on one's own data and ImageNet fine-tuning of the image families
-    "smoke/folder_tiny", "smoke/image_digits_vit_tiny", "image/resnet50_nl_finetune",
+    "smoke/folder_tiny", "smoke/folder_tiny_c2d", "smoke/image_digits_vit_tiny",
+    "image/resnet50_nl_finetune",
     "image/swin_t_finetune", "image/vit_b_16_finetune",
 }  # fmt: skip
 
