@@ -32,7 +32,7 @@ EXAMPLES = """examples:
   nlnet import-caffe2 model.pkl --released i3d_nonlocal_8x8_IN_pretrain_400k -o nl_i3d_8x8.pt
 
   # a PySlowFast checkpoint of its I3D NLN 8x8 R50
-  nlnet import-caffe2 I3D_NLN_8x8_R50.pyth --model i3d311_r50_nl5 -o i3d_nln_8x8.pt
+  nlnet import-caffe2 checkpoint_epoch_00196.pyth --model i3d311_r50_nl5 -o i3d_nln.pt
 
   # a file of your own: name the model and the options the blobs cannot tell
   nlnet import-caffe2 mine.pkl --model c2d_r50_nl5 --override pooling=caffe2 -o mine.pt

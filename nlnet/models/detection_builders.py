@@ -26,10 +26,11 @@ from torchvision.models.detection.rpn import RPNHead
 from torchvision.ops import FrozenBatchNorm2d
 
 from nlnet.layers.nonlocal_block import NonLocal2d
+from nlnet.models.resnet_layout import BLOCK_CONFIG
 from nlnet.models.surgery import VIDEO_DEFAULTS, insert_non_local, non_local_paths
 
 _DEPTHS: dict[int, Callable[..., resnet.ResNet]] = {50: resnet.resnet50, 101: resnet.resnet101}
-_LAYERS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
+_DETECTION_DEPTHS = (50, 101)  # the depths of the paper's Mask R-CNN backbones (Sec. 6)
 
 #: Where Table 6's four head blocks go in torchvision's ``KeypointRCNNHeads``: after the ReLU of
 #: every second of its 8 convolutions.
@@ -38,9 +39,9 @@ KEYPOINT_HEAD_PATHS: tuple[str, ...] = tuple(f"roi_heads.keypoint_head.{i}" for 
 
 def backbone_non_local_path(depth: int) -> str:
     """Module path of the backbone block: right before the last residual block of res4."""
-    if depth not in _LAYERS:
-        raise ValueError(f"depth: expected one of {sorted(_LAYERS)}, got {depth!r}")
-    return "backbone.body." + non_local_paths("res4", _LAYERS[depth])[0]
+    if depth not in _DETECTION_DEPTHS:
+        raise ValueError(f"depth: expected one of {list(_DETECTION_DEPTHS)}, got {depth!r}")
+    return "backbone.body." + non_local_paths("res4", BLOCK_CONFIG[depth])[0]
 
 
 #: Default FPN levels of the ``*_nlfpn`` models: P3, P4, P5 (indices into the FPN's levels).
