@@ -95,7 +95,8 @@ def _pictures(
 ) -> dict[str, Any]:
     from nlnet.analysis.dense_visualize import pixel_attention, save_segmentation_figure
 
-    image, truth, _ = test[index]
+    item = test[index]
+    image, truth = item["image"], item["mask"]
     ys, xs = np.nonzero(truth.numpy() == 2)  # a pixel of a "match" digit
     pixel = (int(ys[len(ys) // 2]), int(xs[len(xs) // 2]))
     preds = {}

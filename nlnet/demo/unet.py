@@ -83,7 +83,8 @@ def _config(name: str, s: UNetDemoSettings, root: Path, run_dir: Path, seed: int
 def _picture(path: Path, models: dict[str, nn.Module], test: Any) -> None:
     from nlnet.analysis.dense_visualize import pixel_attention, save_segmentation_figure
 
-    image, truth, _ = test[0]
+    item = test[0]
+    image, truth = item["image"], item["mask"]
     ys, xs = np.nonzero(truth.numpy() == 2)  # a pixel of a "match" digit
     pixel = (int(ys[len(ys) // 2]), int(xs[len(xs) // 2]))
     preds = {}

@@ -71,7 +71,8 @@ def test_reader_pairs_images_and_label_ids_across_cities(tree):
     train = CityscapesFolder(tree, "train", num_classes=19)
     assert len(train) == 4 and len(CityscapesFolder(tree, "val")) == 2
     assert [p.parent.name for p in train.images] == ["aachen", "aachen", "bochum", "bochum"]
-    image, mask, index = train[3]
+    item = train[3]
+    image, mask, index = item["image"], item["mask"], item["index"]
     assert image.shape == (3, 16, 32) and mask.shape == (16, 32) and index == 3
     with Image.open(train.masks[3]) as im:
         raw = np.asarray(im)
@@ -100,8 +101,8 @@ def test_segmentation_task_trains_on_the_cityscapes_layout_with_augmentation(tre
     task = SegmentationTask(19, data=data)
     assert task.class_names == list(CITYSCAPES_CLASSES)
     train, val = task.build_datasets()
-    assert all(train[i][1].shape == (16, 16) for i in range(len(train)))
-    assert val[0][1].shape == (16, 32)  # evaluation on whole images
+    assert all(train[i]["mask"].shape == (16, 16) for i in range(len(train)))
+    assert val[0]["mask"].shape == (16, 32)  # evaluation on whole images
     torch.manual_seed(0)
     model = create_model("unet2d", num_classes=19, base_channels=4, depth=2)
     loss, n = task.loss(model, task.collate([train[i] for i in range(4)]))

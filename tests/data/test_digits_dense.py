@@ -26,7 +26,8 @@ def test_files_and_loaders_agree(root):
     assert len(seg) == len(det) == 6
     assert det.class_names == [n for _, n in CATEGORIES]
     for i in range(len(seg)):
-        image, mask, index = seg[i]
+        item = seg[i]
+        image, mask, index = item["image"], item["mask"], item["index"]
         target = det[i]["target"]
         assert image.shape == (3, 48, 48) and mask.shape == (48, 48) and index == i
         # the semantic mask is the union of the instance masks, labelled by category
@@ -40,7 +41,9 @@ def test_files_and_loaders_agree(root):
         assert len(labels) == CFG.num_digits + 1
         x1, y1, x2, y2 = target["boxes"].unbind(1)
         assert (x2 > x1).all() and (y2 > y1).all()
-    images, masks, index = collate_segmentation([seg[0], seg[1]])
+    batch = collate_segmentation([seg[0], None, seg[1]])
+    images, masks, index = batch["image"], batch["mask"], batch["index"]
+    assert batch["skipped"] == 1
     assert images.shape == (2, 3, 48, 48) and masks.shape == (2, 48, 48)
     assert index.tolist() == [0, 1]
 

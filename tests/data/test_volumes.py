@@ -31,7 +31,9 @@ def test_items_are_normalised_over_the_nonzero_voxels_and_mapped(npy_root):
     raw_mask = np.load(npy_root / "train" / "masks" / "case0.npy")
     ds = VolumeFolder(npy_root, "train", label_map={4: 3}, num_classes=4)
     assert len(ds) == 2 and ds.cases == ["case0", "case1"]
-    vol, mask, index = ds[0]
+    item = ds[0]
+    assert set(item) == {"image", "mask", "index"}
+    vol, mask, index = item["image"], item["mask"], item["index"]
     assert vol.shape == SHAPE and vol.dtype == torch.float32 and index == 0
     assert mask.shape == SHAPE[1:] and mask.dtype == torch.int64
     fg = torch.from_numpy((raw != 0).any(0))
@@ -62,24 +64,27 @@ def test_random_patches_are_windows_of_the_case(npy_root):
     torch.manual_seed(0)
     starts = set()
     for _ in range(6):
-        vol, mask, _ = ds[1]
+        patch = ds[1]  # one draw: image and mask of the same random window
+        vol, mask = patch["image"], patch["mask"]
         assert vol.shape == (4, 8, 8, 8) and mask.shape == (8, 8, 8)
         hits = [
             (z, y, x)
             for z in range(SHAPE[1] - 7)
             for y in range(SHAPE[2] - 7)
             for x in range(SHAPE[3] - 7)
-            if torch.equal(full[0][:, z : z + 8, y : y + 8, x : x + 8], vol)
+            if torch.equal(full["image"][:, z : z + 8, y : y + 8, x : x + 8], vol)
         ]
         assert len(hits) == 1  # the patch is a window of the normalised case ...
         z, y, x = hits[0]
-        assert torch.equal(full[1][z : z + 8, y : y + 8, x : x + 8], mask)  # ... with its labels
+        assert torch.equal(
+            full["mask"][z : z + 8, y : y + 8, x : x + 8], mask
+        )  # ... with its labels
         starts.add(hits[0])
     assert len(starts) > 1  # at random positions
     big = VolumeFolder(npy_root, "train", patch=(12, 16, 20), ignore_index=255)[0]
-    assert big[0].shape == (4, 12, 16, 20)  # padded where the case is smaller than the patch
-    assert bool((big[1][10:] == 255).all()) and bool((big[0][:, 10:] == 0).all())
-    assert bool((big[1][:, :, 18:] == 255).all())
+    assert big["image"].shape == (4, 12, 16, 20)  # padded where the case is smaller than the patch
+    assert bool((big["mask"][10:] == 255).all()) and bool((big["image"][:, 10:] == 0).all())
+    assert bool((big["mask"][:, :, 18:] == 255).all())
 
 
 def test_random_flip_mirrors_volume_and_mask_alike():
@@ -96,14 +101,21 @@ def test_random_flip_mirrors_volume_and_mask_alike():
 
 
 def test_collate_pads_to_the_largest_case_with_ignore_index():
-    a = (torch.ones(2, 4, 6, 6), torch.zeros(4, 6, 6, dtype=torch.long), 0)
-    b = (torch.ones(2, 5, 4, 6), torch.ones(5, 4, 6, dtype=torch.long), 1)
-    vols, masks, index = collate_volumes([a, None, b], ignore_index=9)
+    a = {
+        "image": torch.ones(2, 4, 6, 6),
+        "mask": torch.zeros(4, 6, 6, dtype=torch.long),
+        "index": 0,
+    }
+    b = {"image": torch.ones(2, 5, 4, 6), "mask": torch.ones(5, 4, 6, dtype=torch.long), "index": 1}
+    batch = collate_volumes([a, None, b], ignore_index=9)
+    vols, masks, index = batch["image"], batch["mask"], batch["index"]
+    assert batch["skipped"] == 1
     assert vols.shape == (2, 2, 5, 6, 6) and masks.shape == (2, 5, 6, 6)
     assert index.tolist() == [0, 1]
     assert bool((masks[0, 4] == 9).all()) and bool((vols[0, :, 4] == 0).all())
     assert bool((masks[1, :, 4:] == 9).all()) and int((masks == 9).sum()) == 36 + 2 * 5 * 6
-    assert collate_volumes([None])[0].shape[0] == 0
+    empty = collate_volumes([None])
+    assert empty["image"].shape[0] == 0 and empty["skipped"] == 1
 
 
 def test_confusion_matrix_counts_3d_masks():
@@ -143,10 +155,10 @@ def test_nifti_cases_one_file_per_modality(tmp_path, npy_root):
     ref = VolumeFolder(npy_root, "train", label_map={4: 3}, num_classes=4)  # same seed, .npy
     assert nii.cases == ["case0", "case1"]
     for i in range(2):
-        (v, m, _), (rv, rm, _) = nii[i], ref[i]
+        (v, m), (rv, rm) = (nii[i]["image"], nii[i]["mask"]), (ref[i]["image"], ref[i]["mask"])
         assert torch.allclose(v, rv, atol=1e-5) and torch.equal(m, rm)
-    shuffled = VolumeFolder(root, "train", modalities=("m3", "m2", "m1", "m0"))[0][0]
-    assert torch.allclose(shuffled, ref[0][0].flip(0), atol=1e-5)  # channels in that order
+    shuffled = VolumeFolder(root, "train", modalities=("m3", "m2", "m1", "m0"))[0]["image"]
+    assert torch.allclose(shuffled, ref[0]["image"].flip(0), atol=1e-5)  # channels in that order
     import nibabel
 
     msd = tmp_path / "msd" / "train"  # one 4D file per case, channels last (the Decathlon's)
@@ -154,8 +166,9 @@ def test_nifti_cases_one_file_per_modality(tmp_path, npy_root):
                      ("masks", np.load(npy_root / "train/masks/case0.npy"))):  # fmt: skip
         (msd / sub).mkdir(parents=True)
         nibabel.save(nibabel.Nifti1Image(arr, np.eye(4)), msd / sub / "case0.nii.gz")
-    v, m, _ = VolumeFolder(msd.parent, "train", label_map={4: 3})[0]
-    assert torch.allclose(v, ref[0][0], atol=1e-5) and torch.equal(m, ref[0][1])
+    msd_item = VolumeFolder(msd.parent, "train", label_map={4: 3})[0]
+    v, m = msd_item["image"], msd_item["mask"]
+    assert torch.allclose(v, ref[0]["image"], atol=1e-5) and torch.equal(m, ref[0]["mask"])
     with pytest.raises(FileNotFoundError, match="case0_m3.nii.gz is not named <case>_<mod"):
         VolumeFolder(root, "train", modalities=mods[:3])  # a file of no listed modality
     (root / "train" / "images" / "case1_m2.nii.gz").unlink()

@@ -1,6 +1,7 @@
 """Tiny stand-ins for the engine tests: a video network and a dataset obeying the data contract.
 
-Items are ``(clip, target, index)`` with ``clip`` float (C, T, H, W); a bad item is ``None``.
+Items are dicts ``{"clip", "target", "index"}`` with ``clip`` float (C, T, H, W); a bad item is
+``None``.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class TinyClipDataset(Dataset):
             target[(label + 1) % self.num_classes] = 1.0
         else:
             target = label
-        return clip, target, video
+        return {"clip": clip, "target": target, "index": video}
 
 
 def collate_standin(items):
@@ -81,10 +82,10 @@ def collate_standin(items):
     skipped = len(items) - len(good)
     if not good:
         return {"clip": None, "target": None, "index": None, "skipped": skipped}
-    clips = torch.stack([g[0] for g in good])
-    targets = [g[1] for g in good]
+    clips = torch.stack([g["clip"] for g in good])
+    targets = [g["target"] for g in good]
     target = torch.stack(targets) if isinstance(targets[0], torch.Tensor) else torch.tensor(targets)
-    index = torch.tensor([g[2] for g in good])
+    index = torch.tensor([g["index"] for g in good])
     return {"clip": clips, "target": target, "index": index, "skipped": skipped}
 
 

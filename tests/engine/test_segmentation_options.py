@@ -67,14 +67,14 @@ def test_the_task_builds_the_augmentation_for_training_only(tmp_path):
     train, val = task.build_datasets()
     assert isinstance(train.transform, SegmentationAugment) and val.transform is None
     assert train.transform.flip == 1.0 and train.transform.scale_range == (1.5, 2.0)
-    image, mask, _ = train[0]
+    image, mask = train[0]["image"], train[0]["mask"]
     assert image.shape == (3, 24, 24) and mask.shape == (24, 24)
-    assert val[0][1].shape == (48, 48)
+    assert val[0]["mask"].shape == (48, 48)
     plain = SegmentationTask(4, data={"root": str(root)}).build_dataset("train")
     assert plain.transform is None  # no key set: the items as before
     from nlnet.data.segmentation.images import SegmentationFolder
 
-    assert torch.equal(plain[0][0], SegmentationFolder(root, "train")[0][0])
+    assert torch.equal(plain[0]["image"], SegmentationFolder(root, "train")[0]["image"])
 
 
 def test_a_region_named_like_a_class_is_refused():

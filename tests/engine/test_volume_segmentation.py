@@ -112,7 +112,7 @@ def test_whole_volume_evaluation_ignores_the_pad(root):
     task = SegmentationTask(4, data={"root": str(root), "kind": "volume", "label_map": {4: 3}})
     val = task.build_dataset("val", "test")
     conf = task.confusion(Constant(), torch.utils.data.DataLoader(val, 2, collate_fn=task.collate))
-    masks = torch.stack([val[i][1] for i in range(len(val))])
+    masks = torch.stack([val[i]["mask"] for i in range(len(val))])
     assert int(conf.sum()) == masks.numel() == 2 * 10 * 16 * 18
     assert conf[:, 0].tolist() == [int((masks == c).sum()) for c in range(4)]
 

@@ -6,8 +6,8 @@ Layout (the Cityscapes/VOC convention reduced to its essentials)::
     root/<split>/masks/<name>.png         one class id per pixel (uint8 or uint16 PNG),
                                           ``ignore_index`` (255) for pixels without a label
 
-An image and its mask share the file stem. Items are ``(image, mask, index)``: ``image`` float
-``(3, H, W)`` normalised with ``mean``/``std``, ``mask`` int64 ``(H, W)``. Images of different
+An image and its mask share the file stem. Items are dicts ``{"image", "mask", "index"}``:
+``image`` float ``(3, H, W)`` normalised with ``mean``/``std``, ``mask`` int64 ``(H, W)``. Images of different
 sizes are allowed; :func:`collate_segmentation` stacks equal-sized items (resize or crop them with
 ``transform`` first otherwise).
 """
@@ -18,6 +18,7 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -162,7 +163,7 @@ class SegmentationFolder(SkipBadItems, Dataset):
     def _item_name(self, index: int) -> str:
         return str(self.images[index])
 
-    def _load(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _load(self, index: int) -> dict[str, Any]:
         image = torch.from_numpy(self.read_image(index).copy()).permute(2, 0, 1).float() / 255.0
         image = (image - self.mean) / self.std  # (3, H, W)
         mask = torch.from_numpy(self.read_mask(index).astype(np.int64))  # (H, W)
@@ -173,19 +174,24 @@ class SegmentationFolder(SkipBadItems, Dataset):
             )
         if self.transform is not None:
             image, mask = self.transform(image, mask)
-        return image, mask, index
+        return {"image": image, "mask": mask, "index": index}
 
 
-def collate_segmentation(
-    batch: Sequence[tuple[torch.Tensor, torch.Tensor, int]],
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stack ``(image, mask, index)`` items into ``(B, 3, H, W)``, ``(B, H, W)``, ``(B,)``.
+def collate_segmentation(batch: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    """Stack ``{"image", "mask", "index"}`` items into the batch ``{"image": (B, 3, H, W),
+    "mask": (B, H, W), "index": (B,), "skipped": n}``.
 
-    ``None`` items (bad files of a ``skip_bad`` folder) are dropped; an all-bad batch gives
-    empty tensors.
+    ``None`` items (bad files of a ``skip_bad`` folder) are dropped and counted in
+    ``"skipped"``; an all-bad batch gives empty tensors.
     """
-    batch = [item for item in batch if item is not None]
-    if not batch:
-        return torch.empty(0, 3, 0, 0), torch.empty(0, 0, 0, dtype=torch.long), torch.empty(0)
-    images, masks, index = zip(*batch)
-    return torch.stack(images), torch.stack(masks), torch.as_tensor(index)
+    items = [item for item in batch if item is not None]
+    skipped = len(batch) - len(items)
+    if not items:
+        return {"image": torch.empty(0, 3, 0, 0), "mask": torch.empty(0, 0, 0, dtype=torch.long),
+                "index": torch.empty(0), "skipped": skipped}  # fmt: skip
+    return {
+        "image": torch.stack([it["image"] for it in items]),
+        "mask": torch.stack([it["mask"] for it in items]),
+        "index": torch.as_tensor([it["index"] for it in items]),
+        "skipped": skipped,
+    }

@@ -19,7 +19,7 @@ channels on the last axis (the Medical Segmentation Decathlon's layout). NIfTI a
 axis order of the file (nibabel's ``i, j, k``), as MONAI's loader does; the image and mask of a
 case must have the same grid (the affine is not used).
 
-Each item is ``(volume, mask, index)``: ``volume`` float32 ``(C, D, H, W)`` normalised per case
+Each item is a dict ``{"image", "mask", "index"}``: ``image`` (the volume) float32 ``(C, D, H, W)`` normalised per case
 and channel with :func:`zscore_nonzero`, ``mask`` int64 ``(D, H, W)`` after ``label_map``
 (BraTS labels ``{0, 1, 2, 4}`` -> ``{4: 3}``). For training, ``patch`` crops a random
 ``(d, h, w)`` patch and ``flip`` mirrors each spatial axis with that probability (nnU-Net's
@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -249,7 +250,7 @@ class VolumeFolder(SkipBadItems, Dataset):
     def _item_name(self, index: int) -> str:
         return f"case {self.cases[index]}"
 
-    def _load(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _load(self, index: int) -> dict[str, Any]:
         volume = torch.from_numpy(np.ascontiguousarray(self.read_volume(index)))
         mask = torch.from_numpy(self.read_mask(index))
         if tuple(volume.shape[1:]) != tuple(mask.shape):
@@ -262,7 +263,7 @@ class VolumeFolder(SkipBadItems, Dataset):
             volume, mask = random_patch(volume, mask, self.patch, self.ignore_index)
         if self.flip > 0:
             volume, mask = random_flip(volume, mask, self.flip)
-        return volume.contiguous(), mask.contiguous(), index
+        return {"image": volume.contiguous(), "mask": mask.contiguous(), "index": index}
 
 
 def _find_cases(image_dir: Path, modalities: tuple[str, ...]) -> tuple[list[str], list[list[Path]]]:
@@ -295,19 +296,24 @@ def _find_cases(image_dir: Path, modalities: tuple[str, ...]) -> tuple[list[str]
 
 
 def collate_volumes(
-    batch: Sequence[tuple[torch.Tensor, torch.Tensor, int] | None], ignore_index: int = 255
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stack ``(volume, mask, index)`` items into ``(B, C, D, H, W)``, ``(B, D, H, W)``, ``(B,)``,
-    padding each at its end to the batch's largest size (0 in the volumes, ``ignore_index`` in
-    the masks). ``None`` items are dropped; an all-bad batch gives empty tensors."""
+    batch: Sequence[dict[str, Any] | None], ignore_index: int = 255
+) -> dict[str, Any]:
+    """Stack ``{"image", "mask", "index"}`` items into the batch ``{"image": (B, C, D, H, W),
+    "mask": (B, D, H, W), "index": (B,), "skipped": n}``, padding each item at its end to the
+    batch's largest size (0 in the volumes, ``ignore_index`` in the masks). ``None`` items are
+    dropped and counted in ``"skipped"``; an all-bad batch gives empty tensors."""
     items = [item for item in batch if item is not None]
+    skipped = len(batch) - len(items)
     if not items:
-        return (torch.empty(0, 1, 0, 0, 0), torch.empty(0, 0, 0, 0, dtype=torch.long),
-                torch.empty(0))  # fmt: skip
-    size = [max(item[1].shape[a] for item in items) for a in range(3)]
+        return {"image": torch.empty(0, 1, 0, 0, 0), "index": torch.empty(0),
+                "mask": torch.empty(0, 0, 0, 0, dtype=torch.long), "skipped": skipped}  # fmt: skip
+    size = [max(item["mask"].shape[a] for item in items) for a in range(3)]
     vols, masks = [], []
-    for vol, mask, _ in items:
+    for item in items:
+        vol, mask = item["image"], item["mask"]
         spec = [v for s, n in zip(reversed(size), reversed(mask.shape)) for v in (0, s - n)]
         vols.append(F.pad(vol, spec))
         masks.append(F.pad(mask, spec, value=ignore_index))
-    return torch.stack(vols), torch.stack(masks), torch.as_tensor([item[2] for item in items])
+    index = torch.as_tensor([item["index"] for item in items])
+    return {"image": torch.stack(vols), "mask": torch.stack(masks), "index": index,
+            "skipped": skipped}  # fmt: skip

@@ -389,11 +389,8 @@ class SegmentationTask:
         dropped (volumes padded to the batch's largest,
         :func:`~nlnet.data.segmentation.volumes.collate_volumes`)."""
         if self.data.kind == "volume":
-            images, masks, index = collate_volumes(batch, self.ignore_index)
-        else:
-            images, masks, index = collate_segmentation(batch)
-        skipped = sum(item is None for item in batch)
-        return {"image": images, "mask": masks, "index": index, "skipped": skipped}
+            return collate_volumes(batch, self.ignore_index)
+        return collate_segmentation(batch)
 
     @staticmethod
     def skipped(batch: Mapping[str, Any]) -> int:
