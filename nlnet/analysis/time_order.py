@@ -123,8 +123,9 @@ def sees_frame_order(name: str, seed: int = 0) -> bool:
     if facts.input_kind != "clip":
         raise ValueError(f"name: {name!r} is not a video model (input kind {facts.input_kind!r})")
     size = probe_size(facts.test_input_size or facts.input_size)
-    torch.manual_seed(seed)
-    model = create_model(name, **dict(facts.test_overrides)).double().eval()
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
+        torch.manual_seed(seed)
+        model = create_model(name, **dict(facts.test_overrides)).double().eval()
     perturb_parameters(model, seed)
     gen = torch.Generator().manual_seed(seed)
     clip = torch.randn(1, *size, dtype=torch.float64, generator=gen)

@@ -77,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
     # a bar redraws itself with "\r": only on a terminal, never in a log file or a pipe
     args.no_progress = args.no_progress or not sys.stderr.isatty()
     output_dir_arg(args.output_dir)
-    device_arg(args.device)
+    args.device = str(device_arg(args.device))  # "auto" -> the device it resolves to
     try:
         jobs_for(args.threads)  # the one check of --threads, before any work
     except ValueError as exc:

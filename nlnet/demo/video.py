@@ -11,7 +11,7 @@
    the network with one spacetime non-local block in res4 (``c2d_tiny_nl1``) -- and, with
    ``--variants``, the space-only and time-only blocks of Table 2d -- with the engine's one
    training loop (:func:`nlnet.engine.loop.train`) and a compact AdamW / one-cycle recipe
-   (:meth:`DemoSettings.train_config`) on the decoded clips;
+   (:meth:`DemoSettings`) on the decoded clips;
 3. it evaluates every model on the test split (digit images never seen in training) and prints
    a table: model, parameters, multiply-adds, top-1, training time;
 4. it writes into its run directory ``runs/demo-<timestamp>-seed<k>/``: ``curves.png`` (training loss and

@@ -11,7 +11,7 @@ The ``labelIds`` masks hold the 34 Cityscapes label ids (0-33); training and eva
 evaluate: parking, rail track, guard rail, bridge, tunnel, pole group, caravan, trailer) becomes
 ``ignore_index`` (255). The mapping is the ``trainId`` column of cityscapesScripts'
 ``cityscapesscripts/helpers/labels.py``. Items are those of
-:class:`~nlnet.data.segmentation.SegmentationFolder` (same normalisation, transform and
+:class:`~nlnet.data.segmentation.images.SegmentationFolder` (same normalisation, transform and
 ``skip_bad``).
 """
 
@@ -60,7 +60,7 @@ def label_ids_to_train_ids(label_ids: np.ndarray, ignore_index: int = 255) -> np
 class CityscapesFolder(SegmentationFolder):
     """The Cityscapes ``leftImg8bit``/``gtFine`` folders of one split (module docstring).
 
-    Takes the arguments of :class:`~nlnet.data.segmentation.SegmentationFolder`, ``root`` being
+    Takes the arguments of :class:`~nlnet.data.segmentation.images.SegmentationFolder`, ``root`` being
     the folder that holds ``leftImg8bit/`` and ``gtFine/`` and ``split`` its sub-folder
     (``train``, ``val``, ``test``); masks are checked after the mapping to train ids, so
     ``num_classes`` is 19.

@@ -76,7 +76,7 @@ def random_hflip(
 class SegmentationAugment:
     """``f(image, mask) -> (image, mask)``: random scale, then flip, then crop (each optional).
 
-    The ``transform`` of :class:`~nlnet.data.segmentation.SegmentationFolder` in training, built
+    The ``transform`` of :class:`~nlnet.data.segmentation.images.SegmentationFolder` in training, built
     by the segmentation task from ``data.scale_range``, ``data.flip`` and ``data.crop``.
 
     Args:

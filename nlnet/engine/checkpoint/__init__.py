@@ -32,7 +32,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "CheckpointError": "model_loading",
         "CheckpointInfo": "model_loading",
         "CheckpointMismatchError": "model_loading",
-        "DENSE_TASKS": "model_loading",
         "check_compatible": "model_loading",
         "checkpoint_info": "model_loading",
         "load_backbone": "model_loading",
