@@ -7,11 +7,11 @@ window positions are MONAI's (``monai.inferers.sliding_window_inference``, ``mod
 along an axis of length ``n`` with window ``w``, the step is ``int(w * (1 - overlap))`` (at
 least 1) and there are ``ceil((n - w) / step) + 1`` windows, the last one flush with the end; an
 axis shorter than the window is padded with zeros at its end up to the window (and the logits
-cropped back).
+cropped back) -- MONAI splits that padding between both ends, so the two differ on such inputs.
 
 Implemented with torch alone, not by importing MONAI: 2D segmentation (Cityscapes) needs it with
 the core install, and MONAI is an optional extra here (``nlnet[medical]``). The test checks it
-equals MONAI's function where MONAI is installed.
+equals MONAI's function, where MONAI is installed, on inputs at least as large as the window.
 """
 
 from __future__ import annotations
