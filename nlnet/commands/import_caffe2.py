@@ -183,8 +183,9 @@ def _write(args, model, name, num_classes, config, options, prep, report) -> int
     from nlnet.models.kinetics_classes import kinetics400_classes
 
     # every released file (and PySlowFast's Kinetics models) numbers the 400 Kinetics classes
-    # alphabetically: store the names so that predict prints "abseiling", not "class_0"
-    names = list(kinetics400_classes()) if num_classes == 400 else None
+    # alphabetically: store the names so that predict prints "abseiling", not "class_0"; a file
+    # of one's own (no released protocol) keeps its class ids
+    names = list(kinetics400_classes()) if num_classes == 400 and prep else None
     path = save_imported(
         args.output, model, name, num_classes, config=config, model_options=options,
         preprocessing=prep or {}, class_names=names,

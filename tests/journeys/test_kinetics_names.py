@@ -16,7 +16,7 @@ def test_the_shipped_list_is_the_400_kinetics_names_in_alphabetical_order():
     assert (names[0], names[1], names[-1]) == ("abseiling", "air drumming", "zumba")
 
 
-def _import(tmp_path, num_classes: int):
+def _import(tmp_path, num_classes: int, released: bool = True):
     from nlnet.models.caffe2 import export_caffe2
     from nlnet.models.registry import create_model
 
@@ -25,8 +25,13 @@ def _import(tmp_path, num_classes: int):
     pkl = tmp_path / f"released_{num_classes}.pkl"
     export_caffe2(src, pkl)
     out = tmp_path / f"imported_{num_classes}.pt"
-    argv = ["import-caffe2", str(pkl), "--model", "c2d_r50_nl5", "--output", str(out),
-            "--override", "width=4"]  # fmt: skip
+    # a released file (the zoo's row names its protocol) vs. a file of one's own (--model)
+    which = (
+        ["--released", "c2d_nonlocal_32x2_IN_pretrain_400k"]
+        if released
+        else ["--model", "c2d_r50_nl5"]
+    )
+    argv = ["import-caffe2", str(pkl), *which, "--output", str(out), "--override", "width=4"]
     assert main(argv) == 0
     return load_checkpoint(out)
 
@@ -37,3 +42,5 @@ def test_an_imported_400_class_model_carries_the_kinetics_names(tmp_path, capsys
     assert "Kinetics-400 class names" in capsys.readouterr().out
     other = _import(tmp_path, 3)  # not a Kinetics head: no names made up
     assert not other["class_names"]
+    own = _import(tmp_path, 400, released=False)  # one's own 400-class file: its ids are kept
+    assert not own["class_names"]
