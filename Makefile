@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/nlnet demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n auto   # pytest-xdist: one worker per core (every test runs one PyTorch thread)
+	$(PY) -m pytest -q -n auto --dist worksteal   # pytest-xdist: one worker per core (each test runs one PyTorch thread)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
