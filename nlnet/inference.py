@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from nlnet.data.image_transforms import image_test_transform
 from nlnet.data.video.config import Preprocessing
 from nlnet.data.video.sampling import UniformClipSampler
 from nlnet.data.video.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform
@@ -279,7 +280,6 @@ class ImageTransform:
             OSError: the file is missing or not an image Pillow reads.
         """
         from PIL import Image
-        from torchvision import transforms as T
 
         if isinstance(image, (str, os.PathLike)):
             image = _read_image(image)
@@ -291,8 +291,7 @@ class ImageTransform:
                     f"got a {pixels.dtype} array of shape {tuple(pixels.shape)}"
                 )
             image = Image.fromarray(pixels)
-        tf = T.Compose([T.Resize(self.size, antialias=True), T.CenterCrop(self.crop),
-                        T.ToTensor(), T.Normalize(self.mean, self.std)])  # fmt: skip
+        tf = image_test_transform(self.size, self.crop, self.mean, self.std)
         return tf(image.convert("RGB"))[None]
 
 

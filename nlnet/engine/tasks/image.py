@@ -191,12 +191,13 @@ class ImageClassificationTask:
         """torchvision transforms of a split (``train``: random resized crop + flip)."""
         from torchvision import transforms as T
 
+        from nlnet.data.image_transforms import image_test_transform
+
         d = self.data
-        if mode == "train":
-            aug = [T.RandomResizedCrop(d.size, scale=(d.min_scale, 1.0), antialias=True)]
-            aug += [T.RandomHorizontalFlip()] if d.hflip else []
-        else:
-            aug = [T.Resize(self.resize, antialias=True), T.CenterCrop(d.size)]
+        if mode != "train":  # the same view as nlnet.predict's ImageTransform
+            return image_test_transform(self.resize, d.size, self.mean, self.std)
+        aug = [T.RandomResizedCrop(d.size, scale=(d.min_scale, 1.0), antialias=True)]
+        aug += [T.RandomHorizontalFlip()] if d.hflip else []
         return T.Compose([*aug, T.ToTensor(), T.Normalize(self.mean, self.std)])
 
     def build_dataset(self, split: str, mode: str = "train") -> Dataset:
