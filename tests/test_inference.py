@@ -74,7 +74,7 @@ def test_preprocessing_matches_the_evaluation_dataset(files):
     assert views.shape == (3, 3, 4, 24, 30)  # shorter side 32 -> 24, 40 -> 30
     data = VideoDataConfig(num_frames=4, stride=2, test_scale=24, mean=PREP["mean"],
                            std=PREP["std"])  # fmt: skip
-    dataset = VideoClipDataset([files["video"]], [0], NAMES, **build_parts(data, False, clips=3))
+    dataset = VideoClipDataset([(files["video"], 0)], NAMES, **build_parts(data, False, clips=3))
     expected = torch.stack([dataset[i]["clip"] for i in range(len(dataset))])
     assert torch.equal(views, expected)
     frames = read_frames(files["video"], range(11))

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Sampler
 
-from nlnet.data.seeding import item_seed  # the one per-item seed (re-exported here)
+from nlnet.data.seeding import ItemKey
 
 __all__ = [
     "DistInfo",
@@ -43,7 +43,6 @@ __all__ = [
     "all_gather_object",
     "convert_sync_batchnorm",
     "wrap_ddp",
-    "item_seed",
     "ResumableDistributedSampler",
     "ShardedEvalSampler",
 ]
@@ -212,7 +211,7 @@ class ResumableDistributedSampler(Sampler):
         shuffle: random permutation seeded with ``seed + epoch`` (else sequential).
         seed: base seed shared by all processes.
         drop_last: drop the tail instead of padding so every rank gets the same count.
-        with_seeds: yield ``(index, item_seed)`` pairs instead of indices.
+        with_seeds: yield :class:`nlnet.data.seeding.ItemKey` keys instead of indices.
     """
 
     def __init__(
@@ -274,7 +273,7 @@ class ResumableDistributedSampler(Sampler):
     def __iter__(self) -> Iterator[Any]:
         for idx in self.indices()[self.start :]:
             if self.with_seeds:
-                yield (idx, item_seed(self.seed, self.epoch, idx))
+                yield ItemKey.of(self.seed, self.epoch, idx)
             else:
                 yield idx
 

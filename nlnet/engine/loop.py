@@ -40,6 +40,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from nlnet.data.loader import make_loader
+from nlnet.data.seeding import ItemKey, SeededDataset, seed_all, seed_worker
 from nlnet.engine import distributed as du
 from nlnet.engine.checkpoint.file_io import load_checkpoint, save_checkpoint
 from nlnet.engine.checkpoint.model_loading import check_compatible, load_model_weights
@@ -57,7 +58,6 @@ from nlnet.engine.modeling import build_train_model, model_options, set_train_mo
 from nlnet.engine.optim import build_optimizer, build_scheduler
 from nlnet.engine.rundir import RunLock, check_new_run, lock_run_dir
 from nlnet.engine.runlog import MetricsLogger, jsonable, say, use_progress_bar
-from nlnet.engine.seeding import SeededDataset, seed_all, seed_worker
 from nlnet.engine.state import Counters, TrainState
 from nlnet.engine.stop import StopRequest, resume_command
 from nlnet.engine.tasks import Task, get_task
@@ -149,7 +149,7 @@ class Run:
         still join the gradient all-reduce, even before it has seen a usable batch."""
         seeded = SeededDataset(self.train_dataset)  # restores the generators after the fetch
         for i in range(len(self.train_dataset)):
-            item = seeded[(i, 0)]
+            item = seeded[ItemKey(i, 0)]
             if item is not None:
                 return self.task.collate([item])
         raise DataError(f"no usable item in split {self.cfg.train.split!r}")
@@ -267,8 +267,6 @@ class Run:
     def loader(self) -> DataLoader:
         st, tc = self.state, self.cfg.train
         self.sampler.set_epoch(st.epoch)
-        if hasattr(self.train_dataset, "set_epoch"):
-            self.train_dataset.set_epoch(st.epoch)  # per-(seed, epoch, item) augmentation
         self.sampler.set_start(st.batch_in_epoch * tc.batch_size)
         gen = torch.Generator()
         gen.manual_seed(tc.seed * 1_000_003 + st.epoch)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from nlnet.data.seeding import seed_all
 from nlnet.engine import distributed as du
 from nlnet.engine.checkpoint.file_io import load_checkpoint
 from nlnet.engine.checkpoint.model_loading import (
@@ -27,7 +28,6 @@ from nlnet.engine.checkpoint.model_loading import (
     load_model_weights,
     takes_dropout,
 )
-from nlnet.engine.seeding import seed_all
 
 __all__ = [
     "build_model",

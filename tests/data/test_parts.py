@@ -7,13 +7,13 @@ import warnings
 import pytest
 import torch
 
-from nlnet.data.seeding import item_generator, item_seed
+from nlnet.data.seeding import ItemKey, SeededDataset, item_seed
 from nlnet.data.video.batches import BadVideoWarning
 from nlnet.data.video.builder import VideoClipDataset, build_parts
 from nlnet.data.video.config import VideoDataConfig
 from nlnet.data.video.policy import BadVideoPolicy
 from nlnet.data.video.sampling import RandomClipSampler, UniformClipSampler
-from nlnet.engine.distributed import item_seed as engine_item_seed
+from nlnet.engine.distributed import ResumableDistributedSampler
 
 
 class FrameNumberDecoder:
@@ -35,7 +35,7 @@ def _dataset(training: bool, **cfg) -> VideoClipDataset:
                            crop=4, **cfg)  # fmt: skip
     parts = build_parts(data, training, clips=2)
     parts["decoder"] = FrameNumberDecoder()
-    return VideoClipDataset(["/v/a.mp4", "/v/b.mp4"], [0, 1], ["x", "y"], **parts)
+    return VideoClipDataset([("/v/a.mp4", 0), ("/v/b.mp4", 1)], ["x", "y"], **parts)
 
 
 def _frame_numbers(item) -> list[int]:
@@ -54,12 +54,19 @@ def test_a_replaced_decoder_part_feeds_the_sampler_and_transform():
 
 
 def test_training_items_draw_from_one_generator_per_item():
-    ds = _dataset(True, num_frames=3, stride=2, seed=5, flip=False)
+    ds = _dataset(True, num_frames=3, stride=2, flip=False)
     assert isinstance(ds.sampler, RandomClipSampler) and len(ds) == 2
-    ds.set_epoch(1)
-    # the item's frames are the random sampler's draw from item_generator(seed, epoch, index)
-    expected = ds.sampler(30, 0, item_generator(5, 1, 1)).tolist()
-    assert _frame_numbers(ds[1]) == expected == _frame_numbers(ds[1])
+    key = ItemKey.of(5, 1, 1)
+    # the item's frames are the random sampler's draw from the key's generator
+    expected = ds.sampler(30, 0, key.generator()).tolist()
+    assert _frame_numbers(ds[key]) == expected == _frame_numbers(SeededDataset(ds)[key])
+    # another epoch's key draws again; a plain index draws from the global generator
+    assert (
+        _frame_numbers(ds[ItemKey.of(5, 2, 1)])
+        == ds.sampler(30, 0, ItemKey.of(5, 2, 1).generator()).tolist()
+    )
+    torch.manual_seed(key.seed)
+    assert _frame_numbers(ds[1]) == expected
 
 
 def test_sampler_policies_and_errors():
@@ -89,8 +96,31 @@ def test_bad_video_policy_warns_once_and_names_the_cause():
         assert BadVideoPolicy().bind(["/v/c.mp4"], index[:1], clip_len=3).min_frames == 3
 
 
-def test_one_per_item_seed_for_dataset_and_engine():
-    assert engine_item_seed is item_seed
+def test_one_per_item_key_for_dataset_and_engine():
     assert item_seed(1, 2, 3) == item_seed(1, 2, 3) != item_seed(1, 2, 4)
-    a, b = item_generator(1, 2, 3), item_generator(1, 2, 3)
+    a, b = ItemKey.of(1, 2, 3).generator(), ItemKey.of(1, 2, 3).generator()
     assert torch.equal(torch.rand(3, generator=a), torch.rand(3, generator=b))
+    sampler = ResumableDistributedSampler(4, 1, 0, shuffle=False, seed=1, with_seeds=True)
+    sampler.set_epoch(2)
+    assert list(sampler) == [ItemKey.of(1, 2, i) for i in range(4)]
+
+
+class GlobalRandomDataset(torch.utils.data.Dataset):
+    """Draws from the global generator (as torchvision's transforms do)."""
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        return torch.rand(2)
+
+
+def test_seeded_dataset_seeds_the_global_generators_of_other_datasets_and_restores_them():
+    ds = SeededDataset(GlobalRandomDataset())
+    key = ItemKey.of(0, 0, 1)
+    state = torch.get_rng_state()
+    item = ds[key]
+    assert torch.equal(torch.get_rng_state(), state)  # the training's own state is untouched
+    assert torch.equal(item, torch.rand(2, generator=key.generator())) and torch.equal(
+        ds[key], item
+    )

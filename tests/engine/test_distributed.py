@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from nlnet.data.seeding import ItemKey
 from nlnet.engine import distributed as du  # noqa: E402
 
 
@@ -82,7 +83,7 @@ def test_sampler_shards_match_the_single_process_order():
     s.set_start(3)
     items = list(s)
     assert [i for i, _ in items] == shards[1][3:] and len(s) == 2
-    assert items[0][1] == du.item_seed(3, 2, items[0][0])
+    assert items[0] == ItemKey.of(3, 2, items[0].index)
     with pytest.raises(ValueError, match="start"):
         s.set_start(99)
 

@@ -53,11 +53,11 @@ folder is read-only: ``$NLNET_CACHE/index/`` or ``~/.cache/nlnet/index/``). An e
 keyed by the absolute path and is reused while the file's size and modification time are
 unchanged; unreadable files are recorded too. If the folder is read-only the index stays in memory.
 
-Augmentation randomness. With ``seed=None`` (default) training clips use torch's global random
-generator (per data-loader worker, as usual). With an integer ``seed`` the random choices of item
-``i`` in epoch ``e`` (see :meth:`VideoClipDataset.set_epoch`) come from a generator seeded by
-``(seed, e, i)``: they do not depend on the number of workers or processes and replay exactly
-when a run is resumed.
+Augmentation randomness. A training item indexed by an :class:`nlnet.data.seeding.ItemKey` draws
+its random choices from the key's generator; the training loop's keys are seeded by
+``(train.seed, epoch, index)``, so the clips do not depend on the number of workers or processes
+and replay exactly when a run is resumed. Indexed by a plain int, an item draws from torch's
+global generator (per data-loader worker, as usual).
 
 ``build_dataset(cfg, split)`` takes a :class:`~nlnet.data.video.config.VideoDataConfig` (the keys, their
 defaults and meaning are documented there, in one place); test-time clips and crops are its
@@ -127,7 +127,7 @@ def build_parts(
         crops: spatial views per clip in testing (``eval.crops``: 1 or 3).
 
     Returns:
-        ``{"sampler", "decoder", "transform", "policy", "seed"}``, the keyword arguments of
+        ``{"sampler", "decoder", "transform", "policy"}``, the keyword arguments of
         :class:`VideoClipDataset` (and of the layouts).
     """
     c = VideoDataConfig.from_mapping(cfg)
@@ -144,7 +144,6 @@ def build_parts(
         "decoder": ClipDecoder(c.backend, c.decode_threads, cache, c.index_workers),
         "transform": ClipTransform(transform),
         "policy": BadVideoPolicy(c.min_frames),
-        "seed": c.seed,
     }
 
 

@@ -62,7 +62,6 @@ class VideoDataConfig:
         min_frames: videos with fewer frames are bad (``None``: ``num_frames``).
         cache: ``True``: a JSON frame-count index next to the data; ``False``: memory only;
             or the path of the JSON file.
-        seed: ``None``: augmentation from the global generator; an int: per (seed, epoch, item).
         extensions: video file extensions of the folder layout.
         decode_threads: FFmpeg threads per decoder.
         index_workers: threads probing frame counts (0: in the calling thread).
@@ -92,7 +91,6 @@ class VideoDataConfig:
     backend: str = "pyav"
     min_frames: int | None = None
     cache: bool | str = True
-    seed: int | None = None
     extensions: tuple[str, ...] = VIDEO_EXTENSIONS
     decode_threads: int = 1
     index_workers: int = 0

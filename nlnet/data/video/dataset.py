@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from nlnet.data.seeding import item_generator
+from nlnet.data.seeding import ItemKey
 from nlnet.data.video.policy import BadVideoPolicy
 from nlnet.data.video.sampling import ClipSampler
 from nlnet.data.video.transforms import TestTransform, TrainTransform
@@ -34,8 +34,8 @@ class VideoClipDataset(Dataset):
     makes the parts from a :class:`~nlnet.data.video.config.VideoDataConfig`.
 
     Args:
-        videos: video file paths.
-        targets: one per video: an int class (single-label) or a list of ints (multi-label).
+        labeled_videos: ``(path, target)`` per video; the target is an int class (single-label)
+            or a list of ints (multi-label).
         classes: class names (``num_classes = len(classes)``).
         sampler: which frames make each clip, and how many clips a video gives.
         decoder: reads frames (``decoder(path, indices)``) and frame counts
@@ -43,15 +43,20 @@ class VideoClipDataset(Dataset):
         transform: ``transform(frames, generator=, crop_index=)`` with ``views`` spatial views.
         policy: the bad-video policy (None: ``BadVideoPolicy()``, ``min_frames`` = clip length).
         multilabel: targets are lists of class ids, returned as multi-hot float vectors.
-        seed: None, or an int: item ``i`` of epoch ``e`` draws its random choices from the
-            generator :func:`nlnet.data.seeding.item_generator` ``(seed, e, i)``.
         index_file: JSON frame-count index file, or None to keep the index in memory only.
+
+    Random choices (a training clip's window, scale, crop, flip) come from one generator per
+    item: indexed by an :class:`nlnet.data.seeding.ItemKey` (as the training loop does), item
+    ``i`` draws from the key's generator, so the same key gives the same clip in any process;
+    indexed by a plain int, from torch's global generator.
     """
+
+    #: read by :class:`nlnet.data.seeding.SeededDataset`: items take an ``ItemKey``.
+    takes_item_key = True
 
     def __init__(
         self,
-        videos: Sequence[str | os.PathLike],
-        targets: Sequence[Any],
+        labeled_videos: Sequence[tuple[str | os.PathLike, Any]],
         classes: Sequence[str],
         *,
         sampler: ClipSampler,
@@ -59,11 +64,9 @@ class VideoClipDataset(Dataset):
         transform: ClipTransform,
         policy: BadVideoPolicy | None = None,
         multilabel: bool = False,
-        seed: int | None = None,
         index_file: str | os.PathLike | None = None,
     ) -> None:
-        if len(videos) != len(targets):
-            raise ValueError(f"got {len(videos)} videos but {len(targets)} targets")
+        videos, targets = [p for p, _ in labeled_videos], [t for _, t in labeled_videos]
         self.sampler, self.decoder, self.transform = sampler, decoder, transform
         self.videos = [os.path.abspath(os.fspath(v)) for v in videos]
         self.classes = [str(c) for c in classes]
@@ -77,8 +80,6 @@ class VideoClipDataset(Dataset):
                     f"label(s) {bad} of {v!r} out of range for {self.num_classes} classes"
                 )
         self.test_crops = int(getattr(transform, "views", 1))
-        self.seed = seed
-        self.epoch = 0
         self.cache_file = None if index_file is None else Path(index_file)
         index = decoder.index(self.videos, self.cache_file)
         self.frame_counts: list[int] = [int(e["num_frames"]) for e in index]
@@ -132,10 +133,6 @@ class VideoClipDataset(Dataset):
             target[torch.as_tensor(list(t), dtype=torch.long)] = 1.0
         return target
 
-    def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch used to seed per-item randomness when ``seed`` is an int."""
-        self.epoch = int(epoch)
-
     def unusable_reason(self) -> str | None:
         """Why no video of this dataset can be used (``None`` while at least one can)."""
         return self.policy.unusable_reason()
@@ -155,16 +152,14 @@ class VideoClipDataset(Dataset):
             self._last_decoded = (key, frames)
         return frames
 
-    def __getitem__(self, index: int) -> dict[str, Any] | None:
-        """``{"clip", "target", "index", "clip_index"}`` of item ``index`` (None: a bad video):
+    def __getitem__(self, key: int | ItemKey) -> dict[str, Any] | None:
+        """``{"clip", "target", "index", "clip_index"}`` of item ``key`` (None: a bad video):
         ``clip`` float ``(C, T, H, W)``, ``target`` an int or a multi-hot float vector,
         ``index`` the video, ``clip_index`` the view ``clip * test_crops + crop``."""
+        index, generator = (key.index, key.generator()) if isinstance(key, ItemKey) else (key, None)
         video, clip, crop = self.video_index(int(index))
         if self.policy.is_bad(video):
             return None
-        generator = None
-        if self.sampler.random and self.seed is not None:
-            generator = item_generator(self.seed, self.epoch, index)
         try:
             frames = self._frames(video, clip, generator)
         except VideoDecodeError as exc:

@@ -34,7 +34,7 @@ class VideoFolderDataset(VideoClipDataset):
         extensions: video file extensions (case-insensitive).
         cache: True (JSON index in ``root``), False (memory only) or a JSON path.
         **parts: the parts and settings of :class:`VideoClipDataset` (``sampler``, ``decoder``,
-            ``transform``, ``policy``, ``seed``; :func:`nlnet.data.video.builder.build_parts`).
+            ``transform``, ``policy``; :func:`nlnet.data.video.builder.build_parts`).
     """
 
     def __init__(
@@ -76,7 +76,8 @@ class VideoFolderDataset(VideoClipDataset):
             raise ValueError(f"root: no videos with extensions {exts} under {str(split_dir)!r}")
         self.root = root
         self.split = split
-        super().__init__(videos, targets, names, index_file=index_file_for(root, cache), **parts)
+        labeled = list(zip(videos, targets))
+        super().__init__(labeled, names, index_file=index_file_for(root, cache), **parts)
 
 
 class VideoListDataset(VideoClipDataset):
@@ -90,7 +91,7 @@ class VideoListDataset(VideoClipDataset):
         num_classes: number of classes when there is no class index (default: largest label + 1).
         cache: True (JSON index next to the list file), False (memory only) or a JSON path.
         **parts: the parts and settings of :class:`VideoClipDataset` (``sampler``, ``decoder``,
-            ``transform``, ``policy``, ``seed``; :func:`nlnet.data.video.builder.build_parts`).
+            ``transform``, ``policy``; :func:`nlnet.data.video.builder.build_parts`).
     """
 
     _multilabel = False
@@ -124,8 +125,7 @@ class VideoListDataset(VideoClipDataset):
         self.root = root_path
         self.annotations = annotations
         super().__init__(
-            videos,
-            targets,
+            list(zip(videos, targets)),
             names,
             multilabel=self._multilabel,
             index_file=index_file_for(annotations.parent, cache),
