@@ -226,6 +226,34 @@ def test_seeds_command_runs_each_seed_and_reports_the_table(tmp_path, monkeypatc
     assert "[100, 101] are screening seeds" in err and "Traceback" not in err
     assert main([*base, "--seeds", "100", "--report", "--split", "val"]) == 2
     assert "no quick 'same' run of seed(s) [100]" in capsys.readouterr().err
+    # a screened recipe change is its own set of runs: not mixed with the runs without it
+    assert main([*base, "--seeds", "0", "--report", "--set", "epochs=2"]) == 2
+    assert "no quick 'same' --set epochs=2 run of seed(s) [0]" in capsys.readouterr().err
+
+
+def test_recipe_overrides_are_typed_and_bad_ones_are_one_line(capsys):
+    """``--set KEY=VALUE`` changes one field of the settings (``task.KEY``: of the task), read as
+    YAML and checked against the field's type; a mistake is one line and exit code 2."""
+    from nlnet.cli import main
+    from nlnet.demo.video import DemoSettings
+
+    s = DemoSettings.default(3)
+    changed = s.override("lr=3e-3").override("task.num_train=8000").override("epochs=6")
+    assert (changed.lr, changed.task.num_train, changed.epochs) == (3e-3, 8000, 6)
+    assert changed.task.seed == 3 and s.lr == 2e-3  # a copy; the seed is not a recipe setting
+    assert s.override("task.digits=[0, 1, 2]").task.digits == (0, 1, 2)
+    for item, message in (("lr", "expected KEY=VALUE"), ("foo=1", "unknown key 'foo'"),
+                          ("epochs=2.5", "expected int"), ("task.seed=1", "unknown key"),
+                          ("task.num_frames=1", "num_frames must be >= 2")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            s.override(item)
+    for args, message in ((["--set", "epochs=x"], "--set epochs=x: expected int"),
+                          (["--split", "val"], "--split: needs --seeds"),
+                          (["--task", "unet", "--set", "lr=1"], "--set: for the video tasks")):  # fmt: skip
+        capsys.readouterr()
+        assert main(["demo", "--quick", "--threads", "1", *args]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
 
 
 # --------------------------------------------------------------------------------------------

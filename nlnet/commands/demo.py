@@ -14,6 +14,7 @@ EXAMPLES = """examples:
   nlnet demo --quick               # a tiny smoke-test setting (seconds; numbers are meaningless)
   nlnet demo --seeds 0-9           # every reported seed, then the seed table (mean, std, min)
   nlnet demo --seeds 100-104 --split val  # the screening seeds: validation figures only
+  nlnet demo --seeds 100-104 --split val --set epochs=6  # screen a recipe change
   nlnet demo --seeds 0-9 --report  # the table from the runs already in --output-dir
   nlnet demo --task order          # the order control: C2D + NL cannot tell, a temporal block can
   nlnet demo --task segmentation   # dense demo: seg_tiny vs. seg_tiny_nl on digit images (Sec. 5)
@@ -34,6 +35,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--variants", action="store_true", help="also train the space-only and time-only blocks"
     )
     parser.add_argument("--epochs", type=int, default=None, help="override the number of epochs")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="change one recipe setting of the video demo (repeatable), e.g. --set lr=3e-3 "
+        "--set task.num_train=8000: how recipes are screened (docs/demo.md, Protocol)",
+    )  # fmt: skip
     parser.add_argument(
         "--seeds", default=None, help="run these seeds (e.g. 0-9 or 0,2,5-7) and write the seed "
         "table <output-dir>/demo-seeds-<task>-<split>.md (video tasks)",
@@ -91,6 +97,14 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if getattr(args, "report", False):
         raise UserError("--report: needs --seeds (which seeds' runs to table)")
+    if getattr(args, "split", "test") != "test":
+        raise UserError("--split: needs --seeds (the split of the seed table)")
+    if getattr(args, "overrides", None) and args.task in (
+        "segmentation",
+        "super-resolution",
+        "unet",
+    ):
+        raise UserError(f"--set: for the video tasks, not --task {args.task}")
     if args.task in ("super-resolution", "unet"):  # the practitioner's use cases
         from nlnet.demo.sr import cli_main
 

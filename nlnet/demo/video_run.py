@@ -53,6 +53,11 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
         if args.epochs < 1:
             raise UserError(f"--epochs: expected a positive integer, got {args.epochs}")
         settings.epochs = args.epochs
+    for item in getattr(args, "overrides", None) or ():
+        try:
+            settings = settings.override(item)
+        except ValueError as exc:
+            raise UserError(f"--set {item}: {exc}") from None
     if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda: CUDA is not available on this machine")
     return settings
@@ -188,6 +193,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     summary = {
         "seed": args.seed,
         "quick": bool(args.quick),
+        "overrides": list(getattr(args, "overrides", None) or ()),
         "device": str(device),
         "threads": jobs,
         "settings": {
@@ -237,7 +243,8 @@ def run_seeds(args: argparse.Namespace) -> str:
     out = Path(args.output_dir)
     if args.report:
         try:
-            summaries = collect_runs(out, seeds, quick=bool(args.quick), task=task)
+            summaries = collect_runs(out, seeds, quick=bool(args.quick), task=task,
+                                     overrides=getattr(args, "overrides", None) or ())  # fmt: skip
         except ValueError as exc:
             raise UserError(str(exc)) from None
     else:
@@ -246,8 +253,10 @@ def run_seeds(args: argparse.Namespace) -> str:
             summaries[seed] = run_demo(argparse.Namespace(**{**vars(args), "seed": seed}))
             clear_decoded()  # one seed's clips at a time in memory
     what = "validation (screening)" if split == "val" else "test"
+    changed = "".join(f" --set {o}" for o in getattr(args, "overrides", None) or ())
     table = (
-        f"`nlnet demo{' --quick' if args.quick else ''} --task {task}`, seeds {args.seeds}: "
+        f"`nlnet demo{' --quick' if args.quick else ''} --task {task}{changed}`, seeds "
+        f"{args.seeds}: "
         f"{what} top-1 (%), wall and CPU seconds per seed\n\n{seed_table(summaries, split)}\n"
     )
     out.mkdir(parents=True, exist_ok=True)

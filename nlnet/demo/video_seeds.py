@@ -49,10 +49,11 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def collect_runs(
-    root: Path, seeds: Sequence[int], *, quick: bool, task: str
+    root: Path, seeds: Sequence[int], *, quick: bool, task: str, overrides: Sequence[str] = ()
 ) -> dict[int, dict[str, Any]]:
     """The newest ``summary.json`` of each seed among ``root/demo-*-seed<k>/`` with the same
-    quick flag and task (the run directories' names sort by their timestamps).
+    quick flag, task and recipe changes (``--set``; the run directories' names sort by their
+    timestamps).
 
     Raises:
         ValueError: a seed without such a run.
@@ -67,13 +68,15 @@ def collect_runs(
             summary.get("seed") in seeds
             and bool(summary.get("quick")) == quick
             and summary.get("settings", {}).get("task", {}).get("task", "same") == task
+            and list(summary.get("overrides", [])) == list(overrides)
         ):
             found[summary["seed"]] = {**summary, "run_dir": str(path.parent)}
     missing = [s for s in seeds if s not in found]
     if missing:
+        changed = "".join(f" --set {o}" for o in overrides)
         raise ValueError(
-            f"--report: no {'quick ' if quick else ''}{task!r} run of seed(s) {missing} in "
-            f"{root} (run them with --seeds, without --report)"
+            f"--report: no {'quick ' if quick else ''}{task!r}{changed} run of seed(s) {missing} "
+            f"in {root} (run them with --seeds, without --report)"
         )
     return found
 
