@@ -1,9 +1,9 @@
 """timm's feature contract, shared by the classification families of nlnet.
 
 Every classification model (C2D/I3D :class:`~nlnet.models.video.resnet3d.ResNet3d`, the image
-ResNets, ViT, Swin, the video transformers, the demo's tiny C2D) offers the methods that timm's
-models offer (``timm.models.resnet``, ``vision_transformer``; ``_features.py``), so code written
-for one family works on all:
+ResNets, ViT, Swin, the video transformers, SlowFast, the demo's tiny C2D) offers the methods
+that timm's models offer (``timm.models.resnet``, ``vision_transformer``; ``_features.py``), so
+code written for one family works on all:
 
 * ``feature_info``: one dict per feature the model can return, ``num_chs`` (channels),
   ``reduction`` (spatial stride from the input) and ``module`` (the module path that outputs it);
@@ -80,15 +80,16 @@ class ClassifierContract:
     """The classifier half of timm's contract, for a classification ``nn.Module`` to inherit
     first (``class ResNet3d(ClassifierContract, nn.Module)``).
 
-    The subclass declares, in its own body: :attr:`classifier_name` (the attribute that holds
-    the classifier, the module ``ModelCfg.classifier`` names), optionally
+    The subclass declares, in its own body: :attr:`classifier_name` (the module path of the
+    classifier, the module ``ModelCfg.classifier`` names), optionally
     :attr:`classifier_init_std`; sets ``num_features`` (the classifier's input width) and
     ``num_classes`` and ``feature_info`` in ``__init__``; and implements
     ``_forward_intermediates(x, indices, stop_early) -> (final, maps)``. This class adds
     :meth:`forward_intermediates`, :meth:`get_classifier` and :meth:`reset_classifier`.
     """
 
-    #: Attribute of the classifier (``"fc"``, ``"head"``); declared by every subclass.
+    #: Module path of the classifier (``"fc"``, ``"head"``, ``"head.projection"``); declared by
+    #: every subclass.
     classifier_name: ClassVar[str]
     #: Standard deviation of a fresh classifier's weights; ``None``: PyTorch's default init.
     classifier_init_std: ClassVar[float | None] = None
@@ -121,14 +122,15 @@ class ClassifierContract:
         return maps if intermediates_only else (final, maps)
 
     def get_classifier(self) -> nn.Module:
-        """The classifier module (attribute :attr:`classifier_name`)."""
-        return getattr(self, self.classifier_name)
+        """The classifier module (module path :attr:`classifier_name`)."""
+        return self.get_submodule(self.classifier_name)
 
     def reset_classifier(self, num_classes: int) -> None:
         """A fresh classifier with ``num_classes`` outputs (0: none, the head then returns the
         pooled features)."""
         fc = new_classifier(self.num_features, num_classes, self.classifier_init_std)
-        setattr(self, self.classifier_name, fc)
+        parent, _, attr = self.classifier_name.rpartition(".")
+        setattr(self.get_submodule(parent), attr, fc)  # "" is the model itself
         self.num_classes = num_classes
 
 

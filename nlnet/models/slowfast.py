@@ -31,6 +31,15 @@ The model takes one clip ``(B, 3, T, H, W)`` (the Fast pathway's frames) and pic
 frames itself, as PySlowFast's ``PackPathway`` does (``T / alpha`` frames evenly spaced over the
 clip, first and last included).
 
+It offers timm's contract like nlnet's other classifiers (:mod:`nlnet.models.features`):
+``feature_info`` and ``forward_intermediates`` have one feature per stage (pool1, res2..res5;
+modules ``s1`` .. ``s5``), the two pathways' outputs of that stage fused the way
+``forward_features`` fuses res5 (Fast averaged over each ``alpha`` frames, concatenated to Slow:
+``num_chs`` Slow + Fast channels, ``reduction`` 4, 4, 8, 16, 32), so that the last map is the
+features the head pools; ``forward_head(x, pre_logits=True)`` is the pooled concatenation
+(2048 + 256); ``get_classifier``/``reset_classifier`` act on ``head.projection``. Each
+pathway's own maps are ``forward_pathways`` (``slow_res5``, ``fast_res5``, ...).
+
 Non-local blocks go into the **Slow** pathway. The default ``slowfast_r50_nl5`` follows the
 released SlowFast non-local model's layout (PySlowFast's ``SLOWFAST_NLN`` configs): after
 residual blocks 1 and 3 of res3 and 1, 3 and 5 of res4, dot-product instantiation, keys
@@ -57,12 +66,14 @@ from torch import Tensor, nn
 
 from nlnet.layers.nonlocal_block import NonLocal3d
 from nlnet.models.checks import check_input
+from nlnet.models.features import ClassifierContract, feature_info_of, feature_take_indices
 from nlnet.models.placement import split_block_options
 from nlnet.models.registry import register_model
 from nlnet.models.video.parts import HEADS, fully_conv_head
 
 __all__ = [
     "SlowFast",
+    "FEATURES",
     "SLOWFAST_NL5",
     "pack_pathway",
     "convert_pyslowfast_state_dict",
@@ -209,13 +220,21 @@ class Head(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.projection = nn.Linear(sum(cins), num_classes)
 
-    def forward(self, x: Tensor) -> Tensor:
-        if self.kind == "fully_conv" and not self.training:
+    def forward(self, x: Tensor, pre_logits: bool = False) -> Tensor:
+        """Logits ``(B, K)`` of the features ``(B, C, T, H, W)``; ``pre_logits``: the pooled
+        features ``(B, C)`` after dropout (also when ``projection`` was reset to none)."""
+        fully_conv = self.kind == "fully_conv" and isinstance(self.projection, nn.Linear)
+        if fully_conv and not self.training and not pre_logits:
             return fully_conv_head(x, self.projection.weight, self.projection.bias)
-        return self.projection(self.dropout(self.avgpool(x).flatten(1)))
+        x = self.dropout(self.avgpool(x).flatten(1))
+        return x if pre_logits else self.projection(x)
 
 
-class SlowFast(nn.Module):
+#: The features of :meth:`SlowFast.forward_intermediates`, one per stage of Table 1 (SlowFast).
+FEATURES: tuple[str, ...] = ("pool1", "res2", "res3", "res4", "res5")
+
+
+class SlowFast(ClassifierContract, nn.Module):
     """SlowFast ResNet (Table 1 of the SlowFast paper) with optional non-local blocks.
 
     Args:
@@ -233,8 +252,16 @@ class SlowFast(nn.Module):
             mode PySlowFast's test head (``T x 7 x 7`` stride-1 pool, softmax per position,
             averaged; returns the log of the averaged probabilities).
 
-    Input ``(B, 3, T, H, W)`` with ``T`` a multiple of ``alpha``; output logits.
+    Input ``(B, 3, T, H, W)`` with ``T`` a multiple of ``alpha``; output logits. timm's
+    contract (:class:`~nlnet.models.features.ClassifierContract`; classifier
+    ``head.projection``): feature ``i`` of :meth:`forward_intermediates` and
+    :attr:`feature_info` is stage ``FEATURES[i]`` (pool1, res2..res5, module ``s1`` .. ``s5``),
+    both pathways fused as in :meth:`forward_features`; :meth:`forward_pathways` gives each
+    pathway's own maps.
     """
+
+    classifier_name = "head.projection"
+    classifier_init_std = 0.01  # PySlowFast's head init (and nlnet's other video models)
 
     def __init__(
         self,
@@ -286,6 +313,11 @@ class SlowFast(nn.Module):
                 cin = [cout[0] + fusion_ratio * cout[1], cout[1]]
         self.head = Head((w * 32, w * 32 // bi), num_classes, dropout, head)
         self.layers_cfg = tuple(layers)
+        self.num_classes, self.num_features = num_classes, self.head.projection.in_features
+        slow = [w, w * 4, w * 8, w * 16, w * 32]  # Slow channels of pool1, res2..res5
+        self.feature_info = feature_info_of(
+            [f"s{k}" for k in range(1, 6)], [c + c // bi for c in slow], (4, 4, 8, 16, 32)
+        )
         for m in self.modules():
             if isinstance(m, nn.Conv3d) and not _in_block(m, self):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -295,40 +327,63 @@ class SlowFast(nn.Module):
         nn.init.normal_(self.head.projection.weight, std=0.01)
         nn.init.zeros_(self.head.projection.bias)
 
-    def _run(self, x: Tensor, stages: dict[str, Tensor] | None = None) -> list[Tensor]:
-        """Both pathways through res5 (``[slow, fast]``); with ``stages``, each stage's
-        outputs before the lateral fusion are recorded in it."""
+    def _run(self, x: Tensor, record: list[list[Tensor]] | None = None, last: int = 4
+             ) -> list[Tensor]:  # fmt: skip
+        """Both pathways ``[slow, fast]`` through stage ``FEATURES[last]`` (res5); each stage's
+        pair, before that stage's lateral connection, is appended to ``record``."""
         check_input(x, 5, 3)
         xs = [pack_pathway(x, self.alpha), x]
         xs = [self.s1.pathway0_stem(xs[0]), self.s1.pathway1_stem(xs[1])]
-        for stage, name in enumerate(("pool1", "res2", "res3", "res4", "res5"), start=1):
-            if stage > 1:
-                xs = getattr(self, f"s{stage}")(xs)
-            if stages is not None:
-                stages[f"slow_{name}"], stages[f"fast_{name}"] = xs
-            if stage < 5:
-                xs = getattr(self, f"s{stage}_fuse")(xs)
+        for i in range(last + 1):  # s1 (the stems: pool1), s2..s5 (res2..res5)
+            if i > 0:
+                xs = getattr(self, f"s{i + 1}")(xs)
+            if record is not None:
+                record.append(xs)
+            if i < last:
+                xs = getattr(self, f"s{i + 1}_fuse")(xs)
         return xs
 
-    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
+    def fuse_pathways(self, slow: Tensor, fast: Tensor) -> Tensor:
+        """One map of both pathways on the Slow frames: the Fast map averaged over each
+        ``alpha`` frames, concatenated to the Slow map (``(B, C_slow + C_fast, T / alpha, ..)``)."""
+        return torch.cat([slow, F.avg_pool3d(fast, (self.alpha, 1, 1))], 1)
+
+    def _forward_intermediates(
+        self, x: Tensor, indices: int | Sequence[int] | None, stop_early: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        """timm's intermediates: per stage (pool1, res2..res5; :attr:`feature_info`) the two
+        pathways' outputs before that stage's lateral connection, fused by
+        :meth:`fuse_pathways`, ``(B, C_slow + C_fast, T / alpha, H', W')``. One channels-first
+        map per stage (not a ``[slow, fast]`` pair) so that every feature has one ``num_chs``
+        and one ``reduction`` and the last map is :meth:`forward_features`; the pathways' own
+        maps (Fast at its ``T`` frames) are :meth:`forward_pathways`."""
+        take, last = feature_take_indices(len(self.feature_info), indices)
+        record: list[list[Tensor]] = []
+        final = self._run(x, record, last if stop_early else len(FEATURES) - 1)
+        return self.fuse_pathways(*final), [self.fuse_pathways(*record[i]) for i in take]
+
+    def forward_pathways(self, x: Tensor) -> dict[str, Tensor]:
         """Stage outputs of each pathway (Table 1 of the SlowFast paper): ``slow_pool1``,
         ``fast_pool1``, ``slow_res2``, ``fast_res2`` .. ``fast_res5`` (``(B, C, T', H', W')``,
         before the lateral connection of that stage)."""
-        stages: dict[str, Tensor] = {}
-        self._run(x, stages)
-        return stages
+        record: list[list[Tensor]] = []
+        self._run(x, record)
+        return {
+            f"{path}_{name}": t
+            for name, pair in zip(FEATURES, record, strict=True)
+            for path, t in zip(("slow", "fast"), pair, strict=True)
+        }
 
     def forward_features(self, x: Tensor) -> Tensor:
-        """res5 of both pathways on the Slow frames ``(B, 2048 + 256, T / alpha, H/32, W/32)``:
-        the Fast map averaged over each ``alpha`` frames, concatenated to the Slow map."""
-        slow, fast = self._run(x)
-        fast = F.avg_pool3d(fast, (self.alpha, 1, 1))
-        return torch.cat([slow, fast], 1)
+        """res5 of both pathways on the Slow frames ``(B, 2048 + 256, T / alpha, H/32, W/32)``
+        (:meth:`fuse_pathways`)."""
+        return self.fuse_pathways(*self._run(x))
 
-    def forward_head(self, x: Tensor) -> Tensor:
+    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor:
         """Global average pool, dropout and ``head.projection``: logits ``(B, K)`` (with
-        ``head="fully_conv"`` in eval mode: the log of PySlowFast's averaged probabilities)."""
-        return self.head(x)
+        ``head="fully_conv"`` in eval mode: the log of PySlowFast's averaged probabilities);
+        ``pre_logits``: the pooled features ``(B, 2048 + 256)``, before the projection."""
+        return self.head(x, pre_logits)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.forward_head(self.forward_features(x))

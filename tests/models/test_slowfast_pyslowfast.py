@@ -34,7 +34,7 @@ def test_fully_conv_head_is_pyslowfasts_test_head_on_the_same_features():
     nn.init.normal_(model.head.projection.bias)
     x = torch.rand(1, 3, 8, 256, 256)  # a 256 x 256 test crop: res5 is 8 x 8, 2 x 2 positions
     with torch.no_grad():
-        stages = model.forward_intermediates(x)
+        stages = model.forward_pathways(x)
         slow, fast = stages["slow_res5"], stages["fast_res5"]
         assert slow.shape[2:] == (2, 8, 8) and fast.shape[2:] == (8, 8, 8)
         expected = _pyslowfast_test_head(
@@ -104,3 +104,36 @@ def test_slowfast_kinetics_configs_follow_pyslowfast(name, model_name, alpha, ke
         assert published in text
     else:
         assert "no published" in text
+
+
+def test_timm_intermediates_are_both_pathways_of_each_stage_fused_as_the_features():
+    """One map per stage (pool1, res2..res5): the Slow map with the Fast map averaged over each
+    ``alpha`` frames concatenated, described by ``feature_info``; the last is the features."""
+    with torch.device("meta"), torch.no_grad():
+        full = create_model("slowfast_r50_nl5")
+        final, maps = full.forward_intermediates(torch.empty(1, 3, 32, 224, 224))
+        pooled = full.forward_head(final, pre_logits=True)
+    assert [f["num_chs"] for f in full.feature_info] == [64 + 8, 256 + 32, 512 + 64, 1024 + 128,
+                                                         2048 + 256]  # fmt: skip
+    assert [f["module"] for f in full.feature_info] == ["s1", "s2", "s3", "s4", "s5"]
+    sizes = [(4, 224 // f["reduction"], 224 // f["reduction"]) for f in full.feature_info]
+    assert [tuple(m.shape[2:]) for m in maps] == sizes == [(4, 56, 56), (4, 56, 56), (4, 28, 28),
+                                                          (4, 14, 14), (4, 7, 7)]  # fmt: skip
+    assert final.shape == (1, 2304, 4, 7, 7) and pooled.shape == (1, 2304)
+    over = get_model_entry("slowfast_r50").default_cfg["test_overrides"]
+    model = create_model("slowfast_r50", head="fully_conv", **over).eval()
+    x = torch.rand(2, 3, 8, 64, 64)
+    with torch.no_grad():
+        pathways = model.forward_pathways(x)
+        final, maps = model.forward_intermediates(x)
+        feats = model.forward_features(x)
+        pooled = model.forward_head(feats, pre_logits=True)
+        model.reset_classifier(0)  # no projection: the head (fully_conv too) returns the pooling
+        unclassified = model(x)
+    for name, m in zip(("pool1", "res2", "res3", "res4", "res5"), maps, strict=True):
+        slow, fast = pathways[f"slow_{name}"], pathways[f"fast_{name}"]
+        fast_on_slow = fast.unflatten(2, (slow.shape[2], model.alpha)).mean(3)
+        torch.testing.assert_close(m, torch.cat([slow, fast_on_slow], 1))
+    torch.testing.assert_close(final, feats)
+    torch.testing.assert_close(pooled, feats.mean((2, 3, 4)))
+    torch.testing.assert_close(unclassified, pooled)
