@@ -172,3 +172,15 @@ def test_cli_filter_and_list_models_match_the_same_way(pattern, capsys):
     else:
         assert rc == 1 and lines == [f"no model matches {pattern!r}"]
     assert name_matches("c2d_r101", "r101") and not name_matches("c2d_r101", "r101?")
+
+
+def test_fully_conv_test_head_without_classifier_returns_the_pooled_features():
+    """The released fully-convolutional test head (eval mode) needs ``fc``; after
+    ``reset_classifier(0)`` the model gives the pooled features instead of failing."""
+    model = create_model("c2d_r50", num_classes=4, head="fully_conv").eval()
+    x = torch.randn(1, 3, 8, 64, 64)
+    model.reset_classifier(0)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(x), model.forward_head(model.forward_features(x), pre_logits=True)
+        )

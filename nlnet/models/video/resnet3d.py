@@ -426,8 +426,10 @@ class ResNet3d(ClassifierContract, nn.Module):
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Global average pool, dropout and ``fc`` on the res5 features ``(B, C, T, H, W)``;
         with ``head="fully_conv"`` in eval mode the released test head instead. ``pre_logits``:
-        the pooled features ``(B, C)``, before ``fc``."""
-        if self.head == "fully_conv" and not self.training and not pre_logits:
+        the pooled features ``(B, C)``, before ``fc`` (also what a removed classifier,
+        ``reset_classifier(0)``, gives)."""
+        fc_is_linear = isinstance(self.fc, nn.Linear)
+        if self.head == "fully_conv" and not self.training and not pre_logits and fc_is_linear:
             return fully_conv_head(x, self.fc.weight, self.fc.bias)
         x = self.dropout(self.avgpool(x).flatten(1))  # (B, C)
         return x if pre_logits else self.fc(x)
