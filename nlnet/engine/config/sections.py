@@ -17,7 +17,14 @@ from typing import Any
 
 from nlnet.engine.errors import ConfigError
 
-__all__ = ["build_section", "build_data_section", "coerce", "data_config_class", "plain"]
+__all__ = [
+    "build_section",
+    "build_data_section",
+    "coerce",
+    "data_config_class",
+    "data_section",
+    "plain",
+]
 
 
 def type_name(tp: Any) -> str:
@@ -147,8 +154,22 @@ def build_data_section(task: str, raw: Any) -> Any:
     cls = data_config_class(task)
     if cls is None:
         return copy.deepcopy(raw)
+    return data_section(cls, raw)
+
+
+def data_section(cls: type, value: Any) -> Any:
+    """The typed ``data`` section ``cls`` (a frozen dataclass beside its dataset in
+    :mod:`nlnet.data`) from an instance of it (returned as is) or from a mapping of its keys
+    (``None``: the defaults).
+
+    The one place where a task's data section is built: an unknown key (the valid ones listed),
+    a wrong type or a ``ValueError`` of the class's own checks (``data.<key>: expected ...``)
+    becomes a one-line :class:`ConfigError`.
+    """
+    if isinstance(value, cls):
+        return value
     try:
-        return build_section(cls, raw, ("data",))
+        return build_section(cls, value or {}, ("data",))
     except ValueError as exc:
         if isinstance(exc, ConfigError):
             raise
