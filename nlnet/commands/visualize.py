@@ -71,8 +71,8 @@ def _fixed_side(model: Any) -> int | None:
 
 def _rollout_picture(model: Any, inp: Any, frames: Any, args: argparse.Namespace, info) -> int:
     """The transformer branch: one attention-rollout figure, ``rollout.png``."""
-    from nlnet.analysis.rollout import transformer_attention_figure
     from nlnet.analysis.plotting import pyplot
+    from nlnet.analysis.rollout import transformer_attention_figure
     from nlnet.analysis.visualize import fit_titles
     from nlnet.engine.errors import DataError
 

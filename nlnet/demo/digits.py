@@ -408,7 +408,9 @@ def _one_clip(
     match_box: tuple[int, ...] = ()
     match_id = -1
     for k in range(K):
-        b = draw_digit(video[T - 1], pick(int(classes[k])), *spots[k], _COLORS[colors[k]], box=False)
+        b = draw_digit(
+            video[T - 1], pick(int(classes[k])), *spots[k], _COLORS[colors[k]], box=False
+        )
         if k == slot:
             match_box, match_id = b, used[-1]
     cue = int(colors[slot]) if cfg.task == "pointer" else int(classes[slot])

@@ -40,7 +40,9 @@ def test_a_bad_value_is_a_plain_value_error_naming_the_key(cls, values, message)
 
 def test_the_checks_normalise_what_they_accept():
     assert SegmentationDataConfig(crop=(16,)).crop == (16, 16)
-    vol = SegmentationDataConfig(kind="volume", regions={"wt": [1, 2], "et": 4}, label_map={"4": "3"})
+    vol = SegmentationDataConfig(
+        kind="volume", regions={"wt": [1, 2], "et": 4}, label_map={"4": "3"}
+    )
     assert vol.regions == {"wt": (1, 2), "et": (4,)} and vol.label_map == {4: 3}
     assert ImageDataConfig(builtin="digits").size == 224
     assert SuperResolutionData().source == "builtin"

@@ -42,6 +42,4 @@ class SuperResolutionData:
             raise ValueError("data.root: a 'folder' source needs root (root/<split>/*.png)")
         for key in ("patch", "num_patches", "eval_max_tiles"):
             if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
-                raise ValueError(
-                    f"data.{key}: expected a positive int, got {getattr(self, key)!r}"
-                )
+                raise ValueError(f"data.{key}: expected a positive int, got {getattr(self, key)!r}")

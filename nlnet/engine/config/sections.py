@@ -3,7 +3,10 @@ the typed ``data`` section each task declares (``Task.data_config``).
 
 Used by :mod:`nlnet.engine.config`; a typo in any key of any section, the task's data section
 included, is a :class:`~nlnet.engine.errors.ConfigError` that names the key and lists the valid
-ones, raised when the config loads (before any run directory exists).
+ones, raised when the config loads (before any run directory exists).  The data sections live
+beside their datasets in :mod:`nlnet.data` and raise a plain ``ValueError`` naming the key;
+:func:`data_section` is the one place that builds them (for the config loader and for a task
+built directly from a mapping) and turns those into one-line config errors.
 """
 
 from __future__ import annotations
