@@ -1,8 +1,9 @@
-"""What the engine builds from the segmentation data section's training-augmentation, layout,
-sliding-window and region options: datasets, the evaluation forward, the evaluator.
+"""What the engine builds from the segmentation data section's sliding-window and region
+options: the evaluation forward and the evaluator.
 
 Kept beside :mod:`nlnet.engine.tasks.segmentation`, which calls these helpers; the keys and their
-checks are :class:`~nlnet.data.segmentation.config.SegmentationDataConfig`'s.
+checks are :class:`~nlnet.data.segmentation.config.SegmentationDataConfig`'s, the datasets they
+configure are built by :mod:`nlnet.data.segmentation.builder`.
 """
 
 from __future__ import annotations
@@ -17,25 +18,7 @@ from torch import nn
 from nlnet.engine.region_metrics import Evaluators, RegionEvaluator, mapped_regions
 from nlnet.engine.sliding_window import sliding_window_inference
 
-__all__ = ["image_folder", "window_forward", "evaluator_with_regions"]
-
-
-def image_folder(d: Any, root: str, split: str, train: bool, **kwargs: Any) -> Any:
-    """The 2D dataset of ``split`` in ``d.layout`` with the training augmentation of ``d``
-    (:class:`~nlnet.data.segmentation.transforms.SegmentationAugment`) when ``train`` and any of
-    ``scale_range``/``crop``/``flip`` is set."""
-    from nlnet.data.segmentation.transforms import SegmentationAugment
-
-    if d.layout == "cityscapes":
-        from nlnet.data.segmentation.cityscapes import CityscapesFolder as folder
-    else:
-        from nlnet.data.segmentation.images import SegmentationFolder as folder
-    flip = d.flip or 0.0
-    if train and (d.scale_range or d.crop or flip):
-        kwargs["transform"] = SegmentationAugment(
-            d.scale_range, d.crop, flip, kwargs.get("ignore_index", 255)
-        )
-    return folder(root, split, **kwargs)
+__all__ = ["window_forward", "evaluator_with_regions"]
 
 
 def window_forward(

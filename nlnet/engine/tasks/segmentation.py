@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from nlnet.data.segmentation.builder import image_folder
 from nlnet.data.segmentation.config import SegmentationDataConfig
 from nlnet.data.segmentation.images import collate_segmentation
 from nlnet.data.segmentation.volumes import VolumeFolder, collate_volumes
@@ -28,7 +29,7 @@ from nlnet.engine.config.sections import data_section
 from nlnet.engine.errors import DataError, MissingPackageError
 from nlnet.engine.evaluation import inference_on_dataset
 from nlnet.engine.region_metrics import monai_hausdorff
-from nlnet.engine.tasks.seg_options import evaluator_with_regions, image_folder, window_forward
+from nlnet.engine.tasks.seg_options import evaluator_with_regions, window_forward
 
 __all__ = [
     "SegmentationTask",
