@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from nlnet.data.image_transforms import image_test_transform
+from nlnet.data.images.transforms import image_test_transform
 from nlnet.data.video.config import Preprocessing
 from nlnet.data.video.sampling import UniformClipSampler
 from nlnet.data.video.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform

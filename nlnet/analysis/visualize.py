@@ -25,6 +25,7 @@ import numpy as np
 from torch import Tensor
 
 from nlnet.analysis.hooks import GridMapping
+from nlnet.analysis.plotting import pyplot
 
 __all__ = [
     "arrows_figure",
@@ -35,14 +36,6 @@ __all__ = [
     "strongest_query",
     "top_keys",
 ]
-
-
-def _plt():
-    from nlnet.analysis.plotting import pyplot
-
-    plt = pyplot()
-
-    return plt
 
 
 def title_boxes(fig: Any) -> list[Any]:
@@ -211,7 +204,7 @@ def arrows_figure(
     panel_size: float = 1.6,
 ):
     """A one-row Figure 1/3-style picture; returns the matplotlib figure."""
-    plt = _plt()
+    plt = pyplot()
     T = _as_frames(frames).shape[0]
     fig, axes = plt.subplots(1, T, figsize=(panel_size * T, panel_size + 0.5), squeeze=False)
     draw_arrows(list(axes[0]), frames, weights, mapping, query, top_k=top_k)
@@ -237,7 +230,7 @@ def heatmap_figure(
     covers (``t=a-b`` when a pooled key step spans frames ``a..b``), so that the masses in the
     titles add up to the row's total (1 for a softmax, Eq. 2).
     """
-    plt = _plt()
+    plt = pyplot()
     video = _as_frames(frames)
     m = _video_mapping(mapping)
     T, H, W = video.shape[:3]

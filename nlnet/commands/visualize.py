@@ -71,8 +71,9 @@ def _fixed_side(model: Any) -> int | None:
 
 def _rollout_picture(model: Any, inp: Any, frames: Any, args: argparse.Namespace, info) -> int:
     """The transformer branch: one attention-rollout figure, ``rollout.png``."""
+    from nlnet.analysis.plotting import pyplot
     from nlnet.analysis.rollout import transformer_attention_figure
-    from nlnet.analysis.visualize import _plt, fit_titles
+    from nlnet.analysis.visualize import fit_titles
     from nlnet.engine.errors import DataError
 
     for flag, value in (("--query", args.query), ("--block", args.block)):
@@ -91,7 +92,7 @@ def _rollout_picture(model: Any, inp: Any, frames: Any, args: argparse.Namespace
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_dir / "rollout.png", dpi=120)
-    _plt().close(fig)
+    pyplot().close(fig)
     print(f"prediction: {label}")
     print(f"wrote {out_dir / 'rollout.png'}")
     return 0
@@ -251,7 +252,8 @@ def main(args: argparse.Namespace) -> int:
     import torch
 
     from nlnet.analysis.hooks import find_attention_layers, find_non_local_blocks, record_attention
-    from nlnet.analysis.visualize import _plt, arrows_figure, heatmap_figure
+    from nlnet.analysis.plotting import pyplot
+    from nlnet.analysis.visualize import arrows_figure, heatmap_figure
     from nlnet.commands.common import device_arg, output_dir_arg
     from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint
     from nlnet.engine.errors import DataError
@@ -288,7 +290,7 @@ def main(args: argparse.Namespace) -> int:
     queries = {b: _query_indices(m, attn, args.query) for b, attn, m in maps}  # checked first
     out_dir = Path(args.output)
     out_dir.mkdir(parents=True, exist_ok=True)
-    plt = _plt()
+    plt = pyplot()
     written = []
     for bname, attn, mapping in maps:
         for q in queries[bname]:

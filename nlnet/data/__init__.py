@@ -1,5 +1,6 @@
 """Data: the video pipeline (:mod:`nlnet.data.video`), video I/O (:mod:`nlnet.data.video_io`),
-the other tasks' datasets (:mod:`nlnet.data.segmentation`, :mod:`nlnet.data.detection`,
+the other tasks' datasets, each with its typed ``data`` section in a ``config`` module beside it
+(:mod:`nlnet.data.images`, :mod:`nlnet.data.segmentation`, :mod:`nlnet.data.detection`,
 :mod:`nlnet.data.super_resolution`), the loader and the one per-item seed."""
 
 from nlnet.data.video.builder import (

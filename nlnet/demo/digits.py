@@ -56,9 +56,11 @@ __all__ = [
     "COLOR_NAMES",
     "DigitsTaskConfig",
     "DigitsTaskSplit",
+    "draw_digit",
     "generate_frames",
     "generate_split",
     "load_digit_bank",
+    "place_squares",
     "split_digit_indices",
 ]
 
@@ -284,8 +286,19 @@ def split_digit_indices(
     return {s: np.sort(np.concatenate(v)) for s, v in out.items()}
 
 
-def _place(rng: np.random.Generator, n: int, size: int, foot: int) -> list[tuple[int, int]]:
-    """Top-left corners of ``n`` non-overlapping ``foot`` x ``foot`` squares in a frame."""
+def place_squares(rng: np.random.Generator, n: int, size: int, foot: int) -> list[tuple[int, int]]:
+    """Top-left corners of ``n`` non-overlapping ``foot`` x ``foot`` squares in a frame.
+
+    Args:
+        rng: the generator drawing the corners.
+        n: how many squares.
+        size: side of the square frame.
+        foot: side of a square (a digit and its one-pixel outline).
+
+    Returns:
+        ``n`` ``(y, x)`` corners: drawn at random without overlap, or after 50 failed tries on a
+        jittered grid (which always fits, checked by :class:`DigitsTaskConfig`).
+    """
     m = size - foot + 1  # possible corners per axis
     coords = np.arange(m)
     for _ in range(50):
@@ -317,10 +330,22 @@ def _place(rng: np.random.Generator, n: int, size: int, foot: int) -> list[tuple
     ]
 
 
-def _draw(
+def draw_digit(
     frame: np.ndarray, img: np.ndarray, y: int, x: int, color: np.ndarray, box: bool
 ) -> tuple[int, int, int, int]:
-    """Draw ``img`` (s, s) tinted by ``color`` with its top-left at (y+1, x+1); max-compose."""
+    """Draw ``img`` (s, s) tinted by ``color`` with its top-left at (y+1, x+1); max-compose.
+
+    Args:
+        frame: ``(H, W, 3)`` float image, drawn on in place.
+        img: ``(s, s)`` digit intensities in ``[0, 1]``.
+        y: top of the digit's square (the outline's row).
+        x: left of the digit's square (the outline's column).
+        color: RGB tint in ``[0, 1]``.
+        box: also draw a one-pixel outline just outside the digit.
+
+    Returns:
+        The digit's box ``(y0, x0, y1, x1)`` (end-exclusive).
+    """
     s = img.shape[0]
     y0, x0 = y + 1, x + 1
     region = frame[y0 : y0 + s, x0 : x0 + s]
@@ -359,7 +384,7 @@ def _one_clip(
     two_digits = cfg.task in ("same", "order")  # a boxed cue and one coloured digit
     if two_digits:
         K = 1
-    spots = _place(rng, K, S, cfg.footprint)
+    spots = place_squares(rng, K, S, cfg.footprint)
     slot = int(rng.integers(K))
     if cfg.task == "order":  # any two classes; the label is the order of the frames
         a, b = int(rng.choice(digits)), int(rng.choice(digits))
@@ -383,7 +408,9 @@ def _one_clip(
     match_box: tuple[int, ...] = ()
     match_id = -1
     for k in range(K):
-        b = _draw(video[T - 1], pick(int(classes[k])), *spots[k], _COLORS[colors[k]], box=False)
+        b = draw_digit(
+            video[T - 1], pick(int(classes[k])), *spots[k], _COLORS[colors[k]], box=False
+        )
         if k == slot:
             match_box, match_id = b, used[-1]
     cue = int(colors[slot]) if cfg.task == "pointer" else int(classes[slot])
@@ -395,7 +422,7 @@ def _one_clip(
         n = cfg.distractors + (1 if t == 0 else 0)
         if n == 0:
             continue
-        spots = _place(rng, n, S, cfg.footprint)
+        spots = place_squares(rng, n, S, cfg.footprint)
         for j, (y, x) in enumerate(spots):
             if t == 0 and j == 0 and cfg.task == "pointer":
                 # a filled square in the colour of the target digit
@@ -404,16 +431,16 @@ def _one_clip(
                 video[0, y0 : y0 + m, x0 : x0 + m] = _COLORS[cue]
                 cue_box = (y0, x0, y0 + m, x0 + m)
             elif t == 0 and j == 0 and two_digits:
-                cue_box = _draw(video[0], pick(a, exclude=match_id), y, x, white, box=True)
+                cue_box = draw_digit(video[0], pick(a, exclude=match_id), y, x, white, box=True)
             elif t == 0 and j == 0:
                 if cfg.match == "image":
                     used.append(match_id)
                     cue_img = images[match_id]
                 else:
                     cue_img = pick(cue, exclude=match_id)
-                cue_box = _draw(video[0], cue_img, y, x, white, box=True)
+                cue_box = draw_digit(video[0], cue_img, y, x, white, box=True)
             else:
-                _draw(video[t], pick(int(rng.choice(digits))), y, x, white * 0.9, box=False)
+                draw_digit(video[t], pick(int(rng.choice(digits))), y, x, white * 0.9, box=False)
     if cfg.noise > 0:
         video += rng.normal(0.0, cfg.noise, size=video.shape).astype(np.float32)
     clip = (np.clip(video, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
@@ -493,8 +520,8 @@ def generate_frames(
         j = int(pool[rng.integers(len(pool))])
         colour = 0 if rng.random() < 0.3 else 1 + int(rng.integers(len(COLOR_NAMES)))
         rgb = np.ones(3, dtype=np.float32) if colour == 0 else _COLORS[colour - 1]
-        (py, px) = _place(rng, 1, cfg.size, cfg.footprint)[0]
-        _draw(out[i], images[j], py, px, rgb, box=bool(rng.random() < box_prob))
+        (py, px) = place_squares(rng, 1, cfg.size, cfg.footprint)[0]
+        draw_digit(out[i], images[j], py, px, rgb, box=bool(rng.random() < box_prob))
         y[i] = index[int(labels[j])] * (len(COLOR_NAMES) + 1 if colour_labels else 1)
         if colour_labels:
             y[i] += colour

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from nlnet.demo.digits import _draw, _place, load_digit_bank, split_digit_indices
+from nlnet.demo.digits import draw_digit, load_digit_bank, place_squares, split_digit_indices
 
 __all__ = [
     "CATEGORIES",
@@ -128,7 +128,7 @@ def generate_dense_image(
     """
     S, s = cfg.size, cfg.digit_size
     canvas = np.zeros((S, S, 3), dtype=np.float32)
-    corners = _place(rng, cfg.num_digits + 1, S, s + 2)
+    corners = place_squares(rng, cfg.num_digits + 1, S, s + 2)
     cue = int(rng.choice(cfg.digits))
     n_match = int(rng.integers(1, cfg.num_digits))  # 1 .. num_digits - 1
     others = [d for d in cfg.digits if d != cue]
@@ -143,7 +143,7 @@ def generate_dense_image(
     semantic = np.zeros((S, S), dtype=np.uint8)
     instances = []
     for (cat, digit, img, box), (y, x) in zip(objects, corners):
-        y0, x0, y1, x1 = _draw(canvas, img, y, x, white, box=box)
+        y0, x0, y1, x1 = draw_digit(canvas, img, y, x, white, box=box)
         mask = np.zeros((S, S), dtype=bool)
         mask[y0:y1, x0:x1] = img > _MASK_THRESHOLD
         mask = _grow(mask)

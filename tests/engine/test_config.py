@@ -151,13 +151,17 @@ def test_bad_data_values_are_config_errors(task, bad, match):
 
 def test_each_task_gets_its_typed_data_section():
     from nlnet.data.detection.config import DetectionDataConfig
+    from nlnet.data.images.config import ImageDataConfig
+    from nlnet.data.segmentation.config import SegmentationDataConfig
+    from nlnet.data.super_resolution.config import SuperResolutionData
     from nlnet.data.video.config import VideoDataConfig
-    from nlnet.engine.tasks.segmentation import SegmentationDataConfig
 
     for task, cls in (
         ("video_classification", VideoDataConfig),
+        ("image", ImageDataConfig),
         ("segmentation", SegmentationDataConfig),
         ("detection", DetectionDataConfig),
+        ("super_resolution", SuperResolutionData),
     ):
         cfg = load_config(None, [f"task={task}", "data.root=/x"])
         assert type(cfg.data) is cls and cfg.data.root == "/x"
@@ -177,3 +181,25 @@ def test_train_dropout_is_read_as_model_dropout_with_a_deprecation(tmp_path):
         assert load_config(tmp_path / "old.yaml").model.dropout == 0.3
     with pytest.raises(ConfigError, match="disagree"):
         config_from_dict({"train": {"dropout": 0.1}, "model": {"dropout": 0.4}})
+
+
+def test_a_task_built_from_a_mapping_checks_its_data_section_the_same_way():
+    from nlnet.data.segmentation.config import SegmentationDataConfig
+    from nlnet.engine.config.sections import data_section
+    from nlnet.engine.tasks.detection import DetectionTask
+    from nlnet.engine.tasks.image import ImageClassificationTask
+    from nlnet.engine.tasks.segmentation import SegmentationTask
+    from nlnet.engine.tasks.super_resolution import SuperResolutionTask
+
+    for build, match in (
+        (lambda: DetectionTask(data={"hflip": 2}), "data.hflip: expected a probability"),
+        (lambda: SegmentationTask(2, data={"crop": [0]}), r"data.crop: expected \[h, w\]"),
+        (lambda: ImageClassificationTask(data={"builtin": "mnist"}), "data.builtin: expected"),
+        (lambda: SuperResolutionTask(data={"pacth": 4}), "unknown config key 'data.pacth'"),
+    ):
+        with pytest.raises(ConfigError, match=match) as info:
+            build()
+        assert "\n" not in str(info.value)
+    section = SegmentationDataConfig(root="x")
+    assert data_section(SegmentationDataConfig, section) is section
+    assert data_section(SegmentationDataConfig, None) == SegmentationDataConfig()

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nlnet.data.segmentation.config import SegmentationDataConfig
 from nlnet.data.segmentation.transforms import SegmentationAugment
-from nlnet.engine.tasks.segmentation import SegmentationDataConfig, SegmentationTask
+from nlnet.engine.tasks.segmentation import SegmentationTask
 
 
 @pytest.mark.parametrize(

@@ -8,13 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from nlnet.data.super_resolution.config import SuperResolutionData
 from nlnet.engine.config import ConfigError, config_from_dict
-from nlnet.engine.tasks.super_resolution import (
-    SuperResolutionData,
-    SuperResolutionTask,
-    rgb_to_y,
-    sr_metrics,
-)
+from nlnet.engine.config.sections import data_section
+from nlnet.engine.tasks.super_resolution import SuperResolutionTask, rgb_to_y, sr_metrics
 
 TINY = {"n_resblocks": 1, "n_feats": 8, "upscale": 2}
 
@@ -99,11 +96,11 @@ def test_y_channel_psnr_ssim_known_values():
 
 def test_data_section_errors_are_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="data.pacth"):
-        SuperResolutionData.from_mapping({"pacth": 4})
+        data_section(SuperResolutionData, {"pacth": 4})
     with pytest.raises(ConfigError, match="data.root"):
-        SuperResolutionData.from_mapping({"source": "folder"})
+        data_section(SuperResolutionData, {"source": "folder"})
     with pytest.raises(ConfigError, match="data.source"):
-        SuperResolutionData.from_mapping({"source": "web"})
+        data_section(SuperResolutionData, {"source": "web"})
     task = SuperResolutionTask.from_config(
         _sr_config(tmp_path, source="folder", root=str(tmp_path / "none"))
     )

@@ -1,1 +1,2 @@
-"""Super-resolution data: photographs and their bicubic low-resolution copies (:mod:`.dataset`)."""
+"""Super-resolution data: the typed ``data`` section (:mod:`.config`), photographs and their
+bicubic low-resolution copies (:mod:`.dataset`)."""

@@ -44,14 +44,8 @@ import numpy as np
 import torch
 
 from nlnet.data.video_io.pyav import PyAVReader
-from nlnet.data.video_io.reader import (
-    PathLike,
-    VideoDecodeError,
-    VideoInfo,
-    VideoReader,
-    _as_index_list,  # noqa: F401 (re-export)
-)
-from nlnet.data.video_io.writer import _default_codec, write_video  # noqa: F401 (re-export)
+from nlnet.data.video_io.reader import PathLike, VideoDecodeError, VideoInfo, VideoReader
+from nlnet.data.video_io.writer import write_video  # noqa: F401 (re-export)
 
 __all__ = [
     "BACKENDS",

@@ -3,7 +3,10 @@ the typed ``data`` section each task declares (``Task.data_config``).
 
 Used by :mod:`nlnet.engine.config`; a typo in any key of any section, the task's data section
 included, is a :class:`~nlnet.engine.errors.ConfigError` that names the key and lists the valid
-ones, raised when the config loads (before any run directory exists).
+ones, raised when the config loads (before any run directory exists).  The data sections live
+beside their datasets in :mod:`nlnet.data` and raise a plain ``ValueError`` naming the key;
+:func:`data_section` is the one place that builds them (for the config loader and for a task
+built directly from a mapping) and turns those into one-line config errors.
 """
 
 from __future__ import annotations
@@ -17,7 +20,14 @@ from typing import Any
 
 from nlnet.engine.errors import ConfigError
 
-__all__ = ["build_section", "build_data_section", "coerce", "data_config_class", "plain"]
+__all__ = [
+    "build_section",
+    "build_data_section",
+    "coerce",
+    "data_config_class",
+    "data_section",
+    "plain",
+]
 
 
 def type_name(tp: Any) -> str:
@@ -147,8 +157,22 @@ def build_data_section(task: str, raw: Any) -> Any:
     cls = data_config_class(task)
     if cls is None:
         return copy.deepcopy(raw)
+    return data_section(cls, raw)
+
+
+def data_section(cls: type, value: Any) -> Any:
+    """The typed ``data`` section ``cls`` (a frozen dataclass beside its dataset in
+    :mod:`nlnet.data`) from an instance of it (returned as is) or from a mapping of its keys
+    (``None``: the defaults).
+
+    The one place where a task's data section is built: an unknown key (the valid ones listed),
+    a wrong type or a ``ValueError`` of the class's own checks (``data.<key>: expected ...``)
+    becomes a one-line :class:`ConfigError`.
+    """
+    if isinstance(value, cls):
+        return value
     try:
-        return build_section(cls, raw, ("data",))
+        return build_section(cls, value or {}, ("data",))
     except ValueError as exc:
         if isinstance(exc, ConfigError):
             raise

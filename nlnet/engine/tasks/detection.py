@@ -30,6 +30,7 @@ from nlnet.data.detection.coco import (
 )
 from nlnet.data.detection.config import DetectionDataConfig
 from nlnet.engine.checkpoint import unwrap_model
+from nlnet.engine.config.sections import data_section
 from nlnet.engine.errors import DataError, MissingPackageError
 from nlnet.engine.evaluation import inference_on_dataset
 
@@ -141,16 +142,6 @@ def coco_evaluate(
     return out
 
 
-def _data(data: Any) -> DetectionDataConfig:
-    """The typed data section from itself or from a mapping of its keys (a ``ConfigError``
-    naming an unknown key or a bad value: :func:`nlnet.engine.config.sections.build_section`)."""
-    if isinstance(data, DetectionDataConfig):
-        return data
-    from nlnet.engine.config.sections import build_section
-
-    return build_section(DetectionDataConfig, dict(data or {}), ("data",))
-
-
 def default_iou_types(model_name: str | None) -> tuple[str, ...]:
     """What a registered detector predicts: ``bbox`` + ``keypoints`` for a ``keypoints`` model,
     ``bbox`` + ``segm`` for Mask R-CNN (and for unregistered names)."""
@@ -233,7 +224,7 @@ class DetectionTask:
         data: DetectionDataConfig | Mapping[str, Any] | None = None,
         eval_batch_size: int = 4,
     ) -> None:
-        self.data = _data(data if data is not None else {})
+        self.data = data_section(DetectionDataConfig, data)
         if iou_types is None:
             iou_types = self.data.iou_types or ("bbox", "segm")
         bad = [t for t in iou_types if t not in _PREFIX]
@@ -255,7 +246,7 @@ class DetectionTask:
         """The task of an engine config: ``data`` (``iou_types``, default from the model
         ``model.name``; ``hflip``, ``keep_empty``, ``images``, ``root``) and ``eval.batch_size``."""
         try:
-            data = _data(cfg.data)
+            data = data_section(DetectionDataConfig, cfg.data)
             return cls(
                 data.iou_types or default_iou_types(cfg.model.name),
                 data=data,

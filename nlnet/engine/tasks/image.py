@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,111 +22,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from nlnet.data.images.config import ImageDataConfig
+from nlnet.data.images.dataset import ImageItems, digits_images
 from nlnet.engine.config.schema import EvalConfig
+from nlnet.engine.config.sections import data_section
 from nlnet.engine.errors import DataError
 
-__all__ = ["ImageDataConfig", "ImageClassificationTask", "ImageItems", "digits_images"]
-
-_BUILTINS = ("digits",)
-
-
-@dataclass(frozen=True)
-class ImageDataConfig:
-    """The ``data`` section of ``task: image`` (checked when the config is loaded).
-
-    Attributes:
-        root: ImageFolder root (``root/<split>/<class>/*.png|jpg``); or ``None`` with ``builtin``.
-        builtin: ``"digits"`` (scikit-learn's digit images, 80/20 train/val split, seeded).
-        size: side of the square crop given to the model (224 for the ImageNet models).
-        resize: test-time shorter side before the center crop (default ``size * 8 / 7``, the
-            ImageNet 256/224 ratio).
-        min_scale: smallest area fraction of the training random resized crop.
-        hflip: random horizontal flips in training.
-        mean, std: normalisation; ``None``: the model's (ImageNet statistics).
-
-    The splits are ``train.split`` / ``train.val_split`` / ``eval.split`` (folders under root).
-    """
-
-    root: str | None = None
-    builtin: str | None = None
-    size: int = 224
-    resize: int | None = None
-    min_scale: float = 0.35
-    hflip: bool = True
-    mean: tuple[float, ...] | None = None
-    std: tuple[float, ...] | None = None
-
-    def __post_init__(self) -> None:
-        from nlnet.engine.errors import ConfigError
-
-        if (self.root is None) == (self.builtin is None):
-            raise ConfigError("data: task image needs exactly one of data.root (an image "
-                              "folder: root/<split>/<class>/*.png) or data.builtin: digits")  # fmt: skip
-        if self.builtin is not None and self.builtin not in _BUILTINS:
-            raise ConfigError(f"data.builtin: expected one of {', '.join(_BUILTINS)}, "
-                              f"got {self.builtin!r}")  # fmt: skip
-        if self.size < 8 or (self.resize is not None and self.resize < self.size):
-            raise ConfigError(f"data.size/resize: expected size >= 8 and resize >= size, got "
-                              f"{self.size}/{self.resize}")  # fmt: skip
-        if not 0 < self.min_scale <= 1:
-            raise ConfigError(f"data.min_scale: expected a number in (0, 1], got {self.min_scale}")
-        for key in ("mean", "std"):
-            v = getattr(self, key)
-            if v is not None and (len(v) != 3 or (key == "std" and min(v) <= 0)):
-                raise ConfigError(f"data.{key}: expected 3 numbers (std > 0), got {list(v)}")
-
-    @classmethod
-    def from_mapping(cls, data: Any) -> ImageDataConfig:
-        """Build and check; an unknown key or a bad value is a ``ConfigError`` naming it."""
-        if isinstance(data, cls):
-            return data
-        from nlnet.engine.config.sections import build_section
-
-        return build_section(cls, dict(data or {}), ("data",))
-
-
-def digits_images(split: str, seed: int = 0) -> tuple[list[Any], list[int], list[str]]:
-    """scikit-learn's 1,797 digit images as RGB PIL images, a stratified 80/20 split."""
-    import numpy as np
-    from PIL import Image
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    d = load_digits()
-    idx = np.arange(len(d.target))
-    train_idx, val_idx = train_test_split(idx, test_size=0.2, random_state=seed,
-                                          stratify=d.target)  # fmt: skip
-    chosen = train_idx if split == "train" else val_idx
-    imgs = [Image.fromarray((d.images[i] * (255 / 16)).astype("uint8")).convert("RGB")
-            for i in chosen]  # fmt: skip
-    return imgs, [int(d.target[i]) for i in chosen], [str(c) for c in range(10)]
-
-
-class ImageItems(Dataset):
-    """``{"clip": image (3, S, S), "target", "index"}`` items (the keys of the video items,
-    collated by :func:`nlnet.data.video.batches.collate_skip_bad`); an unreadable file gives
-    ``None`` (dropped by the collate function and counted)."""
-
-    def __init__(self, samples: Sequence[Any], targets: Sequence[int], classes: Sequence[str],
-                 transform: Any) -> None:  # fmt: skip
-        self.samples, self.targets = list(samples), list(targets)
-        self.classes, self.transform = list(classes), transform
-        self.num_classes = len(self.classes)
-        self.bad: dict[int, str] = {}
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int) -> Any:
-        from torchvision.datasets.folder import default_loader
-
-        sample = self.samples[index]
-        try:
-            img = default_loader(sample) if isinstance(sample, (str, os.PathLike)) else sample
-            return {"clip": self.transform(img), "target": self.targets[index], "index": index}
-        except (OSError, ValueError, SyntaxError) as exc:  # PIL raises these for broken files
-            self.bad[index] = f"{type(exc).__name__}: {exc}"
-            return None
+__all__ = ["ImageClassificationTask"]
 
 
 class ImageClassificationTask:
@@ -160,7 +61,7 @@ class ImageClassificationTask:
         from nlnet.data.video.builder import collate_skip_bad
         from nlnet.models.model_cfg import IMAGENET_MEAN, IMAGENET_STD
 
-        self.data = ImageDataConfig.from_mapping(data)
+        self.data = data_section(ImageDataConfig, data)
         mean = mean or self.data.mean or IMAGENET_MEAN
         std = std or self.data.std or IMAGENET_STD
         self.mean, self.std = [float(v) for v in mean], [float(v) for v in std]
@@ -174,7 +75,7 @@ class ImageClassificationTask:
     def from_config(cls, cfg: Any) -> ImageClassificationTask:
         """The task of an engine config: ``data``, the model's mean/std where ``data`` has
         none (``model.name``), ``train.seed``, ``eval`` and ``class_names``."""
-        data = ImageDataConfig.from_mapping(cfg.data)
+        data = data_section(ImageDataConfig, cfg.data)
         mean, std = data.mean, data.std
         if mean is None or std is None:
             from nlnet.models.registry import model_facts
@@ -189,16 +90,12 @@ class ImageClassificationTask:
 
     def transform(self, mode: str) -> Any:
         """torchvision transforms of a split (``train``: random resized crop + flip)."""
-        from torchvision import transforms as T
-
-        from nlnet.data.image_transforms import image_test_transform
+        from nlnet.data.images.transforms import image_test_transform, image_train_transform
 
         d = self.data
         if mode != "train":  # the same view as nlnet.predict's ImageTransform
             return image_test_transform(self.resize, d.size, self.mean, self.std)
-        aug = [T.RandomResizedCrop(d.size, scale=(d.min_scale, 1.0), antialias=True)]
-        aug += [T.RandomHorizontalFlip()] if d.hflip else []
-        return T.Compose([*aug, T.ToTensor(), T.Normalize(self.mean, self.std)])
+        return image_train_transform(d.size, d.min_scale, d.hflip, self.mean, self.std)
 
     def build_dataset(self, split: str, mode: str = "train") -> Dataset:
         """The images of ``split`` (``root/<split>`` or the built-in digits split)."""

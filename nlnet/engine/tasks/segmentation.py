@@ -14,7 +14,6 @@ pixels of true class ``t`` predicted as ``p`` (pixels labelled ``ignore_index`` 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,20 +21,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from nlnet.data.segmentation.builder import image_folder
+from nlnet.data.segmentation.config import SegmentationDataConfig
 from nlnet.data.segmentation.images import collate_segmentation
 from nlnet.data.segmentation.volumes import VolumeFolder, collate_volumes
+from nlnet.engine.config.sections import data_section
 from nlnet.engine.errors import DataError, MissingPackageError
 from nlnet.engine.evaluation import inference_on_dataset
 from nlnet.engine.region_metrics import monai_hausdorff
-from nlnet.engine.tasks.seg_options import (
-    check_dense_keys,
-    evaluator_with_regions,
-    image_folder,
-    window_forward,
-)
+from nlnet.engine.tasks.seg_options import evaluator_with_regions, window_forward
 
 __all__ = [
-    "SegmentationDataConfig",
     "SegmentationTask",
     "confusion_matrix",
     "dice_from_confusion",
@@ -109,104 +105,6 @@ def segmentation_metrics(
     out.update({f"iou_{n}": 100.0 * float(v) for n, v in zip(names, iou)})
     out.update({f"dice_{n}": 100.0 * float(v) for n, v in zip(names, dice)})
     return out
-
-
-@dataclass(frozen=True)
-class SegmentationDataConfig:
-    """The ``data`` section of ``task: segmentation``.
-
-    Attributes:
-        root: dataset folder holding ``<split>/images`` and ``<split>/masks``.
-        train_split: split trained on by :meth:`SegmentationTask.build_datasets`.
-        val_split: split validated on by :meth:`SegmentationTask.build_datasets`.
-        ignore_index: mask value excluded from the loss and the metrics.
-        mean: per-channel normalisation mean on the [0, 1] scale (``kind: image``).
-        std: per-channel normalisation standard deviation on the [0, 1] scale (``kind: image``).
-        kind: ``image`` (2D PNG/JPEG folders, :class:`~nlnet.data.segmentation.images.SegmentationFolder`)
-            or ``volume`` (3D ``.npy``/NIfTI folders, :class:`~nlnet.data.segmentation.volumes.VolumeFolder`:
-            per-case z-score over the nonzero voxels instead of ``mean``/``std``).
-        patch: ``kind: volume`` training patch ``(d, h, w)``, cropped at random (sizes multiples
-            of the network's stride, e.g. 8 for ``unet3d``); empty: whole volumes.
-        flip: training: for volumes the probability of mirroring each spatial axis (default
-            0.5), for images of a horizontal flip of image and mask (default: never).
-        label_map: ``kind: volume``: mask values to replace, e.g. ``{4: 3}`` for BraTS's labels
-            ``{0, 1, 2, 4}``.
-        modalities: ``kind: volume``: NIfTI file suffixes of the channels in order
-            (``<case>_<m>.nii.gz``, e.g. ``[t1, t1ce, t2, flair]``); empty: one file per case.
-        layout: ``kind: image``: ``folder`` (``<split>/{images,masks}``) or ``cityscapes``
-            (``leftImg8bit``/``gtFine`` label ids -> the 19 train ids,
-            :class:`~nlnet.data.segmentation.cityscapes.CityscapesFolder`).
-        scale_range: ``kind: image`` training: ``[lo, hi]`` random scale factor of image and
-            mask (e.g. ``[0.5, 2.0]``); empty: none.
-        crop: ``kind: image`` training crop ``[h, w]`` at a random position (pad: 0 in the
-            image, ``ignore_index`` in the mask); empty: whole images.
-        sliding_window: evaluation on windows of ``crop`` (images) or ``patch`` (volumes),
-            logits averaged where they overlap
-            (:func:`~nlnet.engine.sliding_window.sliding_window_inference`); default: whole
-            images / volumes in one pass.
-        window_overlap: overlap of neighbouring windows, in ``[0, 1)`` (MONAI's default 0.25).
-        regions: ``kind: volume``: per-case region Dice ``dice_<name>`` averaged over cases,
-            each region a list of raw mask labels (before ``label_map``), e.g. BraTS's
-            ``{wt: [1, 2, 4], tc: [1, 4], et: [4]}`` (:mod:`nlnet.engine.region_metrics`).
-        hd95: ``kind: volume``: also the regions' 95th-percentile Hausdorff distance
-            ``hd95_<name>`` (needs MONAI: ``pip install 'nlnet[medical]'``).
-    """
-
-    root: str | None = None
-    train_split: str = "train"
-    val_split: str = "val"
-    ignore_index: int = 255
-    mean: tuple[float, ...] = (0.5, 0.5, 0.5)
-    std: tuple[float, ...] = (0.25, 0.25, 0.25)
-    kind: str = "image"
-    patch: tuple[int, ...] = ()
-    flip: float | None = None
-    label_map: dict = field(default_factory=dict)
-    modalities: tuple[str, ...] = ()
-    layout: str = "folder"
-    scale_range: tuple[float, ...] = ()
-    crop: tuple[int, ...] = ()
-    sliding_window: bool = False
-    window_overlap: float = 0.25
-    regions: dict = field(default_factory=dict)
-    hd95: bool = False
-
-    def __post_init__(self) -> None:
-        if len(self.mean) != len(self.std) or any(v <= 0 for v in self.std):
-            raise ValueError(
-                f"data.mean/data.std: expected one value per channel, std > 0, got "
-                f"{self.mean!r}, {self.std!r}"
-            )
-        object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
-        object.__setattr__(self, "std", tuple(float(v) for v in self.std))
-        if self.kind not in ("image", "volume"):
-            raise ValueError(f"data.kind: expected image or volume, got {self.kind!r}")
-        if self.kind == "image":
-            for key in ("patch", "label_map", "modalities", "regions"):
-                if getattr(self, key) not in ((), {}, None):
-                    raise ValueError(f"data.{key}: only for data.kind volume")
-        check_dense_keys(self)
-        if self.patch and (len(self.patch) != 3 or min(self.patch) < 1):
-            raise ValueError(f"data.patch: expected 3 positive sizes (d, h, w), got {self.patch!r}")
-        if self.flip is not None and not 0 <= self.flip <= 1:
-            raise ValueError(f"data.flip: expected a probability in [0, 1], got {self.flip!r}")
-        try:
-            label_map = {int(k): int(v) for k, v in dict(self.label_map).items()}
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"data.label_map: expected integer labels {{from: to}}, got {self.label_map!r}"
-            ) from None
-        object.__setattr__(self, "label_map", label_map)
-
-
-def _data(data: Any) -> SegmentationDataConfig:
-    """The typed data section from itself or from a mapping of its keys (a ``ConfigError``
-    naming an unknown key or a bad value: :func:`nlnet.engine.config.sections.build_section`)."""
-    if isinstance(data, SegmentationDataConfig):
-        return data
-    from nlnet.engine.config.sections import build_section
-
-    return build_section(SegmentationDataConfig, dict(data or {}), ("data",))
 
 
 class ConfusionEvaluator:
@@ -307,7 +205,7 @@ class SegmentationTask:
     ) -> None:
         if num_classes < 2:
             raise ValueError(f"num_classes: expected >= 2, got {num_classes}")
-        self.data = _data(data if data is not None else {})
+        self.data = data_section(SegmentationDataConfig, data)
         self.classes = int(num_classes)
         self.class_names = (
             list(class_names) if class_names else [str(i) for i in range(num_classes)]
@@ -342,7 +240,7 @@ class SegmentationTask:
         return cls(
             cfg.model.num_classes,
             cfg.class_names,
-            data=_data(cfg.data),
+            data=data_section(SegmentationDataConfig, cfg.data),
             eval_batch_size=cfg.eval.batch_size,
             eval_workers=cfg.eval.workers,
         )

@@ -19,7 +19,6 @@ images. The same numbers for plain bicubic up-sampling of the input are reported
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,54 +27,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from nlnet.engine.config import ConfigError
+from nlnet.data.super_resolution.config import SuperResolutionData
+from nlnet.engine.config.sections import data_section
 from nlnet.engine.errors import DataError
 
-__all__ = ["SuperResolutionData", "SuperResolutionTask", "rgb_to_y", "sr_metrics"]
-
-
-@dataclass(frozen=True)
-class SuperResolutionData:
-    """The ``data`` section of a ``super_resolution`` config.
-
-    Attributes:
-        source: ``"builtin"`` (photographs shipped in scikit-image / scikit-learn, no download)
-            or ``"folder"`` (``root/<split>/*.png``).
-        root: the folder of a ``"folder"`` source.
-        patch: low-resolution training patch size (48 in EDSR).
-        num_patches: training patches per epoch (a fresh random patch per item).
-        augment: random flips / 90-degree rotations of training patches.
-        eval_tile: high-resolution test tile size (``None``: whole images).
-        eval_max_tiles: tiles per test image.
-    """
-
-    source: str = "builtin"
-    root: str | None = None
-    patch: int = 48
-    num_patches: int = 1000
-    augment: bool = True
-    eval_tile: int | None = 192
-    eval_max_tiles: int = 4
-
-    def __post_init__(self) -> None:
-        if self.source not in ("builtin", "folder"):
-            raise ConfigError(f"data.source: expected 'builtin' or 'folder', got {self.source!r}")
-        if self.source == "folder" and not self.root:
-            raise ConfigError("data.root: a 'folder' source needs root (root/<split>/*.png)")
-        for key in ("patch", "num_patches", "eval_max_tiles"):
-            if not isinstance(getattr(self, key), int) or getattr(self, key) < 1:
-                raise ConfigError(
-                    f"data.{key}: expected a positive int, got {getattr(self, key)!r}"
-                )
-
-    @classmethod
-    def from_mapping(cls, data: Any) -> SuperResolutionData:
-        """Parse ``cfg.data``; unknown keys and bad values are a :class:`ConfigError`."""
-        if isinstance(data, cls):
-            return data
-        from nlnet.engine.config.sections import build_section
-
-        return build_section(cls, dict(data or {}), ("data",))
+__all__ = ["SuperResolutionTask", "rgb_to_y", "sr_metrics"]
 
 
 def rgb_to_y(rgb: np.ndarray | torch.Tensor) -> np.ndarray:
@@ -121,7 +77,7 @@ class SuperResolutionTask:
     def __init__(
         self, *, data: SuperResolutionData | Mapping[str, Any] | None = None, upscale: int = 2
     ) -> None:
-        self.data = SuperResolutionData.from_mapping(data)
+        self.data = data_section(SuperResolutionData, data)
         self.upscale = int(upscale)
 
     @classmethod
