@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from nlnet.data.seeding import ItemKey, SeededDataset
 from nlnet.data.video.builder import build_dataset, clear_memory_index, collate_skip_bad
 from nlnet.data.video_io import backends as video_mod
 from nlnet.data.video_io.backends import write_video
@@ -22,7 +23,7 @@ from nlnet.data.video_io.clip_cache import (
 
 TINY = {"type": "folder", "num_frames": 4, "stride": 1, "train_scale": [20, 24], "crop": 16,
         "test_scale": 20, "mean": [0, 0, 0], "std": [1, 1, 1],
-        "cache": False, "seed": 3}  # fmt: skip
+        "cache": False}  # fmt: skip
 
 
 def _frames(n: int = 4, value: int = 7) -> torch.Tensor:
@@ -131,8 +132,10 @@ def test_disk_cache_with_dataloader_workers_matches_the_uncached_batches(root, t
     cached = build_dataset({**cfg, "clip_cache": "disk", "clip_cache_dir": str(tmp_path)}, "train")
     plain = build_dataset(cfg, "train")
 
-    def batches(ds, workers):
-        loader = DataLoader(ds, batch_size=3, num_workers=workers, collate_fn=collate_skip_bad)
+    def batches(ds, workers):  # the training loop's per-item keys: the same random clips
+        keys = [ItemKey.of(3, 0, i) for i in range(len(ds))]
+        loader = DataLoader(SeededDataset(ds), batch_size=3, sampler=keys, num_workers=workers,
+                            collate_fn=collate_skip_bad)  # fmt: skip
         return [b["clip"] for b in loader]
 
     ref = batches(plain, 0)

@@ -114,7 +114,7 @@ def test_a_task_built_from_sections_alone_trains_and_evaluates(tmp_path):
     4.1) and checkpoint metadata out; the same metrics as the task ``from_config`` builds."""
     _write_videos(tmp_path / "videos")
     data = VideoDataConfig(type="folder", root=str(tmp_path / "videos"), num_frames=4, stride=1,
-                           train_scale=(16, 16), crop=16, test_scale=16, cache=False, seed=0)  # fmt: skip
+                           train_scale=(16, 16), crop=16, test_scale=16, cache=False)  # fmt: skip
     evaluation = EvalConfig(clips=2, crops=1, batch_size=2, workers=0)
     task = VideoClassificationTask(data=data, evaluation=evaluation,
                                    augment=AugmentConfig(mixup_alpha=0.4), loss="ce")  # fmt: skip
@@ -137,7 +137,7 @@ def test_a_task_built_from_sections_alone_trains_and_evaluates(tmp_path):
     assert meta["class_names"] == ["left", "right"] and meta["preprocessing"]["num_frames"] == 4
     # the engine's path: the same sections through a config give the same task
     cfg = config_from_dict({"data": {**{k: getattr(data, k) for k in ("type", "root", "num_frames",
-                            "stride", "train_scale", "crop", "test_scale", "cache", "seed")}},
+                            "stride", "train_scale", "crop", "test_scale", "cache")}},
                             "eval": {"clips": 2, "crops": 1, "batch_size": 2, "workers": 0},
                             "augment": {"mixup_alpha": 0.4}, "model": {"num_classes": 2}})  # fmt: skip
     via_config = VideoClassificationTask.from_config(cfg)
