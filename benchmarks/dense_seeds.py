@@ -11,7 +11,12 @@ Usage::
 
     python benchmarks/dense_seeds.py --task segmentation --seeds 0-4    # mIoU
     python benchmarks/dense_seeds.py --task unet --seeds 0-4            # mDice
-    python benchmarks/dense_seeds.py --task unet --report runs/dense-seeds-unet/summary.json
+    python benchmarks/dense_seeds.py --task unet --seeds 100-104 --split val  # screening
+    python benchmarks/dense_seeds.py --task unet --report runs/dense-seeds-unet-test/summary.json
+
+Seed ``k`` draws its own images, initialisation and data order. The screening seeds
+(:data:`nlnet.demo.video_seeds.SCREENING_SEEDS`) give validation figures only: their test
+figures are refused, as by ``nlnet demo --seeds``.
 """
 
 from __future__ import annotations
@@ -26,26 +31,31 @@ from typing import Any
 import torch
 
 from nlnet.demo.jobs import jobs_for
-from nlnet.demo.video_seeds import dense_seed_rows, markdown_table, parse_seeds
+from nlnet.demo.video_seeds import SCREENING_SEEDS, dense_seed_rows, markdown_table, parse_seeds
 
 METRIC = {"segmentation": "mIoU", "unet": "mDice"}
 
 
-def run(task: str, seeds: list[int], out: Path, jobs: int, quick: bool) -> dict[str, Any]:
-    """Train and test both models of every seed (the demo's recipe, or its quick setting)."""
+def run(
+    task: str, seeds: list[int], out: Path, jobs: int, quick: bool, split: str = "test"
+) -> dict[str, Any]:
+    """Train both models of every seed (the demo's recipe, or its quick setting); their figures
+    on ``split``."""
     torch.set_num_threads(1)
     if task == "unet":
         from nlnet.demo.unet import UNetDemoSettings, run_unet_demo
 
         settings = UNetDemoSettings.quick() if quick else None
-        return run_unet_demo(seeds, out_dir=out, settings=settings, jobs=jobs, pictures=False)
+        return run_unet_demo(
+            seeds, out_dir=out, settings=settings, jobs=jobs, pictures=False, split=split
+        )
     from nlnet.demo.dense import DEMO_EPOCHS, run_dense_demo
     from nlnet.demo.digits_dense import DenseDigitsConfig
 
     data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if quick else None
     return run_dense_demo(
         "segmentation", seeds, out_dir=out, data=data, epochs=1 if quick else DEMO_EPOCHS,
-        batch_size=4 if quick else 32, jobs=jobs, pictures=False,
+        batch_size=4 if quick else 32, jobs=jobs, pictures=False, split=split,
     )  # fmt: skip
 
 
@@ -57,26 +67,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", default="runs", help="parent of the outputs (runs)")
     parser.add_argument("--quick", action="store_true", help="tiny setting (numbers meaningless)")
     parser.add_argument("--report", default=None, help="a summary.json to table, no training")
+    parser.add_argument("--split", choices=("test", "val"), default="test",
+                        help="test (reported seeds) or val (screening seeds)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         seeds, jobs = parse_seeds(args.seeds), jobs_for(args.threads)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.output_dir) / f"dense-seeds-{args.task}"
+    screening = [s for s in seeds if s in SCREENING_SEEDS]
+    if args.split == "test" and screening and not args.report:
+        print(f"error: --seeds: {screening} are screening seeds, whose test figures are never "
+              "reported; use --split val for them (docs/demo.md, Protocol)", file=sys.stderr)  # fmt: skip
+        return 2
+    out = Path(args.output_dir) / f"dense-seeds-{args.task}-{args.split}"
     if args.report:
-        summary = json.loads(Path(args.report).read_text())
+        try:
+            summary = json.loads(Path(args.report).read_text())
+        except (OSError, ValueError) as exc:
+            print(f"error: --report: cannot read {args.report}: {exc}", file=sys.stderr)
+            return 2
+        args.split = summary.get("split", "test")
     else:
         start = time.perf_counter()
-        summary = run(args.task, seeds, out, jobs, args.quick)
+        summary = run(args.task, seeds, out, jobs, args.quick, args.split)
         print(f"{len(seeds)} seed(s) in {time.perf_counter() - start:.0f} s", flush=True)
     metric = METRIC[args.task]
     models, rows = dense_seed_rows(summary, metric)
-    table = markdown_table(models, rows, f"test {metric}", f"gap ({models[-1]} - {models[0]})")
+    what = f"{args.split} {metric}"
+    table = markdown_table(models, rows, what, f"gap ({models[-1]} - {models[0]})")
     seeds_run = ", ".join(str(r["seed"]) for r in rows)
-    text = f"{args.task} demo, seeds {seeds_run}: test {metric}\n\n{table}\n"
+    text = f"{args.task} demo, seeds {seeds_run}: {what}\n\n{table}\n"
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(args.output_dir) / f"dense-seeds-{args.task}.md"
+    path = Path(args.output_dir) / f"dense-seeds-{args.task}-{args.split}.md"
     path.write_text(text)
     print(f"{text}\nwritten to {path}")
     return 0

@@ -98,14 +98,39 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path):
            "--quick", "--seeds", "0-1", "--threads", "1", "--output-dir", str(tmp_path)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    text = (tmp_path / "dense-seeds-unet.md").read_text()
+    text = (tmp_path / "dense-seeds-unet-test.md").read_text()
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     assert [line.split("|")[1].strip() for line in lines[2:]] == ["0", "1", "mean", "std", "min"]
-    summary = json.loads((tmp_path / "dense-seeds-unet" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "dense-seeds-unet-test" / "summary.json").read_text())
     first = next(r for r in summary["runs"] if r["seed"] == 0 and r["model"] == "unet2d_nl")
     assert f"| {first['metrics']['mDice']:.1f} |" in lines[2]
-    (tmp_path / "dense-seeds-unet.md").unlink()
+    assert summary["split"] == "test" and len(set(summary["data_roots"].values())) == 2
+    (tmp_path / "dense-seeds-unet-test.md").unlink()
     report = [*cmd[:2], "--task", "unet", "--output-dir", str(tmp_path),
-              "--report", str(tmp_path / "dense-seeds-unet" / "summary.json")]  # fmt: skip
+              "--report", str(tmp_path / "dense-seeds-unet-test" / "summary.json")]  # fmt: skip
     assert subprocess.run(report, capture_output=True, timeout=300, cwd=root).returncode == 0
-    assert (tmp_path / "dense-seeds-unet.md").read_text() == text
+    assert (tmp_path / "dense-seeds-unet-test.md").read_text() == text
+    # screening seeds: validation figures only; a missing summary is one line
+    for extra, message in ((["--seeds", "100"], "are screening seeds"),
+                           (["--report", str(tmp_path / "none.json")], "--report: cannot read")):  # fmt: skip
+        proc = subprocess.run([*cmd[:2], "--task", "unet", *extra], capture_output=True,
+                              text=True, timeout=300, cwd=root)  # fmt: skip
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_dense_demos_give_validation_figures_for_screening(tmp_path):
+    """``split="val"``: the figures are measured on the validation images (another split of
+    the seed's own images), as the screening protocol needs."""
+    from nlnet.demo.unet import UNetDemoSettings, run_unet_demo
+
+    kw = {"settings": UNetDemoSettings.quick(), "pictures": False, "data_root": tmp_path / "d"}
+    val = run_unet_demo([100], out_dir=tmp_path / "v", split="val", log=lambda _: None, **kw)
+    test = run_unet_demo([100], out_dir=tmp_path / "t", log=lambda _: None, **kw)
+    assert val["split"] == "val" and test["split"] == "test"
+    (v,), (t,) = (
+        (r for r in val["runs"] if r["model"] == "unet2d_nl"),
+        (r for r in test["runs"] if r["model"] == "unet2d_nl"),
+    )
+    assert v["train_s"] > 0 and v["metrics"] != t["metrics"]  # the same model, other images
+    with pytest.raises(ValueError, match="split"):
+        run_unet_demo([0], out_dir=tmp_path / "x", split="train", **kw)

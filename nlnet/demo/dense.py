@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from nlnet.data.segmentation.images import SegmentationFolder
-from nlnet.demo.digits_dense import CATEGORIES, DenseDigitsConfig, prepare_dense_digits
+from nlnet.demo.digits_dense import CATEGORIES, DenseDigitsConfig, seed_data
 from nlnet.demo.jobs import Jobs, write_summary
 from nlnet.engine.tasks.segmentation import SegmentationTask
 from nlnet.models import create_model
@@ -113,7 +113,7 @@ def _pictures(
 
 
 def fit_and_test(
-    name: str, root: Path, seed_dir: Path, seed: int, recipe: dict[str, Any]
+    name: str, root: Path, seed_dir: Path, seed: int, recipe: dict[str, Any], split: str = "test"
 ) -> dict[str, Any]:
     """One model of one seed: train through the engine's loop, test mIoU, save its weights to
     ``seed_dir/<name>.pt``. A job of :class:`nlnet.demo.jobs.Jobs` (one thread, side by side).
@@ -124,7 +124,7 @@ def fit_and_test(
     seg = SegmentationTask(len(CLASS_NAMES), CLASS_NAMES, data={"root": str(root)})
     train_set = seg.build_dataset("train")
     test_loader = DataLoader(
-        SegmentationFolder(root, "test", num_classes=len(CLASS_NAMES)), batch_size=64,
+        SegmentationFolder(root, split, num_classes=len(CLASS_NAMES)), batch_size=64,
         collate_fn=seg.collate,
     )  # fmt: skip
     torch.manual_seed(seed)
@@ -155,8 +155,12 @@ def run_dense_demo(
     device: str = "cpu",
     jobs: int = 1,
     log: Callable[[str], None] = print,
+    split: str = "test",
 ) -> dict[str, Any]:
     """Train the baseline and the non-local model for each seed; test mIoU and per-class IoU.
+
+    Seed ``k`` draws its own images (``DenseDigitsConfig(seed=k)``) and its own initialisation
+    and data order, as the video demo does.
 
     ``jobs`` trainings run side by side, one PyTorch thread each
     (:class:`nlnet.demo.jobs.Jobs`, like the video and U-Net demos): the figures do not
@@ -164,36 +168,42 @@ def run_dense_demo(
 
     Args:
         task: ``"segmentation"`` (the detection demo is not available yet).
-        seeds: initialisation / shuffling seeds (the dataset is the same for all seeds).
+        seeds: data, initialisation and shuffling seeds.
         out_dir: where checkpoints, pictures and ``summary.json`` go.
-        data: the task's configuration (default :class:`DenseDigitsConfig`).
-        data_root: where the PNG/COCO files go (default: a cache folder).
+        data: the task's configuration (default :class:`DenseDigitsConfig`; its ``seed`` is
+            replaced by each seed).
+        data_root: the folder of the PNG/COCO folders, one per seed (default: a cache folder).
         epochs, batch_size, lr: the training recipe (AdamW, one-cycle).
         pictures: write ``predictions.png`` per seed.
         device: ``cpu``, ``cuda`` or ``cuda:N`` (training and evaluation).
         jobs: trainings side by side (CPU; one on a GPU).
         log: where progress lines go.
+        split: the figures' split: ``"test"`` (reported seeds) or ``"val"`` (screening seeds:
+            docs/demo.md, Protocol).
 
     Returns:
-        ``{"runs": [{"seed", "model", "params", "train_s", "metrics"}...], "data_root": ...}``.
+        ``{"runs": [{"seed", "model", "params", "train_s", "metrics"}...], "data_roots": ...}``
+        (``metrics`` on ``split``).
     """
     if task not in DENSE_MODELS:
         raise ValueError(
             f"task: expected one of {sorted(DENSE_MODELS)} (the detection demo is not "
             f"available yet), got {task!r}"
         )
+    if split not in ("test", "val"):
+        raise ValueError(f"split: expected 'test' or 'val', got {split!r}")
     t0 = time.perf_counter()
-    root = prepare_dense_digits(data or DenseDigitsConfig(), data_root)
-    log(f"data: {root} ({time.perf_counter() - t0:.0f} s)")
+    roots = {seed: seed_data(data or DenseDigitsConfig(), seed, data_root) for seed in seeds}
+    log(f"data: {', '.join(map(str, roots.values()))} ({time.perf_counter() - t0:.0f} s)")
     out = Path(out_dir)
     jobs = jobs if device == "cpu" else 1
     recipe = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "device": device}
     with Jobs(jobs) as pool:
-        calls = [(name, root, out / f"seed{seed}", seed, recipe)
+        calls = [(name, roots[seed], out / f"seed{seed}", seed, recipe, split)
                  for seed in seeds for name in DENSE_MODELS[task]]  # fmt: skip
         runs = pool.starmap(fit_and_test, calls)
-    test_set = SegmentationFolder(root, "test", num_classes=len(CLASS_NAMES))
     for seed in seeds:
+        test_set = SegmentationFolder(roots[seed], split, num_classes=len(CLASS_NAMES))
         models: dict[str, nn.Module] = {}
         seed_runs = [r for r in runs if r["seed"] == seed]
         for r in seed_runs:
@@ -205,7 +215,8 @@ def run_dense_demo(
             seed_runs[-1]["pictures"] = _pictures(path, models, test_set)
     summary = write_summary(out, {
         "task": task,
-        "data_root": str(root),
+        "split": split,
+        "data_roots": {str(k): str(v) for k, v in roots.items()},
         "runs": runs,
         "wall_s": time.perf_counter() - t0,
         "jobs": jobs,

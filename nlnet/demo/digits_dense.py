@@ -47,6 +47,7 @@ __all__ = [
     "DenseDigitsConfig",
     "generate_dense_image",
     "prepare_dense_digits",
+    "seed_data",
 ]
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
@@ -79,7 +80,7 @@ class DenseDigitsConfig:
     digits: tuple[int, ...] = (0, 1, 2, 3)
     noise: float = 0.05
     num_train: int = 2000
-    num_val: int = 100
+    num_val: int = 300
     num_test: int = 300
     split_fractions: tuple[float, float, float] = (0.6, 0.15, 0.25)
     seed: int = 0
@@ -223,6 +224,14 @@ def default_dense_cache_dir() -> Path:
     """``$NLNET_CACHE`` or ``~/.cache/nlnet``, sub-folder ``dense_digits``."""
     base = os.environ.get("NLNET_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "nlnet")
     return Path(base) / "dense_digits"
+
+
+def seed_data(cfg: DenseDigitsConfig, seed: int, base: str | os.PathLike | None = None) -> Path:
+    """The images of ``cfg`` drawn with ``seed`` (:func:`prepare_dense_digits`), in
+    ``<base>/<fingerprint>`` (default base: the cache folder): one folder per seed."""
+    cfg = dataclasses.replace(cfg, seed=int(seed))
+    base = Path(base) if base is not None else default_dense_cache_dir()
+    return prepare_dense_digits(cfg, base / cfg.fingerprint())
 
 
 def prepare_dense_digits(

@@ -98,10 +98,11 @@ def _picture(path: Path, models: dict[str, nn.Module], test: Any) -> None:
 
 
 def fit_and_test(
-    name: str, s: UNetDemoSettings, root: Path, run_dir: Path, seed: int, device: str
-) -> dict[str, Any]:
+    name: str, s: UNetDemoSettings, root: Path, run_dir: Path, seed: int, device: str,
+    split: str = "test",
+) -> dict[str, Any]:  # fmt: skip
     """One model of one seed: train on ``root``'s train split through the engine's loop, test on
-    its test split. A job of :class:`nlnet.demo.jobs.Jobs` (one thread, side by side).
+    its ``split`` split. A job of :class:`nlnet.demo.jobs.Jobs` (one thread, side by side).
 
     Returns:
         ``{"seed", "model", "params", "train_s", "metrics", "state"}`` (``state`` on the CPU).
@@ -113,7 +114,7 @@ def fit_and_test(
 
     seg = SegmentationTask(len(CLASS_NAMES), CLASS_NAMES, data={"root": str(root)})
     train_set = seg.build_dataset("train")
-    test = SegmentationFolder(root, "test", num_classes=len(CLASS_NAMES))
+    test = SegmentationFolder(root, split, num_classes=len(CLASS_NAMES))
     loader = DataLoader(test, batch_size=64, collate_fn=seg.collate)
     cfg = _config(name, s, root, run_dir, seed, device)
     torch.manual_seed(seed)
@@ -137,29 +138,34 @@ def run_unet_demo(
     pictures: bool = True,
     jobs: int = 1,
     log: Callable[[str], None] = print,
+    split: str = "test",
 ) -> dict[str, Any]:
     """Train ``unet2d`` and ``unet2d_nl`` for each seed; test mIoU and Dice.
 
     ``jobs`` trainings run side by side, one PyTorch thread each
-    (:class:`nlnet.demo.jobs.Jobs`): the figures do not depend on it.
+    (:class:`nlnet.demo.jobs.Jobs`): the figures do not depend on it. Seed ``k`` draws its own
+    images (``DenseDigitsConfig(seed=k)``), initialisation and data order; ``split="val"``
+    gives the validation figures of screening seeds (docs/demo.md, Protocol).
 
     Returns:
-        ``{"settings", "data_root", "runs": [{"seed", "model", "params", "train_s",
-        "metrics"}], "wall_s"}``.
+        ``{"settings", "split", "data_roots", "runs": [{"seed", "model", "params", "train_s",
+        "metrics"}], "wall_s"}`` (``metrics`` on ``split``).
     """
     from nlnet.data.segmentation.images import SegmentationFolder
-    from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
+    from nlnet.demo.digits_dense import DenseDigitsConfig, seed_data
     from nlnet.demo.jobs import Jobs, write_summary
     from nlnet.models import create_model
 
+    if split not in ("test", "val"):
+        raise ValueError(f"split: expected 'test' or 'val', got {split!r}")
     s = settings or UNetDemoSettings()
     t0 = time.perf_counter()
-    data = DenseDigitsConfig(num_train=s.num_train, num_val=4, num_test=s.num_test)
-    root = prepare_dense_digits(data, data_root)
+    data = DenseDigitsConfig(num_train=s.num_train, num_val=s.num_test, num_test=s.num_test)
+    roots = {seed: seed_data(data, seed, data_root) for seed in seeds}
     out = Path(out_dir)
     jobs = jobs if device == "cpu" else 1
     with Jobs(jobs) as pool:
-        calls = [(name, s, root, out / f"seed{seed}" / name, seed, device)
+        calls = [(name, s, roots[seed], out / f"seed{seed}" / name, seed, device, split)
                  for seed in seeds for name in MODELS]  # fmt: skip
         runs = pool.starmap(fit_and_test, calls)
     for r in runs:
@@ -174,14 +180,21 @@ def run_unet_demo(
                 depth=s.depth,
             )  # fmt: skip
             models[r["model"]].load_state_dict(r["state"])
-        test = SegmentationFolder(root, "test", num_classes=len(CLASS_NAMES))
+        test = SegmentationFolder(roots[seeds[-1]], split, num_classes=len(CLASS_NAMES))
         _picture(out / "predictions.png", models, test)
     for r in runs:
         del r["state"]
     wall = time.perf_counter() - t0
     summary = write_summary(
         out,
-        {"settings": asdict(s), "data_root": str(root), "runs": runs, "wall_s": wall, "jobs": jobs},
+        {
+            "settings": asdict(s),
+            "split": split,
+            "runs": runs,
+            "wall_s": wall,
+            "jobs": jobs,
+            "data_roots": {str(k): str(v) for k, v in roots.items()},
+        },  # fmt: skip
     )
     log(format_unet_table(runs))
     return summary
