@@ -242,7 +242,9 @@ def test_recipe_overrides_are_typed_and_bad_ones_are_one_line(capsys):
     assert (changed.lr, changed.task.num_train, changed.epochs) == (3e-3, 8000, 6)
     assert changed.task.seed == 3 and s.lr == 2e-3  # a copy; the seed is not a recipe setting
     assert s.override("task.digits=[0, 1, 2]").task.digits == (0, 1, 2)
+    assert s.override("models=[c2d_tiny_res1]").models == ("c2d_tiny_res1",)
     for item, message in (("lr", "expected KEY=VALUE"), ("foo=1", "unknown key 'foo'"),
+                          ("models=[nope]", "unknown model 'nope'"),
                           ("epochs=2.5", "expected int"), ("task.seed=1", "unknown key"),
                           ("task.num_frames=1", "num_frames must be >= 2")):  # fmt: skip
         with pytest.raises(ValueError, match=message):

@@ -95,7 +95,8 @@ class DemoSettings:
 
     def override(self, item: str) -> DemoSettings:
         """A copy with one ``KEY=VALUE`` setting changed (``task.KEY`` for the task's), the value
-        read as YAML (``3e-3``, ``8000``, ``[0, 1, 2, 3]``) and checked against the field's type.
+        read as YAML (``3e-3``, ``8000``, ``[0, 1, 2, 3]``) and checked against the field's type;
+        ``models=[c2d_tiny_res1]`` trains only the models named (registered names).
 
         Raises:
             ValueError: not ``KEY=VALUE``, an unknown key, or a value of another type.
@@ -109,8 +110,9 @@ class DemoSettings:
         value = yaml.safe_load(text)
         target, name = (self.task, key[5:]) if key.startswith("task.") else (self, key)
         fields = {f.name: f for f in dataclasses.fields(target)}
-        if name not in fields or name in ("task", "models", "seed"):
-            valid = [f for f in fields if f not in ("task", "models", "seed")]
+        fixed = ("task", "seed") if target is self.task else ("task",)
+        if name not in fields or name in fixed:
+            valid = [f for f in fields if f not in fixed]
             where = "task." if target is self.task else ""
             raise ValueError(f"unknown key {key!r}; valid: {', '.join(where + f for f in valid)}")
         old = getattr(target, name)
@@ -123,6 +125,13 @@ class DemoSettings:
                 pass
         if old is not None and value is not None and type(value) is not type(old):
             raise ValueError(f"expected {type(old).__name__}, got {text.strip()!r}")
+        if name == "models" and target is self:
+            from nlnet.models.registry import get_model_entry
+
+            if not value:
+                raise ValueError("expected at least one model name")
+            for model in value:
+                get_model_entry(str(model))  # an unknown name: a ValueError listing close ones
         if target is self.task:
             return dataclasses.replace(self, task=dataclasses.replace(self.task, **{name: value}))
         return dataclasses.replace(self, **{name: value})
