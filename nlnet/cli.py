@@ -32,7 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _usage() -> str:
+def usage_text() -> str:
+    """The top-level usage: the commands of :data:`COMMANDS` with their one-line summaries."""
     width = max(map(len, COMMANDS))
     lines = ["usage: nlnet [--debug] COMMAND [options]   (nlnet COMMAND --help for details)", "",
              "commands:"]  # fmt: skip
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``nlnet`` console script and of ``python -m nlnet``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
+        print(usage_text())
         return 0
     if argv[0] == "--version":
         from nlnet import __version__
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             return main(argv)
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        print(f"nlnet: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
+        print(f"nlnet: unknown command {command!r}\n\n{usage_text()}", file=sys.stderr)
         return 2
     # Options and KEY=VALUE overrides may come in any order.
     try:

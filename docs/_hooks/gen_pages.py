@@ -336,7 +336,7 @@ def config_page() -> str:
 # ------------------------------------------------------------------------------ CLI
 def cli_page() -> str:
     """``nlnet --help`` and every command's ``--help``, from the argparse parsers."""
-    from nlnet.cli import COMMANDS, _usage, build_parser
+    from nlnet.cli import COMMANDS, usage_text, build_parser
 
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"  # argparse wraps to this width: stable pages
@@ -350,7 +350,7 @@ def cli_page() -> str:
             "its traceback.",
             "",
             "```text",
-            _usage(),
+            usage_text(),
             "```",
             "",
         ]

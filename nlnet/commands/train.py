@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 EXAMPLES = """examples:
   # the paper's Kinetics recipe (C2D ResNet-50, 5 non-local blocks), data in data/kinetics400
@@ -68,7 +69,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted overrides")
 
 
-def _config_for(args: argparse.Namespace):
+def config_for(args: argparse.Namespace) -> Any:
+    """The engine config of ``nlnet train``'s arguments: the config file, ``KEY=VALUE``
+    overrides and the command-line options (device, output and resume folders) applied."""
     from nlnet.commands.common import data_backend_arg, device_arg, output_dir_arg
     from nlnet.engine.config import ConfigError, load_config, replace
 
@@ -125,7 +128,7 @@ def main(args: argparse.Namespace) -> int:
     if args.list_configs:
         print("\n".join(list_configs()))
         return 0
-    cfg = _config_for(args)
+    cfg = config_for(args)
     _check_model_name(cfg.model.name)
     if args.print_config:
         import yaml

@@ -147,7 +147,7 @@ def test_resume_after_a_kill_before_the_first_checkpoint_does_not_duplicate_rows
 
 
 def test_resume_runs_to_the_configured_end(tmp_path):
-    from nlnet.commands.train import _config_for, configure_parser
+    from nlnet.commands.train import config_for, configure_parser
 
     cfg = _short_run_config(tmp_path, **{"train.stop_after": 2})
     assert _run(cfg)["iterations"] == 2
@@ -158,7 +158,7 @@ def test_resume_runs_to_the_configured_end(tmp_path):
     parser = argparse.ArgumentParser()
     configure_parser(parser)
     args = parser.parse_args(["--output-dir", cfg.output_dir, "--resume"])
-    resumed = _config_for(args)
+    resumed = config_for(args)
     assert resumed.train.stop_after == 0
     s = _run(resumed, resume=True)
     assert s["iterations"] == 6 and not s["stopped"]

@@ -152,16 +152,16 @@ def test_failed_start_leaves_no_directory_or_lock(tmp_path, capsys):
 def test_lock_only_directory_counts_as_empty(tmp_path, monkeypatch):
     import argparse
 
-    from nlnet.commands.train import _config_for
+    from nlnet.commands.train import config_for
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "folder_tiny").mkdir(parents=True)
     (tmp_path / "runs" / "folder_tiny" / ".lock").write_text("pid 1\n")
     args = argparse.Namespace(config="smoke/folder_tiny", resume=None, force=False,
                               output_dir=None, device=None, overrides=[])  # fmt: skip
-    assert _config_for(args).output_dir == "runs/folder_tiny"  # not runs/folder_tiny-<time>
+    assert config_for(args).output_dir == "runs/folder_tiny"  # not runs/folder_tiny-<time>
     (tmp_path / "runs" / "folder_tiny" / "metrics.jsonl").write_text("{}\n")
-    assert _config_for(args).output_dir.startswith("runs/folder_tiny-")
+    assert config_for(args).output_dir.startswith("runs/folder_tiny-")
 
 
 def test_corrupted_index_entry_is_probed_again(tmp_path):
