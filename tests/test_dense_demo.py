@@ -152,10 +152,20 @@ def test_dense_seeds_super_resolution_table_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = (tmp_path / "dense-seeds-super-resolution-val.md").read_text()
     lines = [line for line in text.splitlines() if line.startswith("| ")]
-    assert [line.split("|")[1].strip() for line in lines[2:7]] == ["100", "101", "mean", "std", "min"]
-    summary = json.loads((tmp_path / "dense-seeds-super-resolution-val" / "summary.json").read_text())
+    assert [line.split("|")[1].strip() for line in lines[2:7]] == [
+        "100",
+        "101",
+        "mean",
+        "std",
+        "min",
+    ]
+    summary = json.loads(
+        (tmp_path / "dense-seeds-super-resolution-val" / "summary.json").read_text()
+    )
     assert summary["split"] == "val" and summary["settings"]["steps"] == 2
-    first = next(r for r in summary["runs"] if r["seed"] == 100 and r["model"] == "edsr_baseline_res1")
+    first = next(
+        r for r in summary["runs"] if r["seed"] == 100 and r["model"] == "edsr_baseline_res1"
+    )
     assert f"| {first['metrics']['psnr_y']:.2f} |" in lines[2] and "val PSNR-Y" in lines[0]
     params = summary["cost"]["edsr_baseline_nl"]["params"]
     assert any(line.startswith(f"| edsr_baseline_nl | {params:,} |") for line in lines)
