@@ -66,7 +66,7 @@ class SRDemoSettings:
     n_feats: int = 32
     patch: int = 24  # low-resolution training patch
     batch_size: int = 16
-    steps: int = 300
+    steps: int = 600  # chosen on the screening seeds (docs/usecases.md)
     lr: float = 1e-3
     bicubic_residual: bool = True  # learn the residual over bicubic (see EDSR's option)
     eval_tile: int = 64  # high-resolution test tiles
