@@ -13,8 +13,14 @@ Usage::
     python benchmarks/dense_seeds.py --task unet --seeds 0-4            # mDice
     python benchmarks/dense_seeds.py --task unet --seeds 100-104 --split val  # screening
     python benchmarks/dense_seeds.py --task unet --report runs/dense-seeds-unet-test/summary.json
+    python benchmarks/dense_seeds.py --task super-resolution --seeds 0-4 --threads 1   # PSNR-Y
+    python benchmarks/dense_seeds.py --task super-resolution --seeds 100-104 --split val \
+        --set steps=600 --output-dir runs/sr-600    # a candidate recipe, screened
 
-Seed ``k`` draws its own images, initialisation and data order. The screening seeds
+Seed ``k`` draws its own images (segmentation, U-Net; the super-resolution photographs' bands are
+fixed), initialisation and data order. ``--set KEY=VALUE`` changes one setting of the
+super-resolution demo (:class:`nlnet.demo.sr.SRDemoSettings`, e.g. ``steps=600``,
+``photos=builtin``); its table also gives both models' parameters and multiply-adds. The screening seeds
 (:data:`nlnet.demo.video_seeds.SCREENING_SEEDS`) give validation figures only: their test
 figures are refused, as by ``nlnet demo --seeds``.
 """
@@ -33,15 +39,50 @@ import torch
 from nlnet.demo.jobs import jobs_for
 from nlnet.demo.video_seeds import SCREENING_SEEDS, dense_seed_rows, markdown_table, parse_seeds
 
-METRIC = {"segmentation": "mIoU", "unet": "mDice"}
+METRIC = {"segmentation": "mIoU", "unet": "mDice", "super-resolution": "psnr_y"}
+LABEL = {"psnr_y": "PSNR-Y (dB)"}
+
+
+def sr_settings(changes: list[str], quick: bool) -> Any:
+    """The super-resolution demo's settings (quick or not) with ``--set KEY=VALUE`` changes.
+
+    Raises:
+        ValueError: one line naming ``--set``: not ``KEY=VALUE``, an unknown key, a bad value.
+    """
+    from dataclasses import asdict, fields
+
+    from nlnet.demo.sr import SRDemoSettings
+
+    base = SRDemoSettings.quick() if quick else SRDemoSettings()
+    values, kinds = asdict(base), {f.name: type(getattr(base, f.name)) for f in fields(base)}
+    for change in changes:
+        key, eq, text = change.partition("=")
+        if not eq or key not in kinds:
+            raise ValueError(f"--set: expected KEY=VALUE with KEY one of {sorted(kinds)}, "
+                             f"got {change!r}")  # fmt: skip
+        try:
+            kind = kinds[key]
+            values[key] = text.lower() in ("1", "true", "yes") if kind is bool else kind(text)
+        except ValueError:
+            raise ValueError(f"--set {key}: expected {kinds[key].__name__}, got {text!r}") from None
+    try:
+        return SRDemoSettings(**values)
+    except ValueError as exc:
+        raise ValueError(f"--set: {exc}") from None
 
 
 def run(
-    task: str, seeds: list[int], out: Path, jobs: int, quick: bool, split: str = "test"
-) -> dict[str, Any]:
-    """Train both models of every seed (the demo's recipe, or its quick setting); their figures
-    on ``split``."""
+    task: str, seeds: list[int], out: Path, jobs: int, quick: bool, split: str = "test",
+    changes: list[str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Train both models of every seed (the demo's recipe, or its quick setting; ``changes``:
+    ``--set`` of the super-resolution demo); their figures on ``split``."""
     torch.set_num_threads(1)
+    if task == "super-resolution":
+        from nlnet.demo.sr import run_sr_demo
+
+        return run_sr_demo(seeds, out_dir=out, settings=sr_settings(changes or [], quick),
+                           jobs=jobs, pictures=False, split=split)  # fmt: skip
     if task == "unet":
         from nlnet.demo.unet import UNetDemoSettings, run_unet_demo
 
@@ -59,6 +100,20 @@ def run(
     )  # fmt: skip
 
 
+def cost_lines(summary: dict[str, Any]) -> str:
+    """The models' parameters and multiply-adds (``summary["cost"]``, super-resolution), and the
+    settings that differ from the demo's default, as lines under the table ("" without them)."""
+    cost = summary.get("cost")
+    if not cost:
+        return ""
+    lines = ["", "| model | params | MACs / training patch | MACs / test tile |",
+             "| --- | --- | --- | --- |"]  # fmt: skip
+    for model, c in cost.items():
+        lines.append(f"| {model} | {c['params']:,} | {c['macs_patch'] / 1e6:.1f} M | "
+                     f"{c['macs_tile'] / 1e6:.1f} M |")  # fmt: skip
+    return "\n".join(lines) + f"\n\nsettings: {summary.get('settings')}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=sorted(METRIC), default="segmentation")
@@ -69,9 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", default=None, help="a summary.json to table, no training")
     parser.add_argument("--split", choices=("test", "val"), default="test",
                         help="test (reported seeds) or val (screening seeds)")  # fmt: skip
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="super-resolution: change one demo setting (repeatable)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         seeds, jobs = parse_seeds(args.seeds), jobs_for(args.threads)
+        if args.set and args.task != "super-resolution":
+            raise ValueError(f"--set: for --task super-resolution, not --task {args.task}")
+        if args.task == "super-resolution":
+            sr_settings(args.set, args.quick)  # the one check, before any work
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -90,14 +151,15 @@ def main(argv: list[str] | None = None) -> int:
         args.split = summary.get("split", "test")
     else:
         start = time.perf_counter()
-        summary = run(args.task, seeds, out, jobs, args.quick, args.split)
+        summary = run(args.task, seeds, out, jobs, args.quick, args.split, args.set)
         print(f"{len(seeds)} seed(s) in {time.perf_counter() - start:.0f} s", flush=True)
     metric = METRIC[args.task]
     models, rows = dense_seed_rows(summary, metric)
-    what = f"{args.split} {metric}"
-    table = markdown_table(models, rows, what, f"gap ({models[-1]} - {models[0]})")
+    what = f"{args.split} {LABEL.get(metric, metric)}"
+    digits = 2 if metric == "psnr_y" else 1
+    table = markdown_table(models, rows, what, f"gap ({models[-1]} - {models[0]})", digits)
     seeds_run = ", ".join(str(r["seed"]) for r in rows)
-    text = f"{args.task} demo, seeds {seeds_run}: {what}\n\n{table}\n"
+    text = f"{args.task} demo, seeds {seeds_run}: {what}\n\n{table}\n{cost_lines(summary)}"
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     path = Path(args.output_dir) / f"dense-seeds-{args.task}-{args.split}.md"
     path.write_text(text)

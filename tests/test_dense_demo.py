@@ -134,3 +134,46 @@ def test_dense_demos_give_validation_figures_for_screening(tmp_path):
     assert v["train_s"] > 0 and v["metrics"] != t["metrics"]  # the same model, other images
     with pytest.raises(ValueError, match="split"):
         run_unet_demo([0], out_dir=tmp_path / "x", split="train", **kw)
+
+
+def test_dense_seeds_super_resolution_table_end_to_end(tmp_path):
+    """``benchmarks/dense_seeds.py --task super-resolution`` on the quick setting: the screening
+    seeds' validation PSNR-Y per seed with mean / std / min, the models' parameters and
+    multiply-adds under it; ``--set`` changes a setting and a bad one is one line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, str(root / "benchmarks" / "dense_seeds.py"), "--task",
+           "super-resolution", "--quick", "--threads", "1", "--output-dir", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run([*cmd, "--seeds", "100-101", "--split", "val", "--set", "steps=2"],
+                          capture_output=True, text=True, timeout=600, cwd=root)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (tmp_path / "dense-seeds-super-resolution-val.md").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert [line.split("|")[1].strip() for line in lines[2:7]] == [
+        "100",
+        "101",
+        "mean",
+        "std",
+        "min",
+    ]
+    summary = json.loads(
+        (tmp_path / "dense-seeds-super-resolution-val" / "summary.json").read_text()
+    )
+    assert summary["split"] == "val" and summary["settings"]["steps"] == 2
+    first = next(
+        r for r in summary["runs"] if r["seed"] == 100 and r["model"] == "edsr_baseline_res1"
+    )
+    assert f"| {first['metrics']['psnr_y']:.2f} |" in lines[2] and "val PSNR-Y" in lines[0]
+    params = summary["cost"]["edsr_baseline_nl"]["params"]
+    assert any(line.startswith(f"| edsr_baseline_nl | {params:,} |") for line in lines)
+    for extra, message in ((["--set", "photos=web"], "--set: photos: expected one of"),
+                           (["--set", "stepz=3"], "--set: expected KEY=VALUE"),
+                           (["--set", "steps=many"], "--set steps: expected int"),
+                           (["--seeds", "100"], "are screening seeds")):  # fmt: skip
+        proc = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=300,
+                              cwd=root)  # fmt: skip
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1

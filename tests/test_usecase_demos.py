@@ -20,11 +20,49 @@ def test_super_resolution_demo_quick(tmp_path, capsys):
                "--output-dir", str(tmp_path)])  # fmt: skip
     assert rc == 0
     summary, files = _summary(tmp_path, "super-resolution")
-    assert [r["model"] for r in summary["runs"]] == ["edsr_baseline", "edsr_baseline_nl"]
-    for r in summary["runs"]:
-        assert r["metrics"]["images"] == 4 and 15 < r["metrics"]["bicubic_psnr_y"] < 50
+    assert [r["model"] for r in summary["runs"]] == ["edsr_baseline_res1", "edsr_baseline_nl"]
+    assert summary["settings"]["photos"] == "self_similar" and summary["split"] == "test"
+    for r in summary["runs"]:  # one tile of each of the 5 self-similar photographs' test band
+        assert r["metrics"]["images"] == 5 and 15 < r["metrics"]["bicubic_psnr_y"] < 50
+        assert r["cpu_s"] > 0
+    assert set(summary["cost"]) == {"edsr_baseline_res1", "edsr_baseline_nl"}
     assert any(f.name == "crops.png" and f.stat().st_size > 1000 for f in files)
     assert "PSNR-Y" in capsys.readouterr().out
+
+
+def test_super_resolution_demo_validation_split_and_its_errors(tmp_path):
+    """``split="val"`` measures the same models on the val bands (screening, docs/demo.md);
+    the built-in photographs have no val split; an unknown ``photos`` is one line."""
+    from nlnet.demo.sr import SRDemoSettings, run_sr_demo
+
+    kw = {"settings": SRDemoSettings.quick(), "pictures": False, "log": lambda _: None}
+    val = run_sr_demo([100], out_dir=tmp_path / "v", split="val", **kw)
+    test = run_sr_demo([100], out_dir=tmp_path / "t", **kw)
+    assert val["split"] == "val" and test["split"] == "test"
+    v, t = val["runs"][1], test["runs"][1]
+    assert v["model"] == t["model"] == "edsr_baseline_nl"
+    assert v["metrics"]["bicubic_psnr_y"] != t["metrics"]["bicubic_psnr_y"]  # other pixels
+    with pytest.raises(ValueError, match="split"):
+        run_sr_demo([0], out_dir=tmp_path / "x", split="train", **kw)
+    builtin = SRDemoSettings(photos="builtin", n_resblocks=1, n_feats=8, steps=1)
+    with pytest.raises(ValueError, match="'builtin' photos have no 'val'"):
+        run_sr_demo([0], out_dir=tmp_path / "x", settings=builtin, split="val")
+    with pytest.raises(ValueError) as err:
+        SRDemoSettings(photos="web")
+    assert str(err.value).startswith("photos: expected one of") and "\n" not in str(err.value)
+
+
+def test_super_resolution_demo_models_have_about_equal_parameters_and_compute():
+    """The demo's two models (default sizes) differ by less than 5 % in parameters and in
+    multiply-adds, on a training patch and on a test tile (nlnet.analysis.cost on meta), while
+    each adds at least 0.5 % to plain EDSR (the counts see the block and the control unit)."""
+    from nlnet.demo.sr import MODELS, SRDemoSettings, sr_model_cost
+
+    control, nl = (sr_model_cost(name, SRDemoSettings()) for name in MODELS)
+    plain = sr_model_cost("edsr_baseline", SRDemoSettings())
+    for key in ("params", "macs_patch", "macs_tile"):
+        assert abs(nl[key] / control[key] - 1) < 0.05, key
+        assert min(nl[key], control[key]) > 1.005 * plain[key], key
 
 
 def test_unet_demo_quick(tmp_path, capsys):

@@ -18,7 +18,7 @@ EXAMPLES = """examples:
   nlnet demo --seeds 0-9 --report  # the table from the runs already in --output-dir
   nlnet demo --task order          # the order control: C2D + NL cannot tell, a temporal block can
   nlnet demo --task segmentation   # dense demo: seg_tiny vs. seg_tiny_nl on digit images (Sec. 5)
-  nlnet demo --task super-resolution  # EDSR vs. EDSR + NL on scikit-image/-learn photographs
+  nlnet demo --task super-resolution  # EDSR + NL vs. equal-cost EDSR on self-similar photos
   nlnet demo --task unet           # U-Net vs. U-Net + bottleneck block on digit images
   nlnet demo --device cuda --output-dir runs
 """

@@ -120,7 +120,8 @@ def dense_seed_rows(summary: dict[str, Any], metric: str) -> tuple[list[str], li
     """Per seed of a dense demo's ``summary.json`` (segmentation or U-Net: ``runs`` of every
     seed and model): each model's test ``metric`` (e.g. ``mIoU``, ``mDice``), the gap of the
     second model (with the block) to the first, and the training wall seconds of the slower
-    model (they train side by side); no CPU time."""
+    model (they train side by side); the CPU seconds of all its models where the runs record
+    ``cpu_s`` (super-resolution), else none."""
     models: list[str] = []
     for r in summary["runs"]:
         models += [r["model"]] if r["model"] not in models else []
@@ -132,23 +133,27 @@ def dense_seed_rows(summary: dict[str, Any], metric: str) -> tuple[list[str], li
             row[m] = float(runs[m]["metrics"][metric]) if m in runs else math.nan
         row["gap"] = row[models[-1]] - row[models[0]] if len(models) > 1 else math.nan
         row["wall"] = max(float(r["train_s"]) for r in runs.values())
-        row["cpu"] = math.nan
+        cpu = [r.get("cpu_s") for r in runs.values()]
+        row["cpu"] = math.nan if None in cpu else float(sum(cpu))
         rows.append(row)
     return models, rows
 
 
-def markdown_table(models: list[str], rows: list[dict[str, Any]], what: str, gap: str) -> str:
+def markdown_table(
+    models: list[str], rows: list[dict[str, Any]], what: str, gap: str, digits: int = 1
+) -> str:
     """A Markdown table of per-seed rows (``seed``, each model's figure, ``gap``, ``wall``,
     ``cpu``) plus mean, standard deviation (sample, n - 1) and minimum rows over the seeds; NaN
     (a model missing, an old summary without CPU time) shows as ``–`` and is left out of the
-    statistics. ``what`` names the figure (``test top-1``), ``gap`` the gap column."""
+    statistics. ``what`` names the figure (``test top-1``), ``gap`` the gap column, ``digits``
+    the decimals of the figures and the gap."""
     cols = [*models, "gap", "wall", "cpu"]
     heads = [f"{m} {what}" for m in models] + [gap, "wall", "CPU"]
     units = {"wall": " s", "cpu": " s"}
-    digits = {"wall": 0, "cpu": 0}
+    places = {"wall": 0, "cpu": 0}
 
     def cell(c: str, value: float) -> str:
-        return _cell(value, digits.get(c, 1), units.get(c, ""), "+" if c == "gap" else "")
+        return _cell(value, places.get(c, digits), units.get(c, ""), "+" if c == "gap" else "")
 
     lines = ["| seed | " + " | ".join(heads) + " |", "| --- " * (len(cols) + 1) + "|"]
     for row in rows:

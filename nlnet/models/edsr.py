@@ -16,6 +16,12 @@ network, the block's norm is the affine-only one (``norm="affine"``: per-channel
 shift, scale 0 at the start, no batch statistics), so a new block is the identity
 ("Non-local Neural Networks", arXiv:1711.07971, Sec. 4.1).
 
+``edsr_baseline_res1`` is the control of Sec. 4.1 (the gain is not just more capacity): in the
+block's place, a plain bottleneck residual unit (:class:`ResidualControl2d`, ``1x1 -> 3x3 -> 1x1``,
+no BatchNorm, last convolution zero so it starts as the identity) whose inner width gives it about
+the block's parameters; it adds about the block's multiply-adds too, but sees only a 3x3
+neighbourhood.
+
 ``num_classes`` is the number of output channels (3: RGB), as the engine's one name for the size
 of a model's output; ``upscale`` is the up-sampling factor (2, 3 or 4).
 """
@@ -34,7 +40,8 @@ from nlnet.models.checks import check_input
 from nlnet.models.placement import place_non_local, split_block_options
 from nlnet.models.registry import register_model
 
-__all__ = ["SRNet", "EDSR", "ResBlock", "Upsampler", "SR_BLOCK", "DIV2K_RGB_MEAN", "sr_block_path"]
+__all__ = ["SRNet", "EDSR", "ResBlock", "ResidualControl2d", "Upsampler", "SR_BLOCK",
+           "DIV2K_RGB_MEAN", "control_inner_channels", "sr_block_path"]  # fmt: skip
 
 torch.fx.wrap("check_input")
 
@@ -61,6 +68,41 @@ class ResBlock(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return x + self.body(x) * self.res_scale
+
+
+class ResidualControl2d(nn.Module):
+    """A plain bottleneck residual unit, ``x + conv1x1(ReLU(conv3x3(ReLU(conv1x1(x)))))``: the
+    control that stands where the non-local block would (Sec. 4.1 of the paper adds standard
+    residual blocks to check that its gain is not capacity). No BatchNorm (as EDSR); the last
+    convolution starts at zero, so the unit starts as the identity like a new non-local block.
+
+    Args:
+        channels: input and output channels ``C``.
+        inner: channels of the middle ``3x3`` convolution (:func:`control_inner_channels`).
+    """
+
+    def __init__(self, channels: int, inner: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(channels, inner, 1), nn.ReLU(True), conv3x3(inner, inner), nn.ReLU(True),
+            nn.Conv2d(inner, channels, 1),
+        )  # fmt: skip
+        if not self.body[-1].weight.is_meta:
+            nn.init.zeros_(self.body[-1].weight)
+            nn.init.zeros_(self.body[-1].bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.body(x)
+
+
+def control_inner_channels(channels: int, budget: int) -> int:
+    """The inner width whose :class:`ResidualControl2d` has the parameter count nearest to
+    ``budget`` (the parameters of the block it stands in for)."""
+
+    def params(m: int) -> int:  # 1x1, 3x3, 1x1 convolutions with biases
+        return channels * m + m + 9 * m * m + m + m * channels + channels
+
+    return min(range(1, channels + 1), key=lambda m: abs(params(m) - budget))
 
 
 class Upsampler(nn.Sequential):
@@ -209,6 +251,26 @@ def build_edsr(with_block: bool, **kwargs: Any) -> EDSR:
     return place_non_local(model, at, opts)
 
 
+def build_edsr_control(**kwargs: Any) -> EDSR:
+    """:class:`EDSR` with a :class:`ResidualControl2d` of about ``SR_BLOCK``'s parameters where
+    :func:`build_edsr` puts the block (a new unit of the body after unit ``n // 2 - 1``)."""
+    from nlnet.layers.nonlocal_block import NonLocal2d
+
+    opts = split_block_options(kwargs)
+    at = kwargs.pop("nl_at", None)
+    model = EDSR(**kwargs)
+    channels = model.head.out_channels
+    with torch.device("meta"):
+        budget = sum(p.numel() for p in NonLocal2d(channels, **SR_BLOCK).parameters())
+    ref = model.head.weight
+    control = ResidualControl2d(channels, control_inner_channels(channels, budget))
+    units = list(model.body)
+    k = int(sr_block_path(len(units) - 1).split(".")[1]) + 1
+    control = control.to(device=ref.device, dtype=ref.dtype)
+    model.body = nn.Sequential(*units[:k], control, *units[k:])
+    return place_non_local(model, at, opts)
+
+
 def sr_cfg(blocks: str | None, family: str) -> dict[str, Any]:
     """Registry defaults of a super-resolution model (x2, RGB, 48x48 training patches)."""
     return {
@@ -240,3 +302,13 @@ def edsr_baseline(**kwargs: Any) -> nn.Module:
 def edsr_baseline_nl(**kwargs: Any) -> nn.Module:
     """EDSR baseline with the guide's block (reduction 4) after residual block 7 of 16."""
     return build_edsr(True, **kwargs)
+
+
+@register_model(
+    description="EDSR baseline + 1 plain bottleneck residual unit of the block's size (control)",
+    default_cfg={**sr_cfg(None, "edsr"), "test_overrides": {"n_resblocks": 2, "n_feats": 8}},
+)
+def edsr_baseline_res1(**kwargs: Any) -> nn.Module:
+    """EDSR baseline with a plain residual unit of about the block's parameters where
+    ``edsr_baseline_nl`` has its block (the control of Sec. 4.1)."""
+    return build_edsr_control(**kwargs)

@@ -24,7 +24,7 @@ from nlnet.engine.errors import UserError
         (SegmentationDataConfig, {"layout": "voc"}, "data.layout: expected one of folder, cityscapes"),
         (SegmentationDataConfig, {"crop": (0, 4)}, "data.crop: expected [h, w] positive sizes"),
         (SegmentationDataConfig, {"kind": "volume", "hd95": True}, "data.hd95: needs data.regions"),
-        (SuperResolutionData, {"source": "web"}, "data.source: expected 'builtin' or 'folder'"),
+        (SuperResolutionData, {"source": "web"}, "data.source: expected one of"),
         (SuperResolutionData, {"source": "folder"}, "data.root: a 'folder' source needs root"),
         (SuperResolutionData, {"patch": 0}, "data.patch: expected a positive int, got 0"),
         (DetectionDataConfig, {"hflip": 2.0}, "data.hflip: expected a probability"),

@@ -108,3 +108,42 @@ def test_data_section_errors_are_config_errors(tmp_path):
 
     with pytest.raises(DataError, match="no such folder"):
         task.build_dataset("train")
+
+
+def test_self_similar_source_cuts_each_photo_into_disjoint_bands():
+    """``source: self_similar``: each photograph's train / val / test bands, put back together
+    along the cut axis, are the whole photograph exactly once (no test pixel trained on); the
+    task builds training patches from the train bands and val / test tiles from the others,
+    and the built-in source, which has no val split, says so in one line."""
+    import skimage.data
+
+    from nlnet.data.super_resolution.dataset import (
+        SELF_SIMILAR_PHOTOS,
+        band_bounds,
+        self_similar_photos,
+    )
+    from nlnet.engine.errors import DataError
+
+    bands = {split: self_similar_photos(split) for split in ("train", "val", "test")}
+    for k, name in enumerate(SELF_SIMILAR_PHOTOS):
+        image = np.asarray(getattr(skimage.data, name)())
+        axis = int(image.shape[1] > image.shape[0])
+        parts = [bands[split][k][1][..., 0] for split in ("train", "val", "test")]
+        assert all(p.shape[axis] > 0 for p in parts)
+        np.testing.assert_array_equal(np.concatenate(parts, axis=axis), image)
+        assert bands["test"][k][0].startswith(f"{name}[")
+    assert band_bounds(10, "train") == (0, 6) and band_bounds(10, "test") == (8, 10)
+    with pytest.raises(ValueError, match="split"):
+        band_bounds(10, "extra")
+
+    task = SuperResolutionTask(
+        data={"source": "self_similar", "patch": 12, "num_patches": 2, "eval_tile": 64,
+              "eval_max_tiles": 8}
+    )  # fmt: skip
+    patch = task.build_dataset("train")[0]
+    assert patch["lr"].shape == (3, 12, 12) and patch["hr"].shape == (3, 24, 24)
+    val, test = task.build_dataset("val", "test"), task.build_dataset("test", "test")
+    assert len(val) == len(test) == 28  # 8 tiles of each texture band, 2 of each text band
+    assert not torch.equal(val[0]["hr"], test[0]["hr"])
+    with pytest.raises(DataError, match="'val'"):
+        SuperResolutionTask(data={"source": "builtin"}).build_dataset("val", "test")

@@ -303,3 +303,35 @@ def test_edsr_bicubic_residual_option():
     torch.testing.assert_close(model(x), expected)
     with pytest.raises(ValueError, match="bicubic_residual"):
         create_model("edsr_baseline", num_classes=1, bicubic_residual=True)
+
+
+def test_edsr_control_has_the_blocks_place_and_size_and_starts_as_the_identity():
+    """``edsr_baseline_res1`` (the control of Sec. 4.1): a plain residual unit where
+    ``edsr_baseline_nl`` has its block, within 3 % of the block's parameters; it starts as the
+    identity, so a fresh control model computes plain EDSR with the same weights."""
+    from nlnet.models.edsr import ResidualControl2d
+
+    kw = {"n_resblocks": 4, "n_feats": 32}
+    with torch.device("meta"):
+        plain, control, nl = (create_model(n, **kw) for n in
+                              ("edsr_baseline", "edsr_baseline_res1", "edsr_baseline_nl"))  # fmt: skip
+    count = [sum(p.numel() for p in m.parameters()) for m in (plain, control, nl)]
+    ((path, _),) = non_local_blocks(nl)
+    assert path == "body.1.non_local" and isinstance(control.body[2], ResidualControl2d)
+    assert abs((count[1] - count[0]) / (count[2] - count[0]) - 1) < 0.03
+    tiny, ref = _tiny("edsr_baseline_res1"), _tiny("edsr_baseline")  # 2 blocks: control at 1
+
+    def shift(key: str) -> str:  # body.<i> of the control model -> body.<i - 1> of EDSR
+        head, _, rest = key.partition(".")
+        if head != "body":
+            return key
+        index, _, rest = rest.partition(".")
+        return f"body.{int(index) - 1}.{rest}"
+
+    state = tiny.state_dict()
+    ref.load_state_dict({k if k.startswith("body.0.") else shift(k): v
+                         for k, v in state.items() if not k.startswith("body.1.")})  # fmt: skip
+    x = torch.rand(1, 3, 8, 8)
+    torch.testing.assert_close(tiny(x), ref(x))
+    with pytest.raises(ValueError, match="nl_at"):
+        create_model("edsr_baseline_res1", reduction=2)

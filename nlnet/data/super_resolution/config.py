@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SuperResolutionData"]
+__all__ = ["SOURCES", "SuperResolutionData"]
+
+#: The photographs a ``super_resolution`` config can train on.
+SOURCES: tuple[str, ...] = ("builtin", "self_similar", "folder")
 
 
 @dataclass(frozen=True)
@@ -17,8 +20,9 @@ class SuperResolutionData:
     """The ``data`` section of a ``super_resolution`` config.
 
     Attributes:
-        source: ``"builtin"`` (photographs shipped in scikit-image / scikit-learn, no download)
-            or ``"folder"`` (``root/<split>/*.png``).
+        source: ``"builtin"`` (photographs shipped in scikit-image / scikit-learn, no download;
+            splits train, test), ``"self_similar"`` (textures and text of scikit-image, each cut
+            into train / val / test bands) or ``"folder"`` (``root/<split>/*.png``).
         root: the folder of a ``"folder"`` source.
         patch: low-resolution training patch size (48 in EDSR).
         num_patches: training patches per epoch (a fresh random patch per item).
@@ -36,8 +40,8 @@ class SuperResolutionData:
     eval_max_tiles: int = 4
 
     def __post_init__(self) -> None:
-        if self.source not in ("builtin", "folder"):
-            raise ValueError(f"data.source: expected 'builtin' or 'folder', got {self.source!r}")
+        if self.source not in SOURCES:
+            raise ValueError(f"data.source: expected one of {list(SOURCES)}, got {self.source!r}")
         if self.source == "folder" and not self.root:
             raise ValueError("data.root: a 'folder' source needs root (root/<split>/*.png)")
         for key in ("patch", "num_patches", "eval_max_tiles"):

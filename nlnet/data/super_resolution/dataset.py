@@ -6,6 +6,12 @@ Sources:
   ``skimage.data`` (astronaut, coffee, chelsea, rocket, immunohistochemistry, hubble_deep_field,
   camera, brick, grass, gravel, coins) and scikit-learn's ``load_sample_images`` (china,
   flower). :data:`BUILTIN_SPLITS` trains on some photographs and tests on *other* ones.
+* ``"self_similar"``: scikit-image photographs with long-range self-similarity (the case of the
+  non-local super-resolution literature): brick, grass, gravel (textures; a brick wall is a
+  facade's repeated pattern) and text, page (repeated glyphs), :data:`SELF_SIMILAR_PHOTOS`.
+  Self-similarity lies *within* an image, so each one is cut into disjoint bands along its longer
+  side (rows of a square image): the first 60 % trains, the next 20 % validates, the last 20 %
+  tests (:data:`SELF_SIMILAR_BANDS`, :func:`band_bounds`); no test pixel is ever trained on.
 * ``"folder"``: ``root/<split>/*.png|jpg|bmp`` (e.g. DIV2K's ``DIV2K_train_HR``), any size.
 
 The low-resolution input is the high-resolution image down-sampled by the scale factor with
@@ -33,10 +39,14 @@ from torch.utils.data import Dataset
 __all__ = [
     "BUILTIN_SPLITS",
     "SRImages",
+    "SELF_SIMILAR_BANDS",
+    "SELF_SIMILAR_PHOTOS",
     "SRPatches",
+    "band_bounds",
     "bicubic_downsample",
     "builtin_photos",
     "folder_photos",
+    "self_similar_photos",
 ]
 
 #: Which built-in photographs train and which test (no photograph in both).
@@ -44,6 +54,12 @@ BUILTIN_SPLITS: dict[str, tuple[str, ...]] = {
     "train": ("astronaut", "coffee", "rocket", "immunohistochemistry", "hubble_deep_field",
               "camera", "brick", "grass", "coins"),
     "test": ("sklearn:china.jpg", "sklearn:flower.jpg", "chelsea", "gravel"),
+}  # fmt: skip
+#: Self-similar photographs shipped in scikit-image (none needs a download).
+SELF_SIMILAR_PHOTOS: tuple[str, ...] = ("brick", "grass", "gravel", "text", "page")
+#: Fractions of each self-similar photograph's longer side: train, val, test bands, in order.
+SELF_SIMILAR_BANDS: dict[str, tuple[float, float]] = {
+    "train": (0.0, 0.6), "val": (0.6, 0.8), "test": (0.8, 1.0),
 }  # fmt: skip
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
 
@@ -71,6 +87,32 @@ def builtin_photos(split: str) -> list[tuple[str, np.ndarray]]:
             import skimage.data
 
             out.append((name, _rgb(getattr(skimage.data, name)())))
+    return out
+
+
+def band_bounds(length: int, split: str) -> tuple[int, int]:
+    """``[start, stop)`` of ``split``'s band along a side of ``length`` pixels
+    (:data:`SELF_SIMILAR_BANDS`; the bands of the three splits tile the side without overlap)."""
+    if split not in SELF_SIMILAR_BANDS:
+        raise ValueError(f"split: expected one of {list(SELF_SIMILAR_BANDS)}, got {split!r}")
+    lo, hi = SELF_SIMILAR_BANDS[split]
+    return round(lo * length), round(hi * length)
+
+
+def self_similar_photos(split: str) -> list[tuple[str, np.ndarray]]:
+    """``[(name, HxWx3 uint8)]``: ``split``'s band of each of :data:`SELF_SIMILAR_PHOTOS`, cut
+    along the photograph's longer side (rows when square); the name tells which pixels, e.g.
+    ``"brick[rows 409:512]"``."""
+    import skimage.data
+
+    out = []
+    for name in SELF_SIMILAR_PHOTOS:
+        image = _rgb(getattr(skimage.data, name)())
+        axis = 1 if image.shape[1] > image.shape[0] else 0
+        start, stop = band_bounds(image.shape[axis], split)
+        band = image[start:stop] if axis == 0 else image[:, start:stop]
+        what = "cols" if axis else "rows"
+        out.append((f"{name}[{what} {start}:{stop}]", np.ascontiguousarray(band)))
     return out
 
 

@@ -92,11 +92,17 @@ class SuperResolutionTask:
         return cls(data=cfg.data, upscale=dict(cfg.model.overrides).get("upscale", default))
 
     def _photos(self, split: str) -> list:
-        from nlnet.data.super_resolution.dataset import builtin_photos, folder_photos
+        from nlnet.data.super_resolution.dataset import (
+            builtin_photos,
+            folder_photos,
+            self_similar_photos,
+        )
 
         try:
             if self.data.source == "builtin":
                 return builtin_photos(split)
+            if self.data.source == "self_similar":
+                return self_similar_photos(split)
             return folder_photos(self.data.root, split)
         except (ValueError, FileNotFoundError, OSError) as exc:
             raise DataError(f"data (split {split!r}): {exc}") from None
