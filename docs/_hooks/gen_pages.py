@@ -336,7 +336,7 @@ def config_page() -> str:
 # ------------------------------------------------------------------------------ CLI
 def cli_page() -> str:
     """``nlnet --help`` and every command's ``--help``, from the argparse parsers."""
-    from nlnet.cli import COMMANDS, usage_text, build_parser
+    from nlnet.cli import COMMANDS, build_parser, usage_text
 
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "100"  # argparse wraps to this width: stable pages
