@@ -91,7 +91,7 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path):
     assert [r["wall"] for r in rows] == [1.0, 11.0, 21.0]
     table = markdown_table(models, rows, "test mIoU", "gap (b - a)").splitlines()
     assert table[-3] == "| mean | 45.0 | 63.3 | +18.3 | 11 s | – |"
-    assert table[-2].startswith(f"| std | 5.0 | {statistics.stdev([60, 55, 75]):.1f} | +12.6 |")
+    assert table[-2].startswith(f"| std | 5.0 | {statistics.stdev([60, 55, 75]):.1f} | 12.6 |")
     assert table[-1].startswith("| min | 40.0 | 55.0 | +5.0 | 1 s |")
 
     root = Path(__file__).resolve().parents[1]

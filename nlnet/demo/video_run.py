@@ -34,7 +34,19 @@ from nlnet.demo.video import (
 )
 from nlnet.demo.video_report import attention_outputs, plot_curves, plot_figure4, results_table
 
-__all__ = ["cpu_seconds", "run_demo", "run_seeds", "settings_from_args", "train_all"]
+__all__ = [
+    "cpu_seconds",
+    "overrides_of",
+    "run_demo",
+    "run_seeds",
+    "settings_from_args",
+    "train_all",
+]
+
+
+def overrides_of(args: argparse.Namespace) -> list[str]:
+    """The ``--set KEY=VALUE`` recipe changes of the options, in their order (none: ``[]``)."""
+    return list(getattr(args, "overrides", None) or ())
 
 
 def settings_from_args(args: argparse.Namespace) -> DemoSettings:
@@ -53,7 +65,7 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
         if args.epochs < 1:
             raise UserError(f"--epochs: expected a positive integer, got {args.epochs}")
         settings.epochs = args.epochs
-    for item in getattr(args, "overrides", None) or ():
+    for item in overrides_of(args):
         try:
             settings = settings.override(item)
         except ValueError as exc:
@@ -193,7 +205,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     summary = {
         "seed": args.seed,
         "quick": bool(args.quick),
-        "overrides": list(getattr(args, "overrides", None) or ()),
+        "overrides": overrides_of(args),
         "device": str(device),
         "threads": jobs,
         "settings": {
@@ -244,7 +256,7 @@ def run_seeds(args: argparse.Namespace) -> str:
     if args.report:
         try:
             summaries = collect_runs(out, seeds, quick=bool(args.quick), task=task,
-                                     overrides=getattr(args, "overrides", None) or ())  # fmt: skip
+                                     overrides=overrides_of(args))  # fmt: skip
         except ValueError as exc:
             raise UserError(str(exc)) from None
     else:
@@ -253,7 +265,7 @@ def run_seeds(args: argparse.Namespace) -> str:
             summaries[seed] = run_demo(argparse.Namespace(**{**vars(args), "seed": seed}))
             clear_decoded()  # one seed's clips at a time in memory
     what = "validation (screening)" if split == "val" else "test"
-    changed = "".join(f" --set {o}" for o in getattr(args, "overrides", None) or ())
+    changed = "".join(f" --set {o}" for o in overrides_of(args))
     table = (
         f"`nlnet demo{' --quick' if args.quick else ''} --task {task}{changed}`, seeds "
         f"{args.seeds}: "

@@ -152,8 +152,9 @@ def markdown_table(
     units = {"wall": " s", "cpu": " s"}
     places = {"wall": 0, "cpu": 0}
 
-    def cell(c: str, value: float) -> str:
-        return _cell(value, places.get(c, digits), units.get(c, ""), "+" if c == "gap" else "")
+    def cell(c: str, value: float, signed: bool = True) -> str:
+        sign = "+" if c == "gap" and signed else ""  # a spread has no sign
+        return _cell(value, places.get(c, digits), units.get(c, ""), sign)
 
     lines = ["| seed | " + " | ".join(heads) + " |", "| --- " * (len(cols) + 1) + "|"]
     for row in rows:
@@ -164,6 +165,6 @@ def markdown_table(
         for c in cols:
             values = [row[c] for row in rows if not math.isnan(row[c])]
             ok = len(values) >= (2 if label == "std" else 1)
-            cells.append(cell(c, fn(values) if ok else math.nan))
+            cells.append(cell(c, fn(values) if ok else math.nan, signed=label != "std"))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
