@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/nlnet demo
 
+# pytest-xdist: one worker per core (each test runs one PyTorch thread). Bytecode is written even
+# where PYTHONDONTWRITEBYTECODE is set: the command's subprocesses then load nlnet compiled.
 test: $(STAMP)
-	$(PY) -m pytest -q -n auto --dist worksteal   # pytest-xdist: one worker per core (each test runs one PyTorch thread)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n auto --dist worksteal
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

@@ -53,15 +53,18 @@ def _run_demo(tmp_path: Path, *extra: str, timeout: int) -> dict:
     return {"summary": summary, "stdout": proc.stdout, "run_dir": run_dir}
 
 
-def test_quick_demo_smoke_and_the_same_figures_with_jobs_side_by_side(tmp_path):
-    """A quick run with one job; then ``--threads 2``, which trains the models side by side in
-    worker processes, one thread each (nlnet.demo.jobs): its weights and figures equal the
-    one-job run's bit for bit."""
+def test_quick_demo_smoke_and_the_same_figures_with_jobs_side_by_side(tmp_path, monkeypatch):
+    """A quick run through ``python -m nlnet`` with ``--threads 2``, the path of ``make demo``
+    on two cores: the models train side by side in worker processes, one thread each
+    (nlnet.demo.jobs); then the same command with one job, in this process: its weights and
+    figures equal the side-by-side run's bit for bit."""
     import torch
 
-    out = _run_demo(tmp_path, "--quick", "--threads", "1", timeout=300)
+    from nlnet.cli import main
+
+    out = _run_demo(tmp_path, "--quick", "--threads", "2", timeout=300)
     s = out["summary"]
-    assert s["quick"] is True
+    assert s["quick"] is True and s["threads"] == 2
     assert set(s["results"]) >= {"c2d_tiny", "c2d_tiny_nl1"}
     for r in s["results"].values():
         assert 0.0 <= r["test_top1"] <= 1.0 and r["params"] > 0 and r["macs"] > 0
@@ -82,12 +85,17 @@ def test_quick_demo_smoke_and_the_same_figures_with_jobs_side_by_side(tmp_path):
     root = prepare_digits(DemoSettings.quick(0).task, manifests[0].parent)
     assert root == manifests[0].parent and Path(s["dataset"]).resolve() == root.resolve()
     assert manifests[0].stat().st_mtime_ns == stamp
-    one, two = out, _run_demo(tmp_path / "two", "--quick", "--threads", "2", timeout=300)
-    assert two["summary"]["threads"] == 2
-    for name, r in one["summary"]["results"].items():
-        assert two["summary"]["results"][name]["test_top1"] == r["test_top1"], name
-        a, b = (torch.load(o["run_dir"] / f"{name}.pt", weights_only=False)["model"]
-                for o in (one, two))  # fmt: skip
+    monkeypatch.setenv("NLNET_CACHE", str(tmp_path / "cache"))  # the same data: only jobs differ
+    argv = ["demo", "--quick", "--threads", "1", "--output-dir", str(tmp_path / "one"),
+            "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    (one_dir,) = (tmp_path / "one").iterdir()
+    one = json.loads((one_dir / "summary.json").read_text())
+    assert one["threads"] == 1
+    for name, r in s["results"].items():
+        assert one["results"][name]["test_top1"] == r["test_top1"], name
+        a, b = (torch.load(d / f"{name}.pt", weights_only=False)["model"]
+                for d in (one_dir, out["run_dir"]))  # fmt: skip
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
 
 

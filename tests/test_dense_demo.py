@@ -11,6 +11,19 @@ from nlnet.demo.dense import run_dense_demo
 from nlnet.demo.digits_dense import DenseDigitsConfig
 
 
+@pytest.fixture(scope="module")
+def dense_seeds():
+    """``benchmarks/dense_seeds.py`` as a module: its ``main(argv)`` is the script (called
+    in-process: the interpreter and torch start once)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "dense_seeds.py"
+    spec = importlib.util.spec_from_file_location("dense_seeds_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_dense_demo_tiny(tmp_path):
     cfg = DenseDigitsConfig(size=48, num_train=8, num_val=2, num_test=3)
     lines: list[str] = []
@@ -72,14 +85,11 @@ def test_nlnet_demo_segmentation_user_errors_are_one_line(tmp_path, capsys):
     assert "--threads" in err and "Traceback" not in err
 
 
-def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path):
+def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path, dense_seeds, capsys):
     """The dense demos' seed table (docs/demo.md, Protocol): rows per seed, mean / std / min
     computed right on fabricated runs; then ``benchmarks/dense_seeds.py`` on the quick U-Net
     setting with two seeds, and ``--report`` giving the same table from its summary."""
     import statistics
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from nlnet.demo.video_seeds import dense_seed_rows, markdown_table
 
@@ -94,11 +104,9 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path):
     assert table[-2].startswith(f"| std | 5.0 | {statistics.stdev([60, 55, 75]):.1f} | 12.6 |")
     assert table[-1].startswith("| min | 40.0 | 55.0 | +5.0 | 1 s |")
 
-    root = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, str(root / "benchmarks" / "dense_seeds.py"), "--task", "unet",
-           "--quick", "--seeds", "0-1", "--threads", "1", "--output-dir", str(tmp_path)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cmd = ["--task", "unet", "--quick", "--seeds", "0-1", "--threads", "1",
+           "--output-dir", str(tmp_path)]  # fmt: skip
+    assert dense_seeds.main(cmd) == 0
     text = (tmp_path / "dense-seeds-unet-test.md").read_text()
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     assert [line.split("|")[1].strip() for line in lines[2:]] == ["0", "1", "mean", "std", "min"]
@@ -107,16 +115,17 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path):
     assert f"| {first['metrics']['mDice']:.1f} |" in lines[2]
     assert summary["split"] == "test" and len(set(summary["data_roots"].values())) == 2
     (tmp_path / "dense-seeds-unet-test.md").unlink()
-    report = [*cmd[:2], "--task", "unet", "--output-dir", str(tmp_path),
+    report = ["--task", "unet", "--output-dir", str(tmp_path),
               "--report", str(tmp_path / "dense-seeds-unet-test" / "summary.json")]  # fmt: skip
-    assert subprocess.run(report, capture_output=True, timeout=300, cwd=root).returncode == 0
+    assert dense_seeds.main(report) == 0
     assert (tmp_path / "dense-seeds-unet-test.md").read_text() == text
     # screening seeds: validation figures only; a missing summary is one line
     for extra, message in ((["--seeds", "100"], "are screening seeds"),
                            (["--report", str(tmp_path / "none.json")], "--report: cannot read")):  # fmt: skip
-        proc = subprocess.run([*cmd[:2], "--task", "unet", *extra], capture_output=True,
-                              text=True, timeout=300, cwd=root)  # fmt: skip
-        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+        capsys.readouterr()
+        assert dense_seeds.main(["--task", "unet", *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1
 
 
 def test_dense_demos_give_validation_figures_for_screening(tmp_path):
@@ -141,20 +150,13 @@ def test_dense_demos_give_validation_figures_for_screening(tmp_path):
         run_unet_demo([0], out_dir=tmp_path / "x", split="train", **kw)
 
 
-def test_dense_seeds_super_resolution_table_end_to_end(tmp_path):
+def test_dense_seeds_super_resolution_table_end_to_end(tmp_path, dense_seeds, capsys):
     """``benchmarks/dense_seeds.py --task super-resolution`` on the quick setting: the screening
     seeds' validation PSNR-Y per seed with mean / std / min, the models' parameters and
     multiply-adds under it; ``--set`` changes a setting and a bad one is one line."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, str(root / "benchmarks" / "dense_seeds.py"), "--task",
-           "super-resolution", "--quick", "--threads", "1", "--output-dir", str(tmp_path)]  # fmt: skip
-    proc = subprocess.run([*cmd, "--seeds", "100-101", "--split", "val", "--set", "steps=2"],
-                          capture_output=True, text=True, timeout=600, cwd=root)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cmd = ["--task", "super-resolution", "--quick", "--threads", "1",
+           "--output-dir", str(tmp_path)]  # fmt: skip
+    assert dense_seeds.main([*cmd, "--seeds", "100-101", "--split", "val", "--set", "steps=2"]) == 0
     text = (tmp_path / "dense-seeds-super-resolution-val.md").read_text()
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     assert [line.split("|")[1].strip() for line in lines[2:7]] == [
@@ -178,7 +180,7 @@ def test_dense_seeds_super_resolution_table_end_to_end(tmp_path):
                            (["--set", "stepz=3"], "--set: expected KEY=VALUE"),
                            (["--set", "steps=many"], "--set steps: expected int"),
                            (["--seeds", "100"], "are screening seeds")):  # fmt: skip
-        proc = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=300,
-                              cwd=root)  # fmt: skip
-        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
-        assert proc.stderr.count("\n") == 1
+        capsys.readouterr()
+        assert dense_seeds.main([*cmd, *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err

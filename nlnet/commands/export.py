@@ -29,6 +29,7 @@ import argparse
 import importlib.util
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,11 +190,16 @@ def export_model(
 def export_with_free_axes(
     model: nn.Module, x: torch.Tensor, fmt: str, output: Path, opset: int,
     wanted: tuple[str, ...], metadata: dict[str, Any],
-) -> dict[str, int]:  # fmt: skip
+) -> tuple[dict[str, int], Callable[[torch.Tensor], torch.Tensor] | None]:  # fmt: skip
     """Export with the most of the ``wanted`` dynamic axes that the graph allows: each attempt
     (all of them, then the clip length alone, then the batch alone) must export and its file
     must run an input changed along those axes (a guard of the exported graph, e.g. a path
-    chosen by size, may bound an axis: then a fixed size, honestly)."""
+    chosen by size, may bound an axis: then a fixed size, honestly).
+
+    Returns:
+        The dynamic axes, and the written file as its runtime loaded it for the check of the
+        free axes (:func:`load_exported`; ``None`` when only the batch is free: not loaded).
+    """
     import logging
 
     tries = [wanted, tuple(a for a in wanted if a == "time"), ()]
@@ -211,8 +217,11 @@ def export_with_free_axes(
             continue
         finally:
             logging.disable(before)
-        if not dynamic or _runs_changed(fmt, output, x, dynamic):
-            return axes
+        if not dynamic:
+            return axes, None
+        run = _runs_changed(fmt, output, x, dynamic)
+        if run is not None:
+            return axes, run
     raise AssertionError("unreachable: the batch-only export returns")
 
 
@@ -266,17 +275,21 @@ def missing_packages(fmt: str, check: bool) -> list[str]:
     return [name for name in needed if importlib.util.find_spec(name) is None]
 
 
-def run_exported(fmt: str, path: Path, x: torch.Tensor) -> torch.Tensor:
-    """Run the exported file on ``x`` with its own runtime."""
+def load_exported(fmt: str, path: Path) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The exported file, loaded once by its own runtime, as a function of the input clip."""
     if fmt == "onnx":
         import onnxruntime as ort
 
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        (out,) = session.run([OUTPUT_NAME], {INPUT_NAME: x.detach().cpu().numpy()})
-        return torch.from_numpy(out)
+
+        def run_onnx(x: torch.Tensor) -> torch.Tensor:
+            (out,) = session.run([OUTPUT_NAME], {INPUT_NAME: x.detach().cpu().numpy()})
+            return torch.from_numpy(out)
+
+        return run_onnx
     if fmt == "torchscript":
-        return torch.jit.load(str(path))(x)
-    return torch.export.load(str(path)).module()(x)
+        return torch.jit.load(str(path))
+    return torch.export.load(str(path)).module()
 
 
 def main(args: argparse.Namespace) -> int:
@@ -311,7 +324,9 @@ def main(args: argparse.Namespace) -> int:
         ("height", "width") if _whole_frame(args, info) else ()
     )
     try:
-        axes = export_with_free_axes(model, x, args.format, output, args.opset, wanted, metadata)
+        axes, run = export_with_free_axes(
+            model, x, args.format, output, args.opset, wanted, metadata
+        )
     except ValueError as err:
         print(f"nlnet export: {err}", file=sys.stderr)
         return 2
@@ -333,11 +348,11 @@ def main(args: argparse.Namespace) -> int:
         shapes = [shape, (shape[0] + 2, *shape[1:])]
         if free:
             shapes.append((shape[0] + 1, *_changed(torch.empty(shape), free).shape[1:]))
-        diff = 0.0
+        diff, run = 0.0, run or load_exported(args.format, output)
         for s in shapes:
             x = torch.randn(s, device=device)
             with torch.no_grad():
-                out = run_exported(args.format, output, x).cpu()
+                out = run(x).cpu()
                 diff = max(diff, (out - model(x).cpu()).abs().max().item())
         report["check_shapes"] = [list(s) for s in shapes]
         report["check_max_abs_diff"] = diff
@@ -357,14 +372,17 @@ def _changed(x: torch.Tensor, dynamic: tuple[str, ...]) -> torch.Tensor:
     return torch.randn(shape, device=x.device)
 
 
-def _runs_changed(fmt: str, output: Path, x: torch.Tensor, dynamic: tuple[str, ...]) -> bool:
-    """Whether the exported file takes an input changed along its ``dynamic`` axes."""
+def _runs_changed(
+    fmt: str, output: Path, x: torch.Tensor, dynamic: tuple[str, ...]
+) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The exported file, loaded, if it takes an input changed along its ``dynamic`` axes."""
     try:
+        run = load_exported(fmt, output)
         with torch.no_grad():
-            run_exported(fmt, output, _changed(x, dynamic))
+            run(_changed(x, dynamic))
     except Exception:  # noqa: BLE001 - any runtime's refusal means: not dynamic
-        return False
-    return True
+        return None
+    return run
 
 
 def _check_exportable(model_name: str) -> None:

@@ -1,7 +1,8 @@
 """End to end through the real command line: train -> SIGKILL -> resume -> eval -> predict.
 
 Tiny mp4 files are written with PyAV into a class-per-folder tree (plus one corrupt file that must
-be skipped and counted); every command runs in its own ``python -m nlnet`` subprocess.
+be skipped and counted); the training runs (killed and resumed) in their own ``python -m nlnet``
+subprocesses, then eval and predict of the checkpoint through the same entry point in-process.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def _json_tail(text: str) -> dict:
     return json.loads(text[text.index("{") :])
 
 
-def test_train_stop_resume_eval_predict(tmp_path):
+def test_train_stop_resume_eval_predict(tmp_path, monkeypatch, capsys):
     root = tmp_path / "videos"
     _make_tree(root)
     common = [
@@ -126,65 +127,54 @@ def test_train_stop_resume_eval_predict(tmp_path):
     for name in ("config.yaml", "metrics.jsonl", "metrics.csv", "curves.png"):
         assert (tmp_path / "run" / name).is_file(), name
     # 4) multi-clip evaluation of the checkpoint (config read from the checkpoint)
-    # 5) (at the same time) prediction on files, class names from the checkpoint
+    # 5) prediction on files, class names from the checkpoint
+    from nlnet.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
     ckpt = str(tmp_path / "run/checkpoints/final.pt")
-    evaluating = _start("eval", "--checkpoint", ckpt, "--device", "cpu", cwd=tmp_path)
-    videos = [str(root / "val/left/left_0.mp4"), str(root / "val/right/right_1.mp4")]
-    predicting = _start("predict", *videos, "--checkpoint", ckpt, "--topk", "2", "--json",
-                        cwd=tmp_path)  # fmt: skip
-    metrics = _json_tail(_finish(evaluating))
+    assert main(["eval", "--checkpoint", ckpt, "--device", "cpu"]) == 0
+    metrics = _json_tail(capsys.readouterr().out)
     assert metrics["video_count"] == 4 and metrics["clip_count"] == 8  # eval.clips=2
     assert 0.0 <= metrics["video_top1"] <= 100.0 and metrics["video_top5"] == 100.0
-    lines = [json.loads(x) for x in _finish(predicting).splitlines() if x.startswith("{")]
+    videos = [str(root / "val/left/left_0.mp4"), str(root / "val/right/right_1.mp4")]
+    assert main(["predict", *videos, "--checkpoint", ckpt, "--topk", "2", "--json"]) == 0
+    out = capsys.readouterr().out
+    lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     assert [r["video"] for r in lines] == videos
     for r in lines:
         assert sorted(n for n, _ in r["top"]) == ["left", "right"]
         assert sum(s for _, s in r["top"]) == pytest.approx(1.0, abs=1e-4)
 
 
-def test_help_shows_examples():
+def test_help_shows_examples(capsys):
+    from nlnet.cli import main
+
     for cmd in ("train", "eval", "predict"):
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        out = subprocess.run(
-            [sys.executable, "-m", "nlnet", cmd, "--help"], capture_output=True, text=True, env=env
-        )
-        assert out.returncode == 0 and "examples:" in out.stdout, cmd
+        assert main([cmd, "--help"]) == 0
+        assert "examples:" in capsys.readouterr().out, cmd
 
 
-def test_print_config_resolves_bases_and_overrides(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run(
-        [sys.executable, "-m", "nlnet", "train", "-c", "kinetics/i3d311_r50_nl5_128f",
-         "optim.lr=1e-3", "--print-config"],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
+def test_print_config_resolves_bases_and_overrides(tmp_path, monkeypatch, capsys):
     import yaml
 
-    cfg = yaml.safe_load(out.stdout)
+    from nlnet.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "-c", "kinetics/i3d311_r50_nl5_128f", "optim.lr=1e-3", "--print-config"]
+    assert main(argv) == 0
+    cfg = yaml.safe_load(capsys.readouterr().out)
     assert cfg["optim"]["lr"] == 0.001 and cfg["train"]["freeze_bn"] is True
     assert cfg["data"]["num_frames"] == 128 and cfg["optim"]["steps"] == [150000, 300000]
 
 
-def test_unknown_override_is_a_clear_error(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nlnet",
-            "train",
-            "--config",
-            "smoke/folder_c2d_r50_nl5",
-            "optim.lrr=1",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 2
-    assert "optim.lrr" in out.stderr and "lr" in out.stderr
+def test_unknown_override_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    from nlnet.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--config", "smoke/folder_c2d_r50_nl5", "optim.lrr=1"]) == 2
+    err = capsys.readouterr().err
+    assert "optim.lrr" in err and "lr" in err and err.count("\n") == 1
 
 
 @pytest.mark.slow

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -48,13 +46,6 @@ def _run(cfg, dataset=None, model=None, **kw):
 def _records(run_dir) -> list[dict]:
     lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
     return [json.loads(x) for x in lines if x.strip()]
-
-
-def _nlnet(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    return subprocess.run(
-        [sys.executable, "-m", "nlnet", *args], cwd=cwd, env=env, capture_output=True, text=True
-    )
 
 
 # -- bad data -------------------------------------------------------------------------------
@@ -215,13 +206,16 @@ def test_damaged_checkpoints_are_one_line_errors_naming_the_file(tmp_path):
         load_checkpoint(tmp_path / "noweights.pt")
 
 
-def test_a_damaged_checkpoint_through_the_cli_is_one_line_and_exit_2(tmp_path):
+def test_a_damaged_checkpoint_through_the_cli_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    from nlnet.cli import main
+
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.pt").write_bytes(b"")
-    out = _nlnet("eval", "--checkpoint", "bad.pt", cwd=tmp_path)
-    assert out.returncode == 2, out.stderr
-    assert out.stderr.strip().splitlines() == ["nlnet eval: checkpoint 'bad.pt': the file is empty"]
-    debug = _nlnet("--debug", "eval", "--checkpoint", "bad.pt", cwd=tmp_path)
-    assert debug.returncode != 0 and "Traceback" in debug.stderr
+    assert main(["eval", "--checkpoint", "bad.pt"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["nlnet eval: checkpoint 'bad.pt': the file is empty"]
+    with pytest.raises(ValueError, match="the file is empty"):  # --debug: the traceback
+        main(["--debug", "eval", "--checkpoint", "bad.pt"])
 
 
 def test_checkpoints_have_the_normal_file_mode_and_orphans_are_removed(tmp_path):
