@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from nlnet.data.seeding import ItemKey
 from nlnet.demo.digits import DigitsTaskConfig
 from nlnet.demo.digits_cache import read_manifest
 from nlnet.engine.config import replace as replace_config
@@ -207,7 +208,14 @@ def load_split(
 
 
 class ClipTensorDataset(Dataset):
-    """Decoded clips held in memory, as dataset items ``{"clip", "target", "index"}``."""
+    """Decoded clips held in memory, as dataset items ``{"clip", "target", "index"}``.
+
+    It draws nothing at random, so it takes the training sampler's
+    :class:`~nlnet.data.seeding.ItemKey` as it is (``takes_item_key``) and reads its index: no
+    global generator is seeded and restored around each fetch.
+    """
+
+    takes_item_key = True
 
     def __init__(self, clips: torch.Tensor, targets: torch.Tensor, classes: list[str]) -> None:
         self.clips, self.targets, self.classes = clips, targets, list(classes)
@@ -219,7 +227,8 @@ class ClipTensorDataset(Dataset):
     def __len__(self) -> int:
         return len(self.clips)
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
+    def __getitem__(self, i: int | ItemKey) -> dict[str, Any]:
+        i = i.index if isinstance(i, ItemKey) else i
         return {"clip": self.clips[i], "target": int(self.targets[i]), "index": i}
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import av
 import numpy as np
 import pytest
@@ -233,3 +235,62 @@ def test_pyav_reads_streams_without_timestamps(tmp_path):
         assert reader.num_frames == 12
         assert frame_ids(reader.get_frames([5, 2, 11])) == [5, 2, 11]
         assert frame_ids(reader.get_frames([0, 1])) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "codec, pix_fmt, crf",
+    [("libx264", "yuv420p", None), ("libx264", "yuv444p", 0), ("mpeg4", "yuv420p", None)],
+)
+def test_write_video_equals_plain_pyav_encoding(tmp_path, codec, pix_fmt, crf):
+    """The fast path (one kept pixel-format converter per thread) writes the bytes of the plain
+    path (PyAV converting each frame inside ``encode``), and decoding through the kept converter
+    gives the frames of a frame's own ``to_ndarray``."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(0)
+    options = {"crf": str(crf)} if crf is not None else {}
+    for i, (t, h, w) in enumerate(((3, 16, 24), (2, 32, 32), (3, 16, 24))):  # sizes change
+        frames = rng.integers(0, 256, (t, h, w, 3), dtype=np.uint8)
+        fast = write_video(tmp_path / f"fast{i}.mp4", frames, fps=8, codec=codec, crf=crf,
+                           pix_fmt=pix_fmt)  # fmt: skip
+        plain = tmp_path / f"plain{i}.mp4"
+        with av.open(str(plain), mode="w") as container:
+            stream = container.add_stream(codec, rate=Fraction(8), options=options)
+            stream.width, stream.height, stream.pix_fmt = w, h, pix_fmt
+            for array in frames:
+                frame = av.VideoFrame.from_ndarray(array, format="rgb24")
+                for packet in stream.encode(frame):
+                    container.mux(packet)
+            for packet in stream.encode():
+                container.mux(packet)
+        assert fast.read_bytes() == plain.read_bytes()
+        with av.open(str(plain)) as container:
+            ref = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+        with open_video(fast, backend="pyav") as reader:
+            assert np.array_equal(reader.get_frames(list(range(t))).numpy(), ref)
+
+
+def _read_in_child(path, queue) -> None:
+    with open_video(path, backend="pyav") as reader:
+        queue.put(reader.get_frames([0, 1]).shape[0])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork start method only")
+def test_a_forked_worker_reads_after_its_parent_did(videos):
+    """The kept pixel-format converter converts on one thread: a forked data-loader worker that
+    inherits its parent's converter reads frames (with FFmpeg's slice threads it waited forever
+    on threads that did not survive the fork)."""
+    import multiprocessing as mp
+
+    path = videos["h264"]
+    with open_video(path, backend="pyav") as reader:
+        reader.get_frames([0])  # the parent's converter now exists
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_read_in_child, args=(path, queue))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("the forked reader hung")
+    assert queue.get(timeout=5) == 2

@@ -10,11 +10,34 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
+from typing import Any
 
 import numpy as np
 import torch
 
 from nlnet.data.video_io.reader import PathLike, VideoDecodeError, VideoInfo, VideoReader
+
+_local = threading.local()
+
+
+def convert_frame(frame: Any, pix_fmt: str) -> Any:
+    """``frame`` (a PyAV ``VideoFrame``) in the pixel format ``pix_fmt``, by this thread's kept
+    converter, on one thread.
+
+    A frame's own ``to_ndarray()``/``reformat()`` builds a new scaling context each time, and one
+    context per file still costs more than decoding a small clip: the kept converter (one per
+    thread: a context is not safe to use from two threads at once) reuses its context while the
+    size and formats stay the same. One thread per conversion (FFmpeg's default starts a pool
+    of slice threads): the same pixels, no slower on clip-sized frames, and nothing that a
+    forked data-loader worker would wait on (threads do not survive a fork).
+    """
+    kept = getattr(_local, "reformatter", None)
+    if kept is None:
+        from av.video.reformatter import VideoReformatter
+
+        kept = _local.reformatter = VideoReformatter()
+    return kept.reformat(frame, format=pix_fmt, threads=1)
 
 
 class PyAVReader(VideoReader):
@@ -31,12 +54,8 @@ class PyAVReader(VideoReader):
     def __init__(self, path: PathLike, num_threads: int = 1) -> None:
         super().__init__(path)
         import av
-        from av.video.reformatter import VideoReformatter
 
         self._av = av
-        # one converter for all frames: a frame's own to_ndarray() builds a new SwsContext
-        # every time, which costs more than decoding a small frame
-        self._reformatter = VideoReformatter()
         if not os.path.isfile(self.path):
             raise VideoDecodeError(self.path, "no such file")
         try:
@@ -164,7 +183,7 @@ class PyAVReader(VideoReader):
         return got if len(got) == len(wanted) else None
 
     def _to_rgb(self, frame) -> np.ndarray:
-        return self._reformatter.reformat(frame, format="rgb24").to_ndarray()  # (H, W, 3)
+        return convert_frame(frame, "rgb24").to_ndarray()  # (H, W, 3)
 
     def _decode_sequential(self, indices: list[int]) -> torch.Tensor:
         av = self._av

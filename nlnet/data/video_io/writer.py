@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nlnet.data.video_io.pyav import convert_frame
 from nlnet.data.video_io.reader import PathLike
 
 
@@ -94,6 +95,7 @@ def write_video(
             stream.codec_context.max_b_frames = int(bframes)
         for array in frames:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(array), format="rgb24")
+            frame = convert_frame(frame, pix_fmt)  # the encoder's conversion, a kept context
             for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
