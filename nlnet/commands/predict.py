@@ -86,7 +86,10 @@ def predict_videos(
             raise UserError(f"{flag}: expected a positive integer, got {value}")
     ckpt = load_checkpoint(checkpoint)  # verified once, names the file in its errors
     info = checkpoint_info(ckpt)
-    checkpoint_kind(info.model_name)
+    if checkpoint_kind(info.model_name) == "image" and (clips, crops) != (None, None):
+        flag = "--clips" if clips is not None else "--crops"
+        raise UserError(f"{flag}: views of a video clip; the checkpoint's model "
+                        f"{info.model_name!r} classifies images (one resized, cropped view)")  # fmt: skip
     names = info.class_names
     if classes is not None:
         from nlnet.data.video.builder import read_class_index

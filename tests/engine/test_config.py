@@ -183,6 +183,21 @@ def test_train_dropout_is_read_as_model_dropout_with_a_deprecation(tmp_path):
         config_from_dict({"train": {"dropout": 0.1}, "model": {"dropout": 0.4}})
 
 
+def test_a_removed_key_says_what_replaced_it(tmp_path, capsys):
+    """``data.seed`` (the video dataset's own augmentation seed until December 2026) is an
+    error naming train.seed, in an override, a file and on the command line (one line, 2)."""
+    from nlnet.cli import main
+
+    with pytest.raises(ConfigError, match=r"data.seed was removed: .* derives from train.seed"):
+        load_config("smoke/folder_c2d_r50_nl5", ["data.seed=3"])
+    (tmp_path / "old.yaml").write_text("data:\n  type: folder\n  seed: 1\n")
+    with pytest.raises(ConfigError, match="data.seed was removed"):
+        load_config(tmp_path / "old.yaml")
+    assert main(["train", "-c", str(tmp_path / "old.yaml"), "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert "data.seed was removed" in err and err.count("\n") == 1
+
+
 def test_a_task_built_from_a_mapping_checks_its_data_section_the_same_way():
     from nlnet.data.segmentation.config import SegmentationDataConfig
     from nlnet.engine.config.sections import data_section

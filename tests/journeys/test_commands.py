@@ -50,7 +50,8 @@ def _argv(command: str, kind: str, ckpt: Path, tmp: Path) -> list[str]:
                      "data.test_scale=32", "eval.batch_size=1", "eval.workers=0"]  # fmt: skip
         return ["eval", "--checkpoint", str(ckpt), "eval.clips=1", *extra]
     if command == "predict":
-        return ["predict", inp, "--checkpoint", str(ckpt), "--clips", "1", "--json"]
+        views = [] if kind == "image" else ["--clips", "1"]  # views of a clip: not for images
+        return ["predict", inp, "--checkpoint", str(ckpt), *views, "--json"]
     if command == "visualize":
         return ["visualize", "--checkpoint", str(ckpt), "--video", inp, "--output", str(tmp)]
     if command == "cost":
@@ -58,6 +59,18 @@ def _argv(command: str, kind: str, ckpt: Path, tmp: Path) -> list[str]:
     small = ["--input-size", "3x4x32x32"] if kind == "caffe2" else []  # not 32x224x224
     return ["export", "--checkpoint", str(ckpt), "--format", "exported", "--output",
             str(tmp / "model.pt2"), *small]  # fmt: skip
+
+
+def test_clip_views_for_an_image_checkpoint_are_one_line(checkpoints, tmp_path, capsys):
+    from nlnet.cli import main
+
+    ckpt = checkpoints("image")
+    for flag in ("--clips", "--crops"):
+        assert main(["predict", _input("image", ckpt), "--checkpoint", str(ckpt), flag, "3"]) == 2
+        err = capsys.readouterr().err
+        assert (
+            err.startswith(f"nlnet predict: {flag}: views of a video clip") and err.count("\n") == 1
+        )
 
 
 @pytest.mark.parametrize("command,kind", CASES)

@@ -30,6 +30,13 @@ _FREE_FORM = {("data",), ("model", "overrides")}
 #: Keys that moved: old dotted path -> new dotted path (still read, with a DeprecationWarning).
 MOVED_KEYS: dict[str, str] = {"train.dropout": "model.dropout"}
 
+#: Keys that are gone: old dotted path -> what replaces it (a config that sets one is an error
+#: saying so, not an "unknown key").
+REMOVED_KEYS: dict[str, str] = {
+    "data.seed": "every random choice of a training item (clip window, scale, crop, flip) now "
+    "derives from train.seed, the epoch and the item's index; delete data.seed (or set train.seed)",
+}
+
 
 def _moved(key: str) -> str:
     new = MOVED_KEYS.get(key)
@@ -41,7 +48,15 @@ def _moved(key: str) -> str:
 
 
 def migrate_moved_keys(data: dict) -> dict:
-    """Move deprecated keys (:data:`MOVED_KEYS`) of a nested config dict to their new place."""
+    """Move deprecated keys (:data:`MOVED_KEYS`) of a nested config dict to their new place.
+
+    Raises:
+        ConfigError: a key of :data:`REMOVED_KEYS` is set (the message says what replaced it).
+    """
+    for old, instead in REMOVED_KEYS.items():
+        section, key = old.split(".")
+        if isinstance(data.get(section), Mapping) and key in data[section]:
+            raise ConfigError(f"{old} was removed: {instead}")
     for old, new in MOVED_KEYS.items():
         (osec, okey), (nsec, nkey) = old.split("."), new.split(".")
         section = data.get(osec)
