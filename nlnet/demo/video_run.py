@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import shutil
@@ -20,7 +19,7 @@ from typing import Any
 import torch
 
 from nlnet.demo.digits_cache import default_cache_dir, prepare_digits, read_manifest
-from nlnet.demo.jobs import Jobs, jobs_for
+from nlnet.demo.jobs import Jobs, jobs_for, write_summary
 from nlnet.demo.video import (
     TASK_TEXT,
     TIME_MODEL,
@@ -223,12 +222,10 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "table": table,
         "total_time_s": total,
         "cpu_time_s": cpu_seconds() - cpu_start,
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "platform": {"python": sys.version.split()[0], "torch": torch.__version__,
                      "machine": platform.machine(), "cpus": os.cpu_count()},
     }  # fmt: skip
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    return summary
+    return write_summary(run_dir, summary)  # with the load average at the end
 
 
 def run_seeds(args: argparse.Namespace) -> str:
