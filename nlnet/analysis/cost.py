@@ -148,7 +148,13 @@ def model_cost(
 
     def macs_of(path: str) -> int:
         key = root if not path else f"{root}.{path}"
-        return sum(counts.get(key, {}).values()) // 2
+        if key in counts:
+            return sum(counts[key].values()) // 2
+        # a container that is never called itself (a ModuleList of stages): its outermost
+        # called descendants, each counted once
+        inner = [k for k in counts if k.startswith(key + ".")]
+        outer = [k for k in inner if not any(k.startswith(o + ".") for o in inner)]
+        return sum(sum(counts[k].values()) for k in outer) // 2
 
     total = sum(counts.get("Global", {}).values()) // 2
     stages = []

@@ -97,6 +97,20 @@ def test_model_cost_accepts_modules_and_builders():
         model_cost(lin, (4, 4), batch_size=0)
 
 
+@pytest.mark.parametrize(
+    "name, size, channels",
+    [("unet2d_nl", (64, 64), 3), ("unet3d_nl", (16, 32, 32), 4), ("c2d_r50_nl5", (4, 64, 64), 3)],
+)
+def test_the_parts_add_up_to_the_total(name, size, channels):
+    """Every part has its multiply-adds, also a part that is a container never called itself
+    (the U-Net's encoder and decoder are lists of stages): the rows add up to the total."""
+    rep = model_cost(name, size, in_channels=channels)
+    assert sum(row.macs for row in rep.stages) == pytest.approx(rep.macs, rel=1e-3), rep.table()
+    if name.startswith("unet"):
+        macs = {row.name: row.macs for row in rep.stages}
+        assert min(macs["encoder"], macs["up"], macs["decoder"]) > 0, rep.table()
+
+
 def test_cli(capsys):
     from nlnet.commands import cost
 
