@@ -373,6 +373,7 @@ def preprocessing(
     Raises:
         CheckpointError: the checkpoint is not a video or image classifier's (e.g. a
             segmentation model's, or a bare state dict).
+        ValueError: ``clips`` or ``crops`` given for an image classifier.
     """
     ckpt = load_checkpoint(checkpoint)
     info = checkpoint_info(ckpt)
@@ -380,6 +381,10 @@ def preprocessing(
     if prep.is_video:
         return VideoTransform.from_checkpoint(ckpt, clips=clips, crops=crops)
     if info.preprocessing and _task(info.model_name) == "image_classification":
+        if (clips, crops) != (None, None):
+            name = "clips" if clips is not None else "crops"
+            raise ValueError(f"{name}: views of a video clip; the checkpoint's model "
+                             f"{info.model_name!r} classifies images (one resized, cropped view)")  # fmt: skip
         return ImageTransform.from_preprocessing(prep)
     where = "checkpoint" if isinstance(checkpoint, Mapping) else f"{str(checkpoint)!r}"
     what = "is not a video or image classifier's" if info.preprocessing else "stores none"

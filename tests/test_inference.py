@@ -211,6 +211,9 @@ def test_image_checkpoints_through_the_python_api(image_files):
 
     transform = nlnet.preprocessing(image_files["ckpt"])
     assert transform == ImageTransform(size=36, crop=32, mean=(0.5,) * 3, std=(0.25,) * 3)
+    for views in ({"clips": 3}, {"crops": 3}):  # a clip's views: refused, not ignored
+        with pytest.raises(ValueError, match=f"{next(iter(views))}: views of a video clip"):
+            nlnet.preprocessing(image_files["ckpt"], **views)
     ref = T.Compose([T.Resize(36), T.CenterCrop(32), T.ToTensor(), T.Normalize([0.5] * 3,
                                                                                  [0.25] * 3)])  # fmt: skip
     path = image_files["paths"][0]

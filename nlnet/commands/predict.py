@@ -86,10 +86,7 @@ def predict_videos(
             raise UserError(f"{flag}: expected a positive integer, got {value}")
     ckpt = load_checkpoint(checkpoint)  # verified once, names the file in its errors
     info = checkpoint_info(ckpt)
-    if checkpoint_kind(info.model_name) == "image" and (clips, crops) != (None, None):
-        flag = "--clips" if clips is not None else "--crops"
-        raise UserError(f"{flag}: views of a video clip; the checkpoint's model "
-                        f"{info.model_name!r} classifies images (one resized, cropped view)")  # fmt: skip
+    checkpoint_kind(info.model_name)
     names = info.class_names
     if classes is not None:
         from nlnet.data.video.builder import read_class_index
@@ -103,7 +100,10 @@ def predict_videos(
             f"--classes: {len(names)} names but the checkpoint's model has {info.num_classes} classes"
         )
     model = load_model(ckpt, device)
-    transform = preprocessing(ckpt, clips=clips, crops=crops)  # the one the Python API uses
+    try:
+        transform = preprocessing(ckpt, clips=clips, crops=crops)  # the one the Python API uses
+    except ValueError as exc:  # clips/crops of an image model: the option's name
+        raise UserError(f"--{exc}") from None
     results = predict(
         model, videos, transform=transform, class_names=names, device=device, skip_errors=True
     )

@@ -85,9 +85,8 @@ class SeededDataset(Dataset):
 
 def seed_all(seed: int) -> None:
     """Seed python's, numpy's and torch's global generators (torch's on every device)."""
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
+    seed_host(seed)
+    torch.manual_seed(seed)  # the accelerators' generators too
 
 
 def seed_host(seed: int) -> None:
