@@ -20,7 +20,9 @@ Usage::
 Seed ``k`` draws its own images (segmentation, U-Net; the super-resolution photographs' bands are
 fixed), initialisation and data order. ``--set KEY=VALUE`` changes one setting of the
 super-resolution demo (:class:`nlnet.demo.sr.SRDemoSettings`, e.g. ``steps=600``,
-``photos=builtin``); its table also gives both models' parameters and multiply-adds. The screening seeds
+``photos=builtin``) or of the U-Net demo (:class:`nlnet.demo.unet.UNetDemoSettings`, e.g.
+``lr=3e-2``, ``"block={bias: true}"``), read as YAML; the super-resolution table also gives both
+models' parameters and multiply-adds. The screening seeds
 (:data:`nlnet.demo.video_seeds.SCREENING_SEEDS`) give validation figures only: their test
 figures are refused, as by ``nlnet demo --seeds``.
 """
@@ -43,32 +45,31 @@ METRIC = {"segmentation": "mIoU", "unet": "mDice", "super-resolution": "psnr_y"}
 LABEL = {"psnr_y": "PSNR-Y (dB)"}
 
 
-def sr_settings(changes: list[str], quick: bool) -> Any:
-    """The super-resolution demo's settings (quick or not) with ``--set KEY=VALUE`` changes.
+def demo_settings(task: str, changes: list[str], quick: bool) -> Any:
+    """The settings of the super-resolution or U-Net demo (quick or not) with ``--set
+    KEY=VALUE`` changes (:func:`nlnet.demo.settings.with_change`); ``None`` for the segmentation
+    demo, which has none to change.
 
     Raises:
         ValueError: one line naming ``--set``: not ``KEY=VALUE``, an unknown key, a bad value.
     """
-    from dataclasses import asdict, fields
+    from nlnet.demo.settings import with_change
 
-    from nlnet.demo.sr import SRDemoSettings
-
-    base = SRDemoSettings.quick() if quick else SRDemoSettings()
-    values, kinds = asdict(base), {f.name: type(getattr(base, f.name)) for f in fields(base)}
+    if task == "segmentation":
+        if changes:
+            raise ValueError("--set: for --task super-resolution or unet, not --task segmentation")
+        return None
+    if task == "super-resolution":
+        from nlnet.demo.sr import SRDemoSettings as Settings
+    else:
+        from nlnet.demo.unet import UNetDemoSettings as Settings  # type: ignore[assignment]
+    settings = Settings.quick() if quick else Settings()
     for change in changes:
-        key, eq, text = change.partition("=")
-        if not eq or key not in kinds:
-            raise ValueError(f"--set: expected KEY=VALUE with KEY one of {sorted(kinds)}, "
-                             f"got {change!r}")  # fmt: skip
         try:
-            kind = kinds[key]
-            values[key] = text.lower() in ("1", "true", "yes") if kind is bool else kind(text)
-        except ValueError:
-            raise ValueError(f"--set {key}: expected {kinds[key].__name__}, got {text!r}") from None
-    try:
-        return SRDemoSettings(**values)
-    except ValueError as exc:
-        raise ValueError(f"--set: {exc}") from None
+            settings = with_change(settings, change)
+        except ValueError as exc:
+            raise ValueError(f"--set {change}: {exc}") from None
+    return settings
 
 
 def run(
@@ -76,17 +77,17 @@ def run(
     changes: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Train both models of every seed (the demo's recipe, or its quick setting; ``changes``:
-    ``--set`` of the super-resolution demo); their figures on ``split``."""
+    ``--set`` of the super-resolution or U-Net demo); their figures on ``split``."""
     torch.set_num_threads(1)
+    settings = demo_settings(task, changes or [], quick)
     if task == "super-resolution":
         from nlnet.demo.sr import run_sr_demo
 
-        return run_sr_demo(seeds, out_dir=out, settings=sr_settings(changes or [], quick),
-                           jobs=jobs, pictures=False, split=split)  # fmt: skip
+        return run_sr_demo(seeds, out_dir=out, settings=settings, jobs=jobs, pictures=False,
+                           split=split)  # fmt: skip
     if task == "unet":
-        from nlnet.demo.unet import UNetDemoSettings, run_unet_demo
+        from nlnet.demo.unet import run_unet_demo
 
-        settings = UNetDemoSettings.quick() if quick else None
         return run_unet_demo(
             seeds, out_dir=out, settings=settings, jobs=jobs, pictures=False, split=split
         )
@@ -125,14 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", choices=("test", "val"), default="test",
                         help="test (reported seeds) or val (screening seeds)")  # fmt: skip
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="super-resolution: change one demo setting (repeatable)")  # fmt: skip
+                        help="super-resolution, unet: change one demo setting (repeatable)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         seeds, jobs = parse_seeds(args.seeds), jobs_for(args.threads)
-        if args.set and args.task != "super-resolution":
-            raise ValueError(f"--set: for --task super-resolution, not --task {args.task}")
-        if args.task == "super-resolution":
-            sr_settings(args.set, args.quick)  # the one check, before any work
+        demo_settings(args.task, args.set, args.quick)  # the one check, before any work
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

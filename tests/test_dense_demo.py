@@ -128,6 +128,29 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path, dense_s
         assert message in err and err.count("\n") == 1
 
 
+def test_dense_seeds_set_changes_the_unet_recipe_and_its_block(dense_seeds, capsys, tmp_path):
+    """``--set`` of the U-Net demo: a setting (``lr``) and the options of ``unet2d_nl``'s block
+    (``block={...}``, YAML) reach the training config and the model; the plain U-Net keeps its
+    own; a bad change is one line before any work."""
+    from nlnet.demo.unet import MODELS, _config
+    from nlnet.models import create_model
+
+    s = dense_seeds.demo_settings("unet", ["lr=3e-2", "block={bias: true}"], quick=True)
+    assert s.lr == 3e-2 and s.block == {"bias": True}
+    plain, nl = (_config(m, s, tmp_path, tmp_path / m, 0, "cpu") for m in MODELS)
+    assert nl.model.overrides["bias"] is True and "bias" not in plain.model.overrides
+    assert nl.optim.lr == 3e-2
+    model = create_model("unet2d_nl", num_classes=4, **nl.model.overrides)
+    assert model.bottleneck[-1].theta.bias is not None
+    for extra, message in ((["--set", "block=true"], "--set block=true: expected dict"),
+                           (["--set", "lr"], "--set lr: expected KEY=VALUE"),
+                           (["--task", "segmentation", "--set", "lr=1"], "not --task segmentation")):  # fmt: skip
+        capsys.readouterr()
+        assert dense_seeds.main(["--task", "unet", "--output-dir", str(tmp_path), *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+
+
 def test_dense_demos_give_validation_figures_for_screening(tmp_path):
     """``split="val"``: the figures are measured on the validation images, which the seed draws
     apart from its test images (the screening protocol's split)."""
@@ -176,9 +199,10 @@ def test_dense_seeds_super_resolution_table_end_to_end(tmp_path, dense_seeds, ca
     assert f"| {first['metrics']['psnr_y']:.2f} |" in lines[2] and "val PSNR-Y" in lines[0]
     params = summary["cost"]["edsr_baseline_nl"]["params"]
     assert any(line.startswith(f"| edsr_baseline_nl | {params:,} |") for line in lines)
-    for extra, message in ((["--set", "photos=web"], "--set: photos: expected one of"),
-                           (["--set", "stepz=3"], "--set: expected KEY=VALUE"),
-                           (["--set", "steps=many"], "--set steps: expected int"),
+    for extra, message in ((["--set", "photos=web"], "--set photos=web: photos: expected one of"),
+                           (["--set", "stepz=3"], "--set stepz=3: unknown key 'stepz'; valid:"),
+                           (["--set", "steps"], "--set steps: expected KEY=VALUE"),
+                           (["--set", "steps=many"], "--set steps=many: expected int"),
                            (["--seeds", "100"], "are screening seeds")):  # fmt: skip
         capsys.readouterr()
         assert dense_seeds.main([*cmd, *extra]) == 2

@@ -96,3 +96,38 @@ def test_jobs_auto_is_the_usable_cores_and_threads_auto_the_idle_ones(monkeypatc
     monkeypatch.setattr(os, "getloadavg", lambda: (2.6, 0.0, 0.0))
     assert jobs.jobs_for("auto") == 4 and jobs.jobs_for("3") == 3
     assert jobs.threads_for("auto") == 1 and jobs.threads_for("2") == 2
+
+
+def test_unet_pretraining_labels_each_digit_by_its_class_and_initialises_both_models(tmp_path):
+    """The U-Net demo's pre-training (the paper's ImageNet step, Sec. 4.1): masks name every
+    digit's own class (the cue's too) on exactly the task's digit pixels; the pre-trained
+    weights initialise both models (all but the classifier and the block), and weights of
+    another model are refused."""
+    import numpy as np
+    import torch
+
+    from nlnet.data.segmentation.images import SegmentationFolder
+    from nlnet.demo.digits_dense import DenseDigitsConfig, seed_data
+    from nlnet.demo.unet import UNetDemoSettings, digit_class_masks, fit_and_test, pretrain_unet
+
+    s = UNetDemoSettings.quick()
+    root = seed_data(DenseDigitsConfig(num_train=8, num_val=4, num_test=4), 0, tmp_path / "d")
+    folder = SegmentationFolder(root, "train", num_classes=4)
+    masks = digit_class_masks(root, "train")
+    coco_digits = set()
+    for i, path in enumerate(folder.images):
+        task_mask, digit_mask = folder.read_mask(i), masks[path.name]
+        assert np.array_equal(task_mask > 0, digit_mask > 0)  # the same pixels, other labels
+        coco_digits |= set(np.unique(digit_mask[task_mask == 1]).tolist())  # the cue's class
+    assert coco_digits <= {1, 2, 3, 4} and coco_digits
+    init = pretrain_unet(s, root, tmp_path / "pre", 0, "cpu")
+    assert init and not any(k.startswith("classifier.") for k in init)
+    run = fit_and_test("unet2d_nl", s, root, tmp_path / "nl", 0, "cpu", "val", init)
+    # the encoder starts from the pre-training: one epoch on 8 images moves it only a little
+    first = "encoder.0.0.weight"
+    moved = (run["state"][first] - init[first]).abs().max() / init[first].abs().max()
+    assert 0 < moved < 0.5
+    wrong = {f"x.{k}": v for k, v in init.items()}
+    with pytest.raises(ValueError, match="init: not the weights of unet2d"):
+        fit_and_test("unet2d", s, root, tmp_path / "bad", 0, "cpu", "val", wrong)
+    assert torch.is_tensor(run["state"]["bottleneck.non_local.theta.weight"])

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ __all__ = ["UNetDemoSettings", "run_unet_demo", "format_unet_table"]
 
 MODELS: tuple[str, str] = ("unet2d", "unet2d_nl")
 CLASS_NAMES: list[str] = ["background", "cue", "match", "other"]
+#: The pre-training's pixel classes: background and each digit's own class (cue included).
+PRETRAIN_CLASS_NAMES: list[str] = ["background", "digit 0", "digit 1", "digit 2", "digit 3"]
 
 
 @dataclass(frozen=True)
@@ -55,24 +57,42 @@ class UNetDemoSettings:
     lr: float = 2e-2
     num_train: int = 2000
     num_test: int = 300
+    #: Options of the block of ``unet2d_nl`` over the guide's (``reduction=2, sub_sample=2``),
+    #: e.g. ``{"bias": True}``: keyword arguments of :class:`~nlnet.layers.NonLocalBlock`.
+    block: dict[str, Any] = field(default_factory=lambda: {"phi_init": "theta"})
+    #: Pre-training of the U-Net (both models start from it, as the paper's from ImageNet,
+    #: Sec. 4.1): per-pixel digit classes of the training images, this many epochs (0: none).
+    pretrain_epochs: int = 4
+    pretrain_lr: float = 1e-2
 
     @classmethod
     def quick(cls) -> UNetDemoSettings:
         """Seconds: a smoke test (its numbers mean nothing)."""
-        return cls(base_channels=4, epochs=1, batch_size=4, num_train=8, num_test=4)
+        return cls(base_channels=4, epochs=1, batch_size=4, num_train=8, num_test=4,
+                   pretrain_epochs=1)  # fmt: skip
 
 
-def _config(name: str, s: UNetDemoSettings, root: Path, run_dir: Path, seed: int, device: str):
+def _overrides(name: str, s: UNetDemoSettings) -> dict[str, Any]:
+    """The model's keyword arguments: its size, and the block's options for ``unet2d_nl``."""
+    block = s.block if name == MODELS[1] else {}
+    return {"base_channels": s.base_channels, "depth": s.depth, **block}
+
+
+def _config(
+    name: str, s: UNetDemoSettings, root: Path, run_dir: Path, seed: int, device: str,
+    pretrain: bool = False,
+):  # fmt: skip
     from nlnet.engine.config import config_from_dict
 
+    classes = PRETRAIN_CLASS_NAMES if pretrain else CLASS_NAMES
+    lr, epochs = (s.pretrain_lr, s.pretrain_epochs) if pretrain else (s.lr, s.epochs)
     return config_from_dict({
         "task": "segmentation",
-        "class_names": CLASS_NAMES,
-        "model": {"name": name, "num_classes": len(CLASS_NAMES),
-                  "overrides": {"base_channels": s.base_channels, "depth": s.depth}},
+        "class_names": classes,
+        "model": {"name": name, "num_classes": len(classes), "overrides": _overrides(name, s)},
         "data": {"root": str(root)},
-        "optim": {"optimizer": "adamw", "schedule": "onecycle", "lr": s.lr, "weight_decay": 1e-4,
-                  "epochs": s.epochs, "steps": [], "pct_start": 0.1},
+        "optim": {"optimizer": "adamw", "schedule": "onecycle", "lr": lr, "weight_decay": 1e-4,
+                  "epochs": epochs, "steps": [], "pct_start": 0.1},
         "train": {"batch_size": s.batch_size, "seed": seed, "workers": 0, "log_every": 10_000,
                   "ckpt_every": 0, "device": device, "progress": False, "val_split": None},
         "eval": {"batch_size": 64, "workers": 0},
@@ -97,12 +117,58 @@ def _picture(path: Path, models: dict[str, nn.Module], test: Any) -> None:
     )
 
 
+def digit_class_masks(root: Path, split: str) -> dict[str, np.ndarray]:
+    """Per image file name, the pre-training's mask ``(H, W)`` uint8: 0 background, ``1 + d`` on the
+    pixels of a digit of class ``d`` (the cue's too), from the task's COCO annotations."""
+    import json
+
+    from nlnet.data.detection.rle import rle_to_mask
+
+    coco = json.loads((Path(root) / "annotations" / f"instances_{split}.json").read_text())
+    masks = {im["id"]: np.zeros((im["height"], im["width"]), np.uint8) for im in coco["images"]}
+    for ann in coco["annotations"]:
+        masks[ann["image_id"]][rle_to_mask(ann["segmentation"]).astype(bool)] = 1 + ann["digit"]
+    return {im["file_name"]: masks[im["id"]] for im in coco["images"]}
+
+
+def pretrain_unet(
+    s: UNetDemoSettings, root: Path, run_dir: Path, seed: int, device: str
+) -> dict[str, torch.Tensor]:
+    """Pre-train ``unet2d`` to segment the training images' digits by their own class
+    (:func:`digit_class_masks`) through the engine's loop: the demo's stand-in for the paper's
+    ImageNet initialisation (Sec. 4.1), which gives both models features that name a digit
+    before they learn its relation to the cue. A job of :class:`nlnet.demo.jobs.Jobs`.
+
+    Returns:
+        The weights without the classifier (CPU), the initialisation of both models.
+    """
+    from nlnet.data.segmentation.images import SegmentationFolder
+    from nlnet.engine.loop import train
+    from nlnet.models import create_model
+
+    class DigitClasses(SegmentationFolder):
+        by_name = digit_class_masks(root, "train")
+
+        def read_mask(self, index: int) -> np.ndarray:
+            return self.by_name[self.images[index].name]
+
+    data = DigitClasses(root, "train", num_classes=len(PRETRAIN_CLASS_NAMES))
+    cfg = _config(MODELS[0], s, root, run_dir, seed + 1, device, pretrain=True)
+    torch.manual_seed(seed + 1)
+    model = create_model(MODELS[0], num_classes=len(PRETRAIN_CLASS_NAMES), **cfg.model.overrides)
+    train(cfg, model=model, train_dataset=data, force=True)
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()
+            if not k.startswith("classifier.")}  # fmt: skip
+
+
 def fit_and_test(
     name: str, s: UNetDemoSettings, root: Path, run_dir: Path, seed: int, device: str,
-    split: str = "test",
+    split: str = "test", init: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One model of one seed: train on ``root``'s train split through the engine's loop, test on
     its ``split`` split. A job of :class:`nlnet.demo.jobs.Jobs` (one thread, side by side).
+    ``init``: the pre-trained weights (:func:`pretrain_unet`); the classifier and the block
+    keep their own initialisation.
 
     Returns:
         ``{"seed", "model", "params", "train_s", "metrics", "state"}`` (``state`` on the CPU).
@@ -119,6 +185,11 @@ def fit_and_test(
     cfg = _config(name, s, root, run_dir, seed, device)
     torch.manual_seed(seed)
     model = create_model(name, num_classes=len(CLASS_NAMES), **cfg.model.overrides)
+    if init is not None:
+        missing, unexpected = model.load_state_dict(init, strict=False)
+        new = [k for k in missing if not k.startswith(("classifier.", "bottleneck.non_local."))]
+        if unexpected or new:
+            raise ValueError(f"init: not the weights of {name} ({unexpected or new})")
     start = time.perf_counter()
     train(cfg, model=model, train_dataset=train_set, force=True)
     train_s = time.perf_counter() - start
@@ -165,8 +236,13 @@ def run_unet_demo(
     out = Path(out_dir)
     jobs = jobs if device == "cpu" else 1
     with Jobs(jobs) as pool:
-        calls = [(name, s, roots[seed], out / f"seed{seed}" / name, seed, device, split)
-                 for seed in seeds for name in MODELS]  # fmt: skip
+        inits: list[Any] = [None] * len(seeds)
+        if s.pretrain_epochs:
+            pre = [(s, roots[seed], out / f"seed{seed}" / "pretrain", seed, device)
+                   for seed in seeds]  # fmt: skip
+            inits = pool.starmap(pretrain_unet, pre)
+        calls = [(name, s, roots[seed], out / f"seed{seed}" / name, seed, device, split, init)
+                 for seed, init in zip(seeds, inits) for name in MODELS]  # fmt: skip
         runs = pool.starmap(fit_and_test, calls)
     for r in runs:
         m = r["metrics"]
@@ -176,9 +252,8 @@ def run_unet_demo(
         models: dict[str, nn.Module] = {}
         for r in runs[-len(MODELS) :]:
             models[r["model"]] = create_model(
-                r["model"], num_classes=len(CLASS_NAMES), base_channels=s.base_channels,
-                depth=s.depth,
-            )  # fmt: skip
+                r["model"], num_classes=len(CLASS_NAMES), **_overrides(r["model"], s)
+            )
             models[r["model"]].load_state_dict(r["state"])
         test = SegmentationFolder(roots[seeds[-1]], split, num_classes=len(CLASS_NAMES))
         _picture(out / "predictions.png", models, test)

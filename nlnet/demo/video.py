@@ -98,47 +98,24 @@ class DemoSettings:
     curve_train_clips: int = 300
 
     def override(self, item: str) -> DemoSettings:
-        """A copy with one ``KEY=VALUE`` setting changed (``task.KEY`` for the task's), the value
-        read as YAML (``3e-3``, ``8000``, ``[0, 1, 2, 3]``) and checked against the field's type;
+        """A copy with one ``KEY=VALUE`` setting changed (``task.KEY`` for the task's), read as
+        YAML and checked against the field's type (:func:`nlnet.demo.settings.with_change`);
         ``models=[c2d_tiny_res1]`` trains only the models named (registered names).
 
         Raises:
             ValueError: not ``KEY=VALUE``, an unknown key, or a value of another type.
         """
-        import yaml
+        from nlnet.demo.settings import with_change
 
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError("expected KEY=VALUE, e.g. lr=3e-3 or task.num_train=8000")
-        value = yaml.safe_load(text)
-        target, name = (self.task, key[5:]) if key.startswith("task.") else (self, key)
-        fields = {f.name: f for f in dataclasses.fields(target)}
-        fixed = ("task", "seed") if target is self.task else ("task",)
-        if name not in fields or name in fixed:
-            valid = [f for f in fields if f not in fixed]
-            where = "task." if target is self.task else ""
-            raise ValueError(f"unknown key {key!r}; valid: {', '.join(where + f for f in valid)}")
-        old = getattr(target, name)
-        if isinstance(old, tuple) and isinstance(value, list):
-            value = tuple(value)
-        elif isinstance(old, float) and not isinstance(value, bool):
-            try:  # YAML 1.1 reads "3e-3" (no dot) as a string
-                value = float(value)
-            except (TypeError, ValueError):
-                pass
-        if old is not None and value is not None and type(value) is not type(old):
-            raise ValueError(f"expected {type(old).__name__}, got {text.strip()!r}")
-        if name == "models" and target is self:
+        changed = with_change(self, item, fixed=("task", "task.seed"))
+        if changed.models != self.models:
             from nlnet.models.registry import get_model_entry
 
-            if not value:
+            if not changed.models:
                 raise ValueError("expected at least one model name")
-            for model in value:
+            for model in changed.models:
                 get_model_entry(str(model))  # an unknown name: a ValueError listing close ones
-        if target is self.task:
-            return dataclasses.replace(self, task=dataclasses.replace(self.task, **{name: value}))
-        return dataclasses.replace(self, **{name: value})
+        return changed
 
     @classmethod
     def default(cls, seed: int = 0) -> DemoSettings:
