@@ -40,6 +40,7 @@ from typing import Any
 import torch
 import torch.fx
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from nlnet.models.checks import check_input
 from nlnet.models.placement import place_non_local, split_block_options
@@ -99,9 +100,15 @@ class UNet(nn.Module):
             ``base * 2**depth``) or ``"cicek"`` (channels doubled before each pooling,
             bottleneck ``base * 2**(depth+1)``, Caffe-style BN; the 3D U-Net, Cicek et al.
             2016, Fig. 1).
+        deep_supervision: a second 1x1 classifier ``aux_classifier`` on the bottleneck's output
+            (after its block), whose logits, up-sampled to the input size, join the training
+            loss (nnU-Net's deep supervision at the coarsest level; torchvision's ``aux_loss``
+            convention: in training mode the output is ``{"out", "aux"}``, the engine's
+            segmentation loss is ``CE(out) + 0.5 CE(aux)``). Evaluation mode returns the
+            logits alone, so a model with it tests and exports like one without.
 
     Modules: ``encoder.{0..depth-1}``, ``pool``, ``bottleneck``, ``up.{i}``, ``decoder.{i}``,
-    ``classifier``. Output: logits ``(B, num_classes, *spatial)``.
+    ``classifier`` (and ``aux_classifier``). Output: logits ``(B, num_classes, *spatial)``.
     """
 
     def __init__(
@@ -113,6 +120,7 @@ class UNet(nn.Module):
         base_channels: int = 64,
         depth: int = 4,
         style: str = "ronneberger",
+        deep_supervision: bool = False,
     ) -> None:
         super().__init__()
         if dim not in (2, 3):
@@ -128,6 +136,9 @@ class UNet(nn.Module):
             self._build_cicek(in_channels, base_channels, depth, num_classes)
         else:
             self._build_ronneberger(in_channels, base_channels, depth, num_classes)
+        self.aux_classifier: nn.Module | None = None
+        if deep_supervision:  # on the bottleneck's output: the first up-convolution's input
+            self.aux_classifier = _CONV[dim](self.up[0].in_channels, num_classes, 1)
         for m in self.modules():
             if isinstance(m, (nn.Conv2d, nn.Conv3d)):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -208,9 +219,18 @@ class UNet(nn.Module):
         """The 1x1 ``classifier``: per-pixel (per-voxel) logits ``(B, K, *spatial)``."""
         return self.classifier(x)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Logits ``(B, num_classes, *spatial)`` (the features are already at the input size)."""
-        return self.forward_head(self.forward_features(x))
+    def forward(self, x: Tensor) -> Tensor | dict[str, Tensor]:
+        """Logits ``(B, num_classes, *spatial)`` (the features are already at the input size);
+        in training mode with ``deep_supervision``, ``{"out": logits, "aux": bottleneck logits
+        up-sampled to the input size}``."""
+        if self.aux_classifier is None or not self.training:
+            return self.forward_head(self.forward_features(x))
+        stages: dict[str, Tensor] = {}
+        out = self.forward_head(self._run(x, stages))
+        aux = self.aux_classifier(stages["bottleneck"])
+        mode = "bilinear" if self.dim == 2 else "trilinear"
+        aux = F.interpolate(aux, size=x.shape[2:], mode=mode, align_corners=False)
+        return {"out": out, "aux": aux}
 
 
 #: The guide's configuration of the block (medical segmentation use case).

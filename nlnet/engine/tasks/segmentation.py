@@ -147,16 +147,25 @@ def _stride(model: nn.Module) -> int:
     return 2**depth if isinstance(depth, int) else 1
 
 
-def forward_padded(model: nn.Module, volumes: torch.Tensor) -> torch.Tensor:
+#: Weights of a model's extra training outputs in the loss (a model returning ``{"out": ...,
+#: "aux": ...}`` in training mode: torchvision's segmentation references, ``out + 0.5 aux``).
+AUX_WEIGHT: dict[str, float] = {"aux": 0.5}
+
+
+def forward_padded(model: nn.Module, volumes: torch.Tensor) -> Any:
     """Logits of ``volumes`` ``(B, C, *spatial)`` zero-padded at the end of each spatial axis to
-    a multiple of the network's stride, cropped back to the input size (whole-volume testing)."""
+    a multiple of the network's stride, cropped back to the input size (whole-volume testing);
+    each of them for a model with several outputs (``{"out", "aux"}`` in training mode)."""
     size = volumes.shape[2:]
     m = _stride(model)
     pad = [(-n) % m for n in size]
     if any(pad):
         volumes = F.pad(volumes, [v for p in reversed(pad) for v in (0, p)])
-    logits = model(volumes)
-    return logits[(slice(None), slice(None), *(slice(0, n) for n in size))]
+    out = model(volumes)
+    crop = (slice(None), slice(None), *(slice(0, n) for n in size))
+    if isinstance(out, Mapping):
+        return {name: logits[crop] for name, logits in out.items()}
+    return out[crop]
 
 
 def _forward_volumes(model: nn.Module, batch: Mapping[str, Any]) -> torch.Tensor | None:
@@ -304,10 +313,14 @@ class SegmentationTask:
         device = device or next(model.parameters()).device
         images = images.to(device)
         volume = self.data.kind == "volume"
-        logits = forward_padded(model, images) if volume else model(images)  # (B, K, *spatial)
-        w = None if self.class_weights is None else self.class_weights.to(device, logits.dtype)
-        loss = F.cross_entropy(
-            logits.float(), masks.to(device), weight=w, ignore_index=self.ignore_index
+        out = forward_padded(model, images) if volume else model(images)  # (B, K, *spatial)
+        heads = out if isinstance(out, Mapping) else {"out": out}
+        masks = masks.to(device)
+        w = None if self.class_weights is None else self.class_weights.to(device, torch.float32)
+        loss = sum(
+            AUX_WEIGHT.get(name, 1.0)
+            * F.cross_entropy(logits.float(), masks, weight=w, ignore_index=self.ignore_index)
+            for name, logits in heads.items()
         )
         return loss, int(images.shape[0])
 
