@@ -65,14 +65,14 @@ class UNetDemoSettings:
     num_test: int = 300
     #: Options of the block of ``unet2d_nl`` over the guide's (``reduction=2, sub_sample=2``),
     #: e.g. ``{"bias": True}``: keyword arguments of :class:`~nlnet.layers.NonLocalBlock`.
-    block: dict[str, Any] = field(default_factory=lambda: {"phi_init": "theta"})
+    block: dict[str, Any] = field(default_factory=dict)
     #: Pre-training of the U-Net (both models start from it, as the paper's from ImageNet,
     #: Sec. 4.1): per-pixel digit classes of the training images, this many epochs (0: none).
-    pretrain_epochs: int = 4
+    pretrain_epochs: int = 0
     pretrain_lr: float = 1e-2
     #: Both models: a second classifier on the bottleneck's output in the training loss
     #: (``UNet(deep_supervision=True)``, nnU-Net's deep supervision).
-    deep_supervision: bool = False
+    deep_supervision: bool = True
 
     @classmethod
     def quick(cls) -> UNetDemoSettings:

@@ -82,3 +82,36 @@ def test_training_steps_decrease_the_loss(tiny_root, name):
 def test_build_datasets_needs_a_root():
     with pytest.raises(ValueError, match="data.root"):
         SegmentationTask(4).build_datasets()
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_deep_supervision_adds_half_the_bottleneck_classifiers_loss(tiny_root, dim):
+    """``UNet(deep_supervision=True)``: in training mode ``{"out", "aux"}`` (the bottleneck's
+    classifier up-sampled to the input size), in evaluation mode the logits alone; the task's
+    loss is ``CE(out) + 0.5 CE(aux)`` (torchvision's references), for images and for the padded
+    volumes, and the aux classifier and the block receive gradients."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    name, kw = ("unet2d_nl", {"base_channels": 4}) if dim == 2 else ("unet3d_nl", {"width": 2})
+    model = create_model(name, num_classes=4, depth=2, deep_supervision=True, **kw)
+    data = {"root": str(tiny_root)} if dim == 2 else {"root": str(tiny_root), "kind": "volume"}
+    task = SegmentationTask(4, ["background", "cue", "match", "other"], data=data)
+    size = (32, 32) if dim == 2 else (6, 16, 16)  # volumes: depth 6 padded to 8
+    x = torch.randn(2, 3 if dim == 2 else 4, *size)
+    y = torch.randint(0, 4, (2, *size))
+    with torch.no_grad():
+        loss = task.loss(model, {"image": x, "mask": y})[0]
+        padded = F.pad(x, (0, 0, 0, 0, 0, 2)) if dim == 3 else x
+        heads = model(padded)
+        crop = (slice(None), slice(None), *(slice(0, n) for n in size))
+        expect = F.cross_entropy(heads["out"][crop], y) + 0.5 * F.cross_entropy(
+            heads["aux"][crop], y
+        )
+    assert set(heads) == {"out", "aux"} and heads["aux"].shape == heads["out"].shape
+    assert torch.allclose(loss, expect) and loss.ndim == 0
+    model.bottleneck[-1].norm.weight.data.fill_(0.5)  # the block's output in use
+    task.loss(model, {"image": x, "mask": y})[0].backward()
+    assert model.aux_classifier.weight.grad.abs().sum() > 0
+    assert model.bottleneck[-1].theta.weight.grad.abs().sum() > 0
+    assert torch.is_tensor(model.eval()(padded))  # tests and exports as a plain model
