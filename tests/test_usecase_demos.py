@@ -103,6 +103,8 @@ def test_unet_pretraining_labels_each_digit_by_its_class_and_initialises_both_mo
     digit's own class (the cue's too) on exactly the task's digit pixels; the pre-trained
     weights initialise both models (all but the classifier and the block), and weights of
     another model are refused."""
+    from dataclasses import replace
+
     import numpy as np
     import torch
 
@@ -110,7 +112,7 @@ def test_unet_pretraining_labels_each_digit_by_its_class_and_initialises_both_mo
     from nlnet.demo.digits_dense import DenseDigitsConfig, seed_data
     from nlnet.demo.unet import UNetDemoSettings, digit_class_masks, fit_and_test, pretrain_unet
 
-    s = UNetDemoSettings.quick()
+    s = replace(UNetDemoSettings.quick(), pretrain_epochs=1)
     root = seed_data(DenseDigitsConfig(num_train=8, num_val=4, num_test=4), 0, tmp_path / "d")
     folder = SegmentationFolder(root, "train", num_classes=4)
     masks = digit_class_masks(root, "train")

@@ -10,11 +10,12 @@ elsewhere in the image, up to ~60 pixels away.
 The CPU-sized U-Net (``unet2d`` with 2 poolings and 8 channels in the first level) has a
 theoretical receptive field of about 50 pixels, so the convolutions alone cannot always relate a
 digit to the cue; ``unet2d_nl`` adds the block after its bottleneck (16x16 grid, 8x8 pooled
-keys). Both start from the same pre-trained U-Net (:func:`pretrain_unet`: each digit segmented
-by its own class, the demo's stand-in for the paper's ImageNet initialisation, Sec. 4.1), train
-from the same seed through the engine's loop (``task: segmentation``, AdamW, one-cycle rate) and
-are tested on images whose digit scans were never seen in training: mIoU, mean Dice over the
-four classes, and the Dice of ``match`` / ``other``.
+keys). Both train from the same initialisation seed through the engine's loop (``task:
+segmentation``, AdamW, one-cycle rate, deep supervision at the bottleneck) and are tested on
+images whose digit scans were never seen in training: mIoU, mean Dice over the four classes,
+and the Dice of ``match`` / ``other``. ``pretrain_epochs`` optionally starts both from a U-Net
+pre-trained to name each digit (:func:`pretrain_unet`, a stand-in for the paper's ImageNet
+initialisation, Sec. 4.1; screened and not chosen).
 
 Outputs in ``out_dir``: ``summary.json``, ``predictions.png`` (image, truth, both predictions and
 the block's attention from a ``match`` pixel, last seed) and each model's weights.
@@ -49,11 +50,12 @@ class UNetDemoSettings:
     The segmentation demo's schedule (one-cycle AdamW, 16 epochs of 2000 images) with a peak rate
     of 2e-2 instead of 1e-2: the relation to the cue is learned only after a training-loss
     plateau (docs/dense.md, "Seed dependence"), which the U-Net leaves later than the
-    segmentation head. Without pre-training and with the block's default initialisation the
-    block's model stayed on it on one of the five screening seeds, and left it late on others;
-    pre-training both models to name each digit, and starting ``phi`` as a copy of ``theta``
-    (the attention then compares the embedded features, so a digit looks at digits of its class),
-    was the candidate chosen on those seeds' validation figures (docs/usecases.md).
+    segmentation head. With the block's output reaching the classifier only through the
+    decoder, beside the skip connections, the block's model stayed on that plateau on one of
+    the five screening seeds and left it late on another; deep supervision (a second
+    classifier on the bottleneck's output in the training loss, nnU-Net's practice) puts the
+    block one 1x1 layer from a loss, as in the segmentation demo's head, and was chosen on
+    those seeds' validation figures (docs/usecases.md, where the rejected candidates are too).
     """
 
     base_channels: int = 8
@@ -77,8 +79,7 @@ class UNetDemoSettings:
     @classmethod
     def quick(cls) -> UNetDemoSettings:
         """Seconds: a smoke test (its numbers mean nothing)."""
-        return cls(base_channels=4, epochs=1, batch_size=4, num_train=8, num_test=4,
-                   pretrain_epochs=1)  # fmt: skip
+        return cls(base_channels=4, epochs=1, batch_size=4, num_train=8, num_test=4)
 
 
 def _overrides(name: str, s: UNetDemoSettings) -> dict[str, Any]:
