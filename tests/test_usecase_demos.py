@@ -133,3 +133,15 @@ def test_unet_pretraining_labels_each_digit_by_its_class_and_initialises_both_mo
     with pytest.raises(ValueError, match="init: not the weights of unet2d"):
         fit_and_test("unet2d", s, root, tmp_path / "bad", 0, "cpu", "val", wrong)
     assert torch.is_tensor(run["state"]["bottleneck.non_local.theta.weight"])
+    # freeze_encoder: the encoder (levels, bottleneck convolutions) stays the pre-trained one
+    # bit for bit; the block, the decoder and the classifiers train
+    frozen = fit_and_test(
+        "unet2d_nl", replace(s, freeze_encoder=True), root, tmp_path / "fz", 0, "cpu", "val", init
+    )["state"]
+    encoder = [k for k in init if k.startswith(("encoder.", "bottleneck.")) and "running" not in k
+               and "num_batches" not in k]  # fmt: skip
+    assert encoder and all(torch.equal(frozen[k], init[k]) for k in encoder)
+    assert not torch.equal(frozen["decoder.0.0.weight"], init["decoder.0.0.weight"])
+    assert frozen["bottleneck.non_local.norm.weight"].abs().max() > 0  # starts at 0 (Sec. 4.1)
+    with pytest.raises(ValueError, match="freeze_encoder: needs a pre-trained encoder"):
+        fit_and_test("unet2d", replace(s, freeze_encoder=True), root, tmp_path / "x", 0, "cpu")

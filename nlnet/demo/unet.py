@@ -74,6 +74,10 @@ class UNetDemoSettings:
     #: Sec. 4.1): per-pixel digit classes of the training images, this many epochs (0: none).
     pretrain_epochs: int = 0
     pretrain_lr: float = 1e-2
+    #: With ``pretrain_epochs``: keep the pre-trained encoder fixed (its levels and the
+    #: bottleneck's convolutions; the block, decoder and classifiers train), so that the
+    #: features that name each digit survive the task's training.
+    freeze_encoder: bool = False
     #: Both models: a second classifier on the bottleneck's output in the training loss
     #: (``UNet(deep_supervision=True)``, nnU-Net's deep supervision).
     deep_supervision: bool = True
@@ -132,6 +136,8 @@ def _picture(path: Path, models: dict[str, nn.Module], test: Any) -> None:
 
 #: The layers a pre-training does not hand on: its classes are not the task's.
 _HEADS = ("classifier.", "aux_classifier.")
+#: The U-Net's encoder: its levels and the bottleneck (whose block :func:`freeze_encoder` skips).
+_ENCODER = ("encoder.", "bottleneck.")
 
 
 def digit_class_masks(root: Path, split: str) -> dict[str, np.ndarray]:
@@ -178,6 +184,16 @@ def pretrain_unet(
             if not k.startswith(_HEADS)}  # fmt: skip
 
 
+def freeze_encoder(model: nn.Module) -> int:
+    """Fix the U-Net's encoder: ``requires_grad=False`` on its levels and the bottleneck's
+    convolutions, not on the block (``bottleneck.non_local``). Returns the number of tensors."""
+    frozen = [p for n, p in model.named_parameters()
+              if n.startswith(_ENCODER) and not n.startswith("bottleneck.non_local.")]  # fmt: skip
+    for p in frozen:
+        p.requires_grad_(False)
+    return len(frozen)
+
+
 def fit_and_test(
     name: str, s: UNetDemoSettings, root: Path, run_dir: Path, seed: int, device: str,
     split: str = "test", init: dict[str, torch.Tensor] | None = None,
@@ -207,6 +223,10 @@ def fit_and_test(
         new = [k for k in missing if not k.startswith((*_HEADS, "bottleneck.non_local."))]
         if unexpected or new:
             raise ValueError(f"init: not the weights of {name} ({unexpected or new})")
+    if s.freeze_encoder:
+        if init is None:
+            raise ValueError("freeze_encoder: needs a pre-trained encoder (pretrain_epochs > 0)")
+        freeze_encoder(model)
     start = time.perf_counter()
     train(cfg, model=model, train_dataset=train_set, force=True)
     train_s = time.perf_counter() - start
