@@ -11,7 +11,7 @@ Usage::
 
     python benchmarks/dense_seeds.py --task segmentation --seeds 0-4    # mIoU
     python benchmarks/dense_seeds.py --task unet --seeds 0-4            # mDice
-    python benchmarks/dense_seeds.py --task unet --seeds 100-104 --split val  # screening
+    python benchmarks/dense_seeds.py --task unet --seeds 100-109 --split val  # screening
     python benchmarks/dense_seeds.py --task unet --report runs/dense-seeds-unet-test/summary.json
     python benchmarks/dense_seeds.py --task super-resolution --seeds 0-4 --threads 1   # PSNR-Y
     python benchmarks/dense_seeds.py --task super-resolution --seeds 100-104 --split val \

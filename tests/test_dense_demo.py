@@ -142,8 +142,12 @@ def test_dense_seeds_set_changes_the_unet_recipe_and_its_block(dense_seeds, caps
     assert nl.optim.lr == 3e-2
     model = create_model("unet2d_nl", num_classes=4, **nl.model.overrides)
     assert model.bottleneck[-1].theta.bias is not None
+    # the U-Net from scratch: the frozen encoder goes first, then the pre-training
+    s = dense_seeds.demo_settings("unet", ["freeze_encoder=false", "pretrain_epochs=0"], True)
+    assert (s.freeze_encoder, s.pretrain_epochs) == (False, 0)
     for extra, message in ((["--set", "block=true"], "--set block=true: expected dict"),
                            (["--set", "lr"], "--set lr: expected KEY=VALUE"),
+                           (["--set", "pretrain_epochs=0"], "freeze_encoder: needs pretrain_epochs"),
                            (["--task", "segmentation", "--set", "lr=1"], "not --task segmentation")):  # fmt: skip
         capsys.readouterr()
         assert dense_seeds.main(["--task", "unet", "--output-dir", str(tmp_path), *extra]) == 2

@@ -21,8 +21,10 @@ from typing import Any
 __all__ = ["SCREENING_SEEDS", "collect_runs", "dense_seed_rows", "markdown_table", "parse_seeds",
            "seed_rows", "seed_table"]  # fmt: skip
 
-#: Seeds on which recipes are chosen (validation figures only); never reported.
-SCREENING_SEEDS: tuple[int, ...] = (100, 101, 102, 103, 104)
+#: Seeds on which recipes are chosen (validation figures only); never reported. 100-104 at
+#: first; the U-Net demo's recipe passed those five and failed on most others, so the dense
+#: demos screen on all ten (docs/demo.md, Protocol).
+SCREENING_SEEDS: tuple[int, ...] = tuple(range(100, 110))
 BASELINE = "c2d_tiny"
 NON_LOCAL = "c2d_tiny_nl1"
 
