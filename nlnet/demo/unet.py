@@ -12,7 +12,7 @@ theoretical receptive field of about 50 pixels, so the convolutions alone cannot
 digit to the cue; ``unet2d_nl`` adds the block after its bottleneck (16x16 grid, 8x8 pooled
 keys). Both start from one U-Net pre-trained to name each digit (:func:`pretrain_unet`, the
 paper's ImageNet initialisation in miniature, Sec. 4.1), keep its encoder fixed
-(:func:`freeze_encoder`), and train the rest from the same seed through the engine's loop
+(the engine's ``train.freeze``), and train the rest from the same seed through the engine's loop
 (``task: segmentation``, AdamW, one-cycle rate, deep supervision at the bottleneck); they are
 tested on images whose digit scans were never seen in training: mIoU, mean Dice over the four
 classes, and the Dice of ``match`` / ``other``.
@@ -118,6 +118,7 @@ def _config(
         "optim": {"optimizer": "adamw", "schedule": "onecycle", "lr": lr, "weight_decay": 1e-4,
                   "epochs": epochs, "steps": [], "pct_start": 0.1},
         "train": {"batch_size": s.batch_size, "seed": seed, "workers": 0, "log_every": 10_000,
+                  "freeze": list(_ENCODER) if s.freeze_encoder and not pretrain else [],
                   "ckpt_every": 0, "device": device, "progress": False, "val_split": None},
         "eval": {"batch_size": 64, "workers": 0},
         "output_dir": str(run_dir),
@@ -143,7 +144,8 @@ def _picture(path: Path, models: dict[str, nn.Module], test: Any) -> None:
 
 #: The layers a pre-training does not hand on: its classes are not the task's.
 _HEADS = ("classifier.", "aux_classifier.")
-#: The U-Net's encoder: its levels and the bottleneck (whose block :func:`freeze_encoder` skips).
+#: The U-Net's encoder: its levels and the bottleneck, whose new block the engine's
+#: ``train.freeze`` leaves trainable.
 _ENCODER = ("encoder.", "bottleneck.")
 
 
@@ -191,18 +193,6 @@ def pretrain_unet(
             if not k.startswith(_HEADS)}  # fmt: skip
 
 
-def freeze_encoder(model: nn.Module) -> int:
-    """Fix the U-Net's encoder: ``requires_grad=False`` on its levels and the bottleneck's
-    convolutions, not on the block (``bottleneck.non_local``). Its BatchNorm layers keep
-    normalising with each batch's statistics, as in the pre-training (their running averages
-    go on updating; the weights are fixed). Returns the number of tensors frozen."""
-    frozen = [p for n, p in model.named_parameters()
-              if n.startswith(_ENCODER) and not n.startswith("bottleneck.non_local.")]  # fmt: skip
-    for p in frozen:
-        p.requires_grad_(False)
-    return len(frozen)
-
-
 def fit_and_test(
     name: str, s: UNetDemoSettings, root: Path, run_dir: Path, seed: int, device: str,
     split: str = "test", init: dict[str, torch.Tensor] | None = None,
@@ -232,10 +222,8 @@ def fit_and_test(
         new = [k for k in missing if not k.startswith((*_HEADS, "bottleneck.non_local."))]
         if unexpected or new:
             raise ValueError(f"init: not the weights of {name} ({unexpected or new})")
-    if s.freeze_encoder:
-        if init is None:
-            raise ValueError("freeze_encoder: needs a pre-trained encoder (pretrain_epochs > 0)")
-        freeze_encoder(model)
+    if s.freeze_encoder and init is None:
+        raise ValueError("freeze_encoder: needs a pre-trained encoder (pretrain_epochs > 0)")
     start = time.perf_counter()
     train(cfg, model=model, train_dataset=train_set, force=True)
     train_s = time.perf_counter() - start

@@ -64,6 +64,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "MetricsLogger": "runlog",
         "build_model": "modeling",
         "freeze_batchnorm": "modeling",
+        "freeze_parameters": "modeling",
         "build_optimizer": "optim",
         "build_scheduler": "optim",
         "Task": "tasks",

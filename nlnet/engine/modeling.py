@@ -36,6 +36,7 @@ __all__ = [
     "model_options",
     "init_from_pretrained",
     "freeze_batchnorm",
+    "freeze_parameters",
     "set_train_mode",
     "non_local_norms",
     "trained_non_local",
@@ -170,6 +171,35 @@ def freeze_batchnorm(model: nn.Module, trained: Iterable[str] = ()) -> int:
     return n
 
 
+def freeze_parameters(
+    model: nn.Module, prefixes: Iterable[str], trained: Iterable[str] = ()
+) -> int:
+    """``requires_grad=False`` on the parameters whose names start with one of ``prefixes``
+    (``train.freeze``), except those of non-local blocks not in ``trained``
+    (:func:`trained_non_local`): a fresh block starts as the identity and must learn. The
+    BatchNorm layers among them keep normalising as in training mode (``train.freeze_bn`` fixes
+    their statistics too). Returns the number of tensors frozen.
+
+    Raises:
+        UserError: a prefix that names no parameter of the model.
+    """
+    from nlnet.engine.errors import UserError
+    from nlnet.layers.nonlocal_block import NonLocalNd
+
+    prefixes, trained = tuple(prefixes), set(trained)
+    names = [n for n, _ in model.named_parameters()]
+    unknown = [p for p in prefixes if not any(n.startswith(p) for n in names)]
+    if unknown:
+        raise UserError(f"train.freeze: {unknown} name no parameter of the model (e.g. {names[0]})")
+    fresh = tuple(f"{path}." for path, m in model.named_modules()
+                  if isinstance(m, NonLocalNd) and path not in trained)  # fmt: skip
+    frozen = [p for n, p in model.named_parameters()
+              if n.startswith(prefixes) and not n.startswith(fresh)]  # fmt: skip
+    for p in frozen:
+        p.requires_grad_(False)
+    return len(frozen)
+
+
 def set_train_mode(model: nn.Module, freeze_bn: bool = False) -> None:
     """``model.train()``, keeping the BatchNorm layers frozen by :func:`freeze_batchnorm` (those
     without trainable scale/shift) in eval mode."""
@@ -199,8 +229,12 @@ def build_train_model(cfg: Any, device: torch.device, model: nn.Module | None = 
     else:
         init_from_pretrained(model, cfg)
     model.to(device)
-    if tc.freeze_bn:
-        freeze_batchnorm(model, trained_non_local(model, pretrained_keys(cfg)))
+    if tc.freeze or tc.freeze_bn:
+        trained = trained_non_local(model, pretrained_keys(cfg))
+        if tc.freeze:
+            freeze_parameters(model, tc.freeze, trained)
+        if tc.freeze_bn:
+            freeze_batchnorm(model, trained)
     elif tc.sync_bn:
         model = du.convert_sync_batchnorm(model, device)
     return model

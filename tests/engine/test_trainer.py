@@ -294,3 +294,29 @@ def test_frozen_bn_freezes_blocks_that_start_from_model_pretrained(tmp_path):
         _run(cfg, model=model, dataset=TinyClipDataset(n=8, size=(4, 32, 32)))
     assert not any(p.requires_grad for p in block.norm.parameters())
     assert torch.equal(block.norm.weight, torch.full_like(block.norm.weight, 0.5))
+
+
+def test_freeze_parameters_keeps_fresh_blocks_trainable_and_names_bad_prefixes():
+    """``train.freeze``: the prefixes' parameters stop training, except a non-local block that
+    did not come from ``model.pretrained`` (it starts as the identity); a pretrained block
+    freezes too; a prefix naming no parameter is a one-line user error."""
+    from nlnet.engine.errors import UserError
+    from nlnet.engine.modeling import freeze_parameters
+    from nlnet.models import create_model
+
+    def trainable(model):
+        return {n for n, p in model.named_parameters() if p.requires_grad}
+
+    model = create_model("unet2d_nl", num_classes=4, base_channels=4, depth=2)
+    n = freeze_parameters(model, ["encoder.", "bottleneck."])
+    left = trainable(model)
+    assert n > 0 and not any(k.startswith("encoder.") for k in left)
+    assert {k for k in left if k.startswith("bottleneck.")} == {
+        k for k, _ in model.named_parameters() if k.startswith("bottleneck.non_local.")
+    }
+    assert any(k.startswith("decoder.") for k in left)
+    model = create_model("unet2d_nl", num_classes=4, base_channels=4, depth=2)
+    freeze_parameters(model, ["bottleneck."], trained=["bottleneck.non_local"])
+    assert not any(k.startswith("bottleneck.") for k in trainable(model))
+    with pytest.raises(UserError, match=r"train.freeze: \['encoders.'\] name no parameter"):
+        freeze_parameters(model, ["encoders."])

@@ -114,6 +114,10 @@ class TrainConfig:
         accum_steps: micro-batches accumulated per optimizer step.
         amp: ``none`` | ``bf16`` | ``fp16`` (mixed precision, CUDA only; ignored on the CPU).
         freeze_bn: BatchNorm in eval mode with frozen affine parameters (Section 5.1).
+        freeze: parameter-name prefixes whose weights stay fixed, e.g. ``[encoder., bottleneck.]``
+            for a pre-trained U-Net encoder (detectron2's ``FREEZE_AT``); a non-local block
+            under such a prefix that ``model.pretrained`` does not initialise still trains (it
+            starts as the identity).
         sync_bn: convert BatchNorm to SyncBatchNorm under DDP on CUDA.
         loss: ``ce`` (softmax cross-entropy) or ``bce`` (per-category sigmoid, Section 5.2).
         seed: seed of model init, data order and augmentation.
@@ -137,6 +141,7 @@ class TrainConfig:
     accum_steps: int = 1
     amp: str = "none"
     freeze_bn: bool = False
+    freeze: tuple[str, ...] = ()
     sync_bn: bool = True
     loss: str = "ce"
     seed: int = 0
