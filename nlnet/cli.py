@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("nlnet.commands.models", "list the registered models"),
     "cost": ("nlnet.commands.cost", "parameters and multiply-adds of a model"),
     "visualize": ("nlnet.commands.visualize", "draw the attention maps of non-local blocks"),
+    "inspect": ("nlnet.commands.inspect", "block health of a checkpoint (is each block open?)"),
     "showcase": ("nlnet.commands.showcase", "the non-local block on a synthetic video tensor"),
     "import-caffe2": ("nlnet.commands.import_caffe2", "convert a released Caffe2 .pkl model"),
     "export": ("nlnet.commands.export", "export a checkpoint to ONNX / TorchScript / torch.export"),

@@ -193,6 +193,37 @@ def test_seed_table_rows_and_statistics_from_fabricated_runs(tmp_path):
     assert vrows["std"][1] == f"{statistics.stdev([60.0, 70.0, 80.0]):.1f}"
     with pytest.raises(ValueError, match="seed\\(s\\) \\[3\\]"):
         collect_runs(tmp_path, [0, 3], quick=False, task="same")
+    # the failure count under the table: the bar NL >= 90 and C2D <= 60 (seed 1 is at 90.0)
+    assert seed_table(runs, "test").endswith(
+        "failures (c2d_tiny_nl1 >= 90% and c2d_tiny <= 60% not met): 0 of 3 seeds; 95% interval "
+        "of the failure rate (exact binomial) 0.0-70.8%"
+    )
+    assert "3 of 3 seeds: seed(s) 0, 1, 2;" in val  # NL 60.0, 70.0 and 80.0 < 90
+
+
+def test_perturbation_agreement_table(tmp_path, capsys):
+    """``--report --perturb KEY=VALUE``: each seed's pass/fail without and with the change."""
+    from nlnet.cli import main
+
+    for seed, (a, b) in enumerate(((0.95, 0.97), (0.91, 0.85), (0.5, 0.52))):
+        _fake_run(tmp_path, seed, 0.5, 0.5, val=a)
+        _fake_run(tmp_path, seed, 0.5, 0.5, val=b, stamp="20261202-020000")
+        path = next(tmp_path.glob(f"demo-20261202-020000-seed{seed}/summary.json"))
+        summary = json.loads(path.read_text())
+        summary["overrides"] = ["init_noise=1e-6"]
+        path.write_text(json.dumps(summary))
+    argv = ["demo", "--seeds", "0-2", "--split", "val", "--report", "--output-dir", str(tmp_path),
+            "--perturb", "init_noise=1e-6"]  # fmt: skip
+    assert main(argv) == 0
+    text = (tmp_path / "demo-seeds-same-val-agreement.md").read_text()
+    rows = _table_rows(text)
+    assert rows["0"] == ["95.0", "97.0", "pass / pass", "yes"]
+    assert rows["1"] == ["91.0", "85.0", "pass / FAIL", "NO"]
+    assert rows["2"][2:] == ["FAIL / FAIL", "yes"]
+    assert "the same pass/fail on 2 of 3 seeds" in text
+    capsys.readouterr()
+    assert main(["demo", "--perturb", "init_noise=1e-6"]) == 2
+    assert "--perturb: needs --seeds and --report" in capsys.readouterr().err
 
 
 def test_seed_table_of_one_seed_has_no_std_and_old_runs_no_cpu(tmp_path):
@@ -375,3 +406,39 @@ def test_controls_start_from_the_2d_backbone_like_the_non_local_model():
         state = build_model(name, settings, backbone).state_dict()
         assert all(torch.equal(state[k], v) for k, v in backbone.items()), name
         assert any(".non_local." in k for k in state), name
+
+
+def test_pretraining_is_reused_bit_for_bit_and_perturbation_and_block_options_apply(tmp_path):
+    """The 2D pre-training of a seed is kept and reused (the same weights a fresh run gives);
+    ``init_noise`` perturbs every initial weight by seeded noise of that size; ``block`` and
+    ``block_lr_mult`` reach the non-local models only (docs/demo.md, Protocol)."""
+    import torch
+
+    from nlnet.demo.video import DemoSettings, build_model, cached_pretrain_2d, demo_config
+
+    torch.set_num_threads(1)
+    settings = DemoSettings.quick(5)
+    cpu = torch.device("cpu")
+    first, log = cached_pretrain_2d(settings, cpu, 5, None, tmp_path)
+    again, log2 = cached_pretrain_2d(settings, cpu, 5, None, tmp_path)
+    assert "reused" not in log and log2["reused"].startswith(str(tmp_path))
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    other, log3 = cached_pretrain_2d(settings.override("pretrain_lr=1e-3"), cpu, 5, None, tmp_path)
+    assert "reused" not in log3 and not torch.equal(other["conv1.weight"], first["conv1.weight"])
+
+    def built(s: DemoSettings) -> torch.nn.Module:
+        torch.manual_seed(0)  # the block's own initialisation
+        return build_model("c2d_tiny_nl1", s, first)
+
+    plain = built(settings)
+    noisy = [built(settings.override("init_noise=1e-6")) for _ in range(2)]
+    for (name, p), q, r in zip(plain.named_parameters(), *(m.parameters() for m in noisy)):
+        assert torch.equal(q, r), name  # seeded: the same perturbation each time
+        assert 0 < (q - p).abs().max() < 1e-5, name
+    opened = settings.override("block={gamma_init: 0.1}").override("block_lr_mult=10.0")
+    assert build_model("c2d_tiny_nl1", opened).layer3[1].non_local.norm.weight[0] == 0.1
+    build_model("c2d_tiny", opened)  # the baseline has no block: the options do not reach it
+    for name, mult in (("c2d_tiny_nl1", 10.0), ("c2d_tiny", 1.0)):
+        cfg = demo_config(opened, name, tmp_path, num_classes=2, epochs=1, batch_size=4, lr=1e-3,
+                          schedule="onecycle", seed=0, device=cpu, progress=False, num_frames=4)  # fmt: skip
+        assert cfg.optim.non_local_lr_mult == mult

@@ -47,6 +47,7 @@ __all__ = [
     "AttentionRecorder",
     "GridMapping",
     "KINDS",
+    "attention_of",
     "find_attention_layers",
     "find_non_local_blocks",
     "record_attention",
@@ -300,7 +301,7 @@ def _is_non_local(found: dict[str, nn.Module]) -> bool:
     return all(isinstance(m, NonLocalNd) for m in found.values())
 
 
-def _attention_of(module: nn.Module, args: tuple, kwargs: dict) -> Tensor:
+def attention_of(module: nn.Module, args: tuple, kwargs: dict) -> Tensor:
     """Re-evaluate ``module`` on the same input with weights requested (eval mode, no grad)."""
     was_training = module.training
     module.eval()  # BN statistics and attention dropout untouched by the second evaluation
@@ -366,7 +367,7 @@ def record_attention(
 
     def make_hook(name: str):
         def hook(module: nn.Module, args: tuple, kwargs: dict, output: Tensor) -> None:
-            attn = _attention_of(module, args, kwargs)
+            attn = attention_of(module, args, kwargs)
             if to_cpu:
                 attn = attn.cpu()
             x = args[0]

@@ -16,6 +16,7 @@ EXAMPLES = """examples:
   nlnet demo --seeds 100-104 --split val  # the screening seeds: validation figures only
   nlnet demo --seeds 100-104 --split val --set epochs=6  # screen a recipe change
   nlnet demo --seeds 0-9 --report  # the table from the runs already in --output-dir
+  nlnet demo --seeds 100-129 --split val --report --perturb init_noise=1e-6  # rounding check
   nlnet demo --task order          # the order control: C2D + NL cannot tell, a temporal block can
   nlnet demo --task segmentation   # dense demo: seg_tiny vs. seg_tiny_nl on digit images (Sec. 5)
   nlnet demo --task super-resolution  # EDSR + NL vs. equal-cost EDSR on self-similar photos
@@ -47,6 +48,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report", action="store_true",
         help="with --seeds: write the table from the newest runs in --output-dir, train nothing",
+    )  # fmt: skip
+    parser.add_argument(
+        "--perturb", default=None, metavar="KEY=VALUE",
+        help="with --seeds --report: compare each seed's pass/fail with the runs that also had "
+        "--set KEY=VALUE (e.g. init_noise=1e-6): the protocol's rounding check",
     )  # fmt: skip
     parser.add_argument(
         "--split", choices=("test", "val"), default="test",
@@ -97,6 +103,8 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if getattr(args, "report", False):
         raise UserError("--report: needs --seeds (which seeds' runs to table)")
+    if getattr(args, "perturb", None):
+        raise UserError("--perturb: needs --seeds and --report")
     if getattr(args, "split", "test") != "test":
         raise UserError("--split: needs --seeds (the split of the seed table)")
     if getattr(args, "overrides", None) and args.task in (

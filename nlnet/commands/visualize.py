@@ -203,7 +203,7 @@ def _classifier_input(path: Path, info: Any, args: argparse.Namespace, side: int
     return inp, frames.numpy()
 
 
-def _model_input(path: Path, model: Any, info: Any, args: argparse.Namespace, side: int | None
+def model_input(path: Path, model: Any, info: Any, args: argparse.Namespace, side: int | None
                  ) -> tuple[Any, Any]:  # fmt: skip
     """The model's input ``(1, 3, [T,] H, W)`` and the uint8 ``(T, H, W, 3)`` frames drawn."""
     import torch
@@ -275,7 +275,7 @@ def main(args: argparse.Namespace) -> int:
     model = load_model(ckpt, device)
     transformer = not find_non_local_blocks(model) and bool(find_attention_layers(model))
     side = _fixed_side(model) if transformer else None
-    inp, frames_np = _model_input(video_path, model, info, args, side)
+    inp, frames_np = model_input(video_path, model, info, args, side)
     inp = inp.to(device)
     if transformer:
         return _rollout_picture(model, inp, frames_np, args, info)

@@ -39,7 +39,7 @@ from nlnet.engine.modeling import set_train_mode
 from nlnet.engine.runlog import MetricsLogger
 
 __all__ = ["TIME_MODEL", "VARIANT_MODELS", "CurveHook", "DemoSettings", "ClipTensorDataset",
-           "build_model", "clear_decoded", "decoded_splits", "demo_config", "inflate_state", "load_split",
+           "build_model", "cached_pretrain_2d", "clear_decoded", "decoded_splits", "demo_config", "inflate_state", "load_split",
            "pretrain_2d", "top1", "train_job", "train_model"]  # fmt: skip
 
 
@@ -91,6 +91,16 @@ class DemoSettings:
     # uniform attention at the start): on the screening seeds' validation it left seed 103 on a
     # plateau (73.3%; 0.1 left seed 100 at 85.0%); docs/demo.md, "Choosing the recipe".
     theta_init_std: float | None = None
+    # Perturbation for the protocol's robustness check (docs/demo.md, Protocol): seeded Gaussian
+    # noise of this standard deviation added to every initial weight of the trained models
+    # (after the pre-trained backbone is loaded); 0 (default) adds nothing.
+    init_noise: float = 0.0
+    # Options of the non-local blocks of the models that have them (the block's keyword
+    # arguments, e.g. {init: w_z}); {} (default): the block's own defaults.
+    block: dict = dataclasses.field(default_factory=dict)
+    # The learning rate of the non-local blocks' parameters relative to the rest's
+    # (optim.non_local_lr_mult of the engine); 1 (default): the same.
+    block_lr_mult: float = 1.0
     # Figure 4: validation error and training error (on the first `curve_train_clips` training
     # clips, eval mode) this many times per epoch; the extra evaluations leave the weights as
     # they are (the random state is restored after each one).
@@ -227,8 +237,10 @@ def demo_config(
     """The demo's recipe as an engine config: AdamW, one-cycle (or constant) rate, per-epoch
     validation, the digits normalisation stored as the checkpoint's preprocessing."""
     from nlnet.engine.config import config_from_dict
+    from nlnet.models.registry import get_model_entry
 
     task = settings.task
+    lr_mult = settings.block_lr_mult if get_model_entry(name).default_cfg.blocks else 1.0
     return config_from_dict({
         "model": {"name": name, "num_classes": num_classes, "dropout": settings.dropout,
                   "overrides": {"width": settings.width}},
@@ -236,7 +248,7 @@ def demo_config(
                  "test_scale": task.size, "mean": list(MEAN), "std": list(STD)},
         "optim": {"optimizer": "adamw", "schedule": schedule, "lr": lr,
                   "weight_decay": settings.weight_decay, "epochs": epochs, "steps": [],
-                  "pct_start": 0.15},
+                  "pct_start": 0.15, "non_local_lr_mult": lr_mult},
         "train": {"batch_size": batch_size, "seed": seed,
                   "workers": 0, "log_every": 10_000, "ckpt_every": 0, "sync_bn": False,
                   "device": str(device), "progress": None if progress else False},
@@ -295,6 +307,61 @@ def pretrain_2d(
     return state, log
 
 
+#: Settings the 2D pre-training depends on (besides the task's images and the seed): the key of
+#: its cache (:func:`cached_pretrain_2d`).
+PRETRAIN_FIELDS = ("width", "dropout", "pretrain_frames", "pretrain_epochs", "pretrain_lr",
+                   "pretrain_schedule")  # fmt: skip
+
+
+def pretrain_key(settings: DemoSettings, seed: int, device: torch.device) -> str:
+    """A digest of everything :func:`pretrain_2d` computes from: the task's fingerprint, the
+    pre-training settings, the seed, the normalisation, the PyTorch version and the device type."""
+    import hashlib
+    import json
+
+    what = {
+        "task": settings.task.fingerprint(),
+        **{f: getattr(settings, f) for f in PRETRAIN_FIELDS},
+        "seed": seed, "mean": MEAN, "std": STD, "torch": torch.__version__,
+        "device": torch.device(device).type, "version": 1,
+    }  # fmt: skip
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cached_pretrain_2d(
+    settings: DemoSettings, device: torch.device, seed: int, run_dir: Path | None, cache: Path
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """:func:`pretrain_2d`, kept in ``cache/pretrain-2d/<key>.pt`` and reused.
+
+    The pre-training is the same for every recipe that changes only the video training (the
+    block, its options, the schedule), so screening such a recipe on many seeds trains only the
+    video models (docs/demo.md, Protocol). One thread on one machine computes it bit for bit the
+    same, so the reused weights are those a fresh run gives (tested); the key holds the PyTorch
+    version and the device type. Written atomically; an unreadable file is computed again.
+    """
+    import os
+    import tempfile
+
+    path = Path(cache) / "pretrain-2d" / f"{pretrain_key(settings, seed, device)}.pt"
+    if path.is_file():
+        try:
+            saved = torch.load(path, map_location="cpu", weights_only=True)
+            return saved["state"], {**saved["log"], "reused": str(path)}
+        except Exception:  # a damaged file: computed again below and replaced
+            pass
+    state, log = pretrain_2d(settings, device, seed, False, run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save({"state": state, "log": log}, f)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return state, log
+
+
 @torch.no_grad()
 def top1(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device, bs: int = 100) -> float:
     """Top-1 accuracy (in [0, 1]) of ``model`` on ``(x, y)`` in eval mode, counted by the engine's
@@ -338,19 +405,30 @@ def build_model(
     :func:`inflate_state`): the classifier and the blocks in the ``non_local`` slots keep their
     initialisation. With ``settings.theta_init_std`` (default None: the block's own
     initialisation) the ``theta`` embedding of every non-local block is drawn with that standard
-    deviation instead (small: nearly uniform attention at the start).
+    deviation instead (small: nearly uniform attention at the start). With
+    ``settings.init_noise`` every parameter gets seeded noise of that standard deviation (the
+    protocol's perturbation: the same seed, a different rounding of the start).
     """
-    from nlnet.models.registry import create_model
+    from nlnet.models.registry import create_model, get_model_entry
 
+    extra = {}
+    if settings.block and get_model_entry(name).default_cfg.blocks:
+        extra["nl_options"] = dict(settings.block)
     model = create_model(
-        name, num_classes=settings.task.num_classes, width=settings.width, dropout=settings.dropout
-    )
+        name, num_classes=settings.task.num_classes, width=settings.width,
+        dropout=settings.dropout, **extra,
+    )  # fmt: skip
     if init is not None:
         init = inflate_state(init, model.state_dict())
         missing, unexpected = model.load_state_dict(init, strict=False)
         bad = [k for k in missing if not (k.startswith("fc.") or ".non_local." in k)]
         if bad or unexpected:
             raise RuntimeError(f"pre-trained weights do not fit {name}: {bad + unexpected}")
+    if settings.init_noise:
+        g = torch.Generator().manual_seed(1_000_003 * settings.task.seed + 7)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(settings.init_noise * torch.randn(p.shape, generator=g, dtype=p.dtype))
     if settings.theta_init_std:
         from nlnet.analysis.hooks import find_non_local_blocks
 
@@ -459,6 +537,7 @@ def train_model(
         "curve_val_top1": [q["val_top1"] for q in curve],
         "train_time_s": summary["loop_time_s"],
         "checkpoint": summary["checkpoint"] if run_dir is not None else None,
+        "block_health": summary.get("block_health"),
     }
     return model, log
 

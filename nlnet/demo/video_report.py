@@ -162,17 +162,20 @@ def attention_statistics(
     }
 
 
-def results_table(results: dict[str, dict[str, Any]]) -> str:
-    """Model, parameters, multiply-adds, test top-1, gap to C2D, training time."""
-    base = results.get("c2d_tiny", {}).get("test_top1")
+def results_table(results: dict[str, dict[str, Any]], split: str = "test") -> str:
+    """Model, parameters, multiply-adds, top-1 on ``split`` (``test``, or ``val`` for a
+    screening run, whose test figures are never shown), gap to C2D, training time."""
+    key = f"{split}_top1"
+    base = results.get("c2d_tiny", {}).get(key)
     lines = [
-        f"{'model':<20} {'params':>9} {'MACs':>8} {'top-1':>7} {'vs C2D':>7} {'train':>7}",
+        f"{'model':<20} {'params':>9} {'MACs':>8} {split + ' top-1':>10} {'vs C2D':>7} "
+        f"{'train':>7}",
     ]
     for name, r in results.items():
-        gap = "" if base is None or name == "c2d_tiny" else f"{100 * (r['test_top1'] - base):+.1f}"
+        gap = "" if base is None or name == "c2d_tiny" else f"{100 * (r[key] - base):+.1f}"
         lines.append(
             f"{name:<20} {r['params'] / 1e3:>8.0f}k {r['macs'] / 1e6:>7.1f}M "
-            f"{100 * r['test_top1']:>6.1f}% {gap:>7} {r['train_time_s']:>6.0f}s"
+            f"{100 * r[key]:>9.1f}% {gap:>7} {r['train_time_s']:>6.0f}s"
         )
     return "\n".join(lines)
 

@@ -26,9 +26,9 @@ from nlnet.demo.video import (
     VARIANT_MODELS,
     DemoSettings,
     build_model,
+    cached_pretrain_2d,
     clear_decoded,
     decoded_splits,
-    pretrain_2d,
     train_job,
 )
 from nlnet.demo.video_report import attention_outputs, plot_curves, plot_figure4, results_table
@@ -83,9 +83,11 @@ def train_all(
     run_dir: Path,
     class_names: list[str],
     jobs: Jobs,
+    split: str = "test",
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, torch.nn.Module]]:
     """Train every model of ``settings`` from the same initialisation, side by side as ``jobs``
-    (:func:`nlnet.demo.video.train_job`); test top-1 and cost."""
+    (:func:`nlnet.demo.video.train_job`); test top-1 and cost. The figure printed is that of
+    ``split`` (``val`` on a screening seed, whose test figures are never shown)."""
     from nlnet.analysis.cost import model_cost
 
     task = settings.task
@@ -113,14 +115,20 @@ def train_all(
             "test_top1": out["test_top1"],
             "val_top1": log["val_top1"][-1],
             "train_time_s": log["train_time_s"],
+            "block_health": log.get("block_health"),
         }
         logs[name] = log
         models[name] = model.to(device).eval()
         shutil.copyfile(log["checkpoint"], run_dir / f"{name}.pt")  # for nlnet visualize
         print(
-            f"{name}: test top-1 {100 * out['test_top1']:.1f}% ({log['train_time_s']:.0f}s)",
+            f"{name}: {split} top-1 {100 * results[name][f'{split}_top1']:.1f}% "
+            f"({log['train_time_s']:.0f}s)",
             flush=True,
         )
+        for block, health in (log.get("block_health") or {}).items():
+            if health["problems"]:  # the engine's health hook (nlnet.engine.hooks.block_health)
+                print(f"{name}: warning: {block} {' and '.join(health['problems'])} at the end "
+                      "of training", flush=True)  # fmt: skip
     return results, logs, models
 
 
@@ -134,10 +142,10 @@ def data_and_backbone(
     """
     task, device, progress = settings.task, torch.device(args.device), not args.no_progress
     pre = None
-    if settings.pretrain_frames > 0 and settings.pretrain_epochs > 0:
-        pre = pool.submit(pretrain_2d, settings, device, args.seed, False, run_dir)
-    t0 = time.perf_counter()
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    if settings.pretrain_frames > 0 and settings.pretrain_epochs > 0:
+        pre = pool.submit(cached_pretrain_2d, settings, device, args.seed, run_dir, cache)
+    t0 = time.perf_counter()
     root = prepare_digits(task, cache / f"digits-{task.fingerprint()}", progress=progress)
     data = decoded_splits(root, task, progress)
     data_time = time.perf_counter() - t0
@@ -147,7 +155,9 @@ def data_and_backbone(
     if pre_log is not None:
         print(
             f"2D pre-training: {pre_log['frames']} frames x {pre_log['epochs']} epochs, "
-            f"top-1 {100 * pre_log['train_top1']:.0f}% ({pre_log['time_s']:.0f}s)",
+            f"top-1 {100 * pre_log['train_top1']:.0f}% ({pre_log['time_s']:.0f}s"
+            + (", reused" if pre_log.get("reused") else "")
+            + ")",
             flush=True,
         )
     return root, data, data_time, init, pre_log
@@ -174,6 +184,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     """
     t_start, cpu_start = time.perf_counter(), cpu_seconds()
     settings = settings_from_args(args)
+    split = getattr(args, "split", "test")
     device = torch.device(args.device)
     jobs = jobs_for(args.threads) if device.type == "cpu" else 1
     torch.set_num_threads(1)
@@ -191,14 +202,14 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         root, data, data_time, init, pre_log = data_and_backbone(settings, args, run_dir, pool)
         manifest = read_manifest(root)
         results, logs, models = train_all(
-            settings, root, device, args.seed, init, run_dir, manifest["classes"], pool
+            settings, root, device, args.seed, init, run_dir, manifest["classes"], pool, split
         )
     plot_curves(logs, run_dir / "curves.png")
     plot_figure4(logs, run_dir / "figure4.png")
     attention_stats, attn_stats = attention_outputs(
         settings, models, data, manifest, root, run_dir, device
     )
-    table = results_table(results)
+    table = results_table(results, split)
     total = time.perf_counter() - t_start
     print("\n" + table + f"\n\ntotal wall time {total:.0f}s; outputs in {run_dir}", flush=True)
     summary = {
@@ -250,6 +261,8 @@ def run_seeds(args: argparse.Namespace) -> str:
             "use --split val for them (docs/demo.md, Protocol)"
         )
     out = Path(args.output_dir)
+    if getattr(args, "perturb", None):
+        return _agreement(args, seeds, split, task, out)
     if args.report:
         try:
             summaries = collect_runs(out, seeds, quick=bool(args.quick), task=task,
@@ -273,3 +286,26 @@ def run_seeds(args: argparse.Namespace) -> str:
     path.write_text(table)
     print(f"\n{table}\nwritten to {path}", flush=True)
     return table
+
+
+def _agreement(args: argparse.Namespace, seeds: list[int], split: str, task: str, out: Path) -> str:
+    """``--report --perturb KEY=VALUE``: each seed's pass/fail without and with the change
+    (:func:`nlnet.demo.video_seeds.agreement_table`), written beside the seed tables."""
+    from nlnet.demo.video_seeds import agreement_table, collect_runs
+    from nlnet.engine.errors import UserError
+
+    if not args.report:
+        raise UserError("--perturb: needs --report (run the perturbed seeds with --set first)")
+    base = overrides_of(args)
+    try:
+        runs = [collect_runs(out, seeds, quick=bool(args.quick), task=task, overrides=o)
+                for o in (base, [*base, args.perturb])]  # fmt: skip
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    changed = "".join(f" --set {o}" for o in base)
+    text = (f"`nlnet demo --task {task}{changed}`, seeds {args.seeds}, {split}: pass/fail without "
+            f"and with --set {args.perturb}\n\n{agreement_table(*runs, split, args.perturb)}\n")  # fmt: skip
+    path = out / f"demo-seeds-{task}-{split}-agreement.md"
+    path.write_text(text)
+    print(f"\n{text}\nwritten to {path}", flush=True)
+    return text

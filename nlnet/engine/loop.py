@@ -441,6 +441,9 @@ class Run:
             "skipped": int(skipped[0]), "empty_batches": int(skipped[1]),
             "stopped": st.stopped, "world_size": world, "interrupted": st.interrupted,
         }  # fmt: skip
+        for name in st.events.names():  # the hooks' parts ("summary.block_health", ...)
+            if name.startswith("summary."):
+                summary[name.removeprefix("summary.")] = st.events.latest(name)
         if self.main:
             with open(self.run_dir / "summary.json", "w") as f:
                 json.dump(jsonable(summary), f, indent=2)

@@ -91,16 +91,29 @@ def _param_groups(model: nn.Module, optim: Any) -> list:
         }
     decay = float(getattr(optim, "layer_decay", 1.0))
     ids, num = layer_ids(model) if decay < 1.0 else ({}, 0)
-    groups: dict[tuple[int, bool], dict[str, Any]] = {}
+    mult = float(getattr(optim, "non_local_lr_mult", 1.0))
+    block_ids = _non_local_param_ids(model) if mult != 1.0 else set()
+    groups: dict[tuple[int, bool, bool], dict[str, Any]] = {}
     for name, p in named:
-        layer, is_norm = ids.get(name, num + 1), id(p) in norm_ids
+        layer, is_norm, in_block = ids.get(name, num + 1), id(p) in norm_ids, id(p) in block_ids
         scale = decay ** (num + 1 - layer) if decay < 1.0 else 1.0
         group = groups.setdefault(
-            (layer, is_norm),
-            {"params": [], "weight_decay": wd_bn if is_norm else wd, "lr_scale": scale},
-        )
+            (layer, is_norm, in_block),
+            {"params": [], "weight_decay": wd_bn if is_norm else wd,
+             "lr_scale": scale * (mult if in_block else 1.0)},
+        )  # fmt: skip
         group["params"].append(p)
     return [groups[k] for k in sorted(groups)]
+
+
+def _non_local_param_ids(model: nn.Module) -> set[int]:
+    """``id`` of every parameter inside a non-local block (``optim.non_local_lr_mult``)."""
+    from nlnet.layers.nonlocal_block import NonLocalNd
+
+    blocks = [m for m in model.modules() if isinstance(m, NonLocalNd)]
+    if not blocks:
+        raise ValueError("optim.non_local_lr_mult: the model has no non-local block; use 1.0")
+    return {id(p) for m in blocks for p in m.parameters()}
 
 
 def build_optimizer(model: nn.Module, optim: Any) -> torch.optim.Optimizer:

@@ -7,6 +7,7 @@ any computation. Every check raises one line naming the argument and what was ex
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
@@ -77,6 +78,7 @@ def check_block_input(
 def check_choices(
     dim: int, in_channels: int, *, instantiation: str, scale, pool_position: str, bias,
     mode: str, impl: str, phi_init: str, pos: str, init: str, gate: str | None,
+    gamma_init: float = 0.0,
 ) -> None:  # fmt: skip
     """The block's choices among named options (one line naming the argument on a bad one)."""
     check_instantiation(instantiation)
@@ -109,6 +111,17 @@ def check_choices(
         )
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if (
+        isinstance(gamma_init, bool)
+        or not isinstance(gamma_init, (int, float))
+        or not (math.isfinite(gamma_init))
+    ):
+        raise ValueError(f"gamma_init must be a finite number, got {gamma_init!r}")
+    if gamma_init and init == "w_z":
+        raise ValueError(
+            f"gamma_init={gamma_init} sets the norm's scale or the gate; init='w_z' starts "
+            "W_z at zero instead (use init='bn_zero' or gate='scalar' with gamma_init)"
+        )
     if init == "w_z" and gate is not None:
         raise ValueError(
             f"init='w_z' and gate={gate!r} are two initialisations of the identity; give one"

@@ -150,6 +150,10 @@ class NonLocalNd(nn.Module):
         init: How the new block is made the identity: ``"bn_zero"`` (default, Sec. 4.1: the
             norm's scale at 0) or ``"w_z"`` (the practitioner's guide: ``W_z`` at 0, the norm's
             scale at 1). Not with ``gate``, which is its own initialisation.
+        gamma_init: The start of the norm's scale (``init="bn_zero"``) or of the scalar gate
+            (``gate="scalar"``): 0 (default, the paper's) makes a new block exactly the
+            identity; a small value (e.g. 0.1) lets gradients reach ``theta``, ``phi`` and ``g``
+            from the first step (docs/nonlocal.md, "When the block stays closed").
 
     Shape:
         Input ``(B, C, *grid)``; output the same. With ``return_attention=True`` also the weights
@@ -182,6 +186,7 @@ class NonLocalNd(nn.Module):
         phi_init: Literal["he", "theta"] = "he",
         pos: Literal["none", "sincos", "learned"] = "none",
         init: Literal["bn_zero", "w_z"] = "bn_zero",
+        gamma_init: float = 0.0,
     ) -> None:
         super().__init__()
         if args:
@@ -195,8 +200,13 @@ class NonLocalNd(nn.Module):
         check_choices(
             dim, in_channels, instantiation=instantiation, scale=scale,
             pool_position=pool_position, bias=bias, mode=mode, impl=impl, phi_init=phi_init,
-            pos=pos, init=init, gate=gate,
+            pos=pos, init=init, gate=gate, gamma_init=gamma_init,
         )  # fmt: skip
+        if gamma_init and norm is None and gate is None:
+            raise ValueError(
+                f"gamma_init={gamma_init} needs a norm scale or gate='scalar'; with norm=None "
+                "the block starts with W_z at zero"
+            )
         kernel = resolve_sub_sample(sub_sample, dim)
         check_temporal_groups_option(temporal_groups, dim, kernel)
 
@@ -219,6 +229,7 @@ class NonLocalNd(nn.Module):
         self.phi_init = phi_init
         self.pos = pos
         self.init = init
+        self.gamma_init = float(gamma_init)
 
         conv = _CONV[dim]
         if not self.form.embedded:  # Eq. 2: no embedding, f on x itself (Fig. 2 caption)
@@ -270,19 +281,22 @@ class NonLocalNd(nn.Module):
             with torch.no_grad():
                 self.pos_proj.copy_(torch.eye(self.in_channels))
         if isinstance(self.norm, GatedNorm):
-            nn.init.zeros_(self.norm.gamma)  # SAGAN's gamma = 0: the identity (layers/gate.py)
+            # SAGAN's gamma = 0: the identity (layers/gate.py); gamma_init: a small start
+            nn.init.constant_(self.norm.gamma, self.gamma_init)
         elif isinstance(self.norm, nn.Identity) or self.init == "w_z":
             nn.init.zeros_(self.W_z.weight)  # the guide's W_z = 0 (the norm keeps scale 1)
             if self.W_z.bias is not None:
                 nn.init.zeros_(self.W_z.bias)
         else:
-            nn.init.zeros_(self.norm.weight)  # gamma = 0: the block starts as the identity
+            # gamma = 0: the block starts as the identity (Sec. 4.1); gamma_init: a small start
+            nn.init.constant_(self.norm.weight, self.gamma_init)
             nn.init.zeros_(self.norm.bias)
 
     def extra_repr(self) -> str:
         extra = f", temporal_groups={self.temporal_groups}" if self.temporal_groups else ""
         extra += f", pos={self.pos!r}" if self.pos != "none" else ""
         extra += f", init={self.init!r}" if self.init != "bn_zero" else ""
+        extra += f", gamma_init={self.gamma_init}" if self.gamma_init else ""
         return (
             f"in_channels={self.in_channels}, inter_channels={self.inter_channels}, "
             f"instantiation={self.instantiation!r}, sub_sample={self.kernel}, "

@@ -89,6 +89,24 @@ def test_layer_wise_lr_decay_for_vit_and_swin():
         layer_ids(nn.Linear(2, 2))
 
 
+def test_non_local_lr_mult_scales_only_the_blocks_parameters():
+    import nlnet.demo.models  # noqa: F401  (registers c2d_tiny_nl1)
+    from nlnet.models.registry import create_model
+
+    cfg = load_config(None, {"optim.lr": 0.5, "optim.non_local_lr_mult": 10.0,
+                             "optim.weight_decay_bn": 0.0})  # fmt: skip
+    model = create_model("c2d_tiny_nl1", num_classes=2, width=2)
+    opt = build_optimizer(model, cfg.optim)
+    lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    for name, p in model.named_parameters():
+        assert lr_of[id(p)] == (5.0 if ".non_local." in name else 0.5), name
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(list(model.parameters()))
+    with pytest.raises(ValueError, match="no non-local block"):
+        build_optimizer(nn.Linear(2, 2), cfg.optim)
+    with pytest.raises(ConfigError, match="optim.non_local_lr_mult"):
+        load_config(None, {"optim.non_local_lr_mult": 0.0})
+
+
 def _augment(**over) -> ClipAugment:
     cfg = load_config(None, {f"augment.{k}": v for k, v in over.items()}).augment
     return ClipAugment(cfg, num_classes=5, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))

@@ -78,3 +78,26 @@ def test_gate_reaches_blocks_through_the_registry():
     blocks = [b for _, b in non_local_blocks(model)]
     assert len(blocks) == 5 and all(isinstance(b.norm, GatedNorm) for b in blocks)
     assert all(isinstance(b.norm.inner, nn.BatchNorm3d) for b in blocks)
+
+
+@pytest.mark.parametrize("gate", [None, "scalar"])
+def test_gamma_init_starts_the_scale_and_lets_theta_learn_at_once(gate):
+    torch.manual_seed(0)
+    block = NonLocal3d(8, gate=gate, gamma_init=0.1)
+    scale = block.norm.gamma if gate else block.norm.weight
+    assert torch.equal(scale, torch.full_like(scale, 0.1))
+    x = torch.randn(2, 8, 2, 4, 4, requires_grad=True)
+    z = block(x)
+    assert not torch.allclose(z, x)  # no longer the identity
+    (z * torch.randn_like(z)).sum().backward()
+    assert block.theta.weight.grad.abs().sum() > 0  # the first step reaches theta
+    torch.manual_seed(0)
+    assert torch.equal(NonLocal3d(8, gamma_init=0.0)(x), x)  # 0: the paper's identity
+
+
+def test_gamma_init_checks():
+    for kw, match in ((dict(init="w_z"), "init='w_z'"), (dict(norm=None), "norm=None"),
+                      (dict(gamma_init=float("inf")), "finite")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            NonLocal2d(8, **{"gamma_init": 0.1, **kw})
+    assert "gamma_init=0.1" in repr(NonLocal2d(8, gamma_init=0.1))

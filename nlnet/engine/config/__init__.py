@@ -29,6 +29,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "EMAConfig": "tool_sections",
         "LoggingConfig": "tool_sections",
         "MultigridConfig": "tool_sections",
+        "HealthConfig": "tool_sections",
         "PreciseBNConfig": "tool_sections",
         "MOVED_KEYS": "files",
         "apply_overrides": "files",

@@ -60,6 +60,7 @@ def _validate_optim(o: OptimConfig) -> None:
     _check_number("optim.min_lr", o.min_lr, 0)
     _check_number("optim.power", o.power, 0, low_open=True)
     _check_number("optim.layer_decay", o.layer_decay, 0, 1, low_open=True, high_open=False)
+    _check_number("optim.non_local_lr_mult", o.non_local_lr_mult, 0, low_open=True)
     if list(o.steps) != sorted(o.steps):
         raise ConfigError(f"optim.steps: expected increasing iterations, got {list(o.steps)}")
     if o.schedule == "multistep" and o.steps and o.steps[0] < o.warmup_iters:
@@ -70,7 +71,7 @@ def _validate_optim(o: OptimConfig) -> None:
 
 
 def _validate_tools(cfg: Config) -> None:
-    """EMA, precise BN, augmentation and multigrid settings."""
+    """EMA, precise BN, augmentation, block health and multigrid settings."""
     _check_number("ema.decay", cfg.ema.decay, 0, 1)
     _check_number("precise_bn.batches", cfg.precise_bn.batches, 0)
     a = cfg.augment
@@ -85,6 +86,10 @@ def _validate_tools(cfg: Config) -> None:
         raise ConfigError(
             "augment.mixup_alpha/cutmix_alpha/label_smoothing: need train.loss=ce (single-label)"
         )
+    h = cfg.health
+    _check_number("health.batches", h.batches, 1)
+    for key in ("warn_after", "identity_below", "uniform_above"):
+        _check_number(f"health.{key}", getattr(h, key), 0, 1, high_open=False)
     m = cfg.multigrid
     _check_number("multigrid.epoch_factor", m.epoch_factor, 0, low_open=True)
     if (m.long_cycle or m.short_cycle) and cfg.task != "video_classification":

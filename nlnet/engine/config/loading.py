@@ -59,6 +59,7 @@ from nlnet.engine.config.sections import build_data_section, plain
 from nlnet.engine.config.tool_sections import (
     AugmentConfig,
     EMAConfig,
+    HealthConfig,
     LoggingConfig,
     MultigridConfig,
     PreciseBNConfig,
@@ -75,6 +76,7 @@ __all__ = [
     "AugmentConfig",
     "LoggingConfig",
     "MultigridConfig",
+    "HealthConfig",
     "Config",
     "ConfigError",
     "load_config",

@@ -14,6 +14,7 @@ from typing import Any
 from nlnet.engine.config.tool_sections import (
     AugmentConfig,
     EMAConfig,
+    HealthConfig,
     LoggingConfig,
     MultigridConfig,
     PreciseBNConfig,
@@ -83,6 +84,8 @@ class OptimConfig:
         layer_decay: layer-wise lr decay for transformers (ViT/Swin/video transformers): the
             block ``i`` of ``L`` gets ``lr * layer_decay ** (L - i)``, the embeddings
             ``layer_decay ** (L + 1)``, the head 1 (1.0: off).
+        non_local_lr_mult: the rate of the non-local blocks' parameters relative to the rest
+            (1.0: the same; docs/nonlocal.md, "When the block stays closed").
     """
 
     lr: float = 0.01
@@ -103,6 +106,7 @@ class OptimConfig:
     min_lr: float = 0.0
     power: float = 0.9
     layer_decay: float = 1.0
+    non_local_lr_mult: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,7 @@ class Config:
         augment: MixUp / CutMix / RandAugment (one draw per clip) and label smoothing.
         logging: TensorBoard and Weights & Biases beside ``metrics.jsonl``.
         multigrid: multigrid training of the video task (Wu et al., CVPR 2020).
+        health: block health of the non-local blocks at every validation (on by default).
         output_dir: the run directory (checkpoints, metrics, curves, summary).
         name: a free label of the experiment.
         class_names: the output class names stored in checkpoints (default: the data's classes).
@@ -214,6 +219,7 @@ class Config:
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     multigrid: MultigridConfig = field(default_factory=MultigridConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
     output_dir: str = "runs/default"
     name: str = ""
     class_names: tuple[str, ...] | None = None

@@ -1,13 +1,20 @@
 """Config sections of the training tools (the hooks of :mod:`nlnet.engine.hooks` and the clip
 augmentation of :mod:`nlnet.engine.augment`): ``ema``, ``precise_bn``, ``augment``, ``logging``,
-``multigrid``; part of :class:`nlnet.engine.config.Config`, validated there (docs/training.md
+``multigrid``, ``health``; part of :class:`nlnet.engine.config.Config`, validated there (docs/training.md
 lists the keys)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["EMAConfig", "PreciseBNConfig", "AugmentConfig", "LoggingConfig", "MultigridConfig"]
+__all__ = [
+    "EMAConfig",
+    "PreciseBNConfig",
+    "AugmentConfig",
+    "LoggingConfig",
+    "MultigridConfig",
+    "HealthConfig",
+]
 
 
 @dataclass(frozen=True)
@@ -101,3 +108,27 @@ class MultigridConfig:
         (0.25, 0.5**0.5), (0.5, 0.5**0.5), (0.5, 1.0), (1.0, 1.0),
     )  # fmt: skip
     short_cycle_factors: tuple[float, ...] = (0.5, 0.5**0.5)
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    """Block health (:mod:`nlnet.analysis.block_health`), on by default for a model with
+    non-local blocks: at every validation, each block's output relative to its input, its norm
+    scale and how concentrated its attention is, in the ``val`` record (``health.<block>.*``),
+    TensorBoard and ``summary.json``; a one-line warning names a block that is still (nearly)
+    the identity, or attends uniformly, after ``warn_after`` of the training.
+
+    Attributes:
+        enabled: record block health (a model without non-local blocks records nothing).
+        batches: validation batches measured per evaluation.
+        warn_after: fraction of the run's iterations after which a problem is warned about.
+        identity_below: a block whose ``||z - x|| / ||x||`` is below this is "the identity".
+        uniform_above: a block whose attention entropy is above this fraction of a uniform
+            row's "attends uniformly".
+    """
+
+    enabled: bool = True
+    batches: int = 1
+    warn_after: float = 0.4
+    identity_below: float = 0.01
+    uniform_above: float = 0.99

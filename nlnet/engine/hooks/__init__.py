@@ -10,6 +10,7 @@
 ``precise_bn``         BatchNorm statistics recomputed before validation
 ``external_loggers``   TensorBoard / Weights & Biases
 ``multigrid``          multigrid schedules of clip shapes and batch sizes
+``block_health``       the non-local blocks' health at every validation (on by default)
 =====================  ==========================================================
 
 Names are imported lazily from their module on first use.
@@ -27,6 +28,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "RunView": "base",
         "StepPlan": "base",
         "build_hooks": "build",
+        "BlockHealthHook": "block_health",
         "CheckpointHook": "checkpointing",
         "EMAHook": "ema",
         "EvalHook": "validation",

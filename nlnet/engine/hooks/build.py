@@ -1,8 +1,8 @@
 """The hooks of a config, in call order: :func:`build_hooks`.
 
 The core loop's hooks (``train_log``, ``validation``, ``checkpointing``) and the training tools
-(EMA of the weights, precise BN statistics, TensorBoard / Weights & Biases, multigrid
-schedules); see docs/training.md for their config keys."""
+(EMA of the weights, precise BN statistics, block health, TensorBoard / Weights & Biases,
+multigrid schedules); see docs/training.md for their config keys."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ __all__ = ["build_hooks"]
 
 def build_hooks(cfg: Any, extra: tuple[HookBase, ...] = ()) -> list[HookBase]:
     """The hooks of a config, in call order: the tools that change the weights or the BN
-    statistics first (EMA, precise BN), then logging, the external loggers, the caller's
-    ``extra`` hooks, validation, checkpointing."""
+    statistics first (EMA, precise BN), then logging, block health, the external loggers, the
+    caller's ``extra`` hooks, validation, checkpointing."""
+    from nlnet.engine.hooks.block_health import BlockHealthHook
     from nlnet.engine.hooks.ema import EMAHook
     from nlnet.engine.hooks.external_loggers import ExternalLoggersHook
     from nlnet.engine.hooks.multigrid import MultigridHook
@@ -33,6 +34,8 @@ def build_hooks(cfg: Any, extra: tuple[HookBase, ...] = ()) -> list[HookBase]:
     if cfg.multigrid.long_cycle or cfg.multigrid.short_cycle:
         hooks.append(MultigridHook(cfg))
     hooks.append(LoggingHook())
+    if cfg.health.enabled:
+        hooks.append(BlockHealthHook(cfg.health))
     if cfg.logging.tensorboard or cfg.logging.wandb:
         hooks.append(ExternalLoggersHook(cfg.logging))
     hooks += [*extra, EvalHook(), CheckpointHook()]
