@@ -48,6 +48,7 @@ from nlnet.engine.checkpoint import (
     CheckpointInfo,
     build_model_from_checkpoint,
     checkpoint_info,
+    load_model_weights,
     load_checkpoint,
 )
 from nlnet.engine.distributed import resolve_device
@@ -329,7 +330,9 @@ class Prediction:
         return self.top(1)[0][0]
 
 
-def load_model(checkpoint: Checkpoint, device: str | torch.device = "cpu") -> nn.Module:
+def load_model(
+    checkpoint: Checkpoint, device: str | torch.device = "cpu", *, model: nn.Module | None = None
+) -> nn.Module:
     """Build the network a checkpoint was trained as, load its weights, eval mode.
 
     The one public way from a checkpoint to a model (the engine's
@@ -342,12 +345,20 @@ def load_model(checkpoint: Checkpoint, device: str | torch.device = "cpu") -> nn
     Args:
         checkpoint: a ``.pt`` file written by ``nlnet train``/``demo`` or a loaded checkpoint.
         device: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``.
+        model: the network to load the weights into (strictly), instead of rebuilding the
+            registered one: needed for a checkpoint of a network of your own
+            (``train(cfg, model=...)``).
 
     Raises:
-        CheckpointError: the file is missing, corrupted or does not rebuild a registered model.
+        CheckpointError: the file is missing, corrupted or does not rebuild a registered model
+            (or holds a network of your own and no ``model`` was given).
     """
     ckpt = load_checkpoint(checkpoint)
-    model = build_model_from_checkpoint(ckpt, resolve_device(device))
+    if model is None:
+        model = build_model_from_checkpoint(ckpt, resolve_device(device))
+    else:
+        load_model_weights(model, ckpt)
+        model = model.to(resolve_device(device)).eval()
     model.nlnet_info = checkpoint_info(ckpt)
     try:
         model.nlnet_transform = preprocessing(ckpt)

@@ -16,6 +16,7 @@ EXAMPLES = """examples:
   nlnet demo --seeds 100-104 --split val  # the screening seeds: validation figures only
   nlnet demo --seeds 100-104 --split val --set epochs=6  # screen a recipe change
   nlnet demo --seeds 0-9 --report  # the table from the runs already in --output-dir
+  nlnet demo --seeds 100-129 --prepare  # clips and 2D pre-training of the seeds, cached
   nlnet demo --seeds 100-129 --split val --report --perturb init_noise=1e-6  # rounding check
   nlnet demo --task order          # the order control: C2D + NL cannot tell, a temporal block can
   nlnet demo --task segmentation   # dense demo: seg_tiny vs. seg_tiny_nl on digit images (Sec. 5)
@@ -48,6 +49,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--report", action="store_true",
         help="with --seeds: write the table from the newest runs in --output-dir, train nothing",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prepare", action="store_true",
+        help="with --seeds: write each seed's clips and 2D pre-training into the cache, train "
+        "nothing (later runs of those seeds train only the video models)",
     )  # fmt: skip
     parser.add_argument(
         "--perturb", default=None, metavar="KEY=VALUE",
@@ -105,6 +111,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--report: needs --seeds (which seeds' runs to table)")
     if getattr(args, "perturb", None):
         raise UserError("--perturb: needs --seeds and --report")
+    if getattr(args, "prepare", False):
+        raise UserError("--prepare: needs --seeds (which seeds to prepare)")
     if getattr(args, "split", "test") != "test":
         raise UserError("--split: needs --seeds (the split of the seed table)")
     if getattr(args, "overrides", None) and args.task in (

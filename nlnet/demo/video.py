@@ -240,10 +240,14 @@ def demo_config(
     from nlnet.models.registry import get_model_entry
 
     task = settings.task
-    lr_mult = settings.block_lr_mult if get_model_entry(name).default_cfg.blocks else 1.0
+    has_blocks = bool(get_model_entry(name).default_cfg.blocks)
+    lr_mult = settings.block_lr_mult if has_blocks else 1.0
+    overrides: dict[str, Any] = {"width": settings.width}
+    if has_blocks and settings.block:  # recorded in the checkpoints: they rebuild this model
+        overrides["nl_options"] = dict(settings.block)
     return config_from_dict({
         "model": {"name": name, "num_classes": num_classes, "dropout": settings.dropout,
-                  "overrides": {"width": settings.width}},
+                  "overrides": overrides},
         "data": {"type": "folder", "num_frames": num_frames, "stride": 1,
                  "test_scale": task.size, "mean": list(MEAN), "std": list(STD)},
         "optim": {"optimizer": "adamw", "schedule": schedule, "lr": lr,

@@ -261,6 +261,8 @@ def run_seeds(args: argparse.Namespace) -> str:
             "use --split val for them (docs/demo.md, Protocol)"
         )
     out = Path(args.output_dir)
+    if getattr(args, "prepare", False):
+        return _prepare(args, seeds)
     if getattr(args, "perturb", None):
         return _agreement(args, seeds, split, task, out)
     if args.report:
@@ -308,4 +310,22 @@ def _agreement(args: argparse.Namespace, seeds: list[int], split: str, task: str
     path = out / f"demo-seeds-{task}-{split}-agreement.md"
     path.write_text(text)
     print(f"\n{text}\nwritten to {path}", flush=True)
+    return text
+
+
+def _prepare(args: argparse.Namespace, seeds: list[int]) -> str:
+    """``--seeds ... --prepare``: each seed's clips (written and decoded) and 2D pre-training in
+    the cache (:func:`data_and_backbone`), no training: a later run of the seed, with any
+    change of the video training, reuses both."""
+    import tempfile
+
+    for seed in seeds:
+        seed_args = argparse.Namespace(**{**vars(args), "seed": seed})
+        settings = settings_from_args(seed_args)
+        jobs = jobs_for(args.threads) if torch.device(args.device).type == "cpu" else 1
+        with tempfile.TemporaryDirectory() as tmp, Jobs(min(jobs, 2)) as pool:
+            data_and_backbone(settings, seed_args, Path(tmp), pool)
+        clear_decoded()
+    text = f"prepared seeds {args.seeds}"
+    print(text, flush=True)
     return text

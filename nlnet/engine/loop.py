@@ -54,7 +54,12 @@ from nlnet.engine.hooks.base import EVENTS, HookBase, RunView, StepPlan
 from nlnet.engine.hooks.build import build_hooks
 from nlnet.engine.hooks.train_log import epoch_summary
 from nlnet.engine.metrics import ThroughputMeter
-from nlnet.engine.modeling import build_train_model, model_options, set_train_mode
+from nlnet.engine.modeling import (
+    build_train_model,
+    model_options,
+    set_train_mode,
+    trained_model_name,
+)
 from nlnet.engine.optim import build_optimizer, build_scheduler
 from nlnet.engine.rundir import RunLock, check_new_run, lock_run_dir
 from nlnet.engine.runlog import MetricsLogger, jsonable, say, use_progress_bar
@@ -97,6 +102,7 @@ class Run:
         self.probe: Any = None  # DDP: a usable batch for a rank whose micro-batch is empty
         self.last_batch: Any = None
         self.state: TrainState | None = None  # build_state
+        self.model_name = cfg.model.name  # build_state: user:<class> for a user's own network
         self.ddp_model: nn.Module | None = None
         self.stop_request: StopRequest | None = None
         self.bar: Any = None  # tqdm progress bar of fit
@@ -183,6 +189,8 @@ class Run:
     def build_state(self, model: nn.Module | None) -> None:
         """Model (same initial weights on every rank), optimizer, schedule, scaler, DDP."""
         cfg, tc = self.cfg, self.cfg.train
+        # what the checkpoints record: the registered name only for that registered network
+        self.model_name = cfg.model.name if model is None else trained_model_name(cfg, model)
         model = build_train_model(cfg, self.device, model)
         optimizer = build_optimizer(model, cfg.optim)
         plan = self.plan
@@ -208,7 +216,7 @@ class Run:
             seed_all(self.cfg.train.seed + info.rank)
             return
         ckpt = load_checkpoint(path, map_location="cpu")
-        check_compatible(ckpt, self.cfg.model.name, self.cfg.model.num_classes)
+        check_compatible(ckpt, self.model_name, self.cfg.model.num_classes)
         load_model_weights(st.model, ckpt)
         st.restore(ckpt)
         st.restore_ranks(ckpt.get("extra", {}).get("ranks") or [], info.rank, info.world_size)
@@ -253,7 +261,7 @@ class Run:
         hooks = {h.name: h.state_dict() for h in self.hooks}
         hooks = {name: state for name, state in hooks.items() if state}
         return save_checkpoint(
-            path, model=st.model, model_name=self.cfg.model.name,
+            path, model=st.model, model_name=self.model_name,
             num_classes=self.cfg.model.num_classes, optimizer=st.optimizer,
             scheduler=st.scheduler, scaler=st.scaler, epoch=st.epoch, iteration=st.iteration,
             batch_in_epoch=st.batch_in_epoch,

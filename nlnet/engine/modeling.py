@@ -23,6 +23,7 @@ from nlnet.data.seeding import seed_all
 from nlnet.engine import distributed as du
 from nlnet.engine.checkpoint.file_io import load_checkpoint
 from nlnet.engine.checkpoint.model_loading import (
+    USER_MODEL_PREFIX,
     CheckpointMismatchError,
     load_backbone,
     load_model_weights,
@@ -30,10 +31,12 @@ from nlnet.engine.checkpoint.model_loading import (
 )
 
 __all__ = [
+    "USER_MODEL_PREFIX",
     "build_model",
     "build_train_model",
     "head_names",
     "model_options",
+    "trained_model_name",
     "init_from_pretrained",
     "freeze_batchnorm",
     "freeze_parameters",
@@ -67,6 +70,32 @@ def build_model(cfg: Any) -> nn.Module:
     )
     init_from_pretrained(model, cfg)
     return model
+
+
+def trained_model_name(cfg: Any, model: nn.Module) -> str:
+    """The name a checkpoint records for ``model``: ``cfg.model.name`` when ``model`` is that
+    registered model (the class and the state-dict keys and shapes that ``create_model`` gives
+    with the config's options, built on the meta device), else ``user:<module>.<class>``, so
+    that nothing rebuilds another network from the checkpoint."""
+    from nlnet.models.registry import create_model
+
+    ref = None
+    for device in ("meta", "cpu"):  # the meta device first: no memory, no initialisation
+        try:
+            with torch.device(device):
+                ref = create_model(cfg.model.name, num_classes=cfg.model.num_classes,
+                                   **model_options(cfg))  # fmt: skip
+            break
+        except Exception:  # not registered, or the options do not build it
+            continue
+    if ref is not None and type(ref) is type(model):
+        mine, theirs = model.state_dict(), ref.state_dict()
+        if mine.keys() == theirs.keys() and all(
+            tuple(mine[k].shape) == tuple(theirs[k].shape) for k in mine
+        ):
+            return cfg.model.name
+    cls = type(model)
+    return f"{USER_MODEL_PREFIX}{cls.__module__}.{cls.__qualname__}"
 
 
 def head_names(cfg: Any) -> tuple[str, ...]:

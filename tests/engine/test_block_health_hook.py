@@ -82,3 +82,35 @@ def test_health_does_not_change_training(tmp_path):
         _train(tmp_path, model, f"same_{enabled}", **{"health.enabled": enabled})
         runs.append(model.state_dict())
     assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
+
+
+def test_a_checkpoint_of_a_users_own_network_says_so(tmp_path, capsys):
+    """``train(cfg, model=...)``: the registered name only for that registered network; a
+    network of the user's own class is marked as such, refused by the loaders in one line,
+    and loads with ``load_model(path, model=...)``."""
+    import nlnet.demo.models  # noqa: F401  (registers c2d_tiny)
+    from nlnet.cli import main
+    from nlnet.engine.checkpoint import CheckpointError, load_checkpoint
+    from nlnet.models.registry import create_model
+
+    torch.manual_seed(0)
+    mine = _BlockNet()
+    summary, _ = _train(tmp_path, mine, "mine")
+    ckpt = load_checkpoint(summary["checkpoint"])
+    assert ckpt["model_name"] == f"user:{__name__}._BlockNet"
+    try:
+        nlnet.load_model(summary["checkpoint"])
+        raise AssertionError("loaded a network of the user's own class without it")
+    except CheckpointError as exc:
+        assert "your own class" in str(exc) and "model=YourNet" in str(exc)
+    back = nlnet.load_model(summary["checkpoint"], model=_BlockNet())
+    assert all(torch.equal(a, b) for a, b in zip(back.state_dict().values(),
+                                                 mine.state_dict().values()))  # fmt: skip
+    assert main(["eval", "--checkpoint", summary["checkpoint"]]) == 2
+    assert "your own class" in capsys.readouterr().err
+    over = {"model.name": "c2d_tiny", "model.overrides": {"width": 2}, "model.num_classes": 3}
+    torch.manual_seed(0)
+    registered = create_model("c2d_tiny", num_classes=3, width=2, dropout=0.0)
+    summary, _ = _train(tmp_path, registered, "registered", **over)
+    assert load_checkpoint(summary["checkpoint"])["model_name"] == "c2d_tiny"
+    assert type(nlnet.load_model(summary["checkpoint"])).__name__ == "TinyC2D"

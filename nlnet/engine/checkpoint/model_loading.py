@@ -52,6 +52,7 @@ from nlnet.engine.checkpoint.file_io import load_checkpoint, unwrap_model
 from nlnet.engine.errors import CheckpointError, UserError
 
 __all__ = [
+    "USER_MODEL_PREFIX",
     "CheckpointError",
     "CheckpointInfo",
     "CheckpointMismatchError",
@@ -61,6 +62,11 @@ __all__ = [
     "load_model_weights",
     "load_backbone",
 ]
+
+
+#: A checkpoint's ``model_name`` for a network the registry does not build (``train(cfg,
+#: model=...)`` with a module of the user's own): ``user:<module>.<class>``.
+USER_MODEL_PREFIX = "user:"
 
 
 class CheckpointMismatchError(UserError, ValueError):
@@ -153,6 +159,14 @@ def build_model_from_checkpoint(
 
     ckpt = load_checkpoint(checkpoint)
     info = checkpoint_info(ckpt)
+    if info.model_name.startswith(USER_MODEL_PREFIX):
+        cls = info.model_name.removeprefix(USER_MODEL_PREFIX)
+        where = "checkpoint" if isinstance(checkpoint, Mapping) else f"checkpoint {checkpoint!s}"
+        raise CheckpointError(
+            f"{where} holds a network of your own class {cls} (trained with train(cfg, model=...)), "
+            "which nlnet cannot rebuild: build it and pass it, nlnet.load_model(path, "
+            "model=YourNet(...))"
+        )
     try:
         model = create_model(info.model_name, num_classes=info.num_classes, **info.model_options)
     except (TypeError, ValueError) as exc:
