@@ -30,7 +30,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from nlnet.commands.common import data_backend_arg, device_arg
-    from nlnet.engine.checkpoint import load_checkpoint
+    from nlnet.engine.checkpoint import check_rebuildable, load_checkpoint
     from nlnet.engine.config import ConfigError, apply_overrides, config_from_dict, load_config
     from nlnet.engine.evaluation import evaluate
 
@@ -38,6 +38,7 @@ def main(args: argparse.Namespace) -> int:
     if args.device:
         overrides.append(f"train.device={args.device}")
     ckpt = load_checkpoint(args.checkpoint)
+    check_rebuildable(ckpt, args.checkpoint)  # a network of the user's own: one line
     try:
         if args.config:
             cfg = load_config(args.config, overrides)

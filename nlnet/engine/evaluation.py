@@ -25,6 +25,7 @@ from nlnet.engine.checkpoint.model_loading import (
     load_model_weights,
 )
 from nlnet.engine.errors import DataError
+from nlnet.engine.modeling import trained_model_name
 from nlnet.engine.runlog import use_progress_bar
 from nlnet.engine.tasks import get_task
 
@@ -130,8 +131,9 @@ def evaluate(
     info = du.init_distributed(cfg.train.device)
     try:
         ckpt = load_checkpoint(checkpoint, map_location="cpu")
-        if cfg.model.num_classes is not None:
-            check_compatible(ckpt, cfg.model.name, cfg.model.num_classes)
+        if cfg.model.num_classes is not None:  # a network given: its class decides the name
+            name = cfg.model.name if model is None else trained_model_name(cfg, model)
+            check_compatible(ckpt, name, cfg.model.num_classes)
         if model is None:
             model = build_model_from_checkpoint(ckpt)
         else:

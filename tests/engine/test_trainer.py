@@ -179,8 +179,11 @@ def test_evaluate_api_and_mismatch(tmp_path):
             dataset=val,
             collate_fn=collate_standin,
         )
-    with pytest.raises(CheckpointMismatchError, match="model 'tiny'"):
-        _run(replace(cfg, **{"model.name": "other"}), resume=s["checkpoint"])
+    class Other(TinyVideoNet):  # another network of the user's own: not the checkpoint's
+        pass
+
+    with pytest.raises(CheckpointMismatchError, match="model 'user:engine_standins.TinyVideoNet'"):
+        _run(cfg, model=Other(), resume=s["checkpoint"])
 
 
 def test_too_small_dataset_is_a_clear_error(tmp_path):

@@ -33,6 +33,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "CheckpointInfo": "model_loading",
         "CheckpointMismatchError": "model_loading",
         "check_compatible": "model_loading",
+        "check_rebuildable": "model_loading",
         "checkpoint_info": "model_loading",
         "load_backbone": "model_loading",
         "build_model_from_checkpoint": "model_loading",

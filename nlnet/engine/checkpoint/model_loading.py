@@ -53,6 +53,7 @@ from nlnet.engine.errors import CheckpointError, UserError
 
 __all__ = [
     "USER_MODEL_PREFIX",
+    "check_rebuildable",
     "CheckpointError",
     "CheckpointInfo",
     "CheckpointMismatchError",
@@ -145,6 +146,21 @@ def checkpoint_info(ckpt: str | os.PathLike | Mapping[str, Any]) -> CheckpointIn
     return CheckpointInfo(str(name), n, dict(options), names, prep, loss == "bce")
 
 
+def check_rebuildable(ckpt: Mapping[str, Any], source: Any = None) -> None:
+    """Raise :class:`CheckpointError` (one line) for a checkpoint of a network of the user's
+    own class (``model_name`` ``user:<module>.<class>``), which nlnet cannot rebuild."""
+    name = str(ckpt.get("model_name") or "")
+    if name.startswith(USER_MODEL_PREFIX):
+        cls = name.removeprefix(USER_MODEL_PREFIX)
+        where = "checkpoint" if source is None or isinstance(source, Mapping) else (
+            f"checkpoint {source!s}")  # fmt: skip
+        raise CheckpointError(
+            f"{where} holds a network of your own class {cls} (trained with train(cfg, "
+            "model=...)), which nlnet cannot rebuild: build it and pass it, "
+            "nlnet.load_model(path, model=YourNet(...))"
+        )
+
+
 def build_model_from_checkpoint(
     checkpoint: str | os.PathLike | Mapping[str, Any], device: str | torch.device = "cpu"
 ) -> nn.Module:
@@ -158,15 +174,8 @@ def build_model_from_checkpoint(
     from nlnet.models.registry import create_model
 
     ckpt = load_checkpoint(checkpoint)
+    check_rebuildable(ckpt, checkpoint)
     info = checkpoint_info(ckpt)
-    if info.model_name.startswith(USER_MODEL_PREFIX):
-        cls = info.model_name.removeprefix(USER_MODEL_PREFIX)
-        where = "checkpoint" if isinstance(checkpoint, Mapping) else f"checkpoint {checkpoint!s}"
-        raise CheckpointError(
-            f"{where} holds a network of your own class {cls} (trained with train(cfg, model=...)), "
-            "which nlnet cannot rebuild: build it and pass it, nlnet.load_model(path, "
-            "model=YourNet(...))"
-        )
     try:
         model = create_model(info.model_name, num_classes=info.num_classes, **info.model_options)
     except (TypeError, ValueError) as exc:
