@@ -429,6 +429,10 @@ def test_export_command_user_errors_are_one_line(tiny_checkpoint, tmp_path, caps
     rc = main(["export", "--checkpoint", str(tiny_checkpoint), "--format", "onnx",
                "--output", str(tmp_path / "m.onnx"), "--input-size", "3x4"])  # fmt: skip
     assert rc == 2 and "--input-size" in capsys.readouterr().err
+    rc = main(["export", "--checkpoint", str(tiny_checkpoint), "--format", "onnx",
+               "--output", str(tmp_path / "m.onnx"), "--input-size", "3x32x32"])  # fmt: skip
+    err = capsys.readouterr().err  # a video model given an image's size: one line, no traceback
+    assert rc == 2 and err.count("\n") == 1 and "takes 4 numbers (CxTxHxW" in err
 
 
 def test_inserted_block_survives_deepcopy_and_pickle():

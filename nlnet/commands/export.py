@@ -101,6 +101,14 @@ def _input_shape(args: argparse.Namespace, info: Any) -> tuple[int, ...]:
                 f"--input-size: expected CxTxHxW (clip), CxDxHxW (volume) or CxHxW, got "
                 f"{args.input_size!r}"
             )
+        want = tuple(get_model_entry(info.model_name).default_cfg.input_size or ())
+        if want and len(size) != len(want):
+            example = "x".join(map(str, want))
+            raise ValueError(
+                f"--input-size: {info.model_name} takes {len(want)} numbers "
+                f"({'CxTxHxW' if len(want) == 4 else 'CxHxW'}, e.g. {example}), got "
+                f"{args.input_size!r}"
+            )
         return (args.batch, *size)
     size = list(get_model_entry(info.model_name).default_cfg.input_size)
     if not size:

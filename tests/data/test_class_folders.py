@@ -62,3 +62,17 @@ def test_the_video_task_refuses_a_class_never_trained(tmp_path):
     with pytest.raises(DataError, match=re.escape(MESSAGE)) as err:
         task.build_dataset("val", "test")
     assert "\n" not in str(err.value) and "split 'val'" in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["image", "video"])
+def test_one_class_folder_is_refused_in_one_line(tmp_path, kind):
+    """A folder of one class would train to 100% at once: both tasks refuse it."""
+    _tree(tmp_path, {"train": ("cat",), "val": ("cat",)}, _png if kind == "image" else _mp4)
+    if kind == "image":
+        task = ImageClassificationTask(data={"root": str(tmp_path), "size": 8})
+    else:
+        task = VideoClassificationTask(data={"type": "folder", "root": str(tmp_path),
+                                             "num_frames": 2, "stride": 1})  # fmt: skip
+    with pytest.raises((DataError, ValueError), match="one class folder \\('cat'\\)") as err:
+        task.build_dataset("train", "train")
+    assert "needs at least two classes" in str(err.value) and "\n" not in str(err.value)
