@@ -132,3 +132,22 @@ def test_the_wheel_carries_py_typed(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "nlnet/py.typed" in names and "nlnet/inference.py" in names
     assert any(n.startswith("nlnet/configs/") and n.endswith(".yaml") for n in names)
+
+
+def test_import_from_the_folder_that_holds_the_clone(tmp_path):
+    """``import nlnet`` next to a folder named ``nlnet`` (the clone's own folder, seen from its
+    parent) is the installed package, not an empty namespace package: the Makefile installs
+    the project in setuptools' ``compat`` editable mode (a path entry, which a regular package
+    found anywhere on ``sys.path`` wins over), not through an import finder that comes after
+    the namespace lookup."""
+    import subprocess
+    import sys
+
+    (tmp_path / "nlnet").mkdir()  # what a user sees in the parent folder of the clone
+    code = "import nlnet; print(nlnet.__file__); nlnet.create_model"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith(str(Path("nlnet", "__init__.py")))
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    assert "editable_mode=compat" in makefile
