@@ -48,8 +48,8 @@ from nlnet.engine.checkpoint import (
     CheckpointInfo,
     build_model_from_checkpoint,
     checkpoint_info,
-    load_model_weights,
     load_checkpoint,
+    load_model_weights,
 )
 from nlnet.engine.distributed import resolve_device
 from nlnet.engine.errors import CheckpointError, DataError

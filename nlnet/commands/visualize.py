@@ -274,6 +274,11 @@ def main(args: argparse.Namespace) -> int:
     _check_kind(info.model_name)
     model = load_model(ckpt, device)
     transformer = not find_non_local_blocks(model) and bool(find_attention_layers(model))
+    if not transformer and not find_non_local_blocks(model):
+        raise DataError(
+            f"--checkpoint: {info.model_name} has no non-local block or attention layer to draw "
+            "(the picture is of attention weights)"
+        )
     side = _fixed_side(model) if transformer else None
     inp, frames_np = model_input(video_path, model, info, args, side)
     inp = inp.to(device)

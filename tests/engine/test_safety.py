@@ -185,7 +185,8 @@ def test_damaged_checkpoints_are_one_line_errors_naming_the_file(tmp_path):
     cases = {
         "empty.pt": (b"", "empty"),
         "truncated.pt": (good[: len(good) // 2], "truncated or corrupted"),
-        "text.pt": (b"hello, not a checkpoint\n" * 4, "not a PyTorch checkpoint"),
+        "text.pt": (b"hello, not a checkpoint\n" * 4, "not a PyTorch checkpoint \\(it is a text"),
+        "image.pt": (b"\x89PNG\r\n\x1a\n" + bytes(64), "not a PyTorch checkpoint \\(it is a PNG"),
     }
     # a flipped byte inside the stored weights: only the CRC can tell
     import zipfile
@@ -278,7 +279,9 @@ def test_checkpoints_carry_the_training_preprocessing_used_everywhere(tmp_path):
     info = checkpoint_info(s["checkpoint"])
     assert info.preprocessing["mean"] == pytest.approx(list(IMAGENET_MEAN))
     assert info.preprocessing["std"] == pytest.approx(list(IMAGENET_STD))
-    assert info.model_name == "tiny" and info.model_options == {"dropout": 0.5}
+    assert info.model_name == "user:engine_standins.TinyVideoNet" and info.model_options == {
+        "dropout": 0.5
+    }
     frames = np.full((1, 2, 2, 3), 255, np.uint8)
     x = normalize(frames, info.preprocessing)
     expected = (1.0 - torch.tensor(IMAGENET_MEAN)) / torch.tensor(IMAGENET_STD)

@@ -179,6 +179,7 @@ def test_evaluate_api_and_mismatch(tmp_path):
             dataset=val,
             collate_fn=collate_standin,
         )
+
     class Other(TinyVideoNet):  # another network of the user's own: not the checkpoint's
         pass
 

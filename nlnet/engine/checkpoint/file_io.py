@@ -157,6 +157,10 @@ def save_checkpoint(
 
 
 _ZIP_MAGIC = b"PK\x03\x04"
+#: What a file that is not a checkpoint often is (its first bytes, what to call it).
+_OTHER_FILES = ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"),
+                (b"GIF8", "a GIF image"), (b"%PDF", "a PDF file"),
+                (b"\x00\x00\x00", "a video or other binary file"))  # fmt: skip
 
 
 def _verify_file(path: Path) -> None:
@@ -166,9 +170,17 @@ def _verify_file(path: Path) -> None:
     if path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {str(path)!r}: the file is empty")
     with open(path, "rb") as f:
-        head = f.read(4)
-    if head != _ZIP_MAGIC:
-        return  # not torch's zip format: torch.load decides (legacy pickle files)
+        head = f.read(8)
+    if head[:1] != b"\x80" and head[:4] != _ZIP_MAGIC:  # neither a pickle nor torch's zip
+        kind = next((k for magic, k in _OTHER_FILES if head.startswith(magic)), None)
+        if kind is None and all(32 <= b < 127 or b in (9, 10, 13) for b in head):
+            kind = "a text file"
+        raise CheckpointError(
+            f"checkpoint {str(path)!r}: not a PyTorch checkpoint"
+            + (f" (it is {kind})" if kind else " (not torch.save's format)")
+        )
+    if head[:4] != _ZIP_MAGIC:
+        return  # a legacy pickle file: torch.load decides
     try:
         with zipfile.ZipFile(path) as z:
             bad = z.testzip()  # reads every member and checks its CRC-32

@@ -111,10 +111,15 @@ def resolve_config_path(name_or_path: str | os.PathLike) -> Path:
     for c in candidates:
         if c.is_file():
             return c.resolve()
+    import difflib
+
+    shipped = list_configs()
+    close = difflib.get_close_matches(str(name_or_path), shipped, n=3, cutoff=0.6)
+    hint = (f"did you mean {', '.join(close)}? " if close else "") + (
+        "`nlnet train --list-configs` or docs/training.md list the shipped configs")  # fmt: skip
     raise FileNotFoundError(
         f"config {str(name_or_path)!r} not found (as a path or under "
-        f"{', '.join(str(d) for d in _config_dirs()) or 'configs/'}); "
-        f"shipped configs: {', '.join(list_configs()) or 'none'}"
+        f"{', '.join(str(d) for d in _config_dirs()) or 'configs/'}); {hint}"
     )
 
 
@@ -134,7 +139,13 @@ def load_yaml_tree(path: Path, seen: tuple[Path, ...] = ()) -> dict:
         chain = " -> ".join(str(p) for p in (*seen, path))
         raise ConfigError(f"_base_ cycle: {chain}")
     with open(path) as f:
-        data = yaml.safe_load(f) or {}
+        try:
+            data = yaml.safe_load(f) or {}
+        except yaml.YAMLError as exc:  # one line: where and what, not a parser traceback
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else path
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError(f"{where}: not valid YAML ({problem})") from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     data = dict(data)

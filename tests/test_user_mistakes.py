@@ -1,0 +1,64 @@
+"""Ordinary mistakes of a new user, each through the command a user types: one line on
+stderr naming what was wrong, exit code 2, no traceback (a table, one row per mistake)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    """A text file, a PNG image, a bad YAML config, a clip, and checkpoints of a tiny C2D with
+    and without a block."""
+    from PIL import Image
+
+    import nlnet.demo.models  # noqa: F401  (registers the tiny models)
+    from nlnet.data.video_io.backends import write_video
+    from nlnet.engine.checkpoint import save_checkpoint
+    from nlnet.models.registry import create_model
+
+    root = tmp_path_factory.mktemp("mistakes")
+    (root / "notes.pt").write_text("my notes, not weights\n")
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(root / "photo.png")
+    (root / "photo.pt").write_bytes((root / "photo.png").read_bytes())
+    (root / "bad.yaml").write_text("model:\n  name: [c2d_tiny\n")
+    write_video(root / "clip.mp4", np.zeros((4, 32, 32, 3), np.uint8), fps=4)
+    for name in ("c2d_tiny", "c2d_tiny_nl1"):
+        torch.manual_seed(0)
+        save_checkpoint(root / f"{name}.pt", model=create_model(name, num_classes=2, width=2),
+                        model_name=name, num_classes=2, model_options={"width": 2},
+                        preprocessing={"mean": [0.5] * 3, "std": [0.25] * 3, "num_frames": 4})  # fmt: skip
+    return {p.name: p for p in root.iterdir()}
+
+
+MISTAKES = [
+    # (argv with {file} placeholders, what the one line must say)
+    (["train", "--config", "{bad.yaml}"], "line 3, column 1: not valid YAML"),
+    (["train", "--config", "smoke/folder_tinyy"], "did you mean smoke/folder_tiny"),
+    (["predict", "{clip.mp4}", "--checkpoint", "{notes.pt}"], "it is a text file"),
+    (["predict", "{clip.mp4}", "--checkpoint", "{photo.pt}"], "it is a PNG image"),
+    (["visualize", "--checkpoint", "{c2d_tiny.pt}", "--video", "{clip.mp4}"],
+     "c2d_tiny has no non-local block or attention layer"),
+    (["export", "--checkpoint", "{c2d_tiny_nl1.pt}", "--format", "onnx", "--output", "{out}",
+      "--input-size", "3x32x32"], "takes 4 numbers (CxTxHxW"),
+    (["inspect", "{c2d_tiny_nl1.pt}", "--input", "{missing.mp4}"], "--input: no such file"),
+    (["demo", "--perturb", "init_noise=1e-6"], "--perturb: needs --seeds and --report"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv,message", MISTAKES, ids=[" ".join(m[0][:2]) for m in MISTAKES])
+def test_a_mistake_is_one_line_and_exit_code_2(argv, message, files, tmp_path, capsys):
+    from nlnet.cli import main
+
+    paths = {**{k: str(v) for k, v in files.items()}, "out": str(tmp_path / "m.onnx"),
+             "missing.mp4": str(tmp_path / "missing.mp4")}  # fmt: skip
+    args = [paths[a[1:-1]] if a.startswith("{") and a.endswith("}") else a for a in argv]
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert "Traceback" not in err and err.count("\n") == 1, err
