@@ -96,8 +96,11 @@ class DemoSettings:
     # (after the pre-trained backbone is loaded); 0 (default) adds nothing.
     init_noise: float = 0.0
     # Options of the non-local blocks of the models that have them (the block's keyword
-    # arguments, e.g. {init: w_z}); {} (default): the block's own defaults.
-    block: dict = dataclasses.field(default_factory=dict)
+    # arguments, e.g. {init: w_z}; {}: the block's own defaults, the paper's). Since December
+    # 2026 the block starts with its BN scale at 0.1 instead of 0, so that theta, phi and g
+    # learn from the first step: with the paper's zero start the block stayed closed on 2 of
+    # 14 screening seeds (docs/demo.md, "Choosing the recipe").
+    block: dict = dataclasses.field(default_factory=lambda: {"gamma_init": 0.1})
     # The learning rate of the non-local blocks' parameters relative to the rest's
     # (optim.non_local_lr_mult of the engine); 1 (default): the same.
     block_lr_mult: float = 1.0
