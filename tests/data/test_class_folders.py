@@ -76,3 +76,32 @@ def test_one_class_folder_is_refused_in_one_line(tmp_path, kind):
     with pytest.raises((DataError, ValueError), match="one class folder \\('cat'\\)") as err:
         task.build_dataset("train", "train")
     assert "needs at least two classes" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_full_frame_testing_of_videos_of_several_sizes_in_one_batch(tmp_path):
+    """Videos of two aspect ratios, no test crop, eval batch size 4: each shape runs as its own
+    batch (the clips of a batch used to be one stacked tensor and raised at the end of a run);
+    the scores equal those of a batch size of 1."""
+    import torch
+    from torch import nn
+
+    from nlnet.engine.config import EvalConfig
+
+    for cls, sizes in (("cat", ((16, 24), (16, 16))), ("dog", ((24, 16), (16, 16)))):
+        (tmp_path / "val" / cls).mkdir(parents=True)
+        (tmp_path / "train" / cls).mkdir(parents=True)
+        for k, (h, w) in enumerate(sizes):
+            frames = np.random.default_rng(k).integers(0, 255, (6, h, w, 3), dtype=np.uint8)
+            write_video(tmp_path / "val" / cls / f"{k}.mp4", frames, fps=10)
+    data = {"type": "folder", "root": str(tmp_path), "num_frames": 2, "stride": 1,
+            "test_scale": 16, "test_crop": None}  # fmt: skip
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv3d(3, 2, 1), nn.AdaptiveAvgPool3d(1), nn.Flatten())
+    results = []
+    for batch in (4, 1):
+        task = VideoClassificationTask(data=data, evaluation=EvalConfig(clips=2, batch_size=batch))
+        dataset = task.build_dataset("val", "test")
+        results.append(task.evaluate(model, dataset, torch.device("cpu")))
+    assert results[0]["video_count"] == 4 and results[0]["clip_count"] == 8
+    for key in ("clip_top1", "video_top1"):
+        assert results[0][key] == results[1][key]

@@ -12,18 +12,23 @@ from typing import Any
 
 import torch
 
-__all__ = ["BadVideoWarning", "collate_skip_bad"]
+__all__ = ["BadVideoWarning", "collate_eval", "collate_skip_bad"]
 
 
 class BadVideoWarning(UserWarning):
     """A video was skipped: corrupt, unreadable or too short."""
 
 
-def collate_skip_bad(batch: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+def collate_skip_bad(
+    batch: Sequence[dict[str, Any] | None], ragged: bool = False
+) -> dict[str, Any]:
     """Collates dataset items, dropping the ``None`` items of bad videos.
 
     Args:
         batch: items ``{"clip", "target", "index"[, "clip_index"]}`` or ``None``.
+        ragged: clips of different shapes (full-frame testing of videos of several sizes)
+            give ``"clip"`` as a list of ``(C, T, H, W)`` tensors instead of an error; what
+            testing uses (:func:`collate_eval`).
 
     Returns:
         A dict with
@@ -46,13 +51,16 @@ def collate_skip_bad(batch: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
         return {"clip": None, "target": None, "index": empty, "clip_index": empty.clone(),
                 "skipped": skipped}  # fmt: skip
     shapes = {tuple(b["clip"].shape) for b in good}
-    if len(shapes) > 1:
+    if len(shapes) > 1 and not ragged:
         raise ValueError(
             f"clips in a batch have different shapes {sorted(shapes)}; for full-frame "
             "(fully-convolutional) testing of videos with different sizes use batch_size=1, "
             "or set test_crop to crop a fixed size"
         )
-    clips = torch.stack([b["clip"] for b in good])  # (B, C, T, H, W)
+    if len(shapes) > 1:
+        clips: Any = [b["clip"] for b in good]  # ragged: B tensors (C, T, H, W)
+    else:
+        clips = torch.stack([b["clip"] for b in good])  # (B, C, T, H, W)
     targets = [b["target"] for b in good]
     if isinstance(targets[0], torch.Tensor):
         target = torch.stack([torch.as_tensor(t) for t in targets]).float()  # (B, num_classes)
@@ -67,3 +75,9 @@ def collate_skip_bad(batch: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
         "clip_index": clip_index,
         "skipped": skipped,
     }
+
+
+def collate_eval(batch: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    """:func:`collate_skip_bad` for testing: clips of different sizes in one batch are kept as a
+    list (the evaluation runs each shape as its own batch) instead of an error."""
+    return collate_skip_bad(batch, ragged=True)

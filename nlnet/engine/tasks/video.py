@@ -193,9 +193,12 @@ class VideoClassificationTask:
         from nlnet.engine.tasks.video_eval import build_eval_loader, run_evaluation
 
         ev = self.evaluation
-        loader = build_eval_loader(
-            dataset, ev.batch_size, ev.workers, self.collate, device.type == "cuda"
-        )
+        from nlnet.data.video.batches import collate_eval, collate_skip_bad
+
+        # the default batches: clips of several sizes (full-frame testing) run shape by shape
+        collate = collate_eval if self.collate is collate_skip_bad else self.collate
+        loader = build_eval_loader(dataset, ev.batch_size, ev.workers, collate,
+                                   device.type == "cuda")  # fmt: skip
         return run_evaluation(
             model,
             loader,

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from nlnet.data.video.builder import collate_skip_bad  # the data package defines the batch format
+from nlnet.data.video.batches import collate_eval  # the data package defines the batch format
 from nlnet.engine import distributed as du
 from nlnet.engine.evaluation import inference_on_dataset
 from nlnet.engine.metrics import VideoScoreAggregator
@@ -88,10 +88,21 @@ class ClipScoreEvaluator:
 def forward_clips(model: nn.Module, batch: Any) -> torch.Tensor | None:
     """The logits ``(B, num_classes)`` of a batch's clips (``None`` when it has none)."""
     clip = unpack_batch(batch)[0]
-    if clip is None or clip.shape[0] == 0:
+    if clip is None or len(clip) == 0:
         return None
     device = next(model.parameters()).device
-    return model(clip.to(device, non_blocking=True))
+    if isinstance(clip, torch.Tensor):
+        return model(clip.to(device, non_blocking=True))
+    # a ragged batch (full-frame views of videos of several sizes): one forward per shape
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, c in enumerate(clip):
+        groups.setdefault(tuple(c.shape), []).append(i)
+    out: list[torch.Tensor | None] = [None] * len(clip)
+    for idx in groups.values():
+        logits = model(torch.stack([clip[i] for i in idx]).to(device, non_blocking=True))
+        for i, row in zip(idx, logits):
+            out[i] = row
+    return torch.stack(out)  # type: ignore[arg-type]
 
 
 def build_eval_loader(
@@ -107,7 +118,7 @@ def build_eval_loader(
         batch_size=batch_size,
         sampler=du.ShardedEvalSampler(len(dataset)),
         num_workers=workers,
-        collate_fn=collate_fn or collate_skip_bad,
+        collate_fn=collate_fn or collate_eval,
         pin_memory=pin_memory,
         drop_last=False,
         # a private generator: building the loader must not consume the global RNG
