@@ -47,6 +47,7 @@ MISTAKES = [
       "--input-size", "3x32x32"], "takes 4 numbers (CxTxHxW"),
     (["inspect", "{c2d_tiny_nl1.pt}", "--input", "{missing.mp4}"], "--input: no such file"),
     (["demo", "--perturb", "init_noise=1e-6"], "--perturb: needs --seeds and --report"),
+    (["predict", "{empty}", "--checkpoint", "{c2d_tiny_nl1.pt}"], "holds no video or image file"),
 ]  # fmt: skip
 
 
@@ -55,10 +56,22 @@ def test_a_mistake_is_one_line_and_exit_code_2(argv, message, files, tmp_path, c
     from nlnet.cli import main
 
     paths = {**{k: str(v) for k, v in files.items()}, "out": str(tmp_path / "m.onnx"),
-             "missing.mp4": str(tmp_path / "missing.mp4")}  # fmt: skip
+             "missing.mp4": str(tmp_path / "missing.mp4"), "empty": str(tmp_path)}  # fmt: skip
     args = [paths[a[1:-1]] if a.startswith("{") and a.endswith("}") else a for a in argv]
     capsys.readouterr()
     assert main(args) == 2
     err = capsys.readouterr().err
     assert message in err, err
     assert "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_predict_takes_a_folder(files, capsys):
+    """``nlnet predict DIR``: every video and image under it, as if each were named."""
+    from nlnet.cli import main
+
+    assert main(["predict", str(files["clip.mp4"].parent), "--checkpoint",
+                 str(files["c2d_tiny_nl1.pt"]), "--top-k", "1"]) in (0, 1)  # fmt: skip
+    out = capsys.readouterr()
+    assert str(files["clip.mp4"]) in out.out  # the clip was scored
+    assert str(files["photo.png"]) in out.out  # an image: a still clip, with a warning
+    assert "a still image given to a video model" in out.err

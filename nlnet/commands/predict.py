@@ -15,13 +15,17 @@ from typing import Any
 EXAMPLES = """examples:
   nlnet predict clip1.mp4 clip2.mp4 --checkpoint runs/mine/checkpoints/final.pt
   nlnet predict my_videos/val/*/*.mp4 --checkpoint final.pt --top-k 3 --clips 10 --json
+  nlnet predict my_videos/val --checkpoint final.pt     (every video under the folder)
   nlnet predict video.mp4 --checkpoint k400.pt --classes kinetics_classes.txt --device cuda
 """
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "videos", nargs="+", metavar="VIDEO", help="video files (image files for image models)"
+        "videos",
+        nargs="+",
+        metavar="VIDEO",
+        help="video files (image files for image models), or folders of them",
     )
     parser.add_argument("--checkpoint", "-k", required=True, help="a .pt written by nlnet train")
     parser.add_argument("--top-k", type=int, default=5, help="classes to print per video (5)")
@@ -116,16 +120,40 @@ def predict_videos(
     return out
 
 
+def expand_inputs(paths: list[str]) -> list[str]:
+    """Files as given; a folder: every video and image under it (recursively, sorted). A
+    folder with none is one line naming it."""
+    from pathlib import Path
+
+    from nlnet.data.video.config import VIDEO_EXTENSIONS
+    from nlnet.engine.errors import UserError
+    from nlnet.inference import IMAGE_EXTENSIONS
+
+    out: list[str] = []
+    for text in paths:
+        path = Path(text)
+        if not path.is_dir():
+            out.append(text)
+            continue
+        kinds = VIDEO_EXTENSIONS + IMAGE_EXTENSIONS
+        found = sorted(str(p) for p in path.rglob("*") if p.suffix.lower() in kinds and p.is_file())
+        if not found:
+            raise UserError(f"VIDEO: the folder {text!r} holds no video or image file")
+        out += found
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
     import warnings
 
     from nlnet.commands.common import device_arg
 
     device = device_arg(args.device)
+    videos = expand_inputs(args.videos)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         results = predict_videos(
-            args.videos,
+            videos,
             args.checkpoint,
             topk=args.top_k,
             classes=args.classes,
