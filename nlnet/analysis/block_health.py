@@ -44,8 +44,10 @@ __all__ = [
     "norm_scale",
 ]
 
-#: A block whose output differs from its input by less than this fraction is "still the identity".
-IDENTITY_BELOW = 0.01
+#: A block whose output differs from its input by less than this fraction is "(nearly) the
+#: identity". Set on the demo's screening seeds (docs/demo.md): with the paper's zero start the
+#: runs that stayed at chance ended at 3-7%, those that learned at about 15-25%.
+IDENTITY_BELOW = 0.1
 #: A block whose attention entropy is above this fraction of a uniform row's "attends uniformly".
 UNIFORM_ABOVE = 0.99
 #: Largest attention matrix (entries per sample) re-evaluated for the entropy.
@@ -66,10 +68,10 @@ class BlockHealth:
     def problems(
         self, identity_below: float = IDENTITY_BELOW, uniform_above: float = UNIFORM_ABOVE
     ) -> list[str]:
-        """What is wrong, as phrases ("still the identity", "attends uniformly"); ``[]``."""
+        """What is wrong, as phrases ("(nearly) the identity", "attends uniformly"); ``[]``."""
         out = []
         if self.output_ratio is not None and self.output_ratio < identity_below:
-            out.append("is still the identity")
+            out.append("is (nearly) the identity")
         if self.entropy is not None and self.entropy > uniform_above:
             out.append("attends uniformly")
         return out

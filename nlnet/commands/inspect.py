@@ -4,7 +4,7 @@ The figures of the training hook (:mod:`nlnet.engine.hooks.block_health`) for a 
 each non-local block's norm scale from the weights alone; with ``--input`` (videos or images,
 read with the checkpoint's preprocessing, the clip ``nlnet predict --clips 1`` scores) also its
 output relative to its input and the concentration of its attention, averaged over the inputs.
-A block that is still (nearly) the identity, or attends uniformly, is named.
+A block that is (nearly) the identity, or attends uniformly, is named.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ EXAMPLES = """examples:
   nlnet inspect runs/demo-*/c2d_tiny_nl1.pt
   nlnet inspect runs/mine/checkpoints/final.pt --input a.mp4 --input b.mp4
   nlnet inspect final.pt --input clip.mp4 --json health.json
-A block is "still the identity" when its output differs from its input by less than
---identity-below (default 1%), "attends uniformly" when its attention entropy is above
+A block is "(nearly) the identity" when its output differs from its input by less than
+--identity-below (default 10%), "attends uniformly" when its attention entropy is above
 --uniform-above (default 0.99) of a uniform row's.
 """
 
@@ -29,7 +29,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="a video or image to run (repeatable; default: weights only)")  # fmt: skip
     parser.add_argument("--frames", type=int, default=None, help="frames to sample")
     parser.add_argument("--size", type=int, default=None, help="resize frames to this size")
-    parser.add_argument("--identity-below", type=float, default=0.01)
+    parser.add_argument("--identity-below", type=float, default=0.1)
     parser.add_argument("--uniform-above", type=float, default=0.99)
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default: cpu)")

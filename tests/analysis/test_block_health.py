@@ -39,7 +39,7 @@ def test_a_new_block_is_flagged_as_the_identity():
     net = _Net(nlnet.NonLocal3d(8)).eval()
     [h] = measure_health(net, torch.randn(2, 3, 2, 8, 8))
     assert h.name == "non_local" and h.output_ratio == 0.0 and h.scale == 0.0
-    assert h.problems() == ["is still the identity"]
+    assert h.problems() == ["is (nearly) the identity"]
     assert 0 < h.entropy <= 1 and h.keys == 2 * 4 * 4
 
 
@@ -116,7 +116,7 @@ def test_a_model_without_blocks_has_no_health():
 def test_table_and_metrics_keys():
     h = BlockHealth("layer3.1.non_local", 0.002, 0.001, 0.5, 0.2, 16)
     table = health_table([h])
-    assert "0.20%" in table and "is still the identity" in table
+    assert "0.20%" in table and "is (nearly) the identity" in table
     assert set(h.metrics()) == {f"health.layer3.1.non_local.{k}"
                                 for k in ("output_ratio", "scale", "entropy", "max_weight")}  # fmt: skip
     assert "output 0.2% of its input" in h.describe()
@@ -150,9 +150,9 @@ def test_inspect_command_weights_only_with_inputs_and_no_blocks(tmp_path, capsys
     argv = ["inspect", ckpt, "--input", str(tmp_path / "clip.mp4"), "--json", str(report)]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "measured on 1 input(s)" in out and "is still the identity" in out
+    assert "measured on 1 input(s)" in out and "is (nearly) the identity" in out
     saved = json.loads(report.read_text())["layer3.1.non_local"]
-    assert saved["output_ratio"] == 0.0 and "is still the identity" in saved["problems"]
+    assert saved["output_ratio"] == 0.0 and "is (nearly) the identity" in saved["problems"]
     assert main(["inspect", str(tmp_path / "c2d_tiny.pt")]) == 0
     assert "c2d_tiny: no non-local block" in capsys.readouterr().out
     assert main(["inspect", ckpt, "--input", str(tmp_path / "none.mp4")]) == 2

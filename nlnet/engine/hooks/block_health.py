@@ -5,7 +5,7 @@ batches, every block's output relative to its input, its norm scale and the conc
 its attention (:mod:`nlnet.analysis.block_health`). The figures join the ``val`` record
 (``health.<block>.<figure>``: ``metrics.jsonl``, TensorBoard, W&B) and the run's
 ``summary.json`` (``block_health``, the last validation's); after ``health.warn_after`` of the
-training, a block that is still (nearly) the identity, or attends uniformly, is named in one
+training, a block that is (nearly) the identity, or attends uniformly, is named in one
 warning line, once. A model without blocks adds nothing.
 """
 
@@ -23,7 +23,7 @@ __all__ = ["BlockHealthHook", "health_warning"]
 
 
 def health_warning(name: str, problems: list[str], fraction: float, describe: str) -> str:
-    """The warning line: ``layer3.1.non_local is still the identity after 40% of training:
+    """The warning line: ``layer3.1.non_local is (nearly) the identity after 40% of training:
     output 0.2% of its input, ...``."""
     return (
         f"warning: {name} {' and '.join(problems)} after {100 * fraction:.0f}% of training: "
