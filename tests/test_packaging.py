@@ -111,8 +111,9 @@ def test_py_typed_and_extras_are_declared():
     )
     assert {"export", "coco", "tensorboard", "docs", "dev", "medical"} <= set(extras), extras
     assert "nibabel" in extras["medical"] and "nibabel" in extras["dev"]  # CI runs the NIfTI test
-    assert not {"griffe", "pytest"} & {d.strip('" ').split(">")[0].split("-")[0]
-                                       for d in extras["medical"].split(",")}  # what it is for only
+    assert not {"griffe", "pytest"} & {
+        d.strip('" ').split(">")[0].split("-")[0] for d in extras["medical"].split(",")
+    }  # what it is for only
     assert "pycocotools" in extras["coco"] and "pycocotools" in extras["dev"]
     assert "pycocotools" not in text.split("dependencies = [")[1].split("]")[0]  # optional
     assert "onnxruntime" in extras["export"] and "mkdocstrings" in extras["docs"]
