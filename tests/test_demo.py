@@ -442,3 +442,19 @@ def test_pretraining_is_reused_bit_for_bit_and_perturbation_and_block_options_ap
         cfg = demo_config(opened, name, tmp_path, num_classes=2, epochs=1, batch_size=4, lr=1e-3,
                           schedule="onecycle", seed=0, device=cpu, progress=False, num_frames=4)  # fmt: skip
         assert cfg.optim.non_local_lr_mult == mult
+
+
+def test_prepare_fills_the_cache_of_screening_seeds_and_a_run_reuses_it(tmp_path, monkeypatch):
+    """``--seeds 100 --prepare`` (a screening seed: no figures, so no split to refuse) writes
+    the clips and the 2D pre-training; the seed's run then reuses the pre-training."""
+    from nlnet.cli import main
+
+    monkeypatch.setenv("NLNET_CACHE", str(tmp_path / "cache"))
+    base = ["demo", "--quick", "--threads", "1", "--no-progress", "--output-dir", str(tmp_path)]
+    assert main([*base, "--seeds", "100", "--prepare"]) == 0
+    assert len(list((tmp_path / "cache" / "pretrain-2d").glob("*.pt"))) == 1
+    assert len(list((tmp_path / "cache").glob("digits-*/manifest.json"))) == 1
+    assert not list(tmp_path.glob("demo-*"))  # nothing trained, no run directory
+    assert main([*base, "--seeds", "100", "--split", "val", "--set", "models=[c2d_tiny_nl1]"]) == 0
+    (summary,) = tmp_path.glob("demo-*-seed100/summary.json")
+    assert json.loads(summary.read_text())["pretrain"]["reused"]

@@ -255,14 +255,14 @@ def run_seeds(args: argparse.Namespace) -> str:
         raise UserError(str(exc)) from None
     split, task = getattr(args, "split", "test"), getattr(args, "task", "same")
     screening = [s for s in seeds if s in SCREENING_SEEDS]
+    if getattr(args, "prepare", False):  # data and pre-training only: no figure of any split
+        return _prepare(args, seeds)
     if split == "test" and screening:
         raise UserError(
             f"--seeds: {screening} are screening seeds, whose test figures are never reported; "
             "use --split val for them (docs/demo.md, Protocol)"
         )
     out = Path(args.output_dir)
-    if getattr(args, "prepare", False):
-        return _prepare(args, seeds)
     if getattr(args, "perturb", None):
         return _agreement(args, seeds, split, task, out)
     if args.report:
