@@ -56,6 +56,7 @@ from nlnet.engine.hooks.train_log import epoch_summary
 from nlnet.engine.metrics import ThroughputMeter
 from nlnet.engine.modeling import (
     build_train_model,
+    input_channels_from_data,
     model_options,
     set_train_mode,
     trained_model_name,
@@ -137,6 +138,7 @@ class Run:
                     f"classes; remove model.num_classes (inferred) or set it to {k}"
                 )
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
+        cfg = self.cfg = input_channels_from_data(cfg, self.task, train_dataset)
         setup = getattr(self.task, "setup", None)  # optional: the final class count
         if setup is not None:
             setup(cfg.model.num_classes)

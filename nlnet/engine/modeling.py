@@ -36,6 +36,7 @@ __all__ = [
     "build_train_model",
     "head_names",
     "model_options",
+    "input_channels_from_data",
     "trained_model_name",
     "init_from_pretrained",
     "freeze_batchnorm",
@@ -96,6 +97,36 @@ def trained_model_name(cfg: Any, model: nn.Module) -> str:
             return cfg.model.name
     cls = type(model)
     return f"{USER_MODEL_PREFIX}{cls.__module__}.{cls.__qualname__}"
+
+
+def input_channels_from_data(cfg: Any, task: Any, dataset: Any) -> Any:
+    """``cfg`` with ``model.overrides.in_channels`` from the data when the task can tell
+    (``task.in_channels(dataset)``: segmentation images and volumes) and the registered model
+    takes another count by default, as ``model.num_classes`` comes from the classes; an
+    explicit ``in_channels`` that the data contradicts is one line naming the key."""
+    from nlnet.engine.config import replace as replace_config
+    from nlnet.engine.errors import DataError
+    from nlnet.models.registry import model_facts
+
+    probe = getattr(task, "in_channels", None)
+    have = probe(dataset) if probe is not None and dataset is not None else None
+    if have is None:
+        return cfg
+    given = cfg.model.overrides.get("in_channels")
+    if given is not None:
+        if int(given) != have:
+            raise DataError(
+                f"model.overrides.in_channels={given} but the training data has {have} "
+                f"channel(s); remove it (taken from the data) or set it to {have}"
+            )
+        return cfg
+    try:
+        default = model_facts(cfg.model.name).input_size[0]
+    except (ValueError, IndexError):  # not registered (a network of your own): yours to set
+        return cfg
+    if default == have:
+        return cfg
+    return replace_config(cfg, **{"model.overrides": {**cfg.model.overrides, "in_channels": have}})
 
 
 def head_names(cfg: Any) -> tuple[str, ...]:

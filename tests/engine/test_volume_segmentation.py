@@ -202,3 +202,27 @@ def test_sliding_window_over_volumes_equals_whole_volume_for_a_local_model(root)
     model.calls = 0
     assert got == pytest.approx(whole.evaluate(model, val), nan_ok=True)
     assert model.calls == 0 and got["cases"] == 2
+
+
+def test_one_channel_volumes_set_in_channels_from_the_data(tmp_path, capsys):
+    """1-channel volumes with the shipped 4-modality config: ``in_channels`` comes from the data
+    (recorded in the checkpoint, which rebuilds the 1-channel network); an explicit count the
+    data contradicts is one line naming the key."""
+    from nlnet.cli import main
+
+    one = helpers.volume_tree(tmp_path / "one", shape=(1, 10, 16, 18), splits=("train", "val"))
+    out = tmp_path / "run"
+    torch.manual_seed(0)
+    assert main(["train", "--config", "dense/unet3d_nl", *_over(one, out)]) == 0
+    info = checkpoint_info(out / "checkpoints" / "final.pt")
+    assert info.model_options["in_channels"] == 1
+    assert load_model(out / "checkpoints" / "final.pt")(torch.randn(1, 1, 8, 8, 8)).shape[1] == 4
+    capsys.readouterr()
+    bad = [
+        *_over(one, tmp_path / "bad"),
+        "model.overrides={base_channels: 4, depth: 2, in_channels: 4}",
+    ]
+    assert main(["train", "--config", "dense/unet3d_nl", *bad]) == 2
+    err = capsys.readouterr().err
+    assert "model.overrides.in_channels=4 but the training data has 1 channel(s)" in err
+    assert "Traceback" not in err and err.count("\n") == 1

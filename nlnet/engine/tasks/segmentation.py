@@ -291,6 +291,18 @@ class SegmentationTask:
     def num_classes(self, dataset: Any) -> int | None:
         return self.classes
 
+    def in_channels(self, dataset: Any) -> int | None:
+        """Channels of the first usable image or volume (``None``: none is usable); the
+        random state is restored afterwards."""
+        from nlnet.data.seeding import ItemKey, SeededDataset
+
+        seeded = SeededDataset(dataset)
+        for i in range(min(len(dataset), 8)):
+            item = seeded[ItemKey(i, 0)]
+            if item is not None:
+                return int(item["image"].shape[0])
+        return None
+
     def collate(self, batch: Sequence[Any]) -> dict[str, Any]:
         """``{"image", "mask", "index"}`` of the usable items and ``"skipped"``, how many were
         dropped (volumes padded to the batch's largest,
