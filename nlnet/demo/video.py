@@ -96,11 +96,12 @@ class DemoSettings:
     # (after the pre-trained backbone is loaded); 0 (default) adds nothing.
     init_noise: float = 0.0
     # Options of the non-local blocks of the models that have them (the block's keyword
-    # arguments, e.g. {init: w_z}; {}: the block's own defaults, the paper's). Since December
-    # 2026 the block starts with its BN scale at 0.1 instead of 0, so that theta, phi and g
-    # learn from the first step: with the paper's zero start the block stayed closed on 2 of
-    # 14 screening seeds (docs/demo.md, "Choosing the recipe").
-    block: dict = dataclasses.field(default_factory=lambda: {"gamma_init": 0.1})
+    # arguments, e.g. {gamma_init: 0.1}; {}: the block's own defaults, the paper's). Since
+    # December 2026 the block starts with W_z = 0 and its BN scale at 1 (the practitioner's
+    # guide's start, still exactly the identity) instead of the paper's BN scale 0: with the
+    # paper's start the block stayed closed, or opened part-way, on 3 of 16 screening seeds
+    # (docs/demo.md, "December 2026").
+    block: dict = dataclasses.field(default_factory=lambda: {"init": "w_z"})
     # The learning rate of the non-local blocks' parameters relative to the rest's
     # (optim.non_local_lr_mult of the engine); 1 (default): the same.
     block_lr_mult: float = 1.0
