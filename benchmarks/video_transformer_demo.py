@@ -21,7 +21,8 @@ import torch
 def main() -> None:
     from nlnet.analysis.cost import count_params
     from nlnet.demo.digits_cache import default_cache_dir, prepare_digits
-    from nlnet.demo.video import DemoSettings, load_split, pretrain_2d, top1, train_model
+    from nlnet.demo.pretrain import pretrain_2d
+    from nlnet.demo.video import DemoSettings, load_split, top1, train_model
     from nlnet.models import create_model
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -414,7 +414,8 @@ def test_pretraining_is_reused_bit_for_bit_and_perturbation_and_block_options_ap
     ``block_lr_mult`` reach the non-local models only (docs/demo.md, Protocol)."""
     import torch
 
-    from nlnet.demo.video import DemoSettings, build_model, cached_pretrain_2d, demo_config
+    from nlnet.demo.pretrain import cached_pretrain_2d
+    from nlnet.demo.video import DemoSettings, build_model, demo_config
 
     torch.set_num_threads(1)
     settings = DemoSettings.quick(5)

@@ -20,13 +20,13 @@ import torch
 
 from nlnet.demo.digits_cache import default_cache_dir, prepare_digits, read_manifest
 from nlnet.demo.jobs import Jobs, jobs_for, write_summary
+from nlnet.demo.pretrain import cached_pretrain_2d
 from nlnet.demo.video import (
     TASK_TEXT,
     TIME_MODEL,
     VARIANT_MODELS,
     DemoSettings,
     build_model,
-    cached_pretrain_2d,
     clear_decoded,
     decoded_splits,
     train_job,
