@@ -31,18 +31,13 @@ def split_classes(root: str | os.PathLike, split: str) -> list[str]:
 
     Raises:
         ValueError: ``root/<split>`` holds a class folder that no training split has (named,
-            with the split), or the training splits have fewer than two class folders.
+            with the split), or no training split has a class folder.
     """
     root = Path(root)
     train = training_splits(root)
     names = sorted({c.name for s in train for c in visible_dirs(root / s)})
     if not names:
         raise ValueError(f"root: no class folders in {str(root)!r}/<split>/")
-    if len(names) == 1:
-        raise ValueError(
-            f"root: one class folder ({names[0]!r}) in {str(root)!r}/<split>/; classification "
-            "needs at least two classes (a model of one class is right on every input)"
-        )
     known = set(names)
     for folder in visible_dirs(root / split):
         if folder.name not in known:

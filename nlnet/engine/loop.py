@@ -126,6 +126,12 @@ class Run:
         if val_dataset is None and tc.val_split:
             val_dataset = self.task.build_dataset(tc.val_split, "test")
         n = self.task.num_classes(train_dataset)
+        if n == 1 and self.task.name in ("video_classification", "image"):
+            names = list(getattr(train_dataset, "classes", None) or ["?"])
+            raise DataError(
+                f"data.root: the training data has one class ({names[0]!r}); classification "
+                "needs at least two (a model of one class is right on every input)"
+            )
         if cfg.model.num_classes is None:
             if n is None:
                 raise DataError("model.num_classes: the training data does not say; set it")
