@@ -41,7 +41,7 @@ from torch import nn
 
 from nlnet.data.images.transforms import image_test_transform
 from nlnet.data.video.config import Preprocessing
-from nlnet.data.video.sampling import UniformClipSampler
+from nlnet.data.video.sampling import make_sampler
 from nlnet.data.video.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform
 from nlnet.data.video_io.backends import VideoDecodeError, open_video
 from nlnet.engine.checkpoint import (
@@ -95,6 +95,8 @@ class VideoTransform:
         std: per-channel standard deviation on the ``[0, 1]`` pixel scale.
         clips: clips spread evenly over the video (10 in the paper).
         crops: spatial views per clip (1, or 3 crops along the longer side).
+        sampling: ``"window"`` (frames ``stride`` apart) or ``"segments"`` (one frame per
+            segment of the whole video; ``data.sampling``).
     """
 
     num_frames: int
@@ -105,6 +107,7 @@ class VideoTransform:
     std: tuple[float, ...] = IMAGENET_STD
     clips: int = 10
     crops: int = 1
+    sampling: str = "window"
 
     def __post_init__(self) -> None:
         for name in ("num_frames", "stride", "size", "clips"):
@@ -132,7 +135,7 @@ class VideoTransform:
             raise ValueError("preprocessing: no num_frames (not a video model's)")
         return cls(num_frames=prep.num_frames, stride=prep.stride or 1, size=prep.size or 256,
                    crop=prep.crop, mean=prep.mean, std=prep.std, clips=clips or 10,
-                   crops=crops or 1)  # fmt: skip
+                   crops=crops or 1, sampling=prep.sampling)  # fmt: skip
 
     @classmethod
     def from_checkpoint(
@@ -217,6 +220,8 @@ class VideoTransform:
             return [reader.get_frames(idx) for idx in self._indices(reader.num_frames)]
 
     def _warn_short(self, num_frames: int, what: str) -> None:
+        if self.sampling == "segments":  # one frame per segment: any length spans the video
+            return
         span = (self.num_frames - 1) * self.stride + 1
         if 0 < num_frames < span:
             warnings.warn(
@@ -229,7 +234,7 @@ class VideoTransform:
     def _indices(self, num_frames: int) -> list[torch.Tensor]:
         if num_frames < 1:
             raise ValueError("video: it has no frame")
-        sampler = UniformClipSampler(self.num_frames, self.stride, self.clips)
+        sampler = make_sampler(self.sampling, self.num_frames, self.stride, False, self.clips)
         return [sampler(num_frames, k) for k in range(self.clips)]
 
 

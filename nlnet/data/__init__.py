@@ -17,6 +17,7 @@ from nlnet.data.video.builder import (
 from nlnet.data.video.config import Preprocessing, VideoDataConfig
 from nlnet.data.video.sampling import (
     RandomClipSampler,
+    SegmentClipSampler,
     UniformClipSampler,
     test_clip_indices,
     train_clip_indices,
@@ -52,6 +53,7 @@ __all__ = [
     "available_backends",
     "build_dataset",
     "RandomClipSampler",
+    "SegmentClipSampler",
     "UniformClipSampler",
     "build_parts",
     "collate_skip_bad",

@@ -84,7 +84,7 @@ from nlnet.data.video.lists import (
     read_class_index,
 )
 from nlnet.data.video.policy import BadVideoPolicy
-from nlnet.data.video.sampling import ClipSampler, RandomClipSampler, UniformClipSampler
+from nlnet.data.video.sampling import ClipSampler, make_sampler
 from nlnet.data.video.transforms import TestTransform, TrainTransform
 from nlnet.data.video_io.clip_cache import build_clip_cache
 from nlnet.data.video_io.decoder import ClipDecoder
@@ -133,11 +133,11 @@ def build_parts(
     c = VideoDataConfig.from_mapping(cfg)
     cache = build_clip_cache(c.clip_cache, max_mb=c.clip_cache_mb, directory=c.clip_cache_dir)
     if training:
-        sampler: ClipSampler = RandomClipSampler(c.num_frames, c.stride)
+        sampler: ClipSampler = make_sampler(c.sampling, c.num_frames, c.stride, True)
         transform = TrainTransform(c.train_scale, c.crop, flip=c.flip,
                                    output_size=c.train_output_size, mean=c.mean, std=c.std)  # fmt: skip
     else:
-        sampler = UniformClipSampler(c.num_frames, c.stride, clips)
+        sampler = make_sampler(c.sampling, c.num_frames, c.stride, False, clips)
         transform = TestTransform(c.test_scale, c.test_crop, crops, mean=c.mean, std=c.std)
     return {
         "sampler": sampler,

@@ -50,6 +50,12 @@ class VideoDataConfig:
             label + 1 over the annotation files).
         num_frames: clip length T (32; 128 in Section 5.1).
         stride: temporal stride between sampled frames (2).
+        sampling: ``"window"`` (the paper's, Section 4.1: ``num_frames`` frames ``stride``
+            apart from a random window in training, evenly spaced windows in testing) or
+            ``"segments"`` (TSN / Something-Something: the whole video in ``num_frames`` equal
+            segments, one frame of each, random within the segment in training, at the
+            segments' centres in testing; ``stride`` unused). Choose ``segments`` for short
+            trimmed clips whose class depends on the whole clip (docs/data.md).
         train_scale: range of the random shorter side in training ((256, 320)).
         crop: training crop size (224).
         train_output_size: resize the training crop to this size (Charades: 288).
@@ -80,6 +86,7 @@ class VideoDataConfig:
     num_classes: int | None = None
     num_frames: int = 32
     stride: int = 2
+    sampling: str = "window"
     train_scale: tuple[int, ...] = (256, 320)
     crop: int | tuple[int, ...] = 224
     train_output_size: int | tuple[int, ...] | None = None
@@ -108,6 +115,10 @@ class VideoDataConfig:
         if self.type is not None and self.type not in DATA_TYPES:
             raise ValueError(
                 f"data.type: expected one of {', '.join(DATA_TYPES)}, got {self.type!r}"
+            )
+        if self.sampling not in ("window", "segments"):
+            raise ValueError(
+                f"data.sampling: expected 'window' or 'segments', got {self.sampling!r}"
             )
         if self.backend not in _BACKENDS:
             raise ValueError(
@@ -174,6 +185,8 @@ class Preprocessing:
         stride: temporal stride (``None`` for image tasks).
         size: shorter side the frames are resized to (``None``: kept).
         crop: centre-crop size (``None``: the whole resized frame).
+        sampling: ``"window"`` or ``"segments"`` (``data.sampling``: how the clips' frames
+            are chosen; a checkpoint without it is ``window``).
     """
 
     mean: tuple[float, ...] = IMAGENET_MEAN
@@ -182,12 +195,13 @@ class Preprocessing:
     stride: int | None = None
     size: int | None = None
     crop: int | tuple[int, ...] | None = None
+    sampling: str = "window"
 
     @classmethod
     def from_data(cls, data: VideoDataConfig) -> Preprocessing:
         """The test-time preprocessing of a video data config (Section 4.1, "Inference")."""
         return cls(data.mean, data.std, data.num_frames, data.stride, data.test_scale,
-                   data.test_crop)  # fmt: skip
+                   data.test_crop, data.sampling)  # fmt: skip
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Preprocessing:
@@ -236,4 +250,6 @@ class Preprocessing:
         if self.num_frames is not None:
             crop = list(self.crop) if isinstance(self.crop, Sequence) else self.crop
             out.update(num_frames=self.num_frames, stride=self.stride, size=self.size, crop=crop)
+            if self.sampling != "window":  # (older readers ignore the key: only when needed)
+                out["sampling"] = self.sampling
         return out

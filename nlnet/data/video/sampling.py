@@ -21,6 +21,10 @@ from __future__ import annotations
 import torch
 
 __all__ = [
+    "SAMPLINGS",
+    "SegmentClipSampler",
+    "make_sampler",
+    "segment_indices",
     "window_size",
     "train_clip_indices",
     "test_clip_starts",
@@ -190,3 +194,76 @@ class UniformClipSampler(ClipSampler):
             raise ValueError(f"clip_index must lie in [0, {self.num_clips}), got {clip_index}")
         starts = test_clip_starts(video_frames, self.clip_len, self.stride, self.num_clips)
         return _indices_from_start(starts[clip_index], video_frames, self.clip_len, self.stride)
+
+
+def segment_indices(video_frames: int, num_segments: int, offsets: torch.Tensor) -> torch.Tensor:
+    """One frame in each of ``num_segments`` equal segments of a video (TSN, Wang et al. 2016):
+    frame ``floor((i + offsets[i]) * video_frames / num_segments)`` of segment ``i``, with
+    ``offsets`` in ``[0, 1)``; a video shorter than ``num_segments`` repeats frames."""
+    _check_positive("video_frames", video_frames)
+    pos = (torch.arange(num_segments, dtype=torch.float64) + offsets.double()) * video_frames
+    return (pos / num_segments).floor().long().clamp_(0, video_frames - 1)
+
+
+class SegmentClipSampler(ClipSampler):
+    """Whole-clip sampling (TSN; mmaction2's ``SampleFrames`` with ``num_clips``, PySlowFast's
+    Something-Something loader): the video is divided into ``clip_len`` equal segments and the
+    clip takes one frame from each, so it spans the whole video whatever its length.
+
+    In training (``random=True``) the frame is drawn uniformly within its segment from the
+    item's generator; in testing clip ``k`` of ``num_clips`` takes, in every segment, the frame at
+    the fraction ``(k + 0.5) / num_clips`` of it (one clip: the segment centres).
+
+    Args:
+        clip_len: frames per clip ``T`` (the segments).
+        num_clips: test clips per video (``eval.clips``); 1 in training.
+        random: draw the frames within the segments (training).
+    """
+
+    def __init__(self, clip_len: int, num_clips: int = 1, random: bool = False) -> None:
+        super().__init__(clip_len, 1)
+        if isinstance(num_clips, bool) or not isinstance(num_clips, int) or num_clips < 1:
+            raise ValueError(f"test_clips must be a positive integer, got {num_clips!r}")
+        self.num_clips = 1 if random else num_clips
+        self.random = random
+
+    @property
+    def clips_per_video(self) -> int:
+        """One clip per video in training, ``num_clips`` in testing."""
+        return self.num_clips
+
+    def __call__(
+        self, video_frames: int, clip_index: int = 0, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """``(clip_len,)`` frame indices, one per segment."""
+        if self.random:
+            offsets = torch.rand(self.clip_len, generator=generator, dtype=torch.float64)
+        else:
+            if not 0 <= clip_index < self.num_clips:
+                raise ValueError(f"clip_index must lie in [0, {self.num_clips}), got {clip_index}")
+            offsets = torch.full((self.clip_len,), (clip_index + 0.5) / self.num_clips)
+        return segment_indices(video_frames, self.clip_len, offsets)
+
+    def __repr__(self) -> str:
+        kind = "random" if self.random else f"clips={self.num_clips}"
+        return f"{type(self).__name__}({self.clip_len} segments, {kind})"
+
+
+#: ``data.sampling``: a window of ``num_frames`` frames ``stride`` apart (the paper's, Section
+#: 4.1) or one frame per segment of the whole video (:class:`SegmentClipSampler`).
+SAMPLINGS: tuple[str, ...] = ("window", "segments")
+
+
+def make_sampler(
+    sampling: str, clip_len: int, stride: int, training: bool, clips: int = 10
+) -> ClipSampler:
+    """The sampler of ``data.sampling`` for training (one random clip) or testing (``clips``)."""
+    if sampling == "segments":
+        return SegmentClipSampler(clip_len, clips, random=training)
+    if sampling != "window":
+        raise ValueError(f"data.sampling: expected one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+    return (
+        RandomClipSampler(clip_len, stride)
+        if training
+        else UniformClipSampler(clip_len, stride, clips)
+    )
