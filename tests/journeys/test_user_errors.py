@@ -81,6 +81,9 @@ ROWS = [
     ("export", [*EXPORT, "--input-size", "3x4"], ["--input-size"]),
     ("export", ["export", "--checkpoint", "{ckpt}", "--format", "png", "--output", "x"],
      ["--format", "invalid choice"]),
+    ("inspect", ["inspect", "{ckpt}", "--input", "nope.mp4"], ["--input", "no such file"]),
+    ("inspect", ["inspect", "{ckpt}", "--identity-below", "2"], ["--identity-below", "[0, 1]"]),
+    ("inspect", ["inspect", "{tmp}/nope.pt"], ["nope.pt", "no such file"]),
 ]  # fmt: skip
 
 
