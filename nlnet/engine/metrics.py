@@ -24,6 +24,8 @@ __all__ = [
     "average_precision",
     "mean_average_precision",
     "classification_metrics",
+    "mean_class_accuracy",
+    "per_class_accuracy",
     "VideoScoreAggregator",
     "ThroughputMeter",
 ]
@@ -111,6 +113,24 @@ def classification_metrics(
     return out
 
 
+def per_class_accuracy(scores: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Top-1 accuracy (percent) of each class over the samples of that class, ``(C,)``; NaN
+    for a class without samples."""
+    pred = scores.argmax(1)
+    t = targets.long()
+    num = scores.shape[1]
+    seen = torch.bincount(t, minlength=num).double()
+    hit = torch.bincount(t[pred == t], minlength=num).double()
+    return torch.where(seen > 0, 100.0 * hit / seen.clamp_min(1), torch.nan)
+
+
+def mean_class_accuracy(scores: torch.Tensor, targets: torch.Tensor) -> float:
+    """The mean over the classes present of their top-1 accuracy (percent): mmaction2's
+    ``mean_class_accuracy``, which weighs a rare class like a common one."""
+    acc = per_class_accuracy(scores, targets)
+    return float(acc[~acc.isnan()].mean()) if (~acc.isnan()).any() else float("nan")
+
+
 class VideoScoreAggregator:
     """Collects clip scores and averages them per video (multi-clip testing, Section 4.1).
 
@@ -179,12 +199,16 @@ class VideoScoreAggregator:
         out: dict[str, float] = {}
         if scores.numel() == 0:
             return {"clip_count": 0.0, "video_count": 0.0}
+        # top-k only for k below the class count (top-5 of 5 classes or fewer is always 100)
+        ks = tuple(k for k in self.ks if k == 1 or k < scores.shape[1])
         for prefix, (s, t) in (
             ("clip", (scores, targets)),
             ("video", self.video_scores(scores, targets, indices)[:2]),
         ):
-            for key, value in classification_metrics(s, t, self.multi_label, self.ks).items():
+            for key, value in classification_metrics(s, t, self.multi_label, ks).items():
                 out[f"{prefix}_{key}"] = value
+            if not self.multi_label:
+                out[f"{prefix}_mean_class_acc"] = mean_class_accuracy(s, t)
         return out
 
     def reset(self) -> None:

@@ -136,7 +136,7 @@ def test_train_stop_resume_eval_predict(tmp_path, monkeypatch, capsys):
     assert main(["eval", "--checkpoint", ckpt, "--device", "cpu"]) == 0
     metrics = _json_tail(capsys.readouterr().out)
     assert metrics["video_count"] == 4 and metrics["clip_count"] == 8  # eval.clips=2
-    assert 0.0 <= metrics["video_top1"] <= 100.0 and metrics["video_top5"] == 100.0
+    assert 0.0 <= metrics["video_top1"] <= 100.0 and "video_top5" not in metrics  # few classes
     videos = [str(root / "val/left/left_0.mp4"), str(root / "val/right/right_1.mp4")]
     assert main(["predict", *videos, "--checkpoint", ckpt, "--topk", "2", "--json"]) == 0
     out = capsys.readouterr().out

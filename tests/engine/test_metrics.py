@@ -67,3 +67,25 @@ def test_multilabel_aggregation_gives_map():
     agg.update(torch.tensor([[0.9, 0.2], [0.3, 0.7]]), t, torch.tensor([0, 1]))
     m = agg.compute()
     assert m["video_mAP"] == 100.0 and m["clip_mAP"] == 100.0
+
+
+def test_per_class_and_mean_class_accuracy_and_no_top5_for_few_classes():
+    """mmaction2's mean class accuracy weighs a rare class like a common one; top-5 is left out
+    when the model has 5 classes or fewer (it would be 100 whatever the model)."""
+    import math
+
+    from nlnet.engine.metrics import VideoScoreAggregator, mean_class_accuracy, per_class_accuracy
+
+    scores = torch.eye(3)[[0, 0, 0, 0, 1, 2]]  # predictions 0 0 0 0 1 2
+    targets = torch.tensor([0, 0, 0, 0, 2, 2])  # class 2: one of two right; class 1 absent
+    acc = per_class_accuracy(scores, targets)
+    assert acc[0] == 100.0 and math.isnan(acc[1]) and acc[2] == 50.0
+    assert mean_class_accuracy(scores, targets) == 75.0  # top-1 over the samples: 5 / 6
+    agg = VideoScoreAggregator()
+    agg.update(scores, targets, torch.arange(6))
+    out = agg.compute()
+    assert "video_top5" not in out and "clip_top5" not in out
+    assert abs(out["video_top1"] - 500 / 6) < 1e-4 and out["video_mean_class_acc"] == 75.0
+    many = VideoScoreAggregator()
+    many.update(torch.eye(8)[:4], torch.arange(4), torch.arange(4))
+    assert many.compute()["video_top5"] == 100.0
