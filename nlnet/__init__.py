@@ -27,6 +27,7 @@ _LAZY: dict[str, str] = {
     "load_model": "nlnet.inference",
     "preprocessing": "nlnet.inference",
     "predict": "nlnet.inference",
+    "save_pretrained": "nlnet.inference",
     "VideoTransform": "nlnet.inference",
     "ImageTransform": "nlnet.inference",
     "Prediction": "nlnet.inference",
@@ -42,6 +43,7 @@ __all__ = [  # the same names as _LAZY, spelled out for linters and type checker
     "load_model",
     "preprocessing",
     "predict",
+    "save_pretrained",
     "VideoTransform",
     "ImageTransform",
     "Prediction",
@@ -58,6 +60,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names come from __g
         load_model,
         predict,
         preprocessing,
+        save_pretrained,
     )
     from nlnet.layers import NonLocal1d, NonLocal2d, NonLocal3d
     from nlnet.models import create_model, list_models

@@ -372,6 +372,22 @@ def load_model(
     return model
 
 
+def save_pretrained(checkpoint: Checkpoint, directory: PathLike) -> Path:
+    """Write a checkpoint's network as ``directory/config.json`` + ``model.safetensors`` (the
+    layout of timm's and Hugging Face's ``save_pretrained``): the weights without pickle, the
+    name, classes and preprocessing as JSON. :func:`load_model` reads the folder back.
+
+    Raises:
+        CheckpointError: an unreadable checkpoint, or one of a network of your own class.
+    """
+    from nlnet.engine.checkpoint import check_rebuildable
+    from nlnet.engine.checkpoint.pretrained import save_pretrained as write
+
+    ckpt = load_checkpoint(checkpoint)
+    check_rebuildable(ckpt, checkpoint)
+    return write(ckpt, directory)
+
+
 def preprocessing(
     checkpoint: Checkpoint, *, clips: int | None = None, crops: int | None = None
 ) -> VideoTransform | ImageTransform:

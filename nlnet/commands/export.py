@@ -48,12 +48,13 @@ __all__ = [
 
 INPUT_NAME, OUTPUT_NAME = "input", "logits"
 
-FORMATS = ("onnx", "torchscript", "exported")
+FORMATS = ("onnx", "torchscript", "exported", "safetensors")
 
 EXAMPLES = """examples:
   nlnet export --checkpoint runs/demo/c2d_tiny_nl1.pt --format onnx --output nl.onnx
   nlnet export --checkpoint final.pt --format exported --output model.pt2 --input-size 3x8x112x112
   nlnet export --checkpoint final.pt --format torchscript --output model.ts --batch 4
+  nlnet export --checkpoint final.pt --format safetensors --output my_model   (a folder)
 """
 
 
@@ -300,8 +301,24 @@ def load_exported(fmt: str, path: Path) -> Callable[[torch.Tensor], torch.Tensor
     return torch.export.load(str(path)).module()
 
 
+def _safetensors(args: argparse.Namespace) -> int:
+    """``--format safetensors``: the weights and the JSON config in a folder, read back by
+    ``nlnet.load_model`` and checked to hold the same weights."""
+    from nlnet.inference import load_model, save_pretrained
+
+    folder = save_pretrained(args.checkpoint, args.output)
+    a, b = (load_model(src).state_dict() for src in (args.checkpoint, folder))
+    if a.keys() != b.keys() or not all(torch.equal(a[k], b[k]) for k in a):
+        raise RuntimeError(f"{folder}: the weights read back differ from the checkpoint's")
+    print(f"wrote {folder}/config.json and model.safetensors ({len(a)} tensors, read back equal); "
+          f"nlnet.load_model({str(folder)!r}) rebuilds the model")  # fmt: skip
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     """Export, then compare the exported file with PyTorch on random inputs."""
+    if args.format == "safetensors":
+        return _safetensors(args)
     missing = missing_packages(args.format, not args.no_check)
     if missing:
         hint = (

@@ -5,6 +5,7 @@
 ``rng``                the generator states of a process as checkpoint data
 ``paths``              ``checkpoints/last.pt`` / ``final.pt`` of a run; ``--resume``
 ``model_loading``      checkpoint -> network, class names, preprocessing
+``pretrained``         ``config.json`` + ``model.safetensors`` folders (``save_pretrained``)
 =====================  ==========================================================
 
 Names are imported lazily from their module on first use.
@@ -33,6 +34,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "CheckpointInfo": "model_loading",
         "CheckpointMismatchError": "model_loading",
         "check_compatible": "model_loading",
+        "save_pretrained": "pretrained",
+        "read_pretrained": "pretrained",
         "check_rebuildable": "model_loading",
         "checkpoint_info": "model_loading",
         "load_backbone": "model_loading",

@@ -209,7 +209,8 @@ def load_checkpoint(
     """Verify and read a checkpoint with ``torch.load(weights_only=True)`` (no pickled code runs).
 
     A bare ``state_dict`` file (or ``{"state_dict": ...}``) is accepted too and wrapped as
-    ``{"model": state_dict}``.
+    ``{"model": state_dict}``, and so is a folder of ``config.json`` + ``model.safetensors``
+    (:mod:`nlnet.engine.checkpoint.pretrained`).
 
     Raises:
         CheckpointError: missing, empty, truncated, corrupted, not a PyTorch file, holding
@@ -218,6 +219,10 @@ def load_checkpoint(
     if isinstance(path_or_ckpt, Mapping):
         return dict(path_or_ckpt)
     path = Path(path_or_ckpt)
+    from nlnet.engine.checkpoint.pretrained import is_pretrained_dir, read_pretrained
+
+    if is_pretrained_dir(path):  # config.json + model.safetensors (save_pretrained)
+        return read_pretrained(path)
     _verify_file(path)
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
