@@ -111,9 +111,11 @@ def evaluate(
     dataset: Dataset | None = None,
     split: str | None = None,
     collate_fn: Callable | None = None,
+    details: bool = False,
 ) -> dict[str, Any]:
     """The task's evaluation of a checkpoint (``nlnet eval``), e.g. the video task's multi-clip
-    testing (Section 4.1).
+    testing (Section 4.1); ``details`` (video classification): also ``per_class_top1`` and the
+    ``confusion`` matrix.
 
     Args:
         cfg: configuration; ``cfg.eval`` gives the batch size and the split (and, for videos,
@@ -150,9 +152,10 @@ def evaluate(
                 f"{ckpt['num_classes']}"
             )
         amp = cfg.train.amp if info.device.type == "cuda" else "none"
+        extra = {"details": True} if details and task.name == "video_classification" else {}
         metrics = task.evaluate(model, dataset, info.device, amp=amp,
                                 progress=use_progress_bar(cfg.train.progress) and info.is_main,
-                                desc=f"eval {split}")  # fmt: skip
+                                desc=f"eval {split}", **extra)  # fmt: skip
         metrics["split"] = split
         metrics["checkpoint"] = str(checkpoint) if not isinstance(checkpoint, Mapping) else None
         return metrics

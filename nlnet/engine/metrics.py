@@ -211,6 +211,21 @@ class VideoScoreAggregator:
                 out[f"{prefix}_mean_class_acc"] = mean_class_accuracy(s, t)
         return out
 
+    def details(self) -> dict[str, Any]:
+        """Video-level per-class top-1 (percent; ``None`` for a class without videos) and the
+        confusion matrix (rows: true class, columns: predicted), single-label only."""
+        from sklearn.metrics import confusion_matrix
+
+        scores, targets, indices = self.gather()
+        if scores.numel() == 0 or self.multi_label:
+            return {}
+        s, t, _ = self.video_scores(scores, targets, indices)
+        num = s.shape[1]
+        acc = per_class_accuracy(s, t)
+        matrix = confusion_matrix(t.long().numpy(), s.argmax(1).numpy(), labels=list(range(num)))
+        return {"per_class_top1": [None if math.isnan(a) else float(a) for a in acc.tolist()],
+                "confusion": matrix.tolist()}  # fmt: skip
+
     def reset(self) -> None:
         self._scores.clear()
         self._targets.clear()

@@ -137,6 +137,17 @@ def test_train_stop_resume_eval_predict(tmp_path, monkeypatch, capsys):
     metrics = _json_tail(capsys.readouterr().out)
     assert metrics["video_count"] == 4 and metrics["clip_count"] == 8  # eval.clips=2
     assert 0.0 <= metrics["video_top1"] <= 100.0 and "video_top5" not in metrics  # few classes
+    out_json = tmp_path / "eval" / "val.json"
+    assert main(["eval", "--checkpoint", ckpt, "--device", "cpu", "--output", str(out_json)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("worst classes (video top-1): ")
+    saved = json.loads(out_json.read_text())
+    confusion = saved["confusion"]
+    assert len(confusion) == len(saved["per_class_top1"]) == len(saved["class_names"])
+    assert sum(map(sum, confusion)) == saved["video_count"]  # every video once
+    diagonal = sum(confusion[i][i] for i in range(len(confusion)))
+    assert abs(100 * diagonal / saved["video_count"] - saved["video_top1"]) < 1e-6
+    assert out_json.with_suffix(".confusion.png").read_bytes()[:4] == b"\x89PNG"
     videos = [str(root / "val/left/left_0.mp4"), str(root / "val/right/right_1.mp4")]
     assert main(["predict", *videos, "--checkpoint", ckpt, "--topk", "2", "--json"]) == 0
     out = capsys.readouterr().out

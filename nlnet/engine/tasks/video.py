@@ -188,8 +188,10 @@ class VideoClassificationTask:
         amp: str = "none",
         progress: bool = False,
         desc: str = "eval",
+        details: bool = False,
     ) -> dict[str, Any]:
-        """Multi-clip testing: clip- and video-level top-k (or mAP for ``train.loss=bce``)."""
+        """Multi-clip testing: clip- and video-level top-k (or mAP for ``train.loss=bce``);
+        ``details``: also ``per_class_top1`` and ``confusion`` (videos)."""
         from nlnet.engine.tasks.video_eval import build_eval_loader, run_evaluation
 
         ev = self.evaluation
@@ -207,6 +209,7 @@ class VideoClassificationTask:
             amp=amp,
             progress=progress,
             desc=desc,
+            details=details,
         )
 
     def metadata(self, dataset: Any) -> dict[str, Any]:

@@ -64,8 +64,8 @@ class ClipScoreEvaluator:
     (bad videos), identical on every rank.
     """
 
-    def __init__(self, multi_label: bool = False) -> None:
-        self.multi_label = multi_label
+    def __init__(self, multi_label: bool = False, details: bool = False) -> None:
+        self.multi_label, self.details = multi_label, details
         self.reset()
 
     def reset(self) -> None:
@@ -82,6 +82,8 @@ class ClipScoreEvaluator:
         metrics = self.agg.compute()
         total = du.all_reduce_sum(torch.tensor([float(self.skipped)], dtype=torch.float64))
         metrics["skipped"] = float(total.item())
+        if self.details:  # per-class top-1 and the confusion matrix (nlnet eval)
+            metrics.update(self.agg.details())
         return metrics
 
 
@@ -135,8 +137,10 @@ def run_evaluation(
     amp: str = "none",
     progress: bool = False,
     desc: str = "eval",
+    details: bool = False,
 ) -> dict[str, Any]:
-    """Multi-clip testing of ``model`` over ``loader`` (see :class:`ClipScoreEvaluator`).
+    """Multi-clip testing of ``model`` over ``loader`` (see :class:`ClipScoreEvaluator`;
+    ``details``: also per-class top-1 and the confusion matrix).
 
     Args:
         model: the network (eval mode during the pass, its mode restored).
@@ -148,6 +152,6 @@ def run_evaluation(
         desc: bar label.
     """
     return inference_on_dataset(
-        model, loader, ClipScoreEvaluator(multi_label), forward_clips,
+        model, loader, ClipScoreEvaluator(multi_label, details), forward_clips,
         device=device, amp=amp, progress=progress, desc=desc,
     )  # fmt: skip
