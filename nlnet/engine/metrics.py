@@ -13,6 +13,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
