@@ -41,6 +41,8 @@ def check_run_dir(run_dir: Path, *, resume: bool, force: bool) -> None:
     if resume or force or not run_dir.is_dir():
         return
     present = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_NAME)
+    if present == ["config.yaml"]:  # a run that stopped before its first step: nothing to keep
+        return
     if present:
         shown = ", ".join(present[:4]) + (", ..." if len(present) > 4 else "")
         raise RunDirError(

@@ -121,6 +121,20 @@ def test_a_used_run_directory_is_refused_unless_resume_or_force(tmp_path):
     assert [r["iter"] for r in _records(cfg.output_dir) if r["kind"] == "train"] == [1, 2, 3]
 
 
+def test_a_run_that_stopped_before_its_first_step_needs_no_force(tmp_path):
+    """A crash at the first step leaves only ``config.yaml``: the rerun starts without
+    ``--force`` (nothing of a run would be lost); anything more is refused."""
+    from pathlib import Path
+
+    cfg = _short_run_config(tmp_path)
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True)
+    (out / "config.yaml").write_text("model: {}\n")
+    assert _run(cfg)["iterations"] == cfg.optim.max_iters
+    with pytest.raises(RunDirError, match="--resume.*--force"):
+        _run(cfg)
+
+
 def test_two_runs_cannot_write_one_directory(tmp_path):
     cfg = _short_run_config(tmp_path)
     with RunLock(cfg.output_dir), pytest.raises(RunDirError, match="in use by another run"):
