@@ -35,7 +35,7 @@ from nlnet.demo.digits_cache import read_manifest
 from nlnet.engine.config import replace as replace_config
 from nlnet.engine.hooks import HookBase
 from nlnet.engine.modeling import set_train_mode
-from nlnet.engine.runlog import MetricsLogger
+from nlnet.engine.runlog import MetricsLogger, line_prefix
 
 __all__ = ["TIME_MODEL", "VARIANT_MODELS", "CurveHook", "DemoSettings", "ClipTensorDataset",
            "build_model", "clear_decoded", "decoded_splits", "demo_config", "inflate_state",
@@ -424,7 +424,9 @@ def train_model(
             device=device, progress=progress, num_frames=settings.task.num_frames,
         )  # fmt: skip
         cfg = replace_config(cfg, **{"train.eval_every": steps, "train.log_every": steps})
-        summary = train(cfg, model=model, train_dataset=train_ds, val_dataset=val_ds, hooks=(hook,))
+        with line_prefix(f"{name}: "):  # the models train side by side: whose line is whose
+            summary = train(cfg, model=model, train_dataset=train_ds, val_dataset=val_ds,
+                            hooks=(hook,))  # fmt: skip
         records = MetricsLogger(out).records()
     epochs = [r for r in records if r["kind"] == "epoch"]
     vals = [r for r in records if r["kind"] == "val"]

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLogger", "PLOTTED_METRICS", "jsonable", "plotted_metrics", "say",
-           "use_progress_bar"]  # fmt: skip
+__all__ = ["MetricsLogger", "PLOTTED_METRICS", "jsonable", "line_prefix", "plotted_metrics",
+           "say", "use_progress_bar"]  # fmt: skip
 
 #: validation metrics drawn in ``curves.png`` (each when present; ``ema_<key>`` too): video
 #: top-k and mAP, image top-k, segmentation mIoU / Dice, detection box/mask/keypoint AP,
@@ -30,12 +30,26 @@ PLOTTED_METRICS = ("video_top1", "video_top5", "clip_top1", "clip_top5", "video_
                    "psnr_y")  # fmt: skip
 
 
+_PREFIX: list[str] = []
+
+
+@contextlib.contextmanager
+def line_prefix(prefix: str):
+    """Every :func:`say` line inside starts with ``prefix`` (e.g. ``"c2d_tiny_nl1: "``), so that
+    the lines of runs side by side (the demo's models) say whose they are."""
+    _PREFIX.append(prefix)
+    try:
+        yield
+    finally:
+        _PREFIX.pop()
+
+
 def say(msg: str, main: bool = True) -> None:
     """Print one line on the main process (through tqdm, so a progress bar stays intact)."""
     if main:
         from tqdm.auto import tqdm
 
-        tqdm.write(msg, file=sys.stdout)
+        tqdm.write("".join(_PREFIX) + msg, file=sys.stdout)
 
 
 def use_progress_bar(setting: bool | None) -> bool:

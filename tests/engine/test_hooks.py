@@ -222,3 +222,19 @@ def test_multigrid_steps_follow_the_schedule_and_resume_exactly(tmp_path):
     assert rec2.steps == rec.steps[7:]
     for (name, a), b in zip(ref.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+def test_line_prefix_names_the_run_of_every_line(capsys):
+    """Runs side by side (the demo's models) prefix their lines with their name."""
+    from nlnet.engine.runlog import line_prefix, say
+
+    with line_prefix("c2d_tiny_nl1: "):
+        say("iter 1/2: loss 0.69")
+        with line_prefix("[ema] "):
+            say("val @ 2")
+    say("done")
+    assert capsys.readouterr().out.splitlines() == [
+        "c2d_tiny_nl1: iter 1/2: loss 0.69",
+        "c2d_tiny_nl1: [ema] val @ 2",
+        "done",
+    ]
