@@ -354,3 +354,21 @@ def test_read_only_data_folder_keeps_the_index_in_the_user_cache(
     assert data.cache_file.is_file()
     entries = json.loads(data.cache_file.read_text())["entries"]
     assert sorted(entries) == sorted(data.videos)
+
+
+def test_evaluation_counts_skipped_videos_not_their_views(bad_root):
+    """3 bad videos of 3 test clips each: the video task's evaluation says 3 skipped (not 9)."""
+    from torch import nn
+
+    from nlnet.engine.config import EvalConfig
+    from nlnet.engine.tasks.video import VideoClassificationTask
+
+    task = VideoClassificationTask(data={"type": "folder", "root": str(bad_root), **TINY},
+                                   evaluation=EvalConfig(clips=3, batch_size=4))  # fmt: skip
+    with pytest.warns(BadVideoWarning):
+        data = task.build_dataset("train", "test")
+    model = nn.Sequential(nn.Conv3d(3, 1, 1), nn.AdaptiveAvgPool3d(1), nn.Flatten())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BadVideoWarning)
+        metrics = task.evaluate(model, data, torch.device("cpu"))
+    assert metrics["skipped"] == 3 and metrics["video_count"] == 1

@@ -201,7 +201,7 @@ class VideoClassificationTask:
         collate = collate_eval if self.collate is collate_skip_bad else self.collate
         loader = build_eval_loader(dataset, ev.batch_size, ev.workers, collate,
                                    device.type == "cuda")  # fmt: skip
-        return run_evaluation(
+        metrics = run_evaluation(
             model,
             loader,
             device,
@@ -211,6 +211,10 @@ class VideoClassificationTask:
             desc=desc,
             details=details,
         )
+        # a bad video drops all its views: count videos, not views
+        views = int(getattr(dataset, "views_per_video", 1) or 1)
+        metrics["skipped"] = float(round(metrics.get("skipped", 0.0) / views))
+        return metrics
 
     def metadata(self, dataset: Any) -> dict[str, Any]:
         """Class names (``class_names``, else the dataset's; dropped unless one per class)
