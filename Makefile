@@ -39,7 +39,7 @@ format: $(STAMP)
 # The documentation site (MkDocs + Material + mkdocstrings) into site/; --strict: a broken link,
 # a missing page or an unresolved reference fails the build. Installs the `docs` extra first.
 $(DOCS_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install --quiet -e '.[docs]'
+	$(PY) -m pip install --quiet -e '.[docs]' --config-settings editable_mode=compat
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
