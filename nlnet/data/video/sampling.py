@@ -42,6 +42,16 @@ def _check_positive(name: str, value: int) -> int:
     return value
 
 
+def _check_clips(num_clips: int) -> None:
+    if isinstance(num_clips, bool) or not isinstance(num_clips, int) or num_clips < 1:
+        raise ValueError(f"test_clips must be a positive integer, got {num_clips!r}")
+
+
+def _check_clip_index(clip_index: int, num_clips: int) -> None:
+    if not 0 <= clip_index < num_clips:
+        raise ValueError(f"clip_index must lie in [0, {num_clips}), got {clip_index}")
+
+
 def window_size(clip_len: int, stride: int) -> int:
     """Number of consecutive frames a clip is cut from: ``clip_len * stride`` (64 for 32 x 2)."""
     return _check_positive("clip_len", clip_len) * _check_positive("stride", stride)
@@ -177,8 +187,7 @@ class UniformClipSampler(ClipSampler):
 
     def __init__(self, clip_len: int, stride: int, num_clips: int = 10) -> None:
         super().__init__(clip_len, stride)
-        if isinstance(num_clips, bool) or not isinstance(num_clips, int) or num_clips < 1:
-            raise ValueError(f"test_clips must be a positive integer, got {num_clips!r}")
+        _check_clips(num_clips)
         self.num_clips = num_clips
 
     @property
@@ -190,8 +199,7 @@ class UniformClipSampler(ClipSampler):
         self, video_frames: int, clip_index: int = 0, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """``(clip_len,)`` frame indices of the ``clip_index``-th evenly spaced clip."""
-        if not 0 <= clip_index < self.num_clips:
-            raise ValueError(f"clip_index must lie in [0, {self.num_clips}), got {clip_index}")
+        _check_clip_index(clip_index, self.num_clips)
         starts = test_clip_starts(video_frames, self.clip_len, self.stride, self.num_clips)
         return _indices_from_start(starts[clip_index], video_frames, self.clip_len, self.stride)
 
@@ -222,8 +230,7 @@ class SegmentClipSampler(ClipSampler):
 
     def __init__(self, clip_len: int, num_clips: int = 1, random: bool = False) -> None:
         super().__init__(clip_len, 1)
-        if isinstance(num_clips, bool) or not isinstance(num_clips, int) or num_clips < 1:
-            raise ValueError(f"test_clips must be a positive integer, got {num_clips!r}")
+        _check_clips(num_clips)
         self.num_clips = 1 if random else num_clips
         self.random = random
 
@@ -239,8 +246,7 @@ class SegmentClipSampler(ClipSampler):
         if self.random:
             offsets = torch.rand(self.clip_len, generator=generator, dtype=torch.float64)
         else:
-            if not 0 <= clip_index < self.num_clips:
-                raise ValueError(f"clip_index must lie in [0, {self.num_clips}), got {clip_index}")
+            _check_clip_index(clip_index, self.num_clips)
             offsets = torch.full((self.clip_len,), (clip_index + 0.5) / self.num_clips)
         return segment_indices(video_frames, self.clip_len, offsets)
 
