@@ -98,8 +98,8 @@ class DemoSettings:
     # arguments, e.g. {gamma_init: 0.1}; {}: the block's own defaults, the paper's). Since
     # December 2026 the block starts with W_z = 0 and its BN scale at 1 (the practitioner's
     # guide's start, still exactly the identity) instead of the paper's BN scale 0: with the
-    # paper's start the block stayed closed, or opened part-way, on 3 of 16 screening seeds
-    # (docs/demo.md, "December 2026").
+    # paper's start the block stayed closed, or opened part-way, on 3 of 16 screening seeds;
+    # with this one, 1 of 30 ends one clip under 90% (docs/demo.md, "December 2026").
     block: dict = dataclasses.field(default_factory=lambda: {"init": "w_z"})
     # The learning rate of the non-local blocks' parameters relative to the rest's
     # (optim.non_local_lr_mult of the engine); 1 (default): the same.
