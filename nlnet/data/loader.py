@@ -19,7 +19,25 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-__all__ = ["DevicePrefetcher", "make_loader", "to_device"]
+__all__ = ["DevicePrefetcher", "make_loader", "to_device", "usable_workers"]
+
+
+def usable_workers(workers: int) -> int:
+    """``workers``, at most the CPU cores this process may use (a shipped config's 4 workers on
+    a 2-core machine only add processes that wait for a core); a cut says so once. Items are
+    seeded per item, so the batches do not depend on the worker count."""
+    import os
+    import warnings
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    if workers > cores:
+        warnings.warn(f"train/eval workers={workers} is more than the {cores} usable CPU "
+                      f"core(s); using {cores}", RuntimeWarning, stacklevel=3)  # fmt: skip
+        return cores
+    return workers
 
 
 def make_loader(
@@ -51,6 +69,7 @@ def make_loader(
         raise ValueError(f"workers: expected an int >= 0, got {workers!r}")
     if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
         raise ValueError(f"prefetch: expected an int >= 1, got {prefetch!r}")
+    workers = usable_workers(workers)
     return DataLoader(
         dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
         collate_fn=collate_fn, pin_memory=torch.device(device).type == "cuda",

@@ -54,3 +54,13 @@ def test_cuda_prefetcher_gives_every_batch_on_the_device():
     got = [x for x, _ in DevicePrefetcher(loader, "cuda")]
     assert all(x.is_cuda for x in got)
     assert torch.cat(got).cpu().flatten().tolist() == list(range(10))
+
+
+def test_workers_beyond_the_usable_cores_are_cut_once_with_a_warning():
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    with pytest.warns(RuntimeWarning, match=f"more than the {cores} usable CPU"):
+        loader = make_loader(_data(), batch_size=4, workers=cores + 2)
+    assert loader.num_workers == cores
+    assert make_loader(_data(), batch_size=4, workers=cores).num_workers == cores

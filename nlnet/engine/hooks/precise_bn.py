@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from nlnet.data.loader import usable_workers
 from nlnet.data.seeding import ItemKey, SeededDataset, seed_worker
 from nlnet.engine import distributed as du
 from nlnet.engine.checkpoint.file_io import unwrap_model
@@ -100,7 +101,7 @@ class PreciseBNHook(HookBase):
         seeds = torch.randint(0, 2**62, (n_items,), generator=gen).tolist()
         loader = DataLoader(
             SeededDataset(run.train_dataset), batch_size=tc.batch_size,
-            sampler=[ItemKey(i, s) for i, s in zip(order, seeds)], num_workers=tc.workers,
+            sampler=[ItemKey(i, s) for i, s in zip(order, seeds)], num_workers=usable_workers(tc.workers),
             collate_fn=run.task.collate, worker_init_fn=seed_worker,
             generator=torch.Generator().manual_seed(0),
         )  # fmt: skip

@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from nlnet.data.images.config import ImageDataConfig
 from nlnet.data.images.dataset import ImageItems, digits_images
+from nlnet.data.loader import usable_workers
 from nlnet.engine.config.schema import EvalConfig
 from nlnet.engine.config.sections import data_section
 from nlnet.engine.errors import DataError
@@ -147,7 +148,7 @@ class ImageClassificationTask:
         model.eval()
         ev = self.evaluation
         loader = DataLoader(dataset, batch_size=ev.batch_size, collate_fn=self.collate,
-                            num_workers=ev.workers)  # fmt: skip
+                            num_workers=usable_workers(ev.workers))  # fmt: skip
         scores, targets, skipped = [], [], 0
         try:
             for batch in loader:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from nlnet.data.loader import usable_workers
 from nlnet.data.segmentation.builder import image_folder
 from nlnet.data.segmentation.config import SegmentationDataConfig
 from nlnet.data.segmentation.images import collate_segmentation
@@ -349,7 +350,7 @@ class SegmentationTask:
         if isinstance(data, Dataset):
             loader = DataLoader(
                 data, batch_size=self.eval_batch_size, collate_fn=self.collate,
-                num_workers=self.eval_workers,
+                num_workers=usable_workers(self.eval_workers),
             )  # fmt: skip
         evaluator = evaluator_with_regions(
             ConfusionEvaluator(self.classes, self.ignore_index, self.class_names),

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from nlnet.data.loader import usable_workers
 from nlnet.data.video.batches import collate_eval  # the data package defines the batch format
 from nlnet.engine import distributed as du
 from nlnet.engine.evaluation import inference_on_dataset
@@ -119,7 +120,7 @@ def build_eval_loader(
         dataset,
         batch_size=batch_size,
         sampler=du.ShardedEvalSampler(len(dataset)),
-        num_workers=workers,
+        num_workers=usable_workers(workers),
         collate_fn=collate_fn or collate_eval,
         pin_memory=pin_memory,
         drop_last=False,
