@@ -294,9 +294,10 @@ def rollout_figure(image, heat: Tensor, title: str = "attention rollout"):
     axes[0].imshow(img)
     axes[0].set_title("input")
     axes[1].imshow(img)
-    axes[1].imshow(
+    overlay = axes[1].imshow(
         heat.detach().cpu().numpy(), cmap="jet", alpha=0.5, extent=(-0.5, w - 0.5, h - 0.5, -0.5)
     )
+    fig.colorbar(overlay, ax=axes[1], fraction=0.046, pad=0.04, label="attention (relative)")
     axes[1].set_title(title)
     for ax in axes:
         ax.axis("off")
@@ -355,10 +356,11 @@ def _video_rollout_figure(frames, heat: Tensor, title: str):
     for t in range(t_tokens):
         ax = axes[0, t]
         ax.imshow(frames[min(t * step, len(frames) - 1)])
-        ax.imshow(heat[t].cpu().numpy(), cmap="jet", alpha=0.5, vmin=0, vmax=1,
-                  extent=(-0.5, w - 0.5, h - 0.5, -0.5))  # fmt: skip
+        overlay = ax.imshow(heat[t].cpu().numpy(), cmap="jet", alpha=0.5, vmin=0, vmax=1,
+                            extent=(-0.5, w - 0.5, h - 0.5, -0.5))  # fmt: skip
         ax.set_title(f"frame {t * step}")
         ax.axis("off")
+    fig.colorbar(overlay, ax=list(axes[0]), fraction=0.02, pad=0.02, label="attention (relative)")
     fig.suptitle(title or "attention rollout (class token)")
     fig.tight_layout()
     return fit_titles(fig)

@@ -100,4 +100,6 @@ def test_transformer_attention_figure_for_each_family(tmp_path):
         logits, fig = transformer_attention_figure(model.eval(), x, frames, title=name)
         torch.testing.assert_close(logits, model(x))
         fig.savefig(tmp_path / f"{name}.png")
-        assert len(fig.axes) == (4 if "vivit" in name else 2)
+        panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+        assert len(panels) == (4 if "vivit" in name else 2)
+        assert len(fig.axes) == len(panels) + 1  # one colour bar for the attention
