@@ -238,3 +238,12 @@ def test_line_prefix_names_the_run_of_every_line(capsys):
         "c2d_tiny_nl1: [ema] val @ 2",
         "done",
     ]
+
+
+def test_eval_times_spreads_the_validations_over_the_run(tmp_path):
+    """``train.eval_times: 5`` on a 10-step run: validations at steps 2, 4, 6, 8 and the end."""
+    cfg = tiny_run_config(tmp_path, "times", **{"optim.max_iters": 10, "train.eval_times": 5})
+    _run(cfg, val=True)
+    lines = (tmp_path / "times" / "metrics.jsonl").read_text().splitlines()
+    vals = [json.loads(line)["iter"] for line in lines if '"kind": "val"' in line]
+    assert vals == [2, 4, 6, 8, 10]

@@ -128,7 +128,7 @@ def validate_config(cfg: Config) -> None:
     t = cfg.train
     for key in ("batch_size", "accum_steps", "log_every", "prefetch"):
         _check_number(f"train.{key}", getattr(t, key), 1)
-    for key in ("workers", "ckpt_every", "eval_every", "stop_after"):
+    for key in ("workers", "ckpt_every", "eval_every", "eval_times", "stop_after"):
         _check_number(f"train.{key}", getattr(t, key), 0)
     _check_number("model.dropout", cfg.model.dropout, 0, 1)
     for key in ("clips", "crops", "batch_size"):

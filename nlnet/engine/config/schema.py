@@ -130,6 +130,8 @@ class TrainConfig:
         log_every: iterations between metric records.
         ckpt_every: iterations between checkpoints (0: only at the end).
         eval_every: iterations between validation runs (0: only at the end, if ``data.val`` is set).
+        eval_times: with ``eval_every: 0``, validate this many times spread evenly over the run
+            (the last one at the end), whatever its length (0: only at the end).
         stop_after: stop this invocation after that many iterations, with a checkpoint, as if the
             job had been pre-empted (0: off); ``--resume`` continues exactly.
         device: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``.
@@ -154,6 +156,7 @@ class TrainConfig:
     log_every: int = 20
     ckpt_every: int = 1000
     eval_every: int = 0
+    eval_times: int = 0
     stop_after: int = 0
     device: str = "auto"
     split: str = "train"

@@ -1,4 +1,5 @@
-"""Validation during training: every ``train.eval_every`` iterations and at the end of the run;
+"""Validation during training: every ``train.eval_every`` iterations (or ``train.eval_times``
+times spread over the run) and at the end of the run;
 the metrics are handed over as the run's ``"val"`` event (:mod:`nlnet.engine.events`)."""
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ class EvalHook(HookBase):
     events = ("after_step", "after_train")
 
     def after_step(self, run: RunView) -> None:
-        every = run.cfg.train.eval_every
+        tc = run.cfg.train
+        every = tc.eval_every
+        if not every and tc.eval_times > 1:  # spread evenly; the last one is the final one
+            every = max(1, run.state.max_iters // tc.eval_times)
         if every and run.state.iteration % every == 0 and not run.state.at_end:
             run.state.events.put("val", run.validate())
 
