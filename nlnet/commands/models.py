@@ -38,9 +38,9 @@ def main(args: argparse.Namespace) -> int:
 
     from nlnet.analysis.cost import count_params
     from nlnet.analysis.time_order import is_video_model, sees_frame_order
-    from nlnet.models.registry import get_model_entry, list_models
+    from nlnet.models.registry import find_models, get_model_entry
 
-    names = list_models(args.filter)  # the registry's one matching rule (name_matches)
+    names = find_models(args.filter)  # a text without a wildcard: the names containing it
     if not names:
         print(f"no model matches {args.filter!r}")
         return 1

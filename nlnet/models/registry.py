@@ -41,6 +41,7 @@ __all__ = [
     "register_model",
     "create_model",
     "list_models",
+    "find_models",
     "load_plugins",
     "name_matches",
     "get_model_entry",
@@ -128,13 +129,16 @@ def register_model(
     return deco(fn) if fn is not None else deco
 
 
-def name_matches(name: str, patterns: str | Sequence[str]) -> bool:
+def name_matches(name: str, patterns: str | Sequence[str], *, contains: bool = False) -> bool:
     """Whether ``name`` matches any of ``patterns``: shell-style wildcards (:mod:`fnmatch`,
-    case-sensitive); a pattern without a wildcard (``*``, ``?``, ``[``) matches the names that
-    contain it. The one matching rule of :func:`list_models` and ``nlnet models --filter``."""
+    case-sensitive); a pattern without a wildcard (``*``, ``?``, ``[``) is the exact name, as
+    in timm's ``list_models``, or with ``contains=True`` any name containing it
+    (:func:`find_models`, ``nlnet models --filter``)."""
     pats = [patterns] if isinstance(patterns, str) else list(patterns)
+    wild = ("*", "?", "[")
     return any(
-        fnmatch.fnmatchcase(name, p if any(c in p for c in "*?[") else f"*{p}*") for p in pats
+        fnmatch.fnmatchcase(name, f"*{p}*" if contains and not any(c in p for c in wild) else p)
+        for p in pats
     )
 
 
@@ -145,16 +149,29 @@ def list_models(
 
     Args:
         pattern: shell-style wildcard(s) (:mod:`fnmatch`), e.g. ``"c2d_r50_nl*"``,
-            ``"*_r101*"``; without a wildcard, names containing it (``"r101"``); a name matching
-            any of them is kept (:func:`name_matches`). ``None``: all names.
+            ``"*_r101*"``; a pattern without a wildcard is an exact name, as in timm (names
+            containing a text: :func:`find_models`). A name matching any of them is kept.
+            ``None``: all names.
         exclude: pattern(s) of names to drop, read the same way.
     """
+    return _matching(pattern, exclude, contains=False)
+
+
+def find_models(
+    text: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None
+) -> list[str]:
+    """Like :func:`list_models`, but a text without a wildcard keeps every name containing it
+    (``find_models("r101")``: all the ResNet-101 models); ``nlnet models --filter``."""
+    return _matching(text, exclude, contains=True)
+
+
+def _matching(pattern, exclude, *, contains: bool) -> list[str]:
     load_plugins()
     names = sorted(_REGISTRY)
     if pattern is not None:
-        names = [n for n in names if name_matches(n, pattern)]
+        names = [n for n in names if name_matches(n, pattern, contains=contains)]
     if exclude is not None:
-        names = [n for n in names if not name_matches(n, exclude)]
+        names = [n for n in names if not name_matches(n, exclude, contains=contains)]
     return names
 
 

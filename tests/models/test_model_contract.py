@@ -158,20 +158,25 @@ def test_the_demo_models_are_an_installed_entry_point():
 
 # ---------------------------------------------------------------------------- one name filter
 @pytest.mark.parametrize("pattern", ["r101", "*r101*", "c2d_r50_nl?", "i3d*nl5", "tiny", "zzz"])
-def test_cli_filter_and_list_models_match_the_same_way(pattern, capsys):
+def test_cli_filter_and_find_models_match_the_same_way(pattern, capsys):
+    """``nlnet models --filter`` is :func:`find_models` (a bare text: the names containing it);
+    :func:`list_models` reads a bare text as the exact name, as timm does."""
     from nlnet.commands import models as command
+    from nlnet.models.registry import find_models
 
     parser = argparse.ArgumentParser()
     command.configure_parser(parser)
     rc = command.main(parser.parse_args(["--filter", pattern, "--no-params"]))
     lines = capsys.readouterr().out.splitlines()
-    expected = list_models(pattern)
-    assert expected == [n for n in ALL if name_matches(n, pattern)]
+    expected = find_models(pattern)
+    assert expected == [n for n in ALL if name_matches(n, pattern, contains=True)]
     if expected:
         assert rc == 0 and [line.split()[0] for line in lines[1:]] == expected
     else:
         assert rc == 1 and lines == [f"no model matches {pattern!r}"]
-    assert name_matches("c2d_r101", "r101") and not name_matches("c2d_r101", "r101?")
+    assert list_models(pattern) == [n for n in ALL if name_matches(n, pattern)]
+    assert name_matches("c2d_r101", "r101", contains=True) and not name_matches("c2d_r101", "r101")
+    assert not name_matches("c2d_r101", "r101?", contains=True)
 
 
 def test_fully_conv_test_head_without_classifier_returns_the_pooled_features():

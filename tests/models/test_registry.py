@@ -10,7 +10,13 @@ from torch import nn
 
 import nlnet.models.registry as registry
 from nlnet.models.model_cfg import WEIGHTS_FORMATS, ModelCfg
-from nlnet.models.registry import create_model, get_model_entry, list_models, register_model
+from nlnet.models.registry import (
+    create_model,
+    find_models,
+    get_model_entry,
+    list_models,
+    register_model,
+)
 from nlnet.models.surgery import non_local_blocks, non_local_paths
 
 FAMILIES = ("resnet3d", "resnet2d", "segmentation")
@@ -63,11 +69,13 @@ def test_registry_contents():
     assert ALL == sorted(ALL)
     assert list_models("*r101*") == [n for n in ALL if "r101" in n]
     assert list_models("c2d_r50_nl?") == ["c2d_r50_nl1", "c2d_r50_nl5"]  # fnmatch, not substring
-    assert list_models("r101") == list_models("*r101*")  # no wildcard: names containing it
-    assert list_models(["i3d_r50*", "c2d_r101"], exclude="*nl10") == [
+    assert list_models("r101") == []  # no wildcard: the exact name, as timm's list_models
+    assert list_models("c2d_r101") == ["c2d_r101"]
+    assert find_models("r101") == list_models("*r101*")  # find_models: names containing it
+    assert list_models(["i3d_r50*", "c2d_r101*"], exclude="*nl10") == [
         "c2d_r101", "c2d_r101_nl1", "c2d_r101_nl5", "i3d_r50", "i3d_r50_nl5"
     ]  # fmt: skip
-    assert list_models(["i3d_r50*", "c2d_r101"], exclude=["nl"]) == ["c2d_r101", "i3d_r50"]
+    assert find_models(["i3d_r50", "c2d_r101"], exclude=["nl"]) == ["c2d_r101", "i3d_r50"]
     for name in ALL:
         assert get_model_entry(name).description
 
