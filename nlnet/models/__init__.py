@@ -18,8 +18,8 @@ from nlnet.models.rcan import RCAN  # noqa: F401  (registers rcan*)
 from nlnet.models.registry import (
     ModelEntry,
     create_model,
-    get_model_entry,
     find_models,
+    get_model_entry,
     list_models,
     model_facts,
     register_model,
