@@ -127,6 +127,8 @@ def test_divided_rollout_and_figure(tmp_path):
     frames = np.zeros((4, 32, 32, 3), dtype=np.uint8)
     logits, fig = transformer_attention_figure(model, x, frames, title="divided")
     fig.savefig(tmp_path / "divided.png")
-    assert len(fig.axes) == 4 and (tmp_path / "divided.png").stat().st_size > 1000
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]  # and one colour bar
+    assert len(panels) == 4 and len(fig.axes) == 5
+    assert (tmp_path / "divided.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="use divided_rollout"):
         vit_rollout(model, x, model.grid)
