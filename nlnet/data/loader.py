@@ -19,20 +19,26 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-__all__ = ["DevicePrefetcher", "make_loader", "to_device", "usable_workers"]
+__all__ = ["DevicePrefetcher", "make_loader", "to_device", "usable_cores", "usable_workers"]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS reports it)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def usable_workers(workers: int) -> int:
     """``workers``, at most the CPU cores this process may use (a shipped config's 4 workers on
     a 2-core machine only add processes that wait for a core); a cut says so once. Items are
     seeded per item, so the batches do not depend on the worker count."""
-    import os
     import warnings
 
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
+    cores = usable_cores()
     if workers > cores:
         warnings.warn(f"train/eval workers={workers} is more than the {cores} usable CPU "
                       f"core(s); using {cores}", RuntimeWarning, stacklevel=3)  # fmt: skip

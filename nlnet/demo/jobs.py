@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from nlnet.data.loader import usable_cores  # the one reading of the CPU affinity
+
 __all__ = ["Jobs", "jobs_for", "threads_for", "usable_cores", "load_average", "write_summary"]
 
 T = TypeVar("T")
@@ -105,14 +107,6 @@ class Jobs:
 
 
 # ------------------------------------------------------------------ --threads
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS reports it)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _positive(arg: str) -> int:
     try:
         n = int(arg)

@@ -125,10 +125,6 @@ def train_all(
             f"({log['train_time_s']:.0f}s)",
             flush=True,
         )
-        for block, health in (log.get("block_health") or {}).items():
-            if health["problems"]:  # the engine's health hook (nlnet.engine.hooks.block_health)
-                print(f"{name}: warning: {block} {' and '.join(health['problems'])} at the end "
-                      "of training", flush=True)  # fmt: skip
     return results, logs, models
 
 
@@ -319,10 +315,10 @@ def _prepare(args: argparse.Namespace, seeds: list[int]) -> str:
     change of the video training, reuses both."""
     import tempfile
 
+    jobs = jobs_for(args.threads) if torch.device(args.device).type == "cpu" else 1
     for seed in seeds:
         seed_args = argparse.Namespace(**{**vars(args), "seed": seed})
         settings = settings_from_args(seed_args)
-        jobs = jobs_for(args.threads) if torch.device(args.device).type == "cpu" else 1
         with tempfile.TemporaryDirectory() as tmp, Jobs(min(jobs, 2)) as pool:
             data_and_backbone(settings, seed_args, Path(tmp), pool)
         clear_decoded()

@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any
 
 from nlnet.analysis.block_health import HealthRecorder
+from nlnet.analysis.hooks import find_non_local_blocks
 from nlnet.engine.checkpoint.file_io import unwrap_model
 from nlnet.engine.hooks.base import HookBase, RunView
 from nlnet.engine.runlog import say
@@ -44,8 +45,7 @@ class BlockHealthHook(HookBase):
         self.warned: set[str] = set()
 
     def before_train(self, run: RunView) -> None:
-        probe = HealthRecorder(unwrap_model(run.state.model))
-        self.active = bool(probe.blocks)
+        self.active = bool(find_non_local_blocks(unwrap_model(run.state.model)))
 
     def before_eval(self, run: RunView) -> None:
         if self.active:
