@@ -73,7 +73,7 @@ class DemoSettings:
     task: DigitsTaskConfig
     models: tuple[str, ...] = ("c2d_tiny", "c2d_tiny_nl1")
     width: int = 8
-    epochs: int = 4
+    epochs: int = 5
     batch_size: int = 32
     lr: float = 2e-3
     weight_decay: float = 1e-4

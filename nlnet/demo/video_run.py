@@ -74,6 +74,22 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
     return settings
 
 
+def recorded_settings(settings: DemoSettings) -> dict[str, Any]:
+    """The settings as ``summary.json`` records them (the task's as its ``to_dict``)."""
+    fields = {k: v for k, v in dataclasses.asdict(settings).items() if k != "task"}
+    return {**fields, "task": settings.task.to_dict()}
+
+
+def _settings_of(args: argparse.Namespace, overrides: list[str]) -> Any:
+    """Seed -> the settings a run of these options with ``--set overrides`` records."""
+
+    def settings_of(seed: int) -> dict[str, Any]:
+        seed_args = argparse.Namespace(**{**vars(args), "seed": seed, "overrides": overrides})
+        return recorded_settings(settings_from_args(seed_args))
+
+    return settings_of
+
+
 def train_all(
     settings: DemoSettings,
     root: Path,
@@ -214,10 +230,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         "overrides": overrides_of(args),
         "device": str(device),
         "threads": jobs,
-        "settings": {
-            **{k: v for k, v in dataclasses.asdict(settings).items() if k != "task"},
-            "task": task.to_dict(),
-        },
+        "settings": recorded_settings(settings),
         "dataset": str(root),
         "class_names": manifest["classes"],
         "data_time_s": data_time,
@@ -264,7 +277,8 @@ def run_seeds(args: argparse.Namespace) -> str:
     if args.report:
         try:
             summaries = collect_runs(out, seeds, quick=bool(args.quick), task=task,
-                                     overrides=overrides_of(args))  # fmt: skip
+                                     settings_of=_settings_of(args, overrides_of(args)),
+                                     changes=overrides_of(args))  # fmt: skip
         except ValueError as exc:
             raise UserError(str(exc)) from None
     else:
@@ -296,7 +310,8 @@ def _agreement(args: argparse.Namespace, seeds: list[int], split: str, task: str
         raise UserError("--perturb: needs --report (run the perturbed seeds with --set first)")
     base = overrides_of(args)
     try:
-        runs = [collect_runs(out, seeds, quick=bool(args.quick), task=task, overrides=o)
+        runs = [collect_runs(out, seeds, quick=bool(args.quick), task=task,
+                             settings_of=_settings_of(args, o), changes=o)
                 for o in (base, [*base, args.perturb])]  # fmt: skip
     except ValueError as exc:
         raise UserError(str(exc)) from None

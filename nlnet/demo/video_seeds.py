@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +52,22 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def collect_runs(
-    root: Path, seeds: Sequence[int], *, quick: bool, task: str, overrides: Sequence[str] = ()
+    root: Path,
+    seeds: Sequence[int],
+    *,
+    quick: bool,
+    task: str,
+    settings_of: Callable[[int], dict[str, Any]] | None = None,
+    changes: Sequence[str] = (),
 ) -> dict[int, dict[str, Any]]:
     """The newest ``summary.json`` of each seed among ``root/demo-*-seed<k>/`` with the same
-    quick flag, task and recipe changes (``--set``; the run directories' names sort by their
-    timestamps).
+    quick flag, task and recipe (the run directories' names sort by their timestamps).
+
+    Args:
+        settings_of: the settings a run of seed ``k`` must have recorded (``summary.json``'s
+            ``settings``): runs of the same recipe match however it was spelled (``--set
+            epochs=5`` and a default of 5 are one recipe). None: any recipe of the task.
+        changes: the ``--set`` items, only to name the recipe in the error.
 
     Raises:
         ValueError: a seed without such a run.
@@ -67,21 +78,27 @@ def collect_runs(
             summary = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
+        seed = summary.get("seed")
         if (
-            summary.get("seed") in seeds
+            seed in seeds
             and bool(summary.get("quick")) == quick
             and summary.get("settings", {}).get("task", {}).get("task", "same") == task
-            and list(summary.get("overrides", [])) == list(overrides)
+            and (settings_of is None or summary.get("settings") == _as_json(settings_of(seed)))
         ):
-            found[summary["seed"]] = {**summary, "run_dir": str(path.parent)}
+            found[seed] = {**summary, "run_dir": str(path.parent)}
     missing = [s for s in seeds if s not in found]
     if missing:
-        changed = "".join(f" --set {o}" for o in overrides)
+        changed = "".join(f" --set {o}" for o in changes)
         raise ValueError(
             f"--report: no {'quick ' if quick else ''}{task!r}{changed} run of seed(s) {missing} "
             f"in {root} (run them with --seeds, without --report)"
         )
     return found
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as ``summary.json`` holds it (tuples as lists)."""
+    return json.loads(json.dumps(value))
 
 
 def seed_rows(
