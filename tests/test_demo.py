@@ -145,13 +145,25 @@ def test_jobs_stop_the_other_workers_when_one_fails():
 # --------------------------------------------------------------------------------------------
 
 
+def _recorded(seed: int, changes: tuple[str, ...] = (), task: str = "same") -> dict:
+    """The settings a run of ``nlnet demo --task TASK --set CHANGE...`` of ``seed`` records."""
+    from nlnet.cli import build_parser
+    from nlnet.demo.video_run import _settings_of
+
+    argv = ["--task", task] + [a for c in changes for a in ("--set", c)]
+    args = build_parser("demo").parse_args(argv)
+    return json.loads(json.dumps(_settings_of(args, list(changes))(seed)))
+
+
 def _fake_run(root: Path, seed: int, c2d: float, nl: float, *, val: float = 0.5,
-              stamp: str = "20261202-010000", quick: bool = False, task: str = "same") -> None:  # fmt: skip
+              stamp: str = "20261202-010000", quick: bool = False, task: str = "same",
+              changes: tuple[str, ...] = ()) -> None:  # fmt: skip
     run = root / f"demo-{stamp}-seed{seed}"
     run.mkdir(parents=True)
     results = {"c2d_tiny_nl1": {"test_top1": nl, "val_top1": val},
                "c2d_tiny": {"test_top1": c2d, "val_top1": 1 - val}}  # fmt: skip
-    summary = {"seed": seed, "quick": quick, "settings": {"task": {"task": task}},
+    settings = {"task": {"task": task}} if quick else _recorded(seed, changes, task)
+    summary = {"seed": seed, "quick": quick, "settings": settings,
                "results": results, "total_time_s": 100.0 + seed, "cpu_time_s": 190.0 + 2 * seed}  # fmt: skip
     (run / "summary.json").write_text(json.dumps(summary))
 
@@ -201,17 +213,38 @@ def test_seed_table_rows_and_statistics_from_fabricated_runs(tmp_path):
     assert "3 of 3 seeds: seed(s) 0, 1, 2;" in val  # NL 60.0, 70.0 and 80.0 < 90
 
 
+def test_report_matches_runs_by_their_recipe_however_spelled(tmp_path):
+    """A run with ``--set epochs=E`` (E the default) is a run of the default recipe; a run with
+    another value is not."""
+    from nlnet.demo.video import DemoSettings
+    from nlnet.demo.video_run import _settings_of
+    from nlnet.demo.video_seeds import collect_runs
+
+    same = f"epochs={DemoSettings.default().epochs}"
+    other = f"epochs={DemoSettings.default().epochs + 1}"
+    _fake_run(tmp_path, 0, 0.5, 0.95, changes=(same,))
+    _fake_run(tmp_path, 0, 0.5, 0.10, stamp="20261203-000000", changes=(other,))  # newer
+    from nlnet.cli import build_parser
+
+    args = build_parser("demo").parse_args([])
+    runs = collect_runs(tmp_path, [0], quick=False, task="same", settings_of=_settings_of(args, []))
+    assert runs[0]["results"]["c2d_tiny_nl1"]["test_top1"] == 0.95
+    newer = collect_runs(tmp_path, [0], quick=False, task="same",
+                         settings_of=_settings_of(args, [other]))  # fmt: skip
+    assert newer[0]["results"]["c2d_tiny_nl1"]["test_top1"] == 0.10
+    with pytest.raises(ValueError, match="epochs=9"):
+        collect_runs(tmp_path, [0], quick=False, task="same",
+                     settings_of=_settings_of(args, ["epochs=9"]), changes=["epochs=9"])  # fmt: skip
+
+
 def test_perturbation_agreement_table(tmp_path, capsys):
     """``--report --perturb KEY=VALUE``: each seed's pass/fail without and with the change."""
     from nlnet.cli import main
 
     for seed, (a, b) in enumerate(((0.95, 0.97), (0.91, 0.85), (0.5, 0.52))):
         _fake_run(tmp_path, seed, 0.5, 0.5, val=a)
-        _fake_run(tmp_path, seed, 0.5, 0.5, val=b, stamp="20261202-020000")
-        path = next(tmp_path.glob(f"demo-20261202-020000-seed{seed}/summary.json"))
-        summary = json.loads(path.read_text())
-        summary["overrides"] = ["init_noise=1e-6"]
-        path.write_text(json.dumps(summary))
+        _fake_run(tmp_path, seed, 0.5, 0.5, val=b, stamp="20261202-020000",
+                  changes=("init_noise=1e-6",))  # fmt: skip
     argv = ["demo", "--seeds", "0-2", "--split", "val", "--report", "--output-dir", str(tmp_path),
             "--perturb", "init_noise=1e-6"]  # fmt: skip
     assert main(argv) == 0

@@ -386,12 +386,19 @@ def test_export_command_writes_a_file_that_runs(fmt, tiny_checkpoint, tmp_path, 
     meta = json.loads(Path(report["metadata"]).read_text())
     assert meta["class_names"] == [f"class_{i}" for i in range(5)] and meta["input_name"] == "input"
     assert meta["preprocessing"]["num_frames"] == 4 and len(meta["preprocessing"]["mean"]) == 3
+    import nlnet
+
+    views = nlnet.preprocessing(str(tiny_checkpoint))  # what nlnet eval/predict feed the model
+    assert (meta["test_views"]["clips"], meta["test_views"]["crops"]) == (views.clips, views.crops)
+    assert meta["test_views"]["placement"].startswith("window") and "floor" in meta["test_views"][
+        "resize"]  # fmt: skip
     if fmt == "onnx":
         import onnx
 
         proto = onnx.load(str(out))
         props = {p.key: json.loads(p.value) for p in proto.metadata_props}
         assert props["class_names"] == meta["class_names"] and props["model_name"] == "c2d_tiny_nl1"
+        assert props["test_views"] == meta["test_views"]
         assert [i.name for i in proto.graph.input] == ["input"]
         assert [o.name for o in proto.graph.output] == ["logits"]
         dims = proto.graph.input[0].type.tensor_type.shape.dim
@@ -400,6 +407,17 @@ def test_export_command_writes_a_file_that_runs(fmt, tiny_checkpoint, tmp_path, 
         extra = {"nlnet.json": ""}
         torch.jit.load(str(out), _extra_files=extra)
         assert json.loads(extra["nlnet.json"])["model_name"] == "c2d_tiny_nl1"
+
+
+def test_export_metadata_names_the_test_views():
+    from nlnet.commands.export import test_views
+
+    video = {"num_frames": 8, "stride": 2, "size": 64, "crop": None}
+    views = test_views(video, {"clips": 3, "crops": 1})
+    assert views["clips"] == 3 and views["crop"] == "full frame" and "round(k" in views["placement"]
+    segs = test_views({**video, "sampling": "segments", "crop": 56}, {"clips": 2, "crops": 3})
+    assert segs["placement"].startswith("segments") and segs["crop"].startswith("3 along")
+    assert test_views({"mean": [0.5], "std": [0.5]}, {}) is None  # an image model's
 
 
 @pytest.mark.parametrize("missing", ["onnxruntime", "onnxscript"])

@@ -256,13 +256,47 @@ def _onnx_metadata(path: Path, meta: dict[str, str]) -> None:
     onnx.save(proto, str(path))
 
 
-def export_metadata(info: Any) -> dict[str, Any]:
-    """What a deployed model needs besides its graph: name, classes, preprocessing, layout."""
+def test_views(prep: dict[str, Any], evaluation: dict[str, Any]) -> dict[str, Any] | None:
+    """How ``nlnet eval``/``predict`` turn a video into the model's inputs, so that a deployment
+    can do the same: the clips, their placement, the crops, the resize rule (None for images).
+
+    Args:
+        prep: the checkpoint's ``preprocessing`` dict.
+        evaluation: the checkpoint's ``eval`` config (``clips``, ``crops``).
+    """
+    if not prep.get("num_frames"):
+        return None
+    clips, crops = int(evaluation.get("clips", 10)), int(evaluation.get("crops", 1))
+    if prep.get("sampling") == "segments":
+        placement = ("segments: the video cut into num_frames equal segments; clip k takes, in "
+                     "each, the frame at the fraction (k + 0.5) / clips of it")  # fmt: skip
+    else:
+        placement = ("window: num_frames frames stride apart; clip k starts at frame "
+                     "round(k * (frames - window) / (clips - 1)) (one clip: the centre window); "
+                     "a video shorter than the window repeats its last frame")  # fmt: skip
+    return {
+        "clips": clips,
+        "crops": crops,
+        "placement": placement,
+        "crop": "full frame" if prep.get("crop") is None and crops == 1 else (
+            "centre" if crops == 1 else "3 along the longer side (start, centre, end)"),
+        "resize": "shorter side to size; the other floor(other * size / shorter), at least 1; "
+                  "bilinear, align_corners=False, no antialiasing, uint8 rounded to nearest",
+        "scores": "softmax of each view, averaged over the views",
+    }  # fmt: skip
+
+
+def export_metadata(info: Any, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a deployed model needs besides its graph: name, classes, preprocessing, layout,
+    and for video models the test views (:func:`test_views`; ``evaluation``: the checkpoint's
+    ``eval`` config)."""
     from nlnet.models.registry import model_facts
 
     facts = model_facts(info.model_name)
     prep = dict(info.preprocessing) or {"mean": list(facts.mean), "std": list(facts.std)}
+    views = test_views(prep, evaluation or {})
     return {
+        **({"test_views": views} if views else {}),
         "model_name": info.model_name,
         "num_classes": info.num_classes,
         "class_names": list(info.class_names),
@@ -344,7 +378,9 @@ def main(args: argparse.Namespace) -> int:
     facts = model_facts(info.model_name)
     x = torch.randn(max(shape[0], 2), *shape[1:], device=device)  # a batch of 1 is specialised
     output = Path(args.output)
-    metadata = export_metadata(info)
+    views = getattr(model, "nlnet_transform", None)  # the checkpoint's test clips and crops
+    metadata = export_metadata(info, {"clips": getattr(views, "clips", 10),
+                                      "crops": getattr(views, "crops", 1)})  # fmt: skip
     wanted = (("time",) if facts.dynamic_time else ()) + (
         ("height", "width") if _whole_frame(args, info) else ()
     )

@@ -83,17 +83,43 @@ def test_sampler_policies_and_errors():
 
 
 def test_bad_video_policy_warns_once_and_names_the_cause():
-    index = [{"num_frames": 2, "fps": 1.0, "error": None}, {"num_frames": 0, "error": "broken"}]
+    index = [{"num_frames": 2, "fps": 1.0, "error": None}, {"num_frames": 0, "error": "broken"},
+             {"num_frames": 9, "fps": 1.0, "error": None}]  # fmt: skip
+    videos = ["/v/a.mp4", "/v/b.mp4", "/v/ok.mp4"]
     with pytest.warns(BadVideoWarning) as rec:
-        policy = BadVideoPolicy(min_frames=4).bind(["/v/a.mp4", "/v/b.mp4"], index, clip_len=8)
+        policy = BadVideoPolicy(min_frames=4).bind(videos, index, clip_len=8)
     assert len(rec) == 2 and "too short" in policy.bad[0] and policy.bad[1] == "broken"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # already warned in this process: silent
-        assert policy.is_bad(0) and policy.is_bad(1)
-    assert "none of the 2 videos can be decoded" in policy.unusable_reason()
+        assert policy.is_bad(0) and policy.is_bad(1) and not policy.is_bad(2)
+    assert policy.unusable_reason() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none usable: no warning per file, the one-line reason
+        none = BadVideoPolicy(min_frames=4).bind(videos[:2], index[:2], clip_len=8)
+    assert "none of the 2 videos can be decoded" in none.unusable_reason()
     assert BadVideoPolicy(2).bind(["/v/a.mp4"], index[:1], clip_len=8).unusable_reason() is None
     with pytest.warns(BadVideoWarning, match="min_frames=3"):  # default: one clip's length
-        assert BadVideoPolicy().bind(["/v/c.mp4"], index[:1], clip_len=3).min_frames == 3
+        assert BadVideoPolicy().bind(["/v/c.mp4", "/v/ok.mp4"], [index[0], index[2]],
+                                     clip_len=3).min_frames == 3  # fmt: skip
+
+
+def test_many_bad_videos_are_named_up_to_a_few_then_counted():
+    from nlnet.data.video.policy import NAMED
+
+    n_short, n_broken = 150, 42
+    index = [{"num_frames": 2, "fps": 1.0, "error": None}] * n_short
+    index += [{"num_frames": 0, "error": "broken"}] * n_broken + [{"num_frames": 50, "error": None}]
+    videos = [f"/v/{i}.mp4" for i in range(len(index))]
+    with pytest.warns(BadVideoWarning) as rec:
+        policy = BadVideoPolicy(min_frames=4).bind(videos, index, clip_len=8)
+    assert len(rec) == NAMED + 1 and len(policy.bad) == n_short + n_broken
+    rest = n_short + n_broken - NAMED
+    assert str(rec[-1].message) == (
+        f"skipping {rest} more videos ({n_short - NAMED} too short, {n_broken} unreadable)"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert policy.is_bad(len(index) - 2)  # counted, not warned again
 
 
 def test_one_per_item_key_for_dataset_and_engine():

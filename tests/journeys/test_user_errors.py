@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import signal
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,8 @@ ROWS = [
                "model.pretrained_2d=IMAGENET1K_V1"], ["resnet50-", "hub/checkpoints/"], "offline"),
     ("train", [*TRAIN, "model.pretrained_2d={pth}"], ["model.pretrained_2d", "does not match"]),
     ("train", ["train", "--resume", "--output-dir", "{tmp}/never"], ["--resume"]),
+    # clips longer than every video: the one line, no warning per video before it
+    ("train", [*TRAIN, "data.num_frames=400"], ["shorter than a clip", "data.num_frames"]),
     ("eval", [*EVAL, "--device", "cuda"], ["CUDA"], NO_CUDA),
     ("eval", [*EVAL, "data.backend=torchcodec"], ["data.backend=torchcodec"], NO_TORCHCODEC),
     ("eval", ["eval", "--config", "smoke/folder_tiny", "--checkpoint", "{ckpt}",
@@ -132,7 +135,12 @@ def test_every_mistake_is_one_line(argv, words, setup, places, checkpoints, tmp_
         subst["{seg}"] = str(checkpoints("segmentation"))
     filled = [_fill(a, subst) for a in argv]
     capsys.readouterr()
-    _one_line(capsys, main(filled), *words)
+    with warnings.catch_warnings(record=True) as caught:  # the command line would print them
+        warnings.simplefilter("always")
+        rc = main(filled)
+    _one_line(capsys, rc, *words)
+    shown = [str(w.message) for w in caught if not issubclass(w.category, DeprecationWarning)]
+    assert not shown, shown
     assert not (tmp_path / "run").exists()  # nothing written before the checks pass
 
 

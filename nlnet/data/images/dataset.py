@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +41,7 @@ def digits_images(split: str, seed: int = 0) -> tuple[list[Any], list[int], list
 class ImageItems(Dataset):
     """``{"clip": image (3, S, S), "target", "index"}`` items (the keys of the video items,
     collated by :func:`nlnet.data.video.batches.collate_skip_bad`); an unreadable file gives
-    ``None`` (dropped by the collate function and counted).
+    ``None`` with a warning naming it (dropped by the collate function and counted).
 
     Args:
         samples: image file paths or PIL images.
@@ -67,5 +68,8 @@ class ImageItems(Dataset):
             img = default_loader(sample) if isinstance(sample, (str, os.PathLike)) else sample
             return {"clip": self.transform(img), "target": self.targets[index], "index": index}
         except (OSError, ValueError, SyntaxError) as exc:  # PIL raises these for broken files
+            if index not in self.bad:  # named once per process (a worker is a process)
+                warnings.warn(f"skipping image {str(sample)!r}: {type(exc).__name__}: {exc}",
+                              stacklevel=2)  # fmt: skip
             self.bad[index] = f"{type(exc).__name__}: {exc}"
             return None

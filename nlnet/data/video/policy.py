@@ -16,7 +16,10 @@ from typing import Any
 from nlnet.data.video.batches import BadVideoWarning
 from nlnet.data.video.sampling import is_too_short
 
-__all__ = ["BadVideoPolicy"]
+__all__ = ["NAMED", "BadVideoPolicy"]
+
+#: Bad videos named one by one when a dataset is built; the rest are counted in one line.
+NAMED = 5
 
 
 class BadVideoPolicy:
@@ -54,11 +57,28 @@ class BadVideoPolicy:
                 bound.bad[v] = str(e["error"])
             elif is_too_short(int(e["num_frames"]), min_frames):
                 bound.bad[v] = f"too short: {int(e['num_frames'])} frames < min_frames={min_frames}"
-        # warn here, in the main process, so that data-loader workers (copies of this object)
-        # do not warn again about the files already known to be bad
-        for v, reason in sorted(bound.bad.items()):
-            bound.mark(v, reason)
+        bound._warn_known()
         return bound
+
+    def _warn_known(self) -> None:
+        """Warn about the videos already known to be bad, here in the main process, so that
+        data-loader workers (copies of this object) do not warn again: each of the first
+        :data:`NAMED` by name, the rest in one line; nothing when no video is usable (the
+        dataset's one-line error, :meth:`unusable_reason`, says why)."""
+        known = sorted(self.bad.items())
+        self._warned.update(self.videos[v] for v, _ in known)
+        if self.unusable_reason() is not None:
+            return
+        for v, reason in known[:NAMED]:
+            warnings.warn(f"skipping video {self.videos[v]!r}: {reason}", BadVideoWarning,
+                          stacklevel=4)  # fmt: skip
+        rest = [reason for _, reason in known[NAMED:]]
+        if rest:
+            short = sum(r.startswith("too short") for r in rest)
+            warnings.warn(
+                f"skipping {len(rest)} more videos ({short} too short, {len(rest) - short} "
+                "unreadable)", BadVideoWarning, stacklevel=4,
+            )  # fmt: skip
 
     def is_bad(self, video: int) -> bool:
         """Whether ``video`` is bad (warns once per file, in every process that asks)."""
