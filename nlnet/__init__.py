@@ -8,6 +8,7 @@ The names most users need are importable from the package itself::
     block = nlnet.NonLocal3d(1024)                                 # the block (Fig. 2)
     model = nlnet.load_model("final.pt")                           # a trained checkpoint
     results = nlnet.predict(model, ["video.mp4"])                  # top classes per video
+    masks = nlnet.segment(seg_model, ["case.nii.gz"])              # masks of a segmentation model
 
 They are imported on first use (module ``__getattr__``, PEP 562), so ``import nlnet`` and
 ``nlnet --help`` do not import torch.
@@ -31,6 +32,8 @@ _LAZY: dict[str, str] = {
     "VideoTransform": "nlnet.inference",
     "ImageTransform": "nlnet.inference",
     "Prediction": "nlnet.inference",
+    "segment": "nlnet.segmentation",
+    "Segmentation": "nlnet.segmentation",
     "NonLocal1d": "nlnet.layers",
     "NonLocal2d": "nlnet.layers",
     "NonLocal3d": "nlnet.layers",
@@ -47,6 +50,8 @@ __all__ = [  # the same names as _LAZY, spelled out for linters and type checker
     "VideoTransform",
     "ImageTransform",
     "Prediction",
+    "segment",
+    "Segmentation",
     "NonLocal1d",
     "NonLocal2d",
     "NonLocal3d",
@@ -64,6 +69,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the names come from __g
     )
     from nlnet.layers import NonLocal1d, NonLocal2d, NonLocal3d
     from nlnet.models import create_model, list_models
+    from nlnet.segmentation import Segmentation, segment
 
 
 def __getattr__(name: str) -> Any:

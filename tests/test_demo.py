@@ -492,3 +492,21 @@ def test_prepare_fills_the_cache_of_screening_seeds_and_a_run_reuses_it(tmp_path
     assert main([*base, "--seeds", "100", "--split", "val", "--set", "models=[c2d_tiny_nl1]"]) == 0
     (summary,) = tmp_path.glob("demo-*-seed100/summary.json")
     assert json.loads(summary.read_text())["pretrain"]["reused"]
+
+
+def test_an_interrupted_training_leaves_no_seed_figure(tmp_path, monkeypatch, capsys):
+    """SIGTERM during a model's training (the engine saves and stops early): the demo stops
+    (exit 130) and writes no ``summary.json``, so ``--report`` cannot take a cut-short run."""
+    import nlnet.engine.loop as loop
+    from nlnet.cli import main
+
+    def stopped_early(cfg, **kwargs):  # what train() returns after a SIGTERM at iteration 3
+        return {"interrupted": True, "iterations": 3, "loop_time_s": 1.0, "checkpoint": None}
+
+    monkeypatch.setattr(loop, "train", stopped_early)
+    monkeypatch.setenv("NLNET_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "runs"
+    argv = ["demo", "--quick", "--threads", "1", "--no-progress", "--output-dir", str(out)]
+    assert main(argv) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert not list(out.glob("demo-*/summary.json"))

@@ -1,8 +1,11 @@
-"""Top-k classes of video files with a trained checkpoint (multi-clip testing, Section 4.1).
+"""Top-k classes of video files with a trained checkpoint (multi-clip testing, Section 4.1),
+or the masks of images and volumes with a segmentation checkpoint.
 
 Each video is cut into ``--clips`` clips spread evenly over its length (the paper: 10); the clip
 scores (softmax, or sigmoid for a multi-label model) are averaged and the ``--top-k`` classes are
-printed with their scores.  Class names come from the checkpoint (or ``--classes FILE``).
+printed with their scores.  Class names come from the checkpoint (or ``--classes FILE``).  A
+segmentation checkpoint writes a mask and an overlay per input into ``--output-dir``
+(:mod:`nlnet.commands.predict_masks`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ EXAMPLES = """examples:
   nlnet predict my_videos/val/*/*.mp4 --checkpoint final.pt --top-k 3 --clips 10 --json
   nlnet predict my_videos/val --checkpoint final.pt     (every video under the folder)
   nlnet predict video.mp4 --checkpoint k400.pt --classes kinetics_classes.txt --device cuda
+  nlnet predict case_017.nii.gz --checkpoint unet3d.pt --output-dir masks --window 64,64,64
+  nlnet predict photos/ --checkpoint seg.pt      (a segmentation checkpoint: masks + overlays)
 """
 
 
@@ -25,7 +30,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "videos",
         nargs="+",
         metavar="VIDEO",
-        help="video files (image files for image models), or folders of them",
+        help="video files (image files for image models; images or volumes for segmentation "
+        "models), or folders of them",
     )
     parser.add_argument("--checkpoint", "-k", required=True, help="a .pt written by nlnet train")
     parser.add_argument("--top-k", type=int, default=5, help="classes to print per video (5)")
@@ -37,14 +43,21 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--crops", type=int, choices=(1, 3), help="spatial views per clip")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--json", action="store_true", help="print one JSON object per video")
+    seg = parser.add_argument_group("segmentation checkpoints")
+    seg.add_argument("--output-dir", default="predictions",
+                     help="where masks and overlays go (predictions)")  # fmt: skip
+    seg.add_argument("--window", help="sliding window: auto (as the checkpoint's evaluation), "
+                     "none (whole inputs), patch (the training's), or sizes like 64,64,64")  # fmt: skip
+    seg.add_argument("--overlap", type=float, default=0.25,
+                     help="overlap of neighbouring windows (0.25)")  # fmt: skip
 
 
 _DENSE = {"instance_segmentation": "detection", "keypoints": "keypoint detection"}
 
 
 def checkpoint_kind(model_name: str) -> str:
-    """``"clip"`` or ``"image"`` for a classifier; a :class:`UserError` (one line) naming the
-    checkpoints ``predict`` takes for the dense models (segmentation, detection)."""
+    """``"clip"`` or ``"image"`` for a classifier, ``"segmentation"`` for a segmentation
+    model; a :class:`UserError` (one line) naming the command for detection models."""
     from nlnet.engine.errors import UserError
     from nlnet.models.registry import model_facts
 
@@ -52,19 +65,20 @@ def checkpoint_kind(model_name: str) -> str:
         facts = model_facts(model_name)
     except ValueError as exc:
         raise UserError(f"--checkpoint: {exc}") from None
+    if facts.task == "segmentation":
+        return "segmentation"
     if facts.task not in ("video_classification", "image_classification"):
-        also = "" if facts.input_kind == "volume" else ", or nlnet visualize for its attention"
         raise UserError(
-            f"--checkpoint: nlnet predict takes video or image classification checkpoints; "
-            f"{model_name!r} is a {_DENSE.get(facts.task, facts.task)} model (use nlnet eval"
-            f"{also})"
+            f"--checkpoint: nlnet predict takes classification and segmentation checkpoints; "
+            f"{model_name!r} is a {_DENSE.get(facts.task, facts.task)} model (use nlnet eval, "
+            "or nlnet visualize for its attention)"
         )
     return facts.input_kind
 
 
 def predict_videos(
     videos: list[str],
-    checkpoint: str,
+    checkpoint: Any,
     *,
     topk: int = 5,
     classes: str | None = None,
@@ -149,12 +163,19 @@ def main(args: argparse.Namespace) -> int:
     from nlnet.commands.common import device_arg
 
     device = device_arg(args.device)
+    from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint
+
+    ckpt = load_checkpoint(args.checkpoint)  # verified once, names the file in its errors
+    if checkpoint_kind(checkpoint_info(ckpt).model_name) == "segmentation":
+        from nlnet.commands.predict_masks import predict_masks
+
+        return predict_masks(args, ckpt, device)
     videos = expand_inputs(args.videos)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         results = predict_videos(
             videos,
-            args.checkpoint,
+            ckpt,
             topk=args.top_k,
             classes=args.classes,
             clips=args.clips,

@@ -427,6 +427,9 @@ def train_model(
         with line_prefix(f"{name}: "):  # the models train side by side: whose line is whose
             summary = train(cfg, model=model, train_dataset=train_ds, val_dataset=val_ds,
                             hooks=(hook,))  # fmt: skip
+        if summary["interrupted"]:  # SIGINT/SIGTERM: no figure of a cut-short training
+            raise KeyboardInterrupt(f"{name}: training interrupted at iteration "
+                                    f"{summary['iterations']}")  # fmt: skip
         records = MetricsLogger(out).records()
     epochs = [r for r in records if r["kind"] == "epoch"]
     vals = [r for r in records if r["kind"] == "val"]

@@ -154,6 +154,7 @@ class RegionEvaluator:
 
     def reset(self) -> None:
         self.cases: list[dict[str, float]] = []
+        self.present: set[str] = set()  # regions found in some case's ground truth
 
     def process(self, batch: Mapping[str, Any], outputs: torch.Tensor | None) -> None:
         if outputs is None:
@@ -161,11 +162,27 @@ class RegionEvaluator:
         pred, masks = outputs.argmax(1).cpu(), batch["mask"].cpu()
         for p, t in zip(pred, masks):
             self.cases.append(case_region_metrics(p, t, self.regions, self.ignore_index, self.hd95))
+            self.present.update(
+                name for name, ids in self.regions.items() if torch.isin(t, torch.tensor(ids)).any()
+            )  # fmt: skip
 
     def evaluate(self) -> dict[str, float]:
-        """The mean over cases of each ``dice_<region>`` / ``hd95_<region>``, and ``cases``."""
+        """The mean over cases of each ``dice_<region>`` / ``hd95_<region>``, and ``cases``.
+
+        A region that no case's ground truth holds is not reported (with one warning): its Dice
+        would be 100 for predicting nothing, a score of data that are not the region's (e.g.
+        BraTS's ``et`` on masks without label 4)."""
         out: dict[str, float] = {"cases": float(len(self.cases))}
+        absent = [name for name in self.regions if name not in self.present]
+        if self.cases and absent:
+            warnings.warn(
+                f"data.regions: {', '.join(absent)} never occur(s) in the evaluated masks (labels "
+                f"{', '.join(str(list(self.regions[n])) for n in absent)} after data.label_map): "
+                "not reported", stacklevel=2,
+            )  # fmt: skip
         for key in self.cases[0] if self.cases else ():
+            if key.split("_", 1)[1] in absent:
+                continue
             out[key] = sum(c[key] for c in self.cases) / len(self.cases)
         return out
 

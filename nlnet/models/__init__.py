@@ -7,6 +7,7 @@ from nlnet.models import detection as _detection  # noqa: F401  (maskrcnn_*, key
 from nlnet.models import segmentation as _segmentation  # noqa: F401  (seg_tiny*)
 from nlnet.models.edsr import EDSR  # noqa: F401  (registers edsr_baseline*)
 from nlnet.models.image import SegmentationHead, SegmentationNet, resnet_non_local
+from nlnet.models.image_tiny import TinyImageResNet  # noqa: F401  (registers resnet_tiny*)
 from nlnet.models.inflate import (
     InflationReport,
     inflate_conv_weight,

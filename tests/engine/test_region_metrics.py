@@ -79,6 +79,19 @@ def test_evaluator_averages_cases_and_ignores_the_pad():
     assert ev.evaluate() == {"cases": 0.0}
 
 
+def test_a_region_absent_from_every_mask_is_not_reported():
+    """Data without BraTS's label 4: ``dice_et`` would be 100 for predicting nothing; it is
+    left out with one warning, the regions that occur are reported."""
+    true = torch.tensor([[[[0, 1, 2, 2]]]])  # labels 1 and 2, no enhancing tumour
+    logits = F.one_hot(torch.tensor([[[[0, 1, 2, 0]]]]), 4).permute(0, 4, 1, 2, 3).float()
+    ev = RegionEvaluator(mapped_regions(BRATS_REGIONS, {4: 3}))
+    ev.process({"mask": true}, logits)
+    with pytest.warns(UserWarning, match=r"data.regions: et never occur\(s\)"):
+        got = ev.evaluate()
+    assert "dice_et" not in got and got["dice_wt"] == pytest.approx(100 * 2 * 2 / (2 + 3))
+    assert got["dice_tc"] == pytest.approx(100.0)  # label 1 predicted where it is
+
+
 def test_evaluators_merge_and_refuse_a_key_twice():
     class Fixed:
         def __init__(self, m):

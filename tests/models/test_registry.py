@@ -132,6 +132,8 @@ def test_names_say_where_the_blocks_are(name):
         assert blocks == ["layer3.4" if "50" in name else "layer3.21"]
     elif "guide" in name:
         assert blocks == ["layer4"]
+    elif name.startswith("resnet_tiny"):  # the COCO placement on a ResNet-18 layout
+        assert blocks == non_local_paths(cfg.blocks, (2, 2, 2, 2)) == ["layer3.0"]
     else:
         assert blocks == ["head"]
 

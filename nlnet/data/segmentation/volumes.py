@@ -48,6 +48,7 @@ __all__ = [
     "collate_volumes",
     "random_flip",
     "random_patch",
+    "read_case",
     "read_nifti",
     "zscore_nonzero",
 ]
@@ -97,6 +98,28 @@ def read_volume(path: Path) -> np.ndarray:
         return np.load(path)
     except EOFError:
         raise ValueError(f"{path}: empty or truncated .npy file") from None
+
+
+def read_case(files: Sequence[Path], name: str = "case") -> np.ndarray:
+    """A case's raw volume ``(C, D, H, W)`` float32: one ``.npy`` ``(C, D, H, W)`` file, one
+    NIfTI file (3D: one channel; 4D: channels last), or one 3D file per channel (modality).
+
+    Raises:
+        ValueError: an unreadable file or a volume of another shape (naming the file).
+    """
+    files = [Path(f) for f in files]
+    arrays = [read_volume(p).astype(np.float32, copy=False) for p in files]
+    if len(files) > 1:  # one 3D file per modality
+        shapes = {a.shape for a in arrays}
+        if len(shapes) != 1 or arrays[0].ndim != 3:
+            raise ValueError(f"{name}: modalities of shapes {shapes}")
+        return np.stack(arrays)
+    (vol,) = arrays
+    if _suffix(files[0]) != ".npy":  # NIfTI: 3D, or 4D with the channels last
+        vol = vol[None] if vol.ndim == 3 else np.moveaxis(vol, -1, 0)
+    if vol.ndim != 4:
+        raise ValueError(f"{files[0]}: expected a (C, D, H, W) volume, got {vol.shape}")
+    return vol
 
 
 def zscore_nonzero(volume: torch.Tensor) -> torch.Tensor:
@@ -218,19 +241,7 @@ class VolumeFolder(SkipBadItems, Dataset):
 
     def read_volume(self, index: int) -> np.ndarray:
         """The raw volume ``(C, D, H, W)`` float32 of case ``index`` (before normalisation)."""
-        files = self.images[index]
-        arrays = [read_volume(p).astype(np.float32, copy=False) for p in files]
-        if len(files) > 1:  # one 3D file per modality
-            shapes = {a.shape for a in arrays}
-            if len(shapes) != 1 or arrays[0].ndim != 3:
-                raise ValueError(f"case {self.cases[index]}: modalities of shapes {shapes}")
-            return np.stack(arrays)
-        (vol,) = arrays
-        if _suffix(files[0]) != ".npy":  # NIfTI: 3D, or 4D with the channels last
-            vol = vol[None] if vol.ndim == 3 else np.moveaxis(vol, -1, 0)
-        if vol.ndim != 4:
-            raise ValueError(f"{files[0]}: expected a (C, D, H, W) volume, got {vol.shape}")
-        return vol
+        return read_case(self.images[index], f"case {self.cases[index]}")
 
     def read_mask(self, index: int) -> np.ndarray:
         """The mask ``(D, H, W)`` int64 of case ``index``, after ``label_map`` (checked)."""

@@ -175,6 +175,45 @@ def _forward_volumes(model: nn.Module, batch: Mapping[str, Any]) -> torch.Tensor
     return forward_padded(model, batch["image"].to(next(model.parameters()).device))
 
 
+def classes_in_masks(d: SegmentationDataConfig) -> int:
+    """``model.num_classes`` when the config leaves it out: the largest label of the training
+    masks (after ``data.label_map``; ``ignore_index`` aside) plus one; 19 for Cityscapes.
+
+    Raises:
+        ConfigError: no readable training mask, or masks of one label only.
+    """
+    from nlnet.engine.errors import ConfigError
+
+    if d.layout == "cityscapes":
+        return 19
+    if d.root is None:
+        raise DataError("data.root: expected the dataset folder (root/<split>/{images,masks})")
+    try:
+        if d.kind == "volume":
+            folder: Any = VolumeFolder(d.root, d.train_split, modalities=d.modalities,
+                                       label_map=d.label_map, ignore_index=d.ignore_index)  # fmt: skip
+        else:
+            folder = image_folder(d, d.root, d.train_split, False, ignore_index=d.ignore_index)
+    except FileNotFoundError as exc:
+        raise DataError(f"data (split {d.train_split!r}): {exc}") from None
+    except ModuleNotFoundError as exc:
+        raise MissingPackageError(str(exc), name=exc.name) from None
+    largest = -1
+    for i in range(len(folder)):
+        try:
+            mask = folder.read_mask(i)
+        except (OSError, ValueError):
+            continue  # a bad case: skipped (and named) when the dataset is read
+        labels = mask[mask != d.ignore_index]
+        largest = max(largest, int(labels.max()) if labels.size else -1)
+    if largest < 1:
+        raise ConfigError(
+            "model.num_classes: the training masks hold "
+            f"{'no readable label' if largest < 0 else 'label 0 only'}; set model.num_classes"
+        )
+    return largest + 1
+
+
 class SegmentationTask:
     """Semantic segmentation for the engine: image + mask folders, cross-entropy, mIoU.
 
@@ -243,14 +282,14 @@ class SegmentationTask:
     def from_config(cls, cfg: Any) -> SegmentationTask:
         """The task of an engine config (``model.num_classes``, ``class_names``, ``data``,
         ``eval.batch_size``)."""
-        if cfg.model.num_classes is None:
-            from nlnet.engine.errors import ConfigError
-
-            raise ConfigError("model.num_classes: segmentation needs the number of pixel classes")
+        data = data_section(SegmentationDataConfig, cfg.data)
+        num_classes = cfg.model.num_classes
+        if num_classes is None:
+            num_classes = classes_in_masks(data)
         return cls(
-            cfg.model.num_classes,
+            num_classes,
             cfg.class_names,
-            data=data_section(SegmentationDataConfig, cfg.data),
+            data=data,
             eval_batch_size=cfg.eval.batch_size,
             eval_workers=cfg.eval.workers,
         )
@@ -369,11 +408,16 @@ class SegmentationTask:
         return window_forward(base, d.patch if d.kind == "volume" else d.crop, d.window_overlap)
 
     def metadata(self, dataset: Any) -> dict[str, Any]:
-        if self.data.kind == "volume":
-            prep = {"kind": "volume", "normalize": "zscore_nonzero", "patch": list(self.data.patch),
-                    "label_map": {str(k): v for k, v in self.data.label_map.items()}}  # fmt: skip
+        d = self.data
+        if d.kind == "volume":
+            prep = {"kind": "volume", "normalize": "zscore_nonzero", "patch": list(d.patch),
+                    "label_map": {str(k): v for k, v in d.label_map.items()},
+                    "modalities": list(d.modalities)}  # fmt: skip
         else:
             prep = {"mean": self.mean, "std": self.std}
+        # how nlnet eval ran the network (nlnet predict / nlnet.segment do the same by default)
+        prep.update(window=list(d.patch if d.kind == "volume" else d.crop),
+                    sliding_window=d.sliding_window, window_overlap=d.window_overlap)  # fmt: skip
         return {"class_names": self.class_names, "preprocessing": prep}
 
     @staticmethod
