@@ -24,3 +24,27 @@ def test_an_unreadable_image_is_named_once_and_skipped(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # named already: silent the next time
         assert items[1] is None
+
+
+@pytest.mark.parametrize("classes", [2, 7])
+def test_image_evaluation_reports_top5_only_above_five_classes(classes, tmp_path):
+    """The image task's metrics: top-1 and the mean class accuracy always, top-5 only above
+    five classes (of five or fewer it is always 100), as the video task's."""
+    from torch import nn
+
+    from nlnet.engine.tasks.image import ImageClassificationTask
+
+    root = tmp_path / "imgs"
+    for c in range(classes):
+        (root / "val" / f"c{c}").mkdir(parents=True)
+        for i in range(2):
+            pixels = np.full((16, 16, 3), 30 * c + i, np.uint8)
+            Image.fromarray(pixels).save(root / "val" / f"c{c}" / f"{i}.png")
+    task = ImageClassificationTask(data={"root": str(root), "size": 16, "hflip": False})
+    val = task.build_dataset("val", "test")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, classes))
+    metrics = task.evaluate(model, val, torch.device("cpu"))
+    assert ("top5" in metrics) == (classes > 5) and metrics["count"] == 2 * classes
+    assert 0 <= metrics["mean_class_acc"] <= 100
+    assert ("top5" in task.summary(metrics)) == (classes > 5)

@@ -141,8 +141,9 @@ class ImageClassificationTask:
     @torch.no_grad()
     def evaluate(self, model: nn.Module, dataset: Dataset, device: torch.device,
                  **_: Any) -> dict[str, Any]:  # fmt: skip
-        """``top1``/``top5`` accuracy (percent) and ``skipped`` over the dataset."""
-        from nlnet.engine.metrics import topk_accuracy
+        """``top1`` (and ``top5`` above 5 classes) and ``mean_class_acc`` (percent), ``count``
+        and ``skipped`` over the dataset."""
+        from nlnet.engine.metrics import mean_class_accuracy, topk_accuracy
 
         was_training = model.training
         model.eval()
@@ -160,11 +161,12 @@ class ImageClassificationTask:
         finally:
             model.train(was_training)
         if not scores:
-            return {"top1": math.nan, "top5": math.nan, "count": 0, "skipped": skipped}
+            return {"top1": math.nan, "count": 0, "skipped": skipped}
         s, t = torch.cat(scores), torch.cat(targets)
-        ks = (1, min(5, s.shape[1]))
+        # top-5 only above 5 classes (of 5 or fewer it is always 100, as for video)
+        ks = (1, 5) if s.shape[1] > 5 else (1,)
         acc = topk_accuracy(s, t, ks)
-        return {"top1": acc["top1"], "top5": acc[f"top{ks[1]}"], "count": int(s.shape[0]),
+        return {**acc, "mean_class_acc": mean_class_accuracy(s, t), "count": int(s.shape[0]),
                 "skipped": skipped}  # fmt: skip
 
     def metadata(self, dataset: Any) -> dict[str, Any]:
@@ -175,7 +177,6 @@ class ImageClassificationTask:
 
     @staticmethod
     def summary(metrics: dict[str, Any]) -> str:
-        return (
-            f"top1 {metrics['top1']:.2f}, top5 {metrics['top5']:.2f} "
-            f"({metrics.get('count', 0)} images, skipped {metrics.get('skipped', 0)})"
-        )
+        keys = [k for k in ("top1", "top5", "mean_class_acc") if k in metrics]
+        text = ", ".join(f"{k} {metrics[k]:.2f}" for k in keys)
+        return f"{text} ({metrics.get('count', 0)} images, skipped {metrics.get('skipped', 0)})"
