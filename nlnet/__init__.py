@@ -33,6 +33,7 @@ _LAZY: dict[str, str] = {
     "ImageTransform": "nlnet.inference",
     "Prediction": "nlnet.inference",
     "segment": "nlnet.segmentation",
+    "export_model": "nlnet.export",
     "Segmentation": "nlnet.segmentation",
     "NonLocal1d": "nlnet.layers",
     "NonLocal2d": "nlnet.layers",
@@ -52,12 +53,14 @@ __all__ = [  # the same names as _LAZY, spelled out for linters and type checker
     "Prediction",
     "segment",
     "Segmentation",
+    "export_model",
     "NonLocal1d",
     "NonLocal2d",
     "NonLocal3d",
 ]
 
 if TYPE_CHECKING:  # what type checkers see; at run time the names come from __getattr__
+    from nlnet.export import export_model
     from nlnet.inference import (
         ImageTransform,
         Prediction,

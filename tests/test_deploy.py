@@ -410,7 +410,7 @@ def test_export_command_writes_a_file_that_runs(fmt, tiny_checkpoint, tmp_path, 
 
 
 def test_export_metadata_names_the_test_views():
-    from nlnet.commands.export import test_views
+    from nlnet.export import test_views
 
     video = {"num_frames": 8, "stride": 2, "size": 64, "crop": None}
     views = test_views(video, {"clips": 3, "crops": 1})

@@ -39,6 +39,8 @@ API_PACKAGES: dict[str, str] = {
     "analysis": "cost counting, attention recording, pictures and rollout",
     "engine": "configs, the training loop and its parts, checkpoints, evaluation",
     "inference": "load a checkpoint, its preprocessing, predictions",
+    "segmentation": "masks of new images and volumes from a segmentation checkpoint",
+    "export": "export a checkpoint to ONNX, TorchScript, torch.export or safetensors, checked",
 }
 
 

@@ -33,6 +33,8 @@ LAYERS = {
     "analysis": 4,
     "engine": 5,
     "inference": 6,
+    "segmentation": 6,
+    "export": 6,
     "demo": 6,
     "commands": 7,
     "cli": 8,
