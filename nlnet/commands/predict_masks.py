@@ -95,6 +95,7 @@ def predict_masks(args: argparse.Namespace, checkpoint: Any, device: Any) -> int
     one line per input and returns 1 if any input was skipped, else 0."""
     import sys
 
+    from nlnet.commands.predict import expand_inputs
     from nlnet.data.segmentation.volumes import VOLUME_EXTENSIONS
     from nlnet.engine.errors import UserError
     from nlnet.inference import IMAGE_EXTENSIONS, load_model
@@ -105,7 +106,8 @@ def predict_masks(args: argparse.Namespace, checkpoint: Any, device: Any) -> int
         raise UserError(f"--overlap: expected a fraction in [0, 1), got {args.overlap}")
     model = load_model(checkpoint, device)
     volume = model.nlnet_info.preprocessing.get("kind") == "volume"
-    files = _expand(args.videos, VOLUME_EXTENSIONS if volume else IMAGE_EXTENSIONS)
+    files = expand_inputs(args.videos, VOLUME_EXTENSIONS if volume else IMAGE_EXTENSIONS,
+                          "volume" if volume else "image")  # fmt: skip
     out_dir = Path(args.output_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--output-dir: {str(out_dir)!r} is an existing file")
@@ -126,20 +128,3 @@ def predict_masks(args: argparse.Namespace, checkpoint: Any, device: Any) -> int
             f"{n} {100 * f:.1f}%" for n, f in shares[:4]) + f"); overlay {written[1]}")  # fmt: skip
     return 1 if failed else 0
 
-
-def _expand(paths: list[str], kinds: tuple[str, ...]) -> list[str]:
-    """Files as given; a folder: every file of the ``kinds`` extensions under it."""
-    from nlnet.engine.errors import UserError
-
-    out: list[str] = []
-    for text in paths:
-        path = Path(text)
-        if not path.is_dir():
-            out.append(text)
-            continue
-        found = sorted(str(p) for p in path.rglob("*")
-                       if p.is_file() and p.name.lower().endswith(kinds))  # fmt: skip
-        if not found:
-            raise UserError(f"INPUT: the folder {text!r} holds no {'/'.join(kinds)} file")
-        out += found
-    return out
