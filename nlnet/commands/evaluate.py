@@ -70,7 +70,8 @@ def main(args: argparse.Namespace) -> int:
         shown = {k: v for k, v in metrics.items() if k not in ("per_class_top1", "confusion")}
         worst = worst_classes(metrics, names)
         if worst:  # before the JSON, which stays the last thing printed
-            print("worst classes (video top-1): " + ", ".join(f"{n} {a:.1f}%" for n, a in worst))
+            what = "video top-1" if "video_top1" in metrics else "top-1"
+            print(f"worst classes ({what}): " + ", ".join(f"{n} {a:.1f}%" for n, a in worst))
         print(json.dumps(shown, indent=2, default=str))
         if args.output:
             out = Path(args.output)
@@ -83,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def worst_classes(metrics: dict, names: list[str], k: int = 3) -> list[tuple[str, float]]:
-    """The ``k`` classes with the lowest video top-1 (classes without videos left out)."""
+    """The ``k`` classes with the lowest (video) top-1 (classes without samples left out)."""
     acc = metrics.get("per_class_top1") or []
     pairs = [(names[i] if i < len(names) else f"class_{i}", a) for i, a in enumerate(acc)]
     return sorted((p for p in pairs if p[1] is not None), key=lambda p: p[1])[:k]

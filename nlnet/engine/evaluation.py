@@ -114,7 +114,7 @@ def evaluate(
     details: bool = False,
 ) -> dict[str, Any]:
     """The task's evaluation of a checkpoint (``nlnet eval``), e.g. the video task's multi-clip
-    testing (Section 4.1); ``details`` (video classification): also ``per_class_top1`` and the
+    testing (Section 4.1); ``details`` (video and image classification): also ``per_class_top1`` and the
     ``confusion`` matrix.
 
     Args:
@@ -152,7 +152,8 @@ def evaluate(
                 f"{ckpt['num_classes']}"
             )
         amp = cfg.train.amp if info.device.type == "cuda" else "none"
-        extra = {"details": True} if details and task.name == "video_classification" else {}
+        classifies = task.name in ("video_classification", "image")
+        extra = {"details": True} if details and classifies else {}
         metrics = task.evaluate(model, dataset, info.device, amp=amp,
                                 progress=use_progress_bar(cfg.train.progress) and info.is_main,
                                 desc=f"eval {split}", **extra)  # fmt: skip

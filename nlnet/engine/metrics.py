@@ -27,6 +27,7 @@ __all__ = [
     "classification_metrics",
     "mean_class_accuracy",
     "per_class_accuracy",
+    "classification_details",
     "VideoScoreAggregator",
     "ThroughputMeter",
 ]
@@ -132,6 +133,19 @@ def mean_class_accuracy(scores: torch.Tensor, targets: torch.Tensor) -> float:
     return float(acc[~acc.isnan()].mean()) if (~acc.isnan()).any() else float("nan")
 
 
+def classification_details(scores: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
+    """``per_class_top1`` (percent; ``None`` for a class without samples) and ``confusion``
+    (rows: true class, columns: predicted; scikit-learn's ``confusion_matrix``) of single-label
+    ``scores`` ``(N, C)`` and ``targets`` ``(N,)``."""
+    from sklearn.metrics import confusion_matrix
+
+    acc = per_class_accuracy(scores, targets)
+    labels = list(range(scores.shape[1]))
+    matrix = confusion_matrix(targets.long().numpy(), scores.argmax(1).numpy(), labels=labels)
+    return {"per_class_top1": [None if math.isnan(a) else float(a) for a in acc.tolist()],
+            "confusion": matrix.tolist()}  # fmt: skip
+
+
 class VideoScoreAggregator:
     """Collects clip scores and averages them per video (multi-clip testing, Section 4.1).
 
@@ -215,17 +229,11 @@ class VideoScoreAggregator:
     def details(self) -> dict[str, Any]:
         """Video-level per-class top-1 (percent; ``None`` for a class without videos) and the
         confusion matrix (rows: true class, columns: predicted), single-label only."""
-        from sklearn.metrics import confusion_matrix
-
         scores, targets, indices = self.gather()
         if scores.numel() == 0 or self.multi_label:
             return {}
         s, t, _ = self.video_scores(scores, targets, indices)
-        num = s.shape[1]
-        acc = per_class_accuracy(s, t)
-        matrix = confusion_matrix(t.long().numpy(), s.argmax(1).numpy(), labels=list(range(num)))
-        return {"per_class_top1": [None if math.isnan(a) else float(a) for a in acc.tolist()],
-                "confusion": matrix.tolist()}  # fmt: skip
+        return classification_details(s, t)
 
     def reset(self) -> None:
         self._scores.clear()

@@ -48,3 +48,8 @@ def test_image_evaluation_reports_top5_only_above_five_classes(classes, tmp_path
     assert ("top5" in metrics) == (classes > 5) and metrics["count"] == 2 * classes
     assert 0 <= metrics["mean_class_acc"] <= 100
     assert ("top5" in task.summary(metrics)) == (classes > 5)
+    details = task.evaluate(model, val, torch.device("cpu"), details=True)  # nlnet eval's
+    matrix = np.array(details["confusion"])
+    assert matrix.shape == (classes, classes) and matrix.sum(1).tolist() == [2] * classes
+    hits = [100 * matrix[c, c] / 2 for c in range(classes)]
+    assert details["per_class_top1"] == hits and "confusion" not in metrics

@@ -140,10 +140,15 @@ class ImageClassificationTask:
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, dataset: Dataset, device: torch.device,
-                 **_: Any) -> dict[str, Any]:  # fmt: skip
+                 details: bool = False, **_: Any) -> dict[str, Any]:  # fmt: skip
         """``top1`` (and ``top5`` above 5 classes) and ``mean_class_acc`` (percent), ``count``
-        and ``skipped`` over the dataset."""
-        from nlnet.engine.metrics import mean_class_accuracy, topk_accuracy
+        and ``skipped`` over the dataset; ``details`` (``nlnet eval``): also
+        ``per_class_top1`` and the ``confusion`` matrix."""
+        from nlnet.engine.metrics import (
+            classification_details,
+            mean_class_accuracy,
+            topk_accuracy,
+        )
 
         was_training = model.training
         model.eval()
@@ -166,8 +171,9 @@ class ImageClassificationTask:
         # top-5 only above 5 classes (of 5 or fewer it is always 100, as for video)
         ks = (1, 5) if s.shape[1] > 5 else (1,)
         acc = topk_accuracy(s, t, ks)
-        return {**acc, "mean_class_acc": mean_class_accuracy(s, t), "count": int(s.shape[0]),
-                "skipped": skipped}  # fmt: skip
+        out = {**acc, "mean_class_acc": mean_class_accuracy(s, t), "count": int(s.shape[0]),
+               "skipped": skipped}  # fmt: skip
+        return {**out, **classification_details(s, t)} if details else out
 
     def metadata(self, dataset: Any) -> dict[str, Any]:
         names = self.class_names or getattr(dataset, "classes", None)
