@@ -228,13 +228,16 @@ def _onnx_metadata(path: Path, meta: dict[str, str]) -> None:
     onnx.save(proto, str(path))
 
 
-def test_views(prep: dict[str, Any], evaluation: dict[str, Any]) -> dict[str, Any] | None:
+def test_views(
+    prep: dict[str, Any], evaluation: dict[str, Any], multi_label: bool = False
+) -> dict[str, Any] | None:
     """How ``nlnet eval``/``predict`` turn a video into the model's inputs, so that a deployment
     can do the same: the clips, their placement, the crops, the resize rule (None for images).
 
     Args:
         prep: the checkpoint's ``preprocessing`` dict.
         evaluation: the checkpoint's ``eval`` config (``clips``, ``crops``).
+        multi_label: per-category sigmoid scores (Charades, Section 5.2) instead of softmax.
     """
     if not prep.get("num_frames"):
         return None
@@ -254,8 +257,11 @@ def test_views(prep: dict[str, Any], evaluation: dict[str, Any]) -> dict[str, An
             "centre" if crops == 1 else "3 along the longer side (start, centre, end)"),
         "resize": "shorter side to size; the other floor(other * size / shorter), at least 1; "
                   "bilinear, align_corners=False, no antialiasing, uint8 rounded to nearest",
-        "scores": "softmax of each view, averaged over the views",
+        "scores": f"{'sigmoid' if multi_label else 'softmax'} of each view, averaged over the views",
     }  # fmt: skip
+
+
+test_views.__test__ = False  # type: ignore[attr-defined]  # not a test where pytest imports it
 
 
 def export_metadata(info: Any, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -266,7 +272,7 @@ def export_metadata(info: Any, evaluation: dict[str, Any] | None = None) -> dict
 
     facts = model_facts(info.model_name)
     prep = dict(info.preprocessing) or {"mean": list(facts.mean), "std": list(facts.std)}
-    views = test_views(prep, evaluation or {})
+    views = test_views(prep, evaluation or {}, bool(info.multi_label))
     return {
         **({"test_views": views} if views else {}),
         "model_name": info.model_name,

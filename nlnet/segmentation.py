@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Segmentation", "segment", "read_input", "model_in_channels"]
+__all__ = ["Segmentation", "segment", "read_input", "model_in_channels", "resolve_window"]
 
 PathLike = str | os.PathLike
 #: An input: an image or volume file, the files of one case's modalities, or an array
@@ -58,9 +58,25 @@ class Segmentation:
     windows: int = 0
 
     def raw_labels(self) -> np.ndarray:
-        """The mask in the labels of the training masks (``label_map`` undone)."""
-        out = self.mask.copy()
+        """The mask in the labels of the training masks: each class that one key of
+        ``label_map`` maps to gets that key back (BraTS's class 3 -> label 4).
+
+        Raises:
+            ValueError: the map is not one-to-one (several labels merged into one class, or a
+                label merged into the background 0): the raw label of such a class is unknown.
+        """
+        sources: dict[int, list[int]] = {}
         for raw, cls in self.label_map.items():
+            sources.setdefault(cls, []).append(raw)
+        merged = {c: r for c, r in sources.items() if len(r) > 1 or c == 0}
+        if merged:
+            c, r = next(iter(merged.items()))
+            raise ValueError(
+                f"label_map: class {c} holds the labels {sorted(r) if c else [0, *r]} of the "
+                "training masks; its raw label is unknown (use the class ids, .mask)"
+            )
+        out = self.mask.copy()
+        for cls, (raw,) in sources.items():
             out[self.mask == cls] = raw
         return out
 
@@ -121,6 +137,43 @@ def _prepared(array: np.ndarray, prep: Mapping[str, Any], volume: bool, name: st
     return ((image - mean) / std)[None]
 
 
+def segmentation_info(model: nn.Module) -> Any:
+    """``model.nlnet_info`` of a segmentation model from :func:`nlnet.load_model`.
+
+    Raises:
+        ValueError: a model without it, or a checkpoint of another task.
+    """
+    from nlnet.models.registry import model_facts
+
+    info = getattr(model, "nlnet_info", None)
+    if info is None:
+        raise ValueError("model: expected a model from nlnet.load_model(checkpoint)")
+    try:
+        task = model_facts(info.model_name).task
+    except ValueError:  # a network of your own: trust its checkpoint's preprocessing
+        task = "segmentation"
+    if task != "segmentation":
+        raise ValueError(f"model: {info.model_name!r} is a {task} model, not a segmentation "
+                         "one (nlnet.predict classifies)")  # fmt: skip
+    return info
+
+
+def resolve_window(
+    model: nn.Module, window: Sequence[int] | bool | None, ndim: int | None = None
+) -> tuple[int, ...]:
+    """The sliding window :func:`segment` runs (``()``: whole inputs), checked once.
+
+    Raises:
+        ValueError: ``True`` and no stored window, a size below 1, or not ``ndim`` sizes.
+    """
+    prep = segmentation_info(model).preprocessing
+    size = _window(prep, window)
+    ndim = ndim or (3 if prep.get("kind") == "volume" else 2)
+    if size and (len(size) != ndim or min(size) < 1):
+        raise ValueError(f"window: expected {ndim} sizes >= 1, got {list(size)}")
+    return size
+
+
 def _window(prep: Mapping[str, Any], window: Sequence[int] | bool | None) -> tuple[int, ...]:
     """The sliding window to run (``()``: whole inputs): ``window`` as given, ``False`` for
     none, or (``None``) the checkpoint's evaluation choice."""
@@ -168,12 +221,10 @@ def segment(
     from nlnet.engine.sliding_window import sliding_window_inference
     from nlnet.engine.tasks.segmentation import forward_padded
 
-    info = getattr(model, "nlnet_info", None)
-    if info is None:
-        raise ValueError("model: expected a model from nlnet.load_model(checkpoint)")
+    info = segmentation_info(model)
     prep = dict(info.preprocessing)
     volume = prep.get("kind") == "volume"
-    size = _window(prep, window)
+    size = resolve_window(model, window)
     overlap = float(prep.get("window_overlap", 0.25) if overlap is None else overlap)
     label_map = {int(k): int(v) for k, v in (prep.get("label_map") or {}).items()}
     device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -186,8 +237,6 @@ def segment(
         x = _prepared(read_input(item, volume=volume), prep, volume, name).to(device)
         if channels is not None and x.shape[1] != channels:
             raise ValueError(f"{name}: {x.shape[1]} channel(s), the model takes {channels}")
-        if size and len(size) != x.ndim - 2:
-            raise ValueError(f"window: expected {x.ndim - 2} sizes, got {list(size)}")
         if size and any(n > w for n, w in zip(x.shape[2:], size)):
             logits = sliding_window_inference(x, size, lambda w: forward_padded(model, w), overlap)
             windows = _count_windows(x.shape[2:], size, overlap)

@@ -418,6 +418,8 @@ def test_export_metadata_names_the_test_views():
     segs = test_views({**video, "sampling": "segments", "crop": 56}, {"clips": 2, "crops": 3})
     assert segs["placement"].startswith("segments") and segs["crop"].startswith("3 along")
     assert test_views({"mean": [0.5], "std": [0.5]}, {}) is None  # an image model's
+    assert views["scores"].startswith("softmax")
+    assert test_views(video, {}, multi_label=True)["scores"].startswith("sigmoid")  # Charades
 
 
 @pytest.mark.parametrize("missing", ["onnxruntime", "onnxscript"])

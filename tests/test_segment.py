@@ -112,3 +112,55 @@ def test_predict_an_image_with_a_2d_checkpoint(tmp_path, capsys):
     assert mask.shape == (20, 24) and mask.max() < 3
     assert "windows;" in capsys.readouterr().out  # 20x24 on windows of 16x16
     assert np.asarray(Image.open(tmp_path / "o" / "photo_overlay.png")).shape == (20, 24, 3)
+
+
+def test_raw_labels_only_where_the_label_map_is_one_to_one():
+    from nlnet.segmentation import Segmentation
+
+    mask = np.array([[0, 1], [2, 3]])
+    assert Segmentation("x", mask, list("abcd"), {4: 3}).raw_labels().tolist() == [[0, 1], [2, 4]]
+    for merged in ({3: 0}, {2: 1, 3: 1}):  # into the background; two labels into one class
+        with pytest.raises(ValueError, match="raw label is unknown"):
+            Segmentation("x", mask, list("abcd"), merged).raw_labels()
+
+
+def test_segment_refuses_a_classifier(tmp_path):
+    import nlnet
+    from nlnet.engine.checkpoint import save_checkpoint
+    from nlnet.models.registry import create_model
+
+    model = create_model("resnet_tiny", num_classes=2, width=4)
+    save_checkpoint(tmp_path / "cls.pt", model=model, model_name="resnet_tiny", num_classes=2,
+                    model_options={"width": 4})  # fmt: skip
+    with pytest.raises(ValueError, match="image_classification model, not a segmentation"):
+        nlnet.segment(nlnet.load_model(tmp_path / "cls.pt"), [np.zeros((8, 8, 3), np.uint8)])
+
+
+def test_predict_groups_modality_files_and_refuses_clashing_names(tmp_path, capsys):
+    import nibabel
+
+    from nlnet.cli import main
+
+    data = {"kind": "volume", "patch": [8, 8, 8], "modalities": ["t1", "flair"]}
+    ckpt = _checkpoint(tmp_path / "mm.pt", "unet3d_nl", data, in_channels=2)
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    vol = _case(3, shape=(2, 8, 8, 8))
+    for c, m in enumerate(("t1", "flair")):  # one 3D file per modality, listed out of order
+        nibabel.save(nibabel.Nifti1Image(vol[c], np.eye(4)), str(cases / f"p7_{m}.nii.gz"))
+    out = tmp_path / "out"
+    assert main(["predict", str(cases), "--checkpoint", str(ckpt), "--output-dir", str(out)]) == 0
+    assert nibabel.load(str(out / "p7_mask.nii.gz")).shape == (8, 8, 8)
+    capsys.readouterr()
+    (cases / "p8_t1.nii.gz").write_bytes((cases / "p7_t1.nii.gz").read_bytes())  # no flair
+    assert main(["predict", str(cases), "--checkpoint", str(ckpt)]) == 2
+    assert "case 'p8' lacks modality 'flair'" in capsys.readouterr().err
+    other = tmp_path / "other"
+    for d in ("a", "b"):
+        (other / d).mkdir(parents=True)
+        np.save(other / d / "c.npy", _case(shape=(2, 8, 8, 8)))
+    assert main(["predict", str(other), "--checkpoint", str(ckpt), "--window", "8,8"]) == 2
+    assert "--window: expected 3 sizes" in capsys.readouterr().err
+    ckpt1 = _checkpoint(tmp_path / "one.pt", "unet3d_nl", {"kind": "volume"}, in_channels=2)
+    assert main(["predict", str(other), "--checkpoint", str(ckpt1)]) == 2
+    assert "would both write c_mask.*" in capsys.readouterr().err

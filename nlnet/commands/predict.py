@@ -48,8 +48,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                      help="where masks and overlays go (predictions)")  # fmt: skip
     seg.add_argument("--window", help="sliding window: auto (as the checkpoint's evaluation), "
                      "none (whole inputs), patch (the training's), or sizes like 64,64,64")  # fmt: skip
-    seg.add_argument("--overlap", type=float, default=0.25,
-                     help="overlap of neighbouring windows (0.25)")  # fmt: skip
+    seg.add_argument("--overlap", type=float, default=None,
+                     help="overlap of neighbouring windows (default: the checkpoint's, or 0.25)")  # fmt: skip
 
 
 _DENSE = {"instance_segmentation": "detection", "keypoints": "keypoint detection"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import helpers  # tests/journeys/helpers.py (pytest pythonpath)
+import numpy as np
 import pytest
 import torch
 
@@ -226,3 +227,31 @@ def test_one_channel_volumes_set_in_channels_from_the_data(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "model.overrides.in_channels=4 but the training data has 1 channel(s)" in err
     assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_first_run_volume_config_takes_channels_and_classes_from_the_data(tmp_path, capsys):
+    """``smoke/volumes_tiny`` on 1-channel volumes of labels {0, 2, 4} (a validation case
+    with label 5): ``in_channels`` 1 and ``num_classes`` 6 (the largest label + 1) come from the
+    data; no region scores (none defined); a folder of background-only masks is one line."""
+    from nlnet.cli import main
+
+    one = helpers.volume_tree(tmp_path / "one", shape=(1, 10, 16, 18), splits=("train", "val"))
+    val_mask = one / "val" / "masks" / "case0.npy"
+    m = np.load(val_mask)
+    m[1, 1, 1] = 5
+    np.save(val_mask, m)
+    out = tmp_path / "run"
+    over = [f"data.root={one}", "data.patch=[8,8,8]", "optim.epochs=0", "optim.max_iters=2",
+            "train.progress=false", "--output-dir", str(out)]  # fmt: skip
+    assert main(["train", "--config", "smoke/volumes_tiny", *over]) == 0
+    info = checkpoint_info(out / "checkpoints" / "final.pt")
+    assert info.model_options["in_channels"] == 1 and info.num_classes == 6
+    val = json.loads((out / "summary.json").read_text())["val"]
+    assert "mIoU" in val and not any(k.startswith("dice_et") for k in val)
+    empty = helpers.volume_tree(tmp_path / "bg", shape=(1, 10, 16, 18), splits=("train",))
+    for p in (empty / "train" / "masks").glob("*.npy"):
+        np.save(p, np.zeros_like(np.load(p)))
+    capsys.readouterr()
+    over[0], over[-1] = f"data.root={empty}", str(tmp_path / "bg_run")
+    assert main(["train", "--config", "smoke/volumes_tiny", *over]) == 2
+    assert "the training masks hold label 0 only" in capsys.readouterr().err

@@ -46,6 +46,7 @@ __all__ = [
     "VOLUME_EXTENSIONS",
     "VolumeFolder",
     "collate_volumes",
+    "group_cases",
     "random_flip",
     "random_patch",
     "read_case",
@@ -278,14 +279,26 @@ class VolumeFolder(SkipBadItems, Dataset):
 
 
 def _find_cases(image_dir: Path, modalities: tuple[str, ...]) -> tuple[list[str], list[list[Path]]]:
-    """Case names and their image files: a ``.npy`` file (or, without ``modalities``, any file)
-    is one case; NIfTI files ``<case>_<modality>`` are grouped in ``modalities`` order."""
+    """Case names and their image files of a folder (:func:`group_cases`)."""
     files = sorted(p for p in image_dir.iterdir() if _suffix(p))
     if not files:
         raise FileNotFoundError(f"root: no volumes ({', '.join(VOLUME_EXTENSIONS)}) in {image_dir}")
+    return group_cases(files, modalities)
+
+
+def group_cases(
+    files: Sequence[Path], modalities: Sequence[str] = ()
+) -> tuple[list[str], list[list[Path]]]:
+    """Case names and their image files, sorted by name: a ``.npy`` file (or, without
+    ``modalities``, any file) is one case; NIfTI files ``<case>_<modality>`` are grouped in
+    ``modalities`` order.
+
+    Raises:
+        FileNotFoundError: a NIfTI file not named for a modality, or a case lacking one.
+    """
     cases: dict[str, list[Path]] = {}
     grouped: dict[str, dict[str, Path]] = {}
-    for p in files:
+    for p in map(Path, files):
         stem = _stem(p)
         if _suffix(p) == ".npy" or not modalities:
             cases[stem] = [p]

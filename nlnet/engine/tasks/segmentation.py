@@ -177,9 +177,11 @@ def _forward_volumes(model: nn.Module, batch: Mapping[str, Any]) -> torch.Tensor
 
 def classes_in_masks(d: SegmentationDataConfig) -> int:
     """``model.num_classes`` when the config leaves it out: the largest label of the training
-    masks (after ``data.label_map``; ``ignore_index`` aside) plus one; 19 for Cityscapes.
+    and validation masks (after ``data.label_map``; ``ignore_index`` aside) plus one; 19 for
+    Cityscapes.
 
     Raises:
+        DataError: no ``data.root`` or a missing split folder.
         ConfigError: no readable training mask, or masks of one label only.
     """
     from nlnet.engine.errors import ConfigError
@@ -188,24 +190,28 @@ def classes_in_masks(d: SegmentationDataConfig) -> int:
         return 19
     if d.root is None:
         raise DataError("data.root: expected the dataset folder (root/<split>/{images,masks})")
-    try:
-        if d.kind == "volume":
-            folder: Any = VolumeFolder(d.root, d.train_split, modalities=d.modalities,
-                                       label_map=d.label_map, ignore_index=d.ignore_index)  # fmt: skip
-        else:
-            folder = image_folder(d, d.root, d.train_split, False, ignore_index=d.ignore_index)
-    except FileNotFoundError as exc:
-        raise DataError(f"data (split {d.train_split!r}): {exc}") from None
-    except ModuleNotFoundError as exc:
-        raise MissingPackageError(str(exc), name=exc.name) from None
     largest = -1
-    for i in range(len(folder)):
+    splits = [d.train_split] + ([d.val_split] if d.val_split else [])
+    for split in splits:
         try:
-            mask = folder.read_mask(i)
-        except (OSError, ValueError):
-            continue  # a bad case: skipped (and named) when the dataset is read
-        labels = mask[mask != d.ignore_index]
-        largest = max(largest, int(labels.max()) if labels.size else -1)
+            if d.kind == "volume":
+                folder: Any = VolumeFolder(d.root, split, modalities=d.modalities,
+                                           label_map=d.label_map, ignore_index=d.ignore_index)  # fmt: skip
+            else:
+                folder = image_folder(d, d.root, split, False, ignore_index=d.ignore_index)
+        except FileNotFoundError as exc:
+            if split != d.train_split:
+                continue  # no validation split: the training masks alone
+            raise DataError(f"data (split {split!r}): {exc}") from None
+        except ModuleNotFoundError as exc:
+            raise MissingPackageError(str(exc), name=exc.name) from None
+        for i in range(len(folder)):
+            try:
+                mask = folder.read_mask(i)
+            except (OSError, ValueError):
+                continue  # a bad case: skipped (and named) when the dataset is read
+            labels = mask[mask != d.ignore_index]
+            largest = max(largest, int(labels.max()) if labels.size else -1)
     if largest < 1:
         raise ConfigError(
             "model.num_classes: the training masks hold "
@@ -221,8 +227,8 @@ class SegmentationTask:
     and optionally ``ignore_index``, ``mean``, ``std``, or with ``kind: volume`` 3D volumes
     (``patch``, ``flip``, ``label_map``, ``modalities``: :mod:`nlnet.data.segmentation.volumes`; a 3D U-Net
     trains on random patches and is tested on whole volumes, padded to a multiple of its
-    stride); ``model.num_classes`` is the number of pixel classes (a folder of masks does not
-    say it).  Built by :meth:`from_config` from the
+    stride); ``model.num_classes`` is the number of pixel classes (left out: the largest label
+    of the masks + 1, :func:`classes_in_masks`).  Built by :meth:`from_config` from the
     config's sections, or directly from them:
 
     Args:
