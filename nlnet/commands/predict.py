@@ -134,37 +134,10 @@ def predict_videos(
     return out
 
 
-def expand_inputs(
-    paths: list[str], kinds: tuple[str, ...] | None = None, what: str = "video or image"
-) -> list[str]:
-    """Files as given; a folder: every file under it (recursively, sorted) whose name ends with
-    one of ``kinds`` (default: the video and image extensions). A folder with none is one line
-    naming it (``what``: the kind of file it lacks)."""
-    from pathlib import Path
-
-    from nlnet.data.video.config import VIDEO_EXTENSIONS
-    from nlnet.engine.errors import UserError
-    from nlnet.inference import IMAGE_EXTENSIONS
-
-    kinds = kinds or VIDEO_EXTENSIONS + IMAGE_EXTENSIONS
-    out: list[str] = []
-    for text in paths:
-        path = Path(text)
-        if not path.is_dir():
-            out.append(text)
-            continue
-        found = sorted(str(p) for p in path.rglob("*")
-                       if p.name.lower().endswith(kinds) and p.is_file())  # fmt: skip
-        if not found:
-            raise UserError(f"VIDEO: the folder {text!r} holds no {what} file")
-        out += found
-    return out
-
-
 def main(args: argparse.Namespace) -> int:
     import warnings
 
-    from nlnet.commands.common import device_arg
+    from nlnet.commands.common import device_arg, expand_inputs
 
     device = device_arg(args.device)
     from nlnet.engine.checkpoint import checkpoint_info, load_checkpoint

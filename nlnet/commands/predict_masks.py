@@ -104,7 +104,7 @@ def predict_masks(args: argparse.Namespace, checkpoint: Any, device: Any) -> int
     one line per input and returns 1 if any input was skipped, else 0."""
     import sys
 
-    from nlnet.commands.predict import expand_inputs
+    from nlnet.commands.common import expand_inputs
     from nlnet.data.segmentation.volumes import VOLUME_EXTENSIONS
     from nlnet.engine.errors import UserError
     from nlnet.inference import IMAGE_EXTENSIONS, load_model
