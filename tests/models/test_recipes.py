@@ -195,6 +195,7 @@ NOT_PAPER = {
     "kinetics/slowfast_r50_8x8_nl5",
     # first runs on one's own data and ImageNet fine-tuning of the image families
     "smoke/folder_tiny", "smoke/folder_tiny_c2d", "smoke/image_digits_vit_tiny",
+    "smoke/image_folder_tiny", "smoke/volumes_tiny",
     "image/resnet50_nl_finetune",
     "image/swin_t_finetune", "image/vit_b_16_finetune",
 }  # fmt: skip
