@@ -32,6 +32,10 @@ def files(tmp_path_factory) -> dict[str, Path]:
         save_checkpoint(root / f"{name}.pt", model=create_model(name, num_classes=2, width=2),
                         model_name=name, num_classes=2, model_options={"width": 2},
                         preprocessing={"mean": [0.5] * 3, "std": [0.25] * 3, "num_frames": 4})  # fmt: skip
+    import helpers  # tests/journeys/helpers.py
+
+    helpers.video_tree(root / "one_class", classes=("cat",), frames=8)  # one class folder per split
+    helpers.volume_tree(root / "vols1", shape=(1, 10, 16, 18), splits=("train", "val"))
     return {p.name: p for p in root.iterdir()}
 
 
@@ -48,6 +52,11 @@ MISTAKES = [
     (["inspect", "{c2d_tiny_nl1.pt}", "--input", "{missing.mp4}"], "--input: no such file"),
     (["demo", "--perturb", "init_noise=1e-6"], "--perturb: needs --seeds and --report"),
     (["predict", "{empty}", "--checkpoint", "{c2d_tiny_nl1.pt}"], "holds no video or image file"),
+    (["train", "--config", "smoke/folder_tiny", "data.root={one_class}", "--output-dir", "{out}"],
+     "the training data has one class ('cat'); classification needs at least two"),
+    (["train", "--config", "dense/unet3d_nl", "data.root={vols1}", "data.modalities=[]",
+      "model.overrides={in_channels: 4}", "--output-dir", "{out}"],
+     "model.overrides.in_channels=4 but the training data has 1 channel(s)"),
 ]  # fmt: skip
 
 
@@ -57,12 +66,20 @@ def test_a_mistake_is_one_line_and_exit_code_2(argv, message, files, tmp_path, c
 
     paths = {**{k: str(v) for k, v in files.items()}, "out": str(tmp_path / "m.onnx"),
              "missing.mp4": str(tmp_path / "missing.mp4"), "empty": str(tmp_path)}  # fmt: skip
-    args = [paths[a[1:-1]] if a.startswith("{") and a.endswith("}") else a for a in argv]
+    args = [_fill(a, paths) for a in argv]
     capsys.readouterr()
     assert main(args) == 2
     err = capsys.readouterr().err
     assert message in err, err
     assert "Traceback" not in err and err.count("\n") == 1, err
+
+
+def _fill(arg: str, paths: dict[str, str]) -> str:
+    """``{name}`` or ``key={name}`` with the fixture's path of ``name``."""
+    key, eq, value = arg.rpartition("=")
+    if value.startswith("{") and value.endswith("}") and value[1:-1] in paths:
+        return f"{key}{eq}{paths[value[1:-1]]}"
+    return arg
 
 
 def test_predict_takes_a_folder(files, capsys):
