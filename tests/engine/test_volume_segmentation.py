@@ -248,6 +248,12 @@ def test_first_run_volume_config_takes_channels_and_classes_from_the_data(tmp_pa
     assert info.model_options["in_channels"] == 1 and info.num_classes == 6
     val = json.loads((out / "summary.json").read_text())["val"]
     assert "mIoU" in val and not any(k.startswith("dice_et") for k in val)
+    masks = tmp_path / "masks"  # the user's next step: the trained checkpoint on new cases
+    argv = ["predict", str(one / "val" / "images"), "--checkpoint",
+            str(out / "checkpoints" / "final.pt"), "--output-dir", str(masks)]  # fmt: skip
+    assert main(argv) == 0
+    assert np.load(masks / "case0_mask.npy").shape == (10, 16, 18)
+    assert (masks / "case1_overlay.png").is_file()
     empty = helpers.volume_tree(tmp_path / "bg", shape=(1, 10, 16, 18), splits=("train",))
     for p in (empty / "train" / "masks").glob("*.npy"):
         np.save(p, np.zeros_like(np.load(p)))

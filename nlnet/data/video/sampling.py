@@ -135,6 +135,8 @@ class ClipSampler:
 
     #: whether the frames depend on the per-item generator (a training sampler).
     random: bool = False
+    #: clips (items before spatial views) a video gives; a test sampler sets its ``num_clips``.
+    num_clips: int = 1
 
     def __init__(self, clip_len: int, stride: int) -> None:
         for name, value in (("num_frames", clip_len), ("stride", stride)):
@@ -144,8 +146,8 @@ class ClipSampler:
 
     @property
     def clips_per_video(self) -> int:
-        """How many clips (items before spatial views) a video gives."""
-        raise NotImplementedError
+        """How many clips (items before spatial views) a video gives: ``num_clips``."""
+        return self.num_clips
 
     def __call__(
         self, video_frames: int, clip_index: int = 0, generator: torch.Generator | None = None
@@ -162,11 +164,6 @@ class RandomClipSampler(ClipSampler):
     frames, drawn from the item's generator (:func:`train_clip_indices`)."""
 
     random = True
-
-    @property
-    def clips_per_video(self) -> int:
-        """One random clip per video."""
-        return 1
 
     def __call__(
         self, video_frames: int, clip_index: int = 0, generator: torch.Generator | None = None
@@ -189,11 +186,6 @@ class UniformClipSampler(ClipSampler):
         super().__init__(clip_len, stride)
         _check_clips(num_clips)
         self.num_clips = num_clips
-
-    @property
-    def clips_per_video(self) -> int:
-        """``num_clips`` evenly spaced clips per video."""
-        return self.num_clips
 
     def __call__(
         self, video_frames: int, clip_index: int = 0, generator: torch.Generator | None = None
@@ -233,11 +225,6 @@ class SegmentClipSampler(ClipSampler):
         _check_clips(num_clips)
         self.num_clips = 1 if random else num_clips
         self.random = random
-
-    @property
-    def clips_per_video(self) -> int:
-        """One clip per video in training, ``num_clips`` in testing."""
-        return self.num_clips
 
     def __call__(
         self, video_frames: int, clip_index: int = 0, generator: torch.Generator | None = None
