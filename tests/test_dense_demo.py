@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,20 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path, dense_s
               "--report", str(tmp_path / "dense-seeds-unet-test" / "summary.json")]  # fmt: skip
     assert dense_seeds.main(report) == 0
     assert (tmp_path / "dense-seeds-unet-test.md").read_text() == text
+    assert "failures (unet2d_nl - unet2d >= +10 mDice not met)" in text
+    # several files of one recipe make one table; another recipe or a seed twice is refused
+    one = {"settings": {"lr": 1}, "split": "val", "runs": runs[:2]}
+    paths = [tmp_path / f"s{i}.json" for i in range(4)]
+    for path, summary in zip(paths, (one, {**one, "runs": runs[2:]},
+                                     {**one, "settings": {"lr": 2}, "runs": runs[4:]}, one)):  # fmt: skip
+        path.write_text(json.dumps(summary))
+    merged = dense_seeds.merged_summary([str(p) for p in paths[:2]])
+    assert merged["runs"] == runs and merged["split"] == "val"
+    for bad, message in ((paths[2], "another settings"), (paths[3], "seed(s) [0]")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            dense_seeds.merged_summary([str(paths[0]), str(bad)])
+    gap = dense_seeds.gap_line("unet", rows, models)
+    assert gap.startswith("failures (b - a >= +10 mDice not met): 1 of 3 seeds: seed(s) 1;")
     # screening seeds: validation figures only; a missing summary is one line
     for extra, message in ((["--seeds", "100"], "are screening seeds"),
                            (["--report", str(tmp_path / "none.json")], "--report: cannot read")):  # fmt: skip

@@ -29,7 +29,7 @@ last residual block (Table 2a), ``nl5`` = 2 blocks in res3 + 3 in res4 (Table 2c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -38,7 +38,7 @@ from torch import nn
 
 from nlnet.models.checks import check_input
 from nlnet.models.features import ClassifierContract, resnet_feature_info, resnet_intermediates
-from nlnet.models.placement import place_non_local, split_block_options
+from nlnet.models.placement import block_arguments, place_non_local
 from nlnet.models.registry import register_model
 from nlnet.models.video.resnet3d import inflation_pattern
 
@@ -228,18 +228,20 @@ class TinyC2D(ClassifierContract, nn.Module):
         return self.forward_head(self.forward_features(x))
 
 
-def build_tiny(blocks: str | None = None, **kwargs: Any) -> nn.Module:
+def build_tiny(
+    blocks: str | None = None, preset: Mapping[str, Any] | None = None, **kwargs: Any
+) -> nn.Module:
     """Build a :class:`TinyC2D` with non-local blocks at a placement preset.
 
     Args:
         blocks: ``None`` (the C2D baseline) or a preset (``"nl1"``, ``"nl5"``, ``"nl10"``,
             ``"res2"``..``"res5"``) or explicit module paths.
-        **kwargs: :class:`TinyC2D` options, ``nl_at`` (overrides ``blocks``), ``nl_options`` and
-            the block options of :data:`nlnet.models.placement.BLOCK_OPTIONS` (e.g. ``mode``).
+        preset: the variant's block options (``{"mode": "space"}``), under ``block``'s.
+        **kwargs: :class:`TinyC2D` options, ``placement`` (overrides ``blocks``) and ``block``
+            (:mod:`nlnet.models.placement`).
     """
-    at = kwargs.pop("nl_at", blocks)
-    opts = split_block_options(kwargs)
-    return place_non_local(TinyC2D(**kwargs), at, opts)
+    block, placement = block_arguments(kwargs, blocks)
+    return place_non_local(TinyC2D(**kwargs), placement, block, preset)
 
 
 def _cfg(blocks: str | None, arch: str = "c2d") -> dict[str, Any]:
@@ -272,15 +274,13 @@ def c2d_tiny_nl1(**kwargs: Any) -> nn.Module:
 @register_model(name="c2d_tiny_nl1_space", default_cfg=_cfg("nl1"))
 def c2d_tiny_nl1_space(**kwargs: Any) -> nn.Module:
     """Tiny C2D + 1 space-only non-local block in res4 (Table 2d space-only)."""
-    kwargs.setdefault("mode", "space")
-    return build_tiny("nl1", **kwargs)
+    return build_tiny("nl1", preset={"mode": "space"}, **kwargs)
 
 
 @register_model(name="c2d_tiny_nl1_time", default_cfg=_cfg("nl1"))
 def c2d_tiny_nl1_time(**kwargs: Any) -> nn.Module:
     """Tiny C2D + 1 time-only non-local block in res4 (Table 2d time-only)."""
-    kwargs.setdefault("mode", "time")
-    return build_tiny("nl1", **kwargs)
+    return build_tiny("nl1", preset={"mode": "time"}, **kwargs)
 
 
 @register_model(name="c2d_tiny_nl5", default_cfg=_cfg("nl5"))

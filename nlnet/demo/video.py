@@ -250,7 +250,7 @@ def demo_config(
     lr_mult = settings.block_lr_mult if has_blocks else 1.0
     overrides: dict[str, Any] = {"width": settings.width}
     if has_blocks and settings.block:  # recorded in the checkpoints: they rebuild this model
-        overrides["nl_options"] = dict(settings.block)
+        overrides["block"] = dict(settings.block)
     return config_from_dict({
         "model": {"name": name, "num_classes": num_classes, "dropout": settings.dropout,
                   "overrides": overrides},
@@ -318,7 +318,7 @@ def build_model(
 
     extra = {}
     if settings.block and get_model_entry(name).default_cfg.blocks:
-        extra["nl_options"] = dict(settings.block)
+        extra["block"] = dict(settings.block)
     model = create_model(
         name, num_classes=settings.task.num_classes, width=settings.width,
         dropout=settings.dropout, **extra,

@@ -148,18 +148,25 @@ def passes(row: dict[str, Any]) -> bool | None:
 def failure_line(rows: list[dict[str, Any]]) -> str:
     """``failures: k of n seeds (...)`` with the exact (Clopper-Pearson) 95% interval of the
     failure rate; ``""`` when no row has the non-local model."""
+    verdicts = {row["seed"]: passes(row) for row in rows}
+    bar = f"{NON_LOCAL} >= {NL_BAR:.0f}%" + (
+        f" and {BASELINE} <= {C2D_BAR:.0f}%"
+        if any(not math.isnan(r.get(BASELINE, math.nan)) for r in rows) else ""
+    )  # fmt: skip
+    return verdict_line(verdicts, bar)
+
+
+def verdict_line(verdicts: dict[int, bool | None], bar: str) -> str:
+    """``failures (BAR not met): k of n seeds: seed(s) ...; 95% interval ...`` over the seeds
+    judged (``None``: not judged), with the exact (Clopper-Pearson) interval of the failure
+    rate; ``""`` when no seed was judged."""
     from scipy.stats import binomtest
 
-    verdicts = {row["seed"]: passes(row) for row in rows}
     judged = {s: v for s, v in verdicts.items() if v is not None}
     if not judged:
         return ""
     failed = sorted(s for s, v in judged.items() if not v)
     ci = binomtest(len(failed), len(judged)).proportion_ci(method="exact")
-    bar = f"{NON_LOCAL} >= {NL_BAR:.0f}%" + (
-        f" and {BASELINE} <= {C2D_BAR:.0f}%"
-        if any(not math.isnan(r.get(BASELINE, math.nan)) for r in rows) else ""
-    )  # fmt: skip
     which = f": seed(s) {', '.join(map(str, failed))}" if failed else ""
     return (
         f"failures ({bar} not met): {len(failed)} of {len(judged)} seeds{which}; 95% interval "

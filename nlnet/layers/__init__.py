@@ -1,6 +1,7 @@
 """Neural-network modules: the non-local block and the self-attention layers."""
 
 from nlnet.layers.attention import MultiheadSelfAttention
+from nlnet.layers.block_spec import BlockOptions
 from nlnet.layers.nonlocal_block import NonLocal1d, NonLocal2d, NonLocal3d, NonLocalNd
 from nlnet.layers.pos_embed import LearnedPositionEmbedding, SinusoidalPositionEmbedding
 from nlnet.layers.window_attention import (
@@ -12,6 +13,7 @@ from nlnet.layers.window_attention import (
 )
 
 __all__ = [
+    "BlockOptions",
     "LearnedPositionEmbedding",
     "MultiheadSelfAttention",
     "NonLocal1d",

@@ -41,7 +41,6 @@ exactly zero.
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Sequence
 from typing import Literal
@@ -475,14 +474,7 @@ class NonLocal3d(NonLocalNd):
 
 #: The block's options (every keyword-only argument): the names that model builders pass on to
 #: their blocks (:func:`nlnet.models.registry.create_model`), read from the signature itself.
-BLOCK_OPTIONS: tuple[str, ...] = tuple(
-    p.name
-    for p in inspect.signature(NonLocalNd.__init__).parameters.values()
-    if p.kind is inspect.Parameter.KEYWORD_ONLY
-)
-
 __all__ = [
-    "BLOCK_OPTIONS",
     "INSTANTIATIONS",
     "MODES",
     "NORMS",

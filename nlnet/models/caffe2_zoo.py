@@ -18,9 +18,9 @@ one of them exactly, as read from the released builders:
   ``W_z`` (``USE_BN``, Section 4.1). The Kinetics-initialised long-clip files
   (``*_I3D_pretrain_*``, ``USE_AFFINE``: frozen BN as a per-channel affine layer) have blocks
   without a norm whose ``W_z`` has a bias (``USE_BN: False``, ``USE_ZERO_INIT_CONV: True``:
-  ``norm=None``), and res3's blocks attend within groups of 4 consecutive frames
+  ``block={"norm": None}``), and res3's blocks attend within groups of 4 consecutive frames
   (``res_stage_nonlocal_group``, ``group_size=4``) while res4's do not
-  (``nl_stage_options={"res3": {"temporal_groups": 4}}``).
+  (``placement={"at": "nl5", "stage_options": {"res3": {"temporal_groups": 4}}}``).
 * **Preprocessing.** ``(x - 114.75) / 57.375`` on 0-255 pixels for every channel
   (``MODEL.MEAN``/``MODEL.STD``), i.e. mean 0.45 and std 0.225 on 0-1 pixels, RGB order (the
   released decoder writes ``RGB24`` and ``MODEL.USE_BGR`` is false).
@@ -61,7 +61,10 @@ RELEASED_TEST: dict[str, Any] = {"clips": 10, "crops": 3, "head": "fully_conv"}
 
 _ORG = {"pooling": "caffe2", "temporal_strides": [2, 2, 2]}  # resnet_video_org.py (32x2, 128x1)
 _FAST = {"pooling": "caffe2", "temporal_strides": [1, 1, 2]}  # resnet_video.py (8x8, 32x4)
-_AFFINE_NL = {"norm": None, "nl_stage_options": {"res3": {"temporal_groups": 4}}}
+_AFFINE_NL = {
+    "block": {"norm": None},
+    "placement": {"at": "nl5", "stage_options": {"res3": {"temporal_groups": 4}}},
+}
 
 
 @dataclass(frozen=True)

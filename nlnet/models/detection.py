@@ -46,6 +46,7 @@ This module registers the model names; the builders are in :mod:`nlnet.models.de
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from torch import nn
@@ -59,10 +60,12 @@ from nlnet.models.detection_builders import (
     build_keypoint_rcnn,
     build_mask_rcnn,
     build_tiny_mask_rcnn,
+    detector_placement,
     insert_fpn_blocks,
+    place_detector_blocks,
 )
 from nlnet.models.model_cfg import ModelCfg
-from nlnet.models.placement import split_block_options
+from nlnet.models.placement import block_arguments
 from nlnet.models.registry import register_model
 
 __all__ = [
@@ -122,83 +125,92 @@ def _tiny_cfg(blocks: str | None) -> ModelCfg:
     )
 
 
-def _block_options(name: str, has_block: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
-    opts = split_block_options(kwargs)
-    if opts and not has_block and kwargs.get("fpn_levels") is None:
-        raise ValueError(f"block options {sorted(opts)} given to {name}, which has no block")
-    return opts
+#: The older keywords of a detector's placement (read by :func:`_detector` with a warning).
+_LEGACY_FLAGS = ("backbone_block", "fpn_levels", "head_blocks")
+
+
+def _detector(
+    builder: Any, args: tuple, kwargs: dict[str, Any], *, backbone: bool = False,
+    fpn: bool = False, head: bool = False,
+) -> nn.Module:  # fmt: skip
+    """A registered detector: the plain model from ``builder``, then its blocks where
+    ``placement=`` says (default: the entry's, from ``backbone`` / ``fpn`` / ``head``) with
+    ``block=`` options (:func:`~nlnet.models.detection_builders.place_detector_blocks`)."""
+    flags = {"backbone_block": backbone, "fpn_levels": FPN_LEVELS if fpn else None,
+             "head_blocks": head}  # fmt: skip
+    old = {k: kwargs.pop(k) for k in _LEGACY_FLAGS if k in kwargs}
+    given = "placement" in kwargs or "nl_at" in kwargs
+    block, placement = block_arguments(kwargs)
+    for key in old:
+        warnings.warn(f"{key}= is deprecated; write placement=[module paths] "
+                      "(nlnet.models.detection_builders.detector_placement)",
+                      DeprecationWarning, stacklevel=3)  # fmt: skip
+    if old and given:
+        raise ValueError(f"placement: given twice (placement= and {sorted(old)}); give one")
+    plain = {"backbone_block": False, "fpn_levels": None}
+    if builder is build_keypoint_rcnn:
+        plain["head_blocks"] = False
+    model = builder(*args, **plain, **kwargs)
+    if not given:
+        placement = detector_placement(model, **{**flags, **old})
+    return place_detector_blocks(model, placement, block)
 
 
 @register_model(default_cfg=_cfg("instance_segmentation", 50, None, 91))
 def maskrcnn_r50_fpn(**kwargs: Any) -> nn.Module:
     """torchvision Mask R-CNN ResNet-50-FPN (Table 5 baseline)"""
-    opts = _block_options("maskrcnn_r50_fpn", False, kwargs)
-    return build_mask_rcnn(50, backbone_block=False, block_options=opts, **kwargs)
+    return _detector(build_mask_rcnn, (50,), kwargs)
 
 
 @register_model(default_cfg=_cfg("instance_segmentation", 50, "res4", 91))
 def maskrcnn_r50_fpn_nl(**kwargs: Any) -> nn.Module:
     """torchvision Mask R-CNN ResNet-50-FPN, 1 non-local block in res4 (Table 5)"""
-    opts = _block_options("maskrcnn_r50_fpn_nl", True, kwargs)
-    return build_mask_rcnn(50, backbone_block=True, block_options=opts, **kwargs)
+    return _detector(build_mask_rcnn, (50,), kwargs, backbone=True)
 
 
 @register_model(default_cfg=_cfg("instance_segmentation", 101, None, 91))
 def maskrcnn_r101_fpn(**kwargs: Any) -> nn.Module:
     """torchvision Mask R-CNN ResNet-101-FPN (Table 5 baseline)"""
-    opts = _block_options("maskrcnn_r101_fpn", False, kwargs)
-    return build_mask_rcnn(101, backbone_block=False, block_options=opts, **kwargs)
+    return _detector(build_mask_rcnn, (101,), kwargs)
 
 
 @register_model(default_cfg=_cfg("instance_segmentation", 101, "res4", 91))
 def maskrcnn_r101_fpn_nl(**kwargs: Any) -> nn.Module:
     """torchvision Mask R-CNN ResNet-101-FPN, 1 non-local block in res4 (Table 5)"""
-    opts = _block_options("maskrcnn_r101_fpn_nl", True, kwargs)
-    return build_mask_rcnn(101, backbone_block=True, block_options=opts, **kwargs)
+    return _detector(build_mask_rcnn, (101,), kwargs, backbone=True)
 
 
 @register_model(default_cfg=_cfg("keypoints", 101, None, 2))
 def keypointrcnn_r101_fpn(**kwargs: Any) -> nn.Module:
     """torchvision Keypoint R-CNN ResNet-101-FPN (Table 6 baseline)"""
-    opts = _block_options("keypointrcnn_r101_fpn", False, kwargs)
-    return build_keypoint_rcnn(
-        101, head_blocks=False, backbone_block=False, block_options=opts, **kwargs
-    )
+    return _detector(build_keypoint_rcnn, (101,), kwargs)
 
 
 @register_model(default_cfg=_cfg("keypoints", 101, "nlhead", 2))
 def keypointrcnn_r101_fpn_nlhead(**kwargs: Any) -> nn.Module:
     """torchvision Keypoint R-CNN ResNet-101-FPN, 4 non-local blocks in the keypoint head
     (Table 6)"""
-    opts = _block_options("keypointrcnn_r101_fpn_nlhead", True, kwargs)
-    return build_keypoint_rcnn(
-        101, head_blocks=True, backbone_block=False, block_options=opts, **kwargs
-    )
+    return _detector(build_keypoint_rcnn, (101,), kwargs, head=True)
 
 
 @register_model(default_cfg=_cfg("keypoints", 101, "nlhead_nl1", 2))
 def keypointrcnn_r101_fpn_nlhead_nl1(**kwargs: Any) -> nn.Module:
     """torchvision Keypoint R-CNN ResNet-101-FPN, 4 blocks in the keypoint head + 1 in res4
     (Table 6)"""
-    opts = _block_options("keypointrcnn_r101_fpn_nlhead_nl1", True, kwargs)
-    return build_keypoint_rcnn(
-        101, head_blocks=True, backbone_block=True, block_options=opts, **kwargs
-    )
+    return _detector(build_keypoint_rcnn, (101,), kwargs, head=True, backbone=True)
 
 
 @register_model(default_cfg=_tiny_cfg(None))
 def maskrcnn_tiny(**kwargs: Any) -> nn.Module:
     """CPU-sized Mask R-CNN (BasicBlock ResNet + FPN) for 64x64 images, no block"""
-    opts = _block_options("maskrcnn_tiny", False, kwargs)
-    return build_tiny_mask_rcnn(backbone_block=False, block_options=opts, **kwargs)
+    return _detector(build_tiny_mask_rcnn, (), kwargs)
 
 
 @register_model(default_cfg=_tiny_cfg("res4"))
 def maskrcnn_tiny_nl(**kwargs: Any) -> nn.Module:
     """CPU-sized Mask R-CNN (BasicBlock ResNet + FPN) for 64x64 images, 1 non-local block in
     res4 (as Table 5)"""
-    opts = _block_options("maskrcnn_tiny_nl", True, kwargs)
-    return build_tiny_mask_rcnn(backbone_block=True, block_options=opts, **kwargs)
+    return _detector(build_tiny_mask_rcnn, (), kwargs, backbone=True)
 
 
 # the practitioner's multi-scale use case: blocks at several FPN levels (P3..P5 by default)
@@ -206,30 +218,23 @@ def maskrcnn_tiny_nl(**kwargs: Any) -> nn.Module:
 def maskrcnn_r50_fpn_nlfpn(**kwargs: Any) -> nn.Module:
     """torchvision Mask R-CNN ResNet-50-FPN, 1 non-local block at each of P3, P4, P5
     (fpn_levels=)"""
-    opts = _block_options("maskrcnn_r50_fpn_nlfpn", True, kwargs)
-    kwargs = {"fpn_levels": FPN_LEVELS, **kwargs}
-    return build_mask_rcnn(50, backbone_block=False, block_options=opts, **kwargs)
+    return _detector(build_mask_rcnn, (50,), kwargs, fpn=True)
 
 
 @register_model(default_cfg=_cfg("object_detection", 50, None, 91))
 def fasterrcnn_r50_fpn(**kwargs: Any) -> nn.Module:
     """torchvision Faster R-CNN ResNet-50-FPN, no block"""
-    opts = _block_options("fasterrcnn_r50_fpn", False, kwargs)
-    return build_faster_rcnn(50, block_options=opts, **kwargs)
+    return _detector(build_faster_rcnn, (50,), kwargs)
 
 
 @register_model(default_cfg=_cfg("object_detection", 50, "fpn", 91))
 def fasterrcnn_r50_fpn_nlfpn(**kwargs: Any) -> nn.Module:
     """torchvision Faster R-CNN ResNet-50-FPN, 1 non-local block at each of P3, P4, P5
     (fpn_levels=)"""
-    opts = _block_options("fasterrcnn_r50_fpn_nlfpn", True, kwargs)
-    kwargs = {"fpn_levels": FPN_LEVELS, **kwargs}
-    return build_faster_rcnn(50, block_options=opts, **kwargs)
+    return _detector(build_faster_rcnn, (50,), kwargs, fpn=True)
 
 
 @register_model(default_cfg=_tiny_cfg("fpn"))
 def maskrcnn_tiny_nlfpn(**kwargs: Any) -> nn.Module:
     """CPU-sized Mask R-CNN for 64x64 images, 1 non-local block at each of P3, P4, P5"""
-    opts = _block_options("maskrcnn_tiny_nlfpn", True, kwargs)
-    kwargs = {"fpn_levels": FPN_LEVELS, **kwargs}
-    return build_tiny_mask_rcnn(backbone_block=False, block_options=opts, **kwargs)
+    return _detector(build_tiny_mask_rcnn, (), kwargs, fpn=True)

@@ -25,9 +25,11 @@ from torchvision.models.detection.mask_rcnn import MaskRCNNHeads, MaskRCNNPredic
 from torchvision.models.detection.rpn import RPNHead
 from torchvision.ops import FrozenBatchNorm2d
 
+from nlnet.layers.block_spec import BlockLike
 from nlnet.layers.nonlocal_block import NonLocal2d
+from nlnet.models.placement import Placement, family_block, place_non_local
 from nlnet.models.resnet_layout import BLOCK_CONFIG
-from nlnet.models.surgery import VIDEO_DEFAULTS, insert_non_local, non_local_paths
+from nlnet.models.surgery import insert_non_local, non_local_paths
 
 _DEPTHS: dict[int, Callable[..., resnet.ResNet]] = {50: resnet.resnet50, 101: resnet.resnet101}
 _DETECTION_DEPTHS = (50, 101)  # the depths of the paper's Mask R-CNN backbones (Sec. 6)
@@ -49,7 +51,7 @@ FPN_LEVELS: tuple[int, ...] = (1, 2, 3)
 
 
 def insert_fpn_blocks(
-    model: nn.Module, levels: Sequence[int], block_options: dict[str, Any] | None = None
+    model: nn.Module, levels: Sequence[int], block_options: BlockLike = None
 ) -> nn.Module:
     """One 2D block on the lateral output of each FPN level in ``levels`` (0 = P2 .. 3 = P5),
     with ``sub_sample=2`` (the guide's setting) unless ``block_options`` say otherwise.
@@ -61,14 +63,7 @@ def insert_fpn_blocks(
     A block after a level's 3x3 output convolution (``layer_blocks``) would change that level
     only: the top-down pathway sums the lateral maps, not the outputs.
     """
-    n = len(model.backbone.fpn.inner_blocks)
-    levels = list(levels)
-    if not levels or any(not isinstance(i, int) or not 0 <= i < n for i in levels):
-        raise ValueError(
-            f"fpn_levels: expected a non-empty list of levels in 0..{n - 1}, got {levels}"
-        )
-    paths = [f"backbone.fpn.inner_blocks.{i}" for i in levels]
-    return insert_non_local(model, paths, dim=2, **{"sub_sample": 2, **(block_options or {})})
+    return place_detector_blocks(model, detector_placement(model, fpn_levels=levels), block_options)
 
 
 def _fpn_backbone(
@@ -127,13 +122,80 @@ def _with_blocks(
     depth: int,
     backbone_block: bool,
     fpn_levels: Sequence[int] | None,
-    block_options: dict[str, Any] | None,
+    block_options: BlockLike,
+    head_blocks: bool = False,
 ) -> nn.Module:
-    """``model`` with one block in res4 (``backbone_block``, Table 5) and/or one per FPN level."""
+    """``model`` with one block in res4 (``backbone_block``, Table 5), one per FPN level and/or
+    the keypoint head's four (:func:`detector_placement`, :func:`place_detector_blocks`)."""
+    del depth  # the backbone's own stage lengths place the res4 block
+    placement = detector_placement(model, backbone_block=backbone_block,
+                                   fpn_levels=fpn_levels, head_blocks=head_blocks)  # fmt: skip
+    if placement is None:
+        return model  # the plain baseline
+    return place_detector_blocks(model, placement, block_options)
+
+
+#: The FPN blocks' preset: the guide's 2x2 max-pool subsampling of the keys.
+FPN_BLOCK: dict[str, Any] = {"sub_sample": 2}
+
+
+def _body_lengths(model: nn.Module) -> list[int]:
+    body = model.backbone.body
+    return [len([n for n, _ in body.get_submodule(f"layer{i}").named_children()
+                 if n != "non_local"]) for i in range(1, 5)]  # fmt: skip
+
+
+def detector_placement(
+    model: nn.Module, *, backbone_block: bool = False, fpn_levels: Sequence[int] | None = None,
+    head_blocks: bool = False,
+) -> Placement | None:  # fmt: skip
+    """The module paths of a detector's blocks: right before the last residual block of res4
+    (Table 5), the lateral output of each FPN level in ``fpn_levels`` (0..3 = P2..P5, see
+    :func:`insert_fpn_blocks`), the keypoint head's four (Table 6); ``None`` for none."""
+    paths = []
     if backbone_block:
-        insert_non_local(model, backbone_non_local_path(depth), dim=2, **(block_options or {}))
+        lengths = _body_lengths(model)
+        if lengths[2] < 2:
+            raise ValueError(
+                f"layers: res4 needs >= 2 blocks for the block before its last, got {lengths}"
+            )
+        paths.append("backbone.body." + non_local_paths("res4", lengths)[0])
     if fpn_levels is not None:
-        insert_fpn_blocks(model, fpn_levels, block_options)
+        n = len(model.backbone.fpn.inner_blocks)
+        levels = list(fpn_levels)
+        if not levels or any(not isinstance(i, int) or not 0 <= i < n for i in levels):
+            raise ValueError(
+                f"fpn_levels: expected a non-empty list of levels in 0..{n - 1}, got {levels}"
+            )
+        paths += [f"backbone.fpn.inner_blocks.{i}" for i in levels]
+    if head_blocks:
+        paths += list(KEYPOINT_HEAD_PATHS)
+    return Placement(paths=tuple(paths)) if paths else None
+
+
+def place_detector_blocks(
+    model: nn.Module, placement: Placement | None, block: BlockLike
+) -> nn.Module:
+    """Insert 2D blocks where ``placement`` says (in place): a preset names the backbone's
+    stages (``"res4"``: ``backbone.body.layer3.<n-2>``), paths are the detector's own. Blocks
+    on the FPN start from :data:`FPN_BLOCK`, the others from the block's defaults; ``block``
+    changes both. A keypoint-head block passes an empty RoI batch through (torchvision runs
+    the head on 0 RoIs when nothing is found)."""
+    if placement is None:
+        return place_non_local(model, None, block)
+    paths = (["backbone.body." + p for p in placement.resolve(_body_lengths(model))]
+             if placement.preset else list(placement.paths))  # fmt: skip
+    head = [p for p in paths if p.startswith("roi_heads.keypoint_head.")]
+    fpn = [p for p in paths if p.startswith("backbone.fpn.")]
+    other = [p for p in paths if p not in head and p not in fpn]
+    for path in head:  # first: the order of the earlier builders (same initialisation)
+        relu = model.get_submodule(path)
+        channels = model.roi_heads.keypoint_head[0].out_channels  # 512
+        relu.add_module("non_local", NonLocal2d(channels, **family_block(block).kwargs()))
+        relu.register_forward_hook(_non_local_unless_empty)
+    for where, preset in ((other, None), (fpn, FPN_BLOCK)):
+        if where:
+            insert_non_local(model, where, dim=2, **family_block(block, preset).kwargs())
     return model
 
 
@@ -256,16 +318,7 @@ def build_keypoint_rcnn(
         num_keypoints=num_keypoints,
         **detector_kwargs,
     )
-    opts = block_options or {}
-    if head_blocks:
-        channels = model.roi_heads.keypoint_head[0].out_channels  # 512
-        for path in KEYPOINT_HEAD_PATHS:
-            # same naming as insert_non_local (``<path>.non_local``), but a hook that passes an
-            # empty RoI batch through: torchvision runs the head on 0 RoIs when nothing is found
-            relu = model.get_submodule(path)
-            relu.add_module("non_local", NonLocal2d(channels, **{**VIDEO_DEFAULTS, **opts}))
-            relu.register_forward_hook(_non_local_unless_empty)
-    return _with_blocks(model, depth, backbone_block, fpn_levels, opts)
+    return _with_blocks(model, depth, backbone_block, fpn_levels, block_options, head_blocks)
 
 
 def _non_local_unless_empty(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
@@ -374,9 +427,4 @@ def build_tiny_mask_rcnn(
         **detector_kwargs,
     }  # fmt: skip
     model = MaskRCNN(backbone, num_classes=None, **kwargs)
-    if backbone_block:
-        path = f"backbone.body.layer3.{layers[2] - 2}"
-        insert_non_local(model, path, dim=2, **(block_options or {}))
-    if fpn_levels is not None:
-        insert_fpn_blocks(model, fpn_levels, block_options)
-    return model
+    return _with_blocks(model, 0, backbone_block, fpn_levels, block_options)

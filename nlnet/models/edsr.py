@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from nlnet.models.checks import check_input
-from nlnet.models.placement import place_non_local, split_block_options
+from nlnet.models.placement import block_arguments, place_non_local
 from nlnet.models.registry import register_model
 
 __all__ = ["SRNet", "EDSR", "ResBlock", "ResidualControl2d", "Upsampler", "SR_BLOCK",
@@ -242,13 +242,11 @@ def sr_block_path(n: int, prefix: str = "body") -> str:
 
 def build_edsr(with_block: bool, **kwargs: Any) -> EDSR:
     """:class:`EDSR` with one block (``SR_BLOCK`` unless overridden) in the middle of the body."""
-    opts = split_block_options(kwargs)
     default_at = sr_block_path(kwargs.get("n_resblocks", 16)) if with_block else None
-    at = kwargs.pop("nl_at", default_at)
+    block, placement = block_arguments(kwargs, default_at)
     model = EDSR(**kwargs)
-    if at:
-        opts = {**SR_BLOCK, "dim": 2, "in_channels": model.head.out_channels, **opts}
-    return place_non_local(model, at, opts)
+    where = {"dim": 2, "in_channels": model.head.out_channels}
+    return place_non_local(model, placement, block, SR_BLOCK, **where)
 
 
 def build_edsr_control(**kwargs: Any) -> EDSR:
@@ -256,8 +254,7 @@ def build_edsr_control(**kwargs: Any) -> EDSR:
     :func:`build_edsr` puts the block (a new unit of the body after unit ``n // 2 - 1``)."""
     from nlnet.layers.nonlocal_block import NonLocal2d
 
-    opts = split_block_options(kwargs)
-    at = kwargs.pop("nl_at", None)
+    block, placement = block_arguments(kwargs)
     model = EDSR(**kwargs)
     channels = model.head.out_channels
     with torch.device("meta"):
@@ -268,7 +265,7 @@ def build_edsr_control(**kwargs: Any) -> EDSR:
     k = int(sr_block_path(len(units) - 1).split(".")[1]) + 1
     control = control.to(device=ref.device, dtype=ref.dtype)
     model.body = nn.Sequential(*units[:k], control, *units[k:])
-    return place_non_local(model, at, opts)
+    return place_non_local(model, placement, block, SR_BLOCK, dim=2, in_channels=channels)
 
 
 def sr_cfg(blocks: str | None, family: str) -> dict[str, Any]:

@@ -25,12 +25,19 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.models import resnet
 
+from nlnet.layers.block_spec import BlockLike
 from nlnet.models.checks import check_input
 from nlnet.models.features import ClassifierContract, resnet_feature_info, resnet_intermediates
-from nlnet.models.placement import split_block_options
+from nlnet.models.placement import (
+    Placement,
+    PlacementLike,
+    block_arguments,
+    check_no_block,
+    family_block,
+    place_non_local,
+)
 from nlnet.models.registry import register_model
 from nlnet.models.resnet_layout import BASIC_BLOCK_DEPTHS, BLOCK_CONFIG
-from nlnet.models.surgery import insert_non_local, non_local_paths
 
 __all__ = [
     "ImageResNet",
@@ -38,7 +45,15 @@ __all__ = [
     "resnet_non_local",
     "SegmentationHead",
     "SegmentationNet",
+    "HEAD_BLOCK",
+    "GUIDE_IMAGE_BLOCK",
+    "build_segmentation",
 ]
+
+#: The guide's segmentation head block: reduction 2, 2x2 max-pool subsampling of the keys.
+HEAD_BLOCK: dict[str, Any] = {"reduction": 2, "sub_sample": 2}
+#: The guide's ``ResNet50NonLocal`` block after stage 4: reduction 2, no subsampling.
+GUIDE_IMAGE_BLOCK: dict[str, Any] = {"reduction": 2, "sub_sample": False}
 
 torch.fx.wrap("check_input")  # traceable input check (models/checks.py)
 
@@ -96,32 +111,47 @@ def torchvision_resnet(depth: int, **kwargs: Any) -> ImageResNet:
 def resnet_non_local(
     depth: int = 50,
     num_classes: int = 1000,
-    at: str | Sequence[str] = "res4",
+    placement: PlacementLike = "res4",
     *,
     width_per_group: int = 64,
-    **block_options: Any,
+    block: BlockLike = None,
 ) -> ImageResNet:
     """A torchvision image ResNet with non-local blocks (2D blocks).
 
     Args:
         depth: 18, 34, 50, 101 or 152.
         num_classes: classifier outputs.
-        at: a placement preset (``"res4"`` = right before the last residual block of res4,
-            the COCO setting of Section 6; see :data:`nlnet.models.surgery.PLACEMENTS`),
-            ``"after_layer4"`` (the guide's ``ResNet50NonLocal``) or module paths.
+        placement: a preset (``"res4"`` = right before the last residual block of res4, the
+            COCO setting of Section 6; :data:`nlnet.models.surgery.PLACEMENTS`), module paths
+            (``"layer4"``: after stage 4, the guide's ``ResNet50NonLocal``) or anything
+            :meth:`~nlnet.models.placement.Placement.of` reads.
         width_per_group: torchvision's bottleneck width (64 = standard; smaller for tests).
-        **block_options: options of :class:`nlnet.layers.nonlocal_block.NonLocal2d`.
+        block: options of :class:`nlnet.layers.nonlocal_block.NonLocal2d` (a record, or a
+            mapping of changes over the block's defaults).
 
     Returns:
         The ResNet; input ``(B, 3, H, W)``, output ``(B, num_classes)``.
     """
     model = torchvision_resnet(depth, num_classes=num_classes, width_per_group=width_per_group)
-    if at == "after_layer4":
-        at = "layer4"
-    elif isinstance(at, str) and at.startswith(("res", "nl")):
-        layers = tuple(len(getattr(model, f"layer{i}")) for i in range(1, 5))
-        at = non_local_paths(at, layers)
-    return insert_non_local(model, at, **block_options)
+    return place_non_local(model, Placement.of(placement), block, dim=2)
+
+
+def build_segmentation(
+    cls: type[nn.Module], with_block: bool, kwargs: dict[str, Any], *args: Any
+) -> nn.Module:
+    """A registered segmentation net (:class:`SegmentationNet` or the tiny one): its head's
+    block where ``placement="head"`` (the name's default with ``with_block``), other module
+    paths after construction; ``block=`` changes :data:`HEAD_BLOCK` for all of them."""
+    block, placement = block_arguments(kwargs, "head" if with_block else None)
+    paths = placement.paths if placement is not None and not placement.preset else ()
+    if placement is not None and placement.preset:
+        paths = tuple(placement.resolve())
+    in_head = "head" in paths
+    model = cls(*args, use_attention=in_head, block=block if in_head else None, **kwargs)
+    if len(paths) == in_head:  # the head's block only, or none
+        return place_non_local(model, None, None if in_head else block)
+    rest = Placement(paths=tuple(p for p in paths if p != "head"))
+    return place_non_local(model, rest, block, HEAD_BLOCK, dim=2)
 
 
 class SegmentationHead(nn.Module):
@@ -132,7 +162,9 @@ class SegmentationHead(nn.Module):
         num_classes: classes per pixel (19 for Cityscapes).
         use_attention: insert a non-local block after the channel reduction.
         mid_channels: channels after the reduction (512 in the guide).
-        **block_options: options of the 2D block; default ``reduction=2, sub_sample=2``.
+        block: options of the 2D block (:class:`~nlnet.layers.block_spec.BlockOptions`, or a
+            mapping of changes over :data:`HEAD_BLOCK`, the guide's ``reduction=2,
+            sub_sample=2``).
 
     Input ``(B, in_channels, h, w)``; output ``(B, num_classes, h, w)`` (not upsampled).
     """
@@ -143,7 +175,7 @@ class SegmentationHead(nn.Module):
         num_classes: int = 19,
         use_attention: bool = True,
         mid_channels: int = 512,
-        **block_options: Any,
+        block: BlockLike = None,
     ) -> None:
         super().__init__()
         from nlnet.layers.nonlocal_block import NonLocal2d
@@ -155,9 +187,10 @@ class SegmentationHead(nn.Module):
             nn.ReLU(inplace=True),
         )
         if self.use_attention:
-            opts = {"reduction": 2, "sub_sample": 2, **block_options}
+            opts = family_block(block, HEAD_BLOCK).kwargs()
             self.non_local: nn.Module | None = NonLocal2d(mid_channels, **opts)
         else:
+            check_no_block(block)
             self.non_local = None
         self.classifier = nn.Conv2d(mid_channels, num_classes, 1)
 
@@ -180,7 +213,7 @@ class SegmentationNet(nn.Module):
         use_attention: with or without the non-local block in the head.
         mid_channels: channels of the head (512 in the guide).
         width_per_group: torchvision's bottleneck width (64 = standard; smaller for tests).
-        **block_options: options of the head's non-local block.
+        block: options of the head's non-local block (:class:`SegmentationHead`).
 
     Input ``(B, 3, H, W)``; output logits ``(B, num_classes, H, W)``.
     """
@@ -193,7 +226,7 @@ class SegmentationNet(nn.Module):
         *,
         mid_channels: int = 512,
         width_per_group: int = 64,
-        **block_options: Any,
+        block: BlockLike = None,
     ) -> None:
         super().__init__()
         if depth < 50:
@@ -204,7 +237,7 @@ class SegmentationNet(nn.Module):
         for name in ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4"):
             self.add_module(name, getattr(base, name))
         self.head = SegmentationHead(
-            2048, num_classes, use_attention, mid_channels=mid_channels, **block_options
+            2048, num_classes, use_attention, mid_channels=mid_channels, block=block
         )
 
     def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -254,8 +287,8 @@ _IMAGE_CFG = {
 )
 def resnet50_nl_coco(**kwargs: Any) -> nn.Module:
     """ResNet-50 with one 2D block after ``layer3.4`` (Section 6 of the paper)."""
-    opts = split_block_options(kwargs)
-    return resnet_non_local(50, at=kwargs.pop("nl_at", "res4"), **kwargs, **opts)
+    block, placement = block_arguments(kwargs, "res4")
+    return resnet_non_local(50, placement=placement, block=block, **kwargs)
 
 
 @register_model(
@@ -264,8 +297,8 @@ def resnet50_nl_coco(**kwargs: Any) -> nn.Module:
 )
 def resnet101_nl_coco(**kwargs: Any) -> nn.Module:
     """ResNet-101 with one 2D block after ``layer3.21`` (Section 6 of the paper)."""
-    opts = split_block_options(kwargs)
-    return resnet_non_local(101, at=kwargs.pop("nl_at", "res4"), **kwargs, **opts)
+    block, placement = block_arguments(kwargs, "res4")
+    return resnet_non_local(101, placement=placement, block=block, **kwargs)
 
 
 @register_model(
@@ -274,9 +307,9 @@ def resnet101_nl_coco(**kwargs: Any) -> nn.Module:
 )
 def resnet50_nl_guide(**kwargs: Any) -> nn.Module:
     """The guide's ``ResNet50NonLocal``: reduction 2, no subsampling, after stage 4."""
-    opts = {"reduction": 2, "sub_sample": False, **split_block_options(kwargs)}
-    at = kwargs.pop("nl_at", "after_layer4")
-    return resnet_non_local(50, at=at, **kwargs, **opts)
+    block, placement = block_arguments(kwargs, "layer4")
+    model = torchvision_resnet(50, **kwargs)
+    return place_non_local(model, placement, block, GUIDE_IMAGE_BLOCK, dim=2)
 
 
 _SEG_CFG = {
@@ -299,7 +332,7 @@ _SEG_CFG = {
 )
 def seg_r50(**kwargs: Any) -> nn.Module:
     """Segmentation baseline of the guide (``use_attention=False``)."""
-    return SegmentationNet(50, use_attention=False, **kwargs)
+    return build_segmentation(SegmentationNet, False, kwargs, 50)
 
 
 @register_model(
@@ -308,4 +341,4 @@ def seg_r50(**kwargs: Any) -> nn.Module:
 )
 def seg_r50_nl(**kwargs: Any) -> nn.Module:
     """Segmentation head of the guide with attention (reduction 2, sub_sample 2)."""
-    return SegmentationNet(50, use_attention=True, **kwargs)
+    return build_segmentation(SegmentationNet, True, kwargs, 50)

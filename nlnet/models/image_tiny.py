@@ -19,9 +19,8 @@ from torchvision.models import resnet
 
 from nlnet.models.features import resnet_feature_info
 from nlnet.models.image import ImageResNet
-from nlnet.models.placement import split_block_options
+from nlnet.models.placement import block_arguments, place_non_local
 from nlnet.models.registry import register_model
-from nlnet.models.surgery import insert_non_local, non_local_paths
 
 __all__ = ["TinyImageResNet", "resnet_tiny", "resnet_tiny_nl1"]
 
@@ -107,7 +106,5 @@ def resnet_tiny(**kwargs: Any) -> nn.Module:
 def resnet_tiny_nl1(**kwargs: Any) -> nn.Module:
     """:class:`TinyImageResNet` with one 2D block after ``layer3.0`` (the paper's embedded
     Gaussian; the block's own options through ``kwargs``)."""
-    opts = split_block_options(kwargs)
-    model = TinyImageResNet(**kwargs)
-    at = non_local_paths("res4", tuple(len(getattr(model, f"layer{i}")) for i in range(1, 5)))
-    return insert_non_local(model, at, **opts)
+    block, placement = block_arguments(kwargs, "res4")
+    return place_non_local(TinyImageResNet(**kwargs), placement, block, dim=2)

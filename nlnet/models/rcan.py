@@ -26,7 +26,7 @@ from nlnet.models.edsr import (
     sr_block_path,
     sr_cfg,
 )
-from nlnet.models.placement import place_non_local, split_block_options
+from nlnet.models.placement import block_arguments, place_non_local
 from nlnet.models.registry import register_model
 
 __all__ = ["RCAN", "RCAB", "ChannelAttention", "ResidualGroup"]
@@ -110,13 +110,11 @@ class RCAN(SRNet):
 
 def build_rcan(with_block: bool, **kwargs: Any) -> RCAN:
     """:class:`RCAN` with one block (``SR_BLOCK`` unless overridden) after the middle group."""
-    opts = split_block_options(kwargs)
     default_at = sr_block_path(kwargs.get("n_resgroups", 10)) if with_block else None
-    at = kwargs.pop("nl_at", default_at)
+    block, placement = block_arguments(kwargs, default_at)
     model = RCAN(**kwargs)
-    if at:
-        opts = {**SR_BLOCK, "dim": 2, "in_channels": model.head.out_channels, **opts}
-    return place_non_local(model, at, opts)
+    where = {"dim": 2, "in_channels": model.head.out_channels}
+    return place_non_local(model, placement, block, SR_BLOCK, **where)
 
 
 _TEST = {"n_resgroups": 2, "n_resblocks": 1, "n_feats": 8, "ca_reduction": 4}

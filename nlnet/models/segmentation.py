@@ -30,8 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.models.resnet import Bottleneck, conv1x1
 
+from nlnet.layers.block_spec import BlockLike
 from nlnet.models.checks import check_input
-from nlnet.models.image import SegmentationHead
+from nlnet.models.image import SegmentationHead, build_segmentation
 from nlnet.models.registry import register_model
 
 __all__ = ["TinyDilatedResNet", "TinySegmentationNet", "receptive_field"]
@@ -109,7 +110,7 @@ class TinySegmentationNet(nn.Module):
         use_attention: with or without the head's non-local block.
         mid_channels: channels of the head (512 in the guide).
         planes, layers, stem_channels: the backbone (:class:`TinyDilatedResNet`).
-        **block_options: options of the head's block (default ``reduction=2, sub_sample=2``).
+        block: options of the head's block (:class:`~nlnet.models.image.SegmentationHead`).
 
     Input ``(B, 3, H, W)``; output logits ``(B, num_classes, H, W)``.
     """
@@ -123,7 +124,7 @@ class TinySegmentationNet(nn.Module):
         planes: Sequence[int] = (8, 16, 32, 32),
         layers: Sequence[int] = (1, 1, 1, 1),
         stem_channels: int = 16,
-        **block_options: Any,
+        block: BlockLike = None,
     ) -> None:
         super().__init__()
         self.backbone = TinyDilatedResNet(planes, layers, stem_channels=stem_channels)
@@ -132,7 +133,7 @@ class TinySegmentationNet(nn.Module):
             num_classes,
             use_attention,
             mid_channels=mid_channels,
-            **block_options,
+            block=block,
         )
 
     def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -199,7 +200,7 @@ _TINY_SEG_CFG = {
 )
 def seg_tiny(**kwargs: Any) -> nn.Module:
     """CPU-sized segmentation baseline (``nlnet demo --task segmentation``)."""
-    return TinySegmentationNet(use_attention=False, **kwargs)
+    return build_segmentation(TinySegmentationNet, False, kwargs)
 
 
 @register_model(
@@ -208,4 +209,4 @@ def seg_tiny(**kwargs: Any) -> nn.Module:
 )
 def seg_tiny_nl(**kwargs: Any) -> nn.Module:
     """CPU-sized segmentation model with the head's non-local block (reduction 2, sub_sample 2)."""
-    return TinySegmentationNet(use_attention=True, **kwargs)
+    return build_segmentation(TinySegmentationNet, True, kwargs)

@@ -64,10 +64,17 @@ import torch.fx
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from nlnet.layers.block_spec import BlockLike
 from nlnet.layers.nonlocal_block import NonLocal3d
 from nlnet.models.checks import check_input
 from nlnet.models.features import ClassifierContract, feature_info_of, feature_take_indices
-from nlnet.models.placement import split_block_options
+from nlnet.models.placement import (
+    Placement,
+    PlacementLike,
+    block_arguments,
+    check_no_block,
+    family_block,
+)
 from nlnet.models.registry import register_model
 from nlnet.models.video.parts import HEADS, fully_conv_head
 
@@ -163,7 +170,7 @@ class ResStage(nn.Module):
         depth: int,
         stride: int,
         nonlocal_inds: Sequence[Sequence[int]] = ((), ()),
-        block_options: Mapping[str, Any] | None = None,
+        block: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.depth = depth
@@ -173,8 +180,8 @@ class ResStage(nn.Module):
                 unit = ResBlock(cin, couts[p], inners[p], temporal[p], stride if i == 0 else 1)
                 self.add_module(f"pathway{p}_res{i}", unit)
                 if i in nonlocal_inds[p]:
-                    block = NonLocal3d(couts[p], **dict(block_options or {}))
-                    self.add_module(f"pathway{p}_nonlocal{i}", block)
+                    nl_block = NonLocal3d(couts[p], **dict(block or {}))
+                    self.add_module(f"pathway{p}_nonlocal{i}", nl_block)
 
     def forward(self, xs: list[Tensor]) -> list[Tensor]:
         out = []
@@ -246,8 +253,11 @@ class SlowFast(ClassifierContract, nn.Module):
         fusion_ratio: lateral channels as a multiple of the Fast channels (2).
         fusion_kernel: temporal kernel of the lateral convolutions (5).
         dropout: before the classifier (0.5).
-        nonlocal_inds: ``{stage (2..5): unit indices}`` of Slow-pathway blocks.
-        block_options: options of those :class:`~nlnet.layers.nonlocal_block.NonLocal3d`.
+        placement: the Slow-pathway units followed by a block, stage -> unit indices
+            (``{"res3": [1, 3], "res4": [1, 3, 5]}``, or a preset;
+            :meth:`~nlnet.models.placement.Placement.of`).
+        block: options of those :class:`~nlnet.layers.nonlocal_block.NonLocal3d`: a record,
+            or a mapping of changes over :data:`SLOWFAST_NL_OPTIONS`.
         head: ``"global"`` (global average pool, the default) or ``"fully_conv"``: in eval
             mode PySlowFast's test head (``T x 7 x 7`` stride-1 pool, softmax per position,
             averaged; returns the log of the averaged probabilities).
@@ -274,8 +284,8 @@ class SlowFast(ClassifierContract, nn.Module):
         fusion_ratio: int = 2,
         fusion_kernel: int = 5,
         dropout: float = 0.5,
-        nonlocal_inds: Mapping[int, Sequence[int]] | None = None,
-        block_options: Mapping[str, Any] | None = None,
+        placement: PlacementLike = None,
+        block: BlockLike = None,
         head: str = "global",
     ) -> None:
         super().__init__()
@@ -285,10 +295,8 @@ class SlowFast(ClassifierContract, nn.Module):
                 raise ValueError(f"{key}: expected a positive int, got {val!r}")
         if len(layers) != 4 or min(layers) < 1:
             raise ValueError(f"layers: expected 4 positive stage depths, got {layers!r}")
-        nl = {int(k): tuple(v) for k, v in (nonlocal_inds or {}).items()}
-        for stage, inds in nl.items():
-            if stage not in (2, 3, 4, 5) or any(not 0 <= i < layers[stage - 2] for i in inds):
-                raise ValueError(f"nonlocal_inds: stage {stage} has no units {inds}")
+        nl = _slow_units(Placement.of(placement), layers, block)
+        options = family_block(block, SLOWFAST_NL_OPTIONS).kwargs()
         self.alpha = alpha
         w, bi = width, beta_inv
         self.s1 = nn.Module()
@@ -304,7 +312,7 @@ class SlowFast(ClassifierContract, nn.Module):
             self.add_module(
                 f"s{stage}",
                 ResStage(cin, cout, inner, temporal[stage], depth, 1 if stage == 2 else 2,
-                         (nl.get(stage, ()), ()), block_options),
+                         (nl[stage - 2], ()), options),
             )  # fmt: skip
             if stage < 5:
                 self.add_module(
@@ -432,16 +440,31 @@ def convert_pyslowfast_state_dict(state: Mapping[str, Tensor]) -> dict[str, Tens
     return out
 
 
-def build_slowfast(default_inds: Mapping[int, Sequence[int]] | None, **kwargs: Any) -> SlowFast:
-    """:class:`SlowFast` with block options from ``nl_options`` / direct block keywords."""
-    opts = split_block_options(kwargs)
-    inds = kwargs.pop("nonlocal_inds", default_inds)
-    if opts and not inds:
-        raise ValueError(
-            f"block options {sorted(opts)} given to a model without non-local blocks; "
-            "pass nonlocal_inds={stage: (unit, ...)}"
-        )
-    return SlowFast(nonlocal_inds=inds, block_options={**SLOWFAST_NL_OPTIONS, **opts}, **kwargs)
+def _slow_units(
+    placement: Placement | None, layers: Sequence[int], block: BlockLike
+) -> list[list[int]]:
+    """Per stage res2..res5 the Slow pathway's units followed by a block."""
+    if placement is None:
+        check_no_block(block)
+        return [[], [], [], []]
+    if placement.stage_options:
+        raise ValueError("placement: SlowFast's blocks share one set of options (block=); "
+                         "stage_options are not supported")  # fmt: skip
+    units = placement.stage_indices(layers)
+    if units is None:
+        raise ValueError(f"placement: SlowFast places blocks after Slow units, e.g. "
+                         f"{{'res4': [1]}}; got {placement.resolve(layers)}")  # fmt: skip
+    for stage, n, inds in zip(("res2", "res3", "res4", "res5"), layers, units):
+        if any(not 0 <= i < n for i in inds):
+            raise ValueError(f"placement: {stage} has {n} units; got {inds}")
+    return units
+
+
+def build_slowfast(default_inds: PlacementLike, **kwargs: Any) -> SlowFast:
+    """:class:`SlowFast` with its blocks where ``placement=`` says (default: the name's) and
+    ``block=`` changes over :data:`SLOWFAST_NL_OPTIONS`."""
+    block, placement = block_arguments(kwargs, default_inds)
+    return SlowFast(placement=placement, block=block, **kwargs)
 
 
 def _cfg(blocks: str | None) -> dict[str, Any]:
@@ -456,7 +479,12 @@ def _cfg(blocks: str | None) -> dict[str, Any]:
         "blocks": blocks,
         "test_overrides": {"width": 8, "layers": (1, 2, 2, 1), "alpha": 4}
         if blocks is None
-        else {"width": 8, "layers": (1, 2, 2, 1), "alpha": 4, "nonlocal_inds": {3: (1,), 4: (1,)}},
+        else {
+            "width": 8,
+            "layers": (1, 2, 2, 1),
+            "alpha": 4,
+            "placement": {"res3": [1], "res4": [1]},
+        },
         "test_input_size": (3, 8, 64, 64),
     }
 

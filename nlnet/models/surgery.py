@@ -56,20 +56,10 @@ __all__ = [
     "non_local_paths",
     "infer_channels",
     "with_non_local_class",
-    "stage_locations",
 ]
 
 #: Named placement presets accepted by :func:`non_local_paths`.
 PLACEMENTS: tuple[str, ...] = ("nl1", "nl5", "nl10", "res2", "res3", "res4", "res5")
-
-
-#: Paper defaults for video (Section 4.1): embedded Gaussian, C/2 channels, (1, 2, 2) max-pool
-#: subsampling, BN after W_z with gamma = 0. These are also the block's own defaults.
-VIDEO_DEFAULTS: dict[str, Any] = {
-    "instantiation": "embedded_gaussian",
-    "sub_sample": True,
-    "norm": "bn",
-}
 
 
 def _every(n: int, k: int) -> list[int]:
@@ -105,27 +95,6 @@ def non_local_paths(placement: str, layers: Sequence[int] = BLOCK_CONFIG[50]) ->
     if placement == "nl10":
         return [f"layer2.{i}" for i in _every(n3, 4)] + [f"layer3.{i}" for i in _every(n4, 6)]
     raise ValueError(f"placement: expected one of {PLACEMENTS}, got {placement!r}")
-
-
-def stage_locations(
-    at: str | Sequence[str], layers: Sequence[int] = BLOCK_CONFIG[50]
-) -> list[list[int]] | None:
-    """A placement as per-stage residual-block indices (SlowFast's ``NONLOCAL.LOCATION``).
-
-    ``at`` is a preset of :data:`PLACEMENTS` or paths ``"layer{1-4}.{i}"``; the result is one
-    list per stage res2..res5 (e.g. ``[[], [1, 3], [1, 3, 5], []]`` for ``"nl5"``), or ``None``
-    when a path is not a residual block (e.g. a whole stage ``"layer4"``), which only
-    :func:`insert_non_local` can place.
-    """
-    paths = non_local_paths(at, layers) if isinstance(at, str) and at in PLACEMENTS else at
-    paths = [paths] if isinstance(paths, str) else list(paths)
-    out: list[list[int]] = [[], [], [], []]
-    for path in paths:
-        stage, _, idx = str(path).partition(".")
-        if stage not in STAGE_NAMES.values() or not idx.isdigit():
-            return None
-        out[int(stage[-1]) - 1].append(int(idx))
-    return out
 
 
 def _get(model: nn.Module, path: str) -> nn.Module:
@@ -271,7 +240,7 @@ def insert_non_local(
         raise ValueError(f"at: duplicate paths in {paths}")
     if dim is not None and dim not in (1, 2, 3):
         raise ValueError(f"dim: expected 1, 2 or 3, got {dim!r}")
-    options = {**VIDEO_DEFAULTS, **block_options}
+    options = block_options  # the block's defaults are the paper's video block (Sec. 4.1)
     classes = {1: NonLocal1d, 2: NonLocal2d, 3: NonLocal3d}
     targets = [(p, _get(model, p)) for p in paths]  # validate all paths before changing anything
     for path, module in targets:

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from nlnet.models.checks import check_input
-from nlnet.models.placement import place_non_local, split_block_options
+from nlnet.models.placement import block_arguments, place_non_local
 from nlnet.models.registry import register_model
 
 __all__ = ["UNet", "STYLES", "check_divisible"]
@@ -249,24 +249,18 @@ def _width_alias(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_unet(dim: int, with_block: bool, **kwargs: Any) -> UNet:
-    """A :class:`UNet`; with ``with_block`` one block after the bottleneck (``GUIDE_BLOCK``
-    unless block options override it). ``width`` is accepted as another name of
+    """A :class:`UNet`; with ``with_block`` one block after the bottleneck (``placement=``
+    elsewhere; ``GUIDE_BLOCK`` with ``block=`` changes). ``width`` is accepted as another name of
     ``base_channels`` (the first convolution's width: 32 in the 3D U-Net paper)."""
     kwargs = _width_alias(kwargs)
-    opts = split_block_options(kwargs)
-    at = kwargs.pop("nl_at", "bottleneck" if with_block else None)
+    block, placement = block_arguments(kwargs, "bottleneck" if with_block else None)
     model = UNet(dim, **kwargs)
-    if at:
+    preset = {**GUIDE_BLOCK, "sub_sample": (2, 2, 2)} if dim == 3 else GUIDE_BLOCK  # depth is space
+    where: dict[str, Any] = {"dim": dim}
+    if placement is not None and placement.paths == ("bottleneck",):
         # the Sequential ends in a ReLU: its channels are those of the BN before it
-        sub = {"sub_sample": (2, 2, 2)} if dim == 3 else {}  # a volume's depth is spatial too
-        opts = {
-            **GUIDE_BLOCK,
-            **sub,
-            "dim": dim,
-            "in_channels": model.bottleneck[-2].num_features,
-            **opts,
-        }
-    return place_non_local(model, at, opts)
+        where["in_channels"] = model.bottleneck[-2].num_features
+    return place_non_local(model, placement, block, preset, **where)
 
 
 def _cfg(dim: int, blocks: str | None) -> dict[str, Any]:

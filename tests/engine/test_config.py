@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -68,6 +70,16 @@ def test_type_and_value_errors():
         parse_overrides(["optim.lr"])
     with pytest.raises(ConfigError, match="eval.clips"):
         load_config(None, ["data.test_clips=3"])
+    # the block's options and placement are read by their typed readers, for any model name
+    for override, message in (
+        ("model.overrides.block={instantation: gaussian}", "did you mean 'instantiation'"),
+        ("model.overrides.placement={res9: [1]}", "placement: unknown stage 'res9'"),
+    ):  # fmt: skip
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_config(None, ["model.name=my_own_net", override])
+    cfg = load_config(None, ["model.name=c2d_r50_nl5", "model.overrides.block={mode: space}",
+                             "model.overrides.placement=nl1"])  # fmt: skip
+    assert cfg.model.overrides == {"block": {"mode": "space"}, "placement": "nl1"}
     assert parse_overrides(["a.b=null", "c=[1, 2]", "d=1e-3"]) == [
         ("a.b", None),
         ("c", [1, 2]),

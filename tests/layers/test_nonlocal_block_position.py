@@ -13,8 +13,8 @@ import torch
 from nlnet.functional.nonlocal_op import INSTANTIATIONS
 from nlnet.functional.pos_embed import sinusoidal_grid_encoding
 from nlnet.layers.attention import MultiheadSelfAttention
+from nlnet.layers.block_spec import block_option_names
 from nlnet.layers.nonlocal_block import (
-    BLOCK_OPTIONS,
     NonLocal1d,
     NonLocal2d,
     NonLocal3d,
@@ -172,7 +172,7 @@ def test_init_w_z_and_bn_zero_start_the_gradient_in_different_places():
 
 
 def test_options_and_errors():
-    assert {"pos", "init"} <= set(BLOCK_OPTIONS)
+    assert {"pos", "init"} <= set(block_option_names())
     with pytest.raises(ValueError, match="pos must be one of"):
         NonLocal2d(8, pos="rope")
     with pytest.raises(ValueError, match="needs in_channels >= 6"):

@@ -154,7 +154,7 @@ def test_affine_files_group_res3_by_4_frames_only(tmp_path):
         assert blk.temporal_groups == (4 if path.startswith("layer2") else None), path
         assert isinstance(blk.norm, torch.nn.Identity) and blk.W_z.bias is not None, path
     options = dict(load_checkpoint(out)["model_options"])
-    options.pop("nl_stage_options")
+    options.pop("placement")  # the name's own nl5, without the groups of res3
     ungrouped = create_model("i3d311_r50_nl5", num_classes=CLASSES, **options)
     ungrouped.load_state_dict(model.state_dict())
     with pytest.raises(AssertionError, match="relative error"):

@@ -152,16 +152,30 @@ def test_full_size_image_models_on_meta():
 
 def test_overrides_reach_the_blocks_and_the_backbone():
     with torch.device("meta"):
-        m = create_model("c2d_r50_nl5", mode="space", instantiation="gaussian", dropout=0.2)
-        custom = create_model(
-            "c2d_r50", nl_at=["layer1.0", "layer4.2"], nl_options={"reduction": 4}
-        )
+        m = create_model("c2d_r50_nl5", block={"mode": "space", "instantiation": "gaussian"},
+                         dropout=0.2)  # fmt: skip
+        custom = create_model("c2d_r50", placement=["layer1.0", "layer4.2"],
+                              block={"reduction": 4})  # fmt: skip
+        # the keywords of earlier releases: the same models, each with a DeprecationWarning
+        with pytest.warns(DeprecationWarning) as record:
+            old = create_model("c2d_r50_nl5", mode="space", instantiation="gaussian")
+            old_custom = create_model("c2d_r50", nl_at=["layer1.0", "layer4.2"],
+                                      nl_options={"reduction": 4})  # fmt: skip
     assert {b.mode for _, b in non_local_blocks(m)} == {"space"}
     assert {b.instantiation for _, b in non_local_blocks(m)} == {"gaussian"}
     assert m.dropout.p == 0.2
     assert [b.inter_channels for _, b in non_local_blocks(custom)] == [64, 512]
-    with pytest.raises(ValueError, match="nl_at"):
-        create_model("c2d_r50", mode="space", width=4)
+    for new, legacy in ((m, old), (custom, old_custom)):
+        assert [(n, b.extra_repr()) for n, b in non_local_blocks(new)] == [
+            (n, b.extra_repr()) for n, b in non_local_blocks(legacy)]  # fmt: skip
+    said = sorted(str(w.message).split("=")[0] for w in record)
+    assert said == ["instantiation", "mode", "nl_at", "nl_options"]
+    with pytest.raises(ValueError, match="placement="):
+        create_model("c2d_r50", block={"mode": "space"}, width=4)
+    with pytest.raises(ValueError, match="did you mean 'instantiation'"):
+        create_model("c2d_r50_nl5", block={"instantation": "gaussian"}, width=4)
+    with pytest.raises(ValueError, match="given twice"):
+        create_model("c2d_r50_nl5", block={"mode": "space"}, mode="time", width=4)
 
 
 def test_unknown_name_and_duplicate_registration():

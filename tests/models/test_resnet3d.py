@@ -164,8 +164,8 @@ def test_blocks_are_built_per_stage_with_per_stage_options():
     from nlnet.layers.nonlocal_block import NonLocal3d
     from nlnet.models.registry import create_model
 
-    m = create_model("i3d311_r50_nl5", width=4, norm=None,
-                     nl_stage_options={"res3": {"temporal_groups": 4}})  # fmt: skip
+    m = create_model("i3d311_r50_nl5", width=4, block={"norm": None},
+                     placement={"at": "nl5", "stage_options": {"res3": {"temporal_groups": 4}}})  # fmt: skip
     blocks = {n: b for n, b in m.named_modules() if isinstance(b, NonLocal3d)}
     assert sorted(blocks) == [f"layer2.{i}.non_local" for i in (1, 3)] + [
         f"layer3.{i}.non_local" for i in (1, 3, 5)
@@ -176,10 +176,12 @@ def test_blocks_are_built_per_stage_with_per_stage_options():
         assert not b.W_z.weight.any()  # no norm: W_z zero-initialised, the block is the identity
     bn = create_model("c2d_r50_nl5", width=4).layer2[1].non_local
     assert not bn.norm.weight.any()  # backbone init does not overwrite the block's gamma = 0
-    with pytest.raises(ValueError, match="nl_location: res3 has 4 residual blocks"):
-        create_model("c2d_r50", width=4, nl_location=[[], [4], [], []])
+    with pytest.raises(ValueError, match="placement: res3 has 4 residual blocks"):
+        create_model("c2d_r50", width=4, placement=[[], [4], [], []])
     with pytest.raises(ValueError, match="unknown stage"):
-        create_model("c2d_r50_nl5", width=4, nl_stage_options={"conv3": {}})
+        create_model(
+            "c2d_r50_nl5", width=4, placement={"at": "nl5", "stage_options": {"conv3": {}}}
+        )
 
 
 @pytest.mark.parametrize("pooling, res2", [("padded", 56), ("caffe2", 55), ("pyslowfast", 56)])

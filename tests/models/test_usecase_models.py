@@ -333,5 +333,5 @@ def test_edsr_control_has_the_blocks_place_and_size_and_starts_as_the_identity()
                          for k, v in state.items() if not k.startswith("body.1.")})  # fmt: skip
     x = torch.rand(1, 3, 8, 8)
     torch.testing.assert_close(tiny(x), ref(x))
-    with pytest.raises(ValueError, match="nl_at"):
-        create_model("edsr_baseline_res1", reduction=2)
+    with pytest.raises(ValueError, match="placement="):
+        create_model("edsr_baseline_res1", block={"reduction": 2})

@@ -143,9 +143,19 @@ def validate_config(cfg: Config) -> None:
 
 
 def _validate_model(m: ModelConfig) -> None:
-    """Trial-build a registered model on the meta device: unknown/bad overrides are errors."""
+    """Read ``block`` and ``placement`` with their typed readers (for any model), then
+    trial-build a registered model on the meta device: unknown/bad overrides are errors."""
     if not m.overrides:
         return
+    from nlnet.models.placement import BlockOptions, Placement
+
+    try:
+        if m.overrides.get("block") is not None:
+            BlockOptions.of(m.overrides["block"])
+        if m.overrides.get("placement") is not None:
+            Placement.of(m.overrides["placement"])
+    except ValueError as exc:
+        raise ConfigError(f"model.overrides for {m.name!r}: {exc}") from None
     try:
         from nlnet.models.registry import create_model, get_model_entry
 

@@ -2,32 +2,30 @@
 Networks" (Wang et al., CVPR 2018, arXiv:1711.07971): stem pooling, the per-stage block plan
 and the fully-convolutional test head (Section 4.1 "Inference"; the released test net).
 
-Used by :class:`nlnet.models.video.resnet3d.ResNet3d` (``pooling``, ``nl_location``/``nl_options``/
-``nl_stage_options``, ``head``).
+Used by :class:`nlnet.models.video.resnet3d.ResNet3d` (``pooling``, ``placement``/``block``,
+``head``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["POOLINGS", "HEADS", "VIDEO_BLOCK_DEFAULTS", "stem_pools", "block_plan",
+from nlnet.layers.block_spec import BlockLike
+from nlnet.models.placement import Placement, check_no_block, family_block
+from nlnet.models.resnet_layout import STAGE_NAMES
+
+__all__ = ["POOLINGS", "HEADS", "stem_pools", "block_plan",
            "fully_conv_head"]  # fmt: skip
 
 #: ``pooling`` options of :class:`ResNet3d`.
 POOLINGS: tuple[str, ...] = ("padded", "caffe2", "pyslowfast")
 #: ``head`` options of :class:`ResNet3d`.
 HEADS: tuple[str, ...] = ("global", "fully_conv")
-#: The paper's video block (Section 4.1): embedded Gaussian, C/2, (1, 2, 2) pooling, BN gamma 0.
-VIDEO_BLOCK_DEFAULTS: dict[str, Any] = {
-    "instantiation": "embedded_gaussian",
-    "sub_sample": True,
-    "norm": "bn",
-}
 
 
 def stem_pools(pooling: str, sp1: int, sp2: int) -> tuple[nn.Module, nn.Module]:
@@ -45,41 +43,31 @@ def stem_pools(pooling: str, sp1: int, sp2: int) -> tuple[nn.Module, nn.Module]:
 
 
 def block_plan(
-    stage_names: Sequence[str],
-    layers: Sequence[int],
-    location: Sequence[Sequence[int]] | None,
-    options: Mapping[str, Any] | None,
-    stage_options: Mapping[str, Mapping[str, Any]] | None,
+    layers: Sequence[int], placement: Placement | None, block: BlockLike
 ) -> list[dict[int, dict[str, Any]]]:
-    """Per stage: residual-block index -> options of the non-local block after it."""
-    stage_options = dict(stage_options or {})
-    unknown = sorted(set(stage_options) - set(stage_names))
-    if unknown:
-        raise ValueError(f"nl_stage_options: unknown stage(s) {unknown}; expected res2..res5")
-    if location is None:
-        if options or stage_options:
-            raise ValueError(
-                "nl_options/nl_stage_options given to a model without non-local blocks; "
-                "pass nl_location (or nl_at) to place blocks"
-            )
+    """Per stage: residual-block index -> keyword options of the non-local block after it
+    (``block`` over the block's defaults, the paper's video block, Sec. 4.1; the placement's
+    per-stage changes on top)."""
+    if placement is None:
+        check_no_block(block)
         return [{} for _ in layers]
-    location = [list(stage) for stage in location]
-    if len(location) != 4:
-        raise ValueError(f"nl_location: expected 4 lists (res2..res5), got {location!r}")
+    where = placement.stage_indices(layers)
+    if where is None:
+        raise ValueError(
+            f"placement: {placement.resolve(layers)} are not all residual blocks "
+            "layer{1-4}.{i}; build_video_resnet places blocks elsewhere after construction"
+        )
+    options = family_block(block)
     plan: list[dict[int, dict[str, Any]]] = []
-    for stage, n, where in zip(stage_names, layers, location):
-        bad = [i for i in where if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < n]
-        if bad or len(set(where)) != len(where):
+    for (stage, tv_name), n, indices in zip(STAGE_NAMES.items(), layers, where):
+        bad = [i for i in indices if not 0 <= i < n]
+        if bad or len(set(indices)) != len(indices):
             raise ValueError(
-                f"nl_location: {stage} has {n} residual blocks; expected distinct indices in "
-                f"0..{n - 1}, got {where!r}"
+                f"placement: {stage} has {n} residual blocks; expected distinct indices in "
+                f"0..{n - 1}, got {indices!r}"
             )
-        opts = {
-            **VIDEO_BLOCK_DEFAULTS,
-            **dict(options or {}),
-            **dict(stage_options.get(stage) or {}),
-        }
-        plan.append({i: opts for i in sorted(where)})
+        opts = placement.options_for(tv_name, options).kwargs()
+        plan.append({i: opts for i in sorted(indices)})
     return plan
 
 

@@ -49,9 +49,11 @@ import torch
 import torch.fx
 from torch import nn
 
+from nlnet.layers.block_spec import BlockLike
 from nlnet.layers.nonlocal_block import NonLocal3d
 from nlnet.models.checks import check_input
 from nlnet.models.features import ClassifierContract, resnet_feature_info, resnet_intermediates
+from nlnet.models.placement import Placement, PlacementLike
 from nlnet.models.resnet_layout import BLOCK_CONFIG, STAGE_NAMES
 from nlnet.models.video.parts import (
     HEADS,
@@ -129,7 +131,7 @@ class Bottleneck3d(nn.Module):
     an I3D ``3x3x3`` block ``(1, 3)`` and an I3D ``3x1x1`` block ``(3, 1)``. The spatial stride
     sits on ``conv2`` (torchvision's ResNet v1.5 layout). The optional ``non_local`` slot (``None``
     by default) holds a non-local block applied to the block output ("after a residual block"):
-    :class:`ResNet3d` fills it at construction (``nl_location``), and
+    :class:`ResNet3d` fills it at construction (``placement``), and
     :func:`nlnet.models.surgery.insert_non_local` can fill it later.
 
     Args:
@@ -259,14 +261,15 @@ class ResNet3d(ClassifierContract, nn.Module):
         pooling: ``"padded"`` (Table 1 sizes), ``"caffe2"`` (the released code's unpadded
             floor pooling, needed by the released weights; see the module docstring) or
             ``"pyslowfast"`` (PySlowFast's C2D/I3D: padded ``pool1``, unpadded ``pool2``).
-        nl_location: non-local blocks built with the network, SlowFast's ``NONLOCAL.LOCATION``
-            style: one list per stage res2..res5 of residual-block indices after which a block
-            goes, e.g. ``[[], [1, 3], [1, 3, 5], []]`` for the 5-block models (Table 2c).
-        nl_options: options of every block (:class:`~nlnet.layers.nonlocal_block.NonLocal3d`
-            keyword arguments; the paper's video defaults otherwise).
-        nl_stage_options: per-stage options over ``nl_options``, keyed by paper stage name,
-            e.g. ``{"res3": {"temporal_groups": 4}}`` (the released affine models attend within
-            groups of 4 frames in res3 only).
+        placement: non-local blocks built with the network after residual blocks
+            (:class:`~nlnet.models.placement.Placement` or what ``Placement.of`` reads: a
+            preset ``"nl5"``, stage -> indices ``{"res3": [1, 3], "res4": [1, 3, 5]}``, paths
+            ``"layer3.4"``, PySlowFast's per-stage lists ``[[], [1, 3], [1, 3, 5], []]``), with
+            per-stage option changes (the released affine models attend within groups of 4
+            frames in res3 only: ``{"at": "nl5", "stage_options": {"res3":
+            {"temporal_groups": 4}}}``).
+        block: options of every block (:class:`~nlnet.layers.block_spec.BlockOptions` or a
+            mapping of changes; the paper's video block otherwise).
         head: ``"global"`` (global average pool, ``fc``: Section 4.1, and every training step)
             or ``"fully_conv"``: in eval mode, the released test network (a ``T x 7 x 7``
             stride-1 average pool, ``fc`` at every remaining position, a softmax per position,
@@ -296,9 +299,8 @@ class ResNet3d(ClassifierContract, nn.Module):
         in_channels: int = 3,
         zero_init_residual: bool = False,
         pooling: str = "padded",
-        nl_location: Sequence[Sequence[int]] | None = None,
-        nl_options: Mapping[str, Any] | None = None,
-        nl_stage_options: Mapping[str, Mapping[str, Any]] | None = None,
+        placement: PlacementLike = None,
+        block: BlockLike = None,
         head: str = "global",
     ) -> None:
         super().__init__()
@@ -314,7 +316,7 @@ class ResNet3d(ClassifierContract, nn.Module):
         self.inflated_blocks = pattern
 
         s1, sp1, sp2 = temporal_strides
-        blocks = block_plan(STAGE_NAMES, layers, nl_location, nl_options, nl_stage_options)
+        blocks = block_plan(layers, Placement.of(placement), block)
         self.inplanes = width
         # Stem: conv1 (1 or 5) x 7 x 7, stride (s1, 2, 2) -> pool1 3x3 max, stride (sp1, 2, 2).
         self.conv1 = nn.Conv3d(

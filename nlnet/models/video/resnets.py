@@ -8,9 +8,10 @@ only), ``i3d`` (3x3x3 inflation of one 3x3 kernel in two, conv1 5x7x7) or ``i3d3
 (1 block right before the last residual block of that stage, Table 2b). Exact block indices:
 :mod:`nlnet.models.surgery`.
 
-Every builder takes :class:`~nlnet.models.video.resnet3d.ResNet3d` options, ``nl_at`` (a preset or
-module paths, replacing the default placement), ``nl_options`` (a dict of block options) and any
-block option directly, e.g. ``create_model("c2d_r50_nl5", mode="space")`` for Table 2d.
+Every builder takes :class:`~nlnet.models.video.resnet3d.ResNet3d` options, ``placement=`` (a
+preset, stage indices or module paths, replacing the name's placement) and ``block=`` (the
+block's options), e.g. ``create_model("c2d_r50_nl5", block={"mode": "space"})`` for Table 2d
+(:mod:`nlnet.models.placement`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from typing import Any
 from torch import nn
 
 from nlnet.models.model_cfg import ModelCfg
-from nlnet.models.placement import place_non_local, split_block_options
+from nlnet.models.placement import block_arguments, family_block, place_non_local
 from nlnet.models.registry import register_model
 from nlnet.models.resnet_layout import BLOCK_CONFIG
-from nlnet.models.surgery import stage_locations
 from nlnet.models.video.resnet3d import ResNet3d
 
 __all__ = ["build_video_resnet", "VIDEO_ARCHS", "VIDEO_DEPTHS"]  # models: create_model
@@ -46,25 +46,23 @@ def build_video_resnet(
         depth: 50 or 101.
         arch: ``"c2d"``, ``"i3d"`` (3x3x3) or ``"i3d311"`` (3x1x1).
         blocks: ``None`` or a placement preset (``"nl1"``, ``"nl5"``, ``"nl10"``,
-            ``"res2"``..``"res5"``).
-        **kwargs: :class:`~nlnet.models.video.resnet3d.ResNet3d` options, ``nl_at`` (paths or a preset,
-            overriding ``blocks``), ``nl_options`` and block options.
+            ``"res2"``..``"res5"``): the name's placement.
+        **kwargs: :class:`~nlnet.models.video.resnet3d.ResNet3d` options, ``placement``
+            (replacing ``blocks``) and ``block`` (:mod:`nlnet.models.placement`).
     """
     if depth not in VIDEO_DEPTHS:
         raise ValueError(f"depth: expected one of {list(VIDEO_DEPTHS)}, got {depth!r}")
     if arch not in VIDEO_ARCHS:
         raise ValueError(f"arch: expected one of {sorted(VIDEO_ARCHS)}, got {arch!r}")
-    at = kwargs.pop("nl_at", blocks)
-    opts = split_block_options(kwargs)
+    block, placement = block_arguments(kwargs, blocks)
     layers = kwargs.pop("layers", BLOCK_CONFIG[depth])
     inflate = VIDEO_ARCHS[arch]
-    location = kwargs.pop("nl_location", None)  # explicit per-stage indices win over nl_at
-    if location is None and at:
-        location = stage_locations(at, layers)
-    if location is None and at:  # not residual blocks (e.g. a whole stage): insert afterwards
-        return place_non_local(ResNet3d(layers, inflate=inflate, **kwargs), at, opts)
+    if placement is not None and placement.stage_indices(layers) is None:
+        # not residual blocks (e.g. a whole stage): inserted after construction
+        model = ResNet3d(layers, inflate=inflate, **kwargs)
+        return place_non_local(model, placement, family_block(block))
     # nlnet's own backbone builds its blocks with the network, per stage (Sec. 4, Table 2)
-    return ResNet3d(layers, inflate=inflate, nl_location=location, nl_options=opts, **kwargs)
+    return ResNet3d(layers, inflate=inflate, placement=placement, block=block, **kwargs)
 
 
 def _cfg(arch: str, depth: int, blocks: str | None) -> ModelCfg:
