@@ -153,7 +153,7 @@ def test_dense_seeds_set_changes_the_unet_recipe_and_its_block(dense_seeds, caps
     s = dense_seeds.demo_settings("unet", ["lr=3e-2", "block={bias: true}"], quick=True)
     assert s.lr == 3e-2 and s.block == {"bias": True}
     plain, nl = (_config(m, s, tmp_path, tmp_path / m, 0, "cpu") for m in MODELS)
-    assert nl.model.overrides["bias"] is True and "bias" not in plain.model.overrides
+    assert nl.model.overrides["block"] == {"bias": True} and "block" not in plain.model.overrides
     assert nl.optim.lr == 3e-2
     model = create_model("unet2d_nl", num_classes=4, **nl.model.overrides)
     assert model.bottleneck[-1].theta.bias is not None

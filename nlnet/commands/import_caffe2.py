@@ -191,8 +191,8 @@ def _write(args, model, name, num_classes, config, options, prep, report) -> int
         preprocessing=prep or {}, class_names=names,
     )  # fmt: skip
     print(report)
-    if report.missing or report.unmatched:
-        print("warning: partial import (--allow-partial): see missing/unmatched above")
+    if report.kept or report.unused:
+        print("warning: partial import (--allow-partial): see kept/unused above")
     what = "protocol of " + Path(args.file).name if prep else "explicit options"
     what += ", Kinetics-400 class names" if names else ""
     print(f"wrote {path} ({name}, {num_classes} classes, {what})")

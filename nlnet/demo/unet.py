@@ -97,7 +97,7 @@ class UNetDemoSettings:
 
 def _overrides(name: str, s: UNetDemoSettings) -> dict[str, Any]:
     """The model's keyword arguments: its size, and the block's options for ``unet2d_nl``."""
-    block = s.block if name == MODELS[1] else {}
+    block = {"block": dict(s.block)} if name == MODELS[1] and s.block else {}
     return {"base_channels": s.base_channels, "depth": s.depth,
             "deep_supervision": s.deep_supervision, **block}  # fmt: skip
 
@@ -209,6 +209,7 @@ def fit_and_test(
     from nlnet.engine.loop import train
     from nlnet.engine.tasks.segmentation import SegmentationTask
     from nlnet.models import create_model
+    from nlnet.models.loading import load_partial
 
     seg = SegmentationTask(len(CLASS_NAMES), CLASS_NAMES, data={"root": str(root)})
     train_set = seg.build_dataset("train")
@@ -218,10 +219,7 @@ def fit_and_test(
     torch.manual_seed(seed)
     model = create_model(name, num_classes=len(CLASS_NAMES), **cfg.model.overrides)
     if init is not None:
-        missing, unexpected = model.load_state_dict(init, strict=False)
-        new = [k for k in missing if not k.startswith((*_HEADS, "bottleneck.non_local."))]
-        if unexpected or new:
-            raise ValueError(f"init: not the weights of {name} ({unexpected or new})")
+        load_partial(model, init, (*_HEADS, "bottleneck.non_local."), what=f"init of {name}")
     if s.freeze_encoder and init is None:
         raise ValueError("freeze_encoder: needs a pre-trained encoder (pretrain_epochs > 0)")
     start = time.perf_counter()

@@ -314,6 +314,7 @@ def build_model(
     ``settings.init_noise`` every parameter gets seeded noise of that standard deviation (the
     protocol's perturbation: the same seed, a different rounding of the start).
     """
+    from nlnet.models.loading import load_partial
     from nlnet.models.registry import create_model, get_model_entry
 
     extra = {}
@@ -325,10 +326,8 @@ def build_model(
     )  # fmt: skip
     if init is not None:
         init = inflate_state(init, model.state_dict())
-        missing, unexpected = model.load_state_dict(init, strict=False)
-        bad = [k for k in missing if not (k.startswith("fc.") or ".non_local." in k)]
-        if bad or unexpected:
-            raise RuntimeError(f"pre-trained weights do not fit {name}: {bad + unexpected}")
+        new = [k for k in model.state_dict() if k.startswith("fc.") or ".non_local." in k]
+        load_partial(model, init, new, what=f"pre-trained weights for {name}")
     if settings.init_noise:
         g = torch.Generator().manual_seed(1_000_003 * settings.task.seed + 7)
         with torch.no_grad():

@@ -9,11 +9,11 @@ from nlnet.models.edsr import EDSR  # noqa: F401  (registers edsr_baseline*)
 from nlnet.models.image import SegmentationHead, SegmentationNet, resnet_non_local
 from nlnet.models.image_tiny import TinyImageResNet  # noqa: F401  (registers resnet_tiny*)
 from nlnet.models.inflate import (
-    InflationReport,
     inflate_conv_weight,
     inflate_state_dict,
     load_pretrained_2d,
 )
+from nlnet.models.loading import LoadReport, load_partial
 from nlnet.models.model_cfg import ModelCfg
 from nlnet.models.rcan import RCAN  # noqa: F401  (registers rcan*)
 from nlnet.models.registry import (
@@ -38,7 +38,8 @@ from nlnet.models.vit import VisionTransformer  # noqa: F401  (registers vit_*)
 __all__ = [
     "BLOCK_CONFIG",
     "Bottleneck3d",
-    "InflationReport",
+    "LoadReport",
+    "load_partial",
     "ModelCfg",
     "ModelEntry",
     "PLACEMENTS",

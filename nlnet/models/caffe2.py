@@ -52,7 +52,6 @@ import pickle
 import re
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +59,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from nlnet.models.loading import LoadReport, load_partial
+
 __all__ = [
     "Caffe2FormatError",
-    "Caffe2ImportReport",
     "read_caffe2_pickle",
     "caffe2_blob_name",
     "import_caffe2",
@@ -244,46 +244,17 @@ def _is_bn(key: str) -> bool:
     return bool(re.search(r"(^bn1|\.bn[123]|downsample\.1|\.norm)\.weight$", key))
 
 
-@dataclass
-class Caffe2ImportReport:
-    """What :func:`import_caffe2` did with every model key and every blob."""
-
-    loaded: list[str] = field(default_factory=list)  # model keys taken from a blob
-    reshaped: list[str] = field(default_factory=list)  # e.g. conv-shaped pred_w -> fc.weight
-    affine_bn: list[str] = field(default_factory=list)  # BN from _s/_b only (USE_AFFINE)
-    zero_bias: list[str] = field(default_factory=list)  # NO_BIAS: bias set to 0
-    folded: list[str] = field(default_factory=list)  # _out_b folded into the BN running mean
-    missing: list[str] = field(default_factory=list)  # model keys without a blob (kept init)
-    unmatched: list[str] = field(default_factory=list)  # blobs no model key uses
-    training_state: list[str] = field(default_factory=list)  # momentum / model_iter / lr
-
-    @property
-    def complete(self) -> bool:
-        """Every model weight came from the file and every weight blob was used."""
-        return not (self.unmatched or [k for k in self.missing if not k.startswith("fc.")])
-
-    def __str__(self) -> str:
-        counts = ", ".join(f"{k}={len(v)}" for k, v in vars(self).items())
-        lines = [f"Caffe2ImportReport({counts})"]
-        for what in ("missing", "unmatched"):
-            keys = getattr(self, what)
-            if keys:
-                more = f" ... ({len(keys)} in all)" if len(keys) > 10 else ""
-                lines.append(f"  {what}: {', '.join(keys[:10])}{more}")
-        return "\n".join(lines)
-
-
 def _bn_eps(model: nn.Module, key: str) -> float:
     mod = model.get_submodule(key.rsplit(".", 1)[0])
     return float(getattr(mod, "eps", 1e-5))
 
 
-def _import_tensor(key, blob, target, report: Caffe2ImportReport) -> torch.Tensor | None:
+def _import_tensor(key, blob, target, report: LoadReport) -> torch.Tensor | None:
     arr = torch.from_numpy(np.ascontiguousarray(blob)).to(target.dtype)
     if tuple(arr.shape) == tuple(target.shape):
         return arr
     if key.startswith("fc.") and arr.numel() == target.numel():
-        report.reshaped.append(key)
+        report.convert("reshaped", key)
         return arr.reshape(target.shape)
     return None
 
@@ -293,7 +264,7 @@ def import_caffe2(
     source: str | os.PathLike | Mapping[str, np.ndarray],
     *,
     strict: bool = True,
-) -> Caffe2ImportReport:
+) -> LoadReport:
     """Load released Caffe2 blobs into an nlnet C2D/I3D (+ non-local) model, in place.
 
     Args:
@@ -306,10 +277,10 @@ def import_caffe2(
             is then not this model (e.g. blocks in the file that the model lacks).
 
     Returns:
-        The :class:`Caffe2ImportReport`; ``unmatched`` lists blobs no model key uses.
+        The :class:`LoadReport`; ``unused`` lists blobs no model key uses, ``kept`` model keys without a blob.
     """
     blobs = dict(source) if isinstance(source, Mapping) else read_caffe2_pickle(source)
-    report = Caffe2ImportReport()
+    report = LoadReport("caffe2")
     state = model.state_dict()
     new_state: dict[str, torch.Tensor] = {}
     used: set[str] = set()
@@ -318,14 +289,14 @@ def import_caffe2(
         name = caffe2_blob_name(key)
         if name is None:
             if not key.endswith("num_batches_tracked"):
-                report.missing.append(key)
+                report.kept.append(key)
             continue
         if name in blobs:
             value = _import_tensor(key, blobs[name], target, report)
             used.add(name)
             if value is None:
                 if key.startswith("fc."):
-                    report.missing.append(key)  # classifier of another size: keep init
+                    report.kept.append(key)  # classifier of another size: keep init
                     continue
                 bad.append(f"{name} {tuple(blobs[name].shape)} -> {key} {tuple(target.shape)}")
                 continue
@@ -334,29 +305,28 @@ def import_caffe2(
         elif name.endswith(("_bn_rm", "_bn_riv")) and name.rsplit("_", 1)[0] + "_s" in blobs:
             fill = 0.0 if name.endswith("_rm") else 1.0 - _bn_eps(model, key)
             new_state[key] = torch.full_like(target, fill)
-            report.affine_bn.append(key)
+            report.convert("affine_bn", key)
         elif re.search(r"_(theta|phi|g)_b$", name):
             new_state[key] = torch.zeros_like(target)
-            report.zero_bias.append(key)
+            report.convert("zero_bias", key)
         else:
-            report.missing.append(key)
+            report.kept.append(key)
     _fold_out_bias(blobs, new_state, used, report)
     report.training_state = sorted(b for b in blobs if _TRAINING_STATE.search(b))
-    report.unmatched = sorted(set(blobs) - used - set(report.training_state))
-    if strict and (
-        bad or report.unmatched or [k for k in report.missing if not k.startswith("fc.")]
-    ):
+    report.unused = sorted(set(blobs) - used - set(report.training_state))
+    if strict and (bad or report.unused or [k for k in report.kept if not k.startswith("fc.")]):
         raise ValueError(
             "caffe2: the file does not match this model"
             + (f"; shape mismatch: {', '.join(bad[:6])}" if bad else "")
-            + (f"; no blob for: {', '.join(report.missing[:6])}" if report.missing else "")
-            + (f"; unused blobs: {', '.join(report.unmatched[:6])}" if report.unmatched else "")
+            + (f"; no blob for: {', '.join(report.kept[:6])}" if report.kept else "")
+            + (f"; unused blobs: {', '.join(report.unused[:6])}" if report.unused else "")
         )
-    model.load_state_dict(new_state, strict=False)
+    load_partial(model, new_state, [k for k in model.state_dict() if k not in new_state],
+                 what="caffe2")  # fmt: skip
     return report
 
 
-def _fold_out_bias(blobs, new_state, used, report: Caffe2ImportReport) -> None:
+def _fold_out_bias(blobs, new_state, used, report: LoadReport) -> None:
     """W_z's bias ``_out_b`` -> subtract it from the following BN's running mean (eval-exact)."""
     for key in list(new_state):
         if not key.endswith("non_local.norm.running_mean"):
@@ -367,7 +337,7 @@ def _fold_out_bias(blobs, new_state, used, report: Caffe2ImportReport) -> None:
             bias = torch.from_numpy(np.asarray(blobs[out_b])).to(new_state[key].dtype)
             new_state[key] = new_state[key] - bias
             used.add(out_b)
-            report.folded.append(key)
+            report.convert("folded", key)
 
 
 def export_caffe2(model: nn.Module, path: str | os.PathLike | None = None) -> dict[str, Any]:

@@ -25,7 +25,8 @@ with :func:`nlnet.models.surgery.insert_non_local`:
 
 Every block starts as the identity (BN after ``W_z`` with gamma = 0, Sec. 4.1), so a model with
 blocks computes exactly what the plain torchvision detector with the same weights computes, and
-a torchvision checkpoint loads with ``strict=False`` (only ``.non_local.`` keys missing).
+a torchvision checkpoint loads with :func:`nlnet.models.loading.load_partial` keeping the
+``.non_local.`` keys.
 
 "All models are fine-tuned from ImageNet pre-training" (Sec. 6): ``weights_backbone`` (torchvision's
 name for it; ``pretrained_2d`` of :func:`~nlnet.models.registry.create_model` and the config key

@@ -27,6 +27,7 @@ from torchvision.ops import FrozenBatchNorm2d
 
 from nlnet.layers.block_spec import BlockLike
 from nlnet.layers.nonlocal_block import NonLocal2d
+from nlnet.models.loading import load_partial
 from nlnet.models.placement import Placement, family_block, place_non_local
 from nlnet.models.resnet_layout import BLOCK_CONFIG
 from nlnet.models.surgery import insert_non_local, non_local_paths
@@ -114,7 +115,7 @@ def _load_backbone(body: nn.Module, spec: Any, arch: str) -> None:
             f"weights_backbone: not {arch} weights for this backbone (missing {missing[:3]}, "
             f"unexpected {unexpected[:3]}, other shapes {wrong[:3]})"
         )
-    body.load_state_dict(state, strict=False)  # fc.* keeps its (unused) initialisation
+    load_partial(body, state, ("fc",), what="weights_backbone")  # fc.*: unused, kept
 
 
 def _with_blocks(

@@ -18,9 +18,10 @@ from typing import Any
 import torch
 
 from nlnet.models.inflate import DEFAULT_HEAD_KEYS, DEFAULT_NEW_KEYS, load_pretrained_2d
+from nlnet.models.loading import LoadReport, load_partial
 from nlnet.models.weights import load_weights
 
-__all__ = ["CONVERTERS", "load_finetune_weights", "load_matching"]
+__all__ = ["CONVERTERS", "load_finetune_weights"]
 
 #: ``weights_format`` -> ``"module:function"`` renaming a torchvision state dict to nlnet's keys
 #: (by name: those modules import the registry, which imports this one lazily).
@@ -49,47 +50,16 @@ def _under(key: str, prefixes: tuple[str, ...]) -> bool:
     return any(key == p or key.startswith(p + ".") for p in prefixes)
 
 
-def load_matching(model: torch.nn.Module, state_dict: Mapping, classifier: tuple[str, ...],
-                  *, what: str = "weights") -> dict[str, list[str]]:  # fmt: skip
-    """Load every tensor of ``state_dict`` into ``model``; the classifier's tensors only when
-    their shapes agree (fine-tuning to another class count keeps the fresh head).
-
-    Returns:
-        ``{"loaded": [...], "fresh": [...]}`` (the classifier keys left as initialised).
-
-    Raises:
-        ValueError: a tensor outside the classifier is missing, extra or of another shape.
-    """
-    own = model.state_dict()
-    take, fresh, problems = {}, [], []
-    for key, value in own.items():
-        src = state_dict.get(key)
-        if _under(key, classifier) and (src is None or tuple(src.shape) != tuple(value.shape)):
-            fresh.append(key)
-        elif src is None:
-            problems.append(f"missing {key}")
-        elif tuple(src.shape) != tuple(value.shape):
-            problems.append(f"{key} has shape {tuple(src.shape)}, the model {tuple(value.shape)}")
-        else:
-            take[key] = src
-    extra = [k for k in state_dict if k not in own and not _under(k, classifier)]
-    problems += [f"unexpected {k}" for k in extra]
-    if problems:
-        shown = "; ".join(problems[:3]) + (
-            f"; ... ({len(problems)} in all)" if len(problems) > 3 else ""
-        )
-        raise ValueError(f"{what}: the weights do not fit this model ({shown})")
-    model.load_state_dict(take, strict=False)
-    return {"loaded": sorted(take), "fresh": fresh}
-
-
-def load_finetune_weights(model: torch.nn.Module, facts: Any, spec: Any) -> dict[str, list[str]]:
+def load_finetune_weights(model: torch.nn.Module, facts: Any, spec: Any) -> LoadReport:
     """Initialise ``model`` (already built with its final class count) from ``spec``: every
     tensor loaded, the classifier (``facts.classifier``) kept fresh where its size differs.
 
     ``spec`` is a torchvision weights name/enum (models with ``facts.weights_arch``), a file or a
     state dict: torchvision layout for the ViT/Swin/ResNet families (renamed or inflated, Section
     4.1 of the paper), or this model's own layout (e.g. an ``nlnet train`` checkpoint).
+
+    Returns:
+        The :class:`~nlnet.models.loading.LoadReport` (``kept``: the fresh classifier).
     """
     fmt, arch = facts.weights_format, facts.weights_arch
     named = not isinstance(spec, (Mapping, os.PathLike)) and not (
@@ -107,12 +77,11 @@ def load_finetune_weights(model: torch.nn.Module, facts: Any, spec: Any) -> dict
     covers = all(k in sd for k in own if not _under(k, facts.classifier))  # this model's own
     if fmt == "inflate" and not covers:  # ImageNet 2D layout: copied or inflated
         head_keys = (*DEFAULT_HEAD_KEYS, *(p + "." for p in facts.classifier))
-        report = load_pretrained_2d(model, sd, arch=arch, head_keys=head_keys,
-                                    new_keys=(*DEFAULT_NEW_KEYS, *facts.new_keys))  # fmt: skip
-        return {"loaded": list(report.copied) + list(report.inflated), "fresh": list(report.kept)}
+        return load_pretrained_2d(model, sd, arch=arch, head_keys=head_keys,
+                                  new_keys=(*DEFAULT_NEW_KEYS, *facts.new_keys))  # fmt: skip
     if fmt in CONVERTERS and any(k.startswith(("encoder.", "features.")) for k in sd):
         module, attr = CONVERTERS[fmt].split(":")  # by name: vit/swin register models here
         convert = getattr(importlib.import_module(module), attr)
         sd = convert(sd) if fmt == "vit" else convert(sd, len(model.stages))
         sd = {k: v for k, v in sd.items() if k in own or not k.endswith("relative_position_index")}
-    return load_matching(model, sd, facts.classifier)
+    return load_partial(model, sd, facts.classifier)

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
+from nlnet.models.loading import LoadReport
+
 __all__ = [
-    "InflationReport",
     "inflate_conv_weight",
     "inflate_state_dict",
     "load_pretrained_2d",
@@ -38,22 +38,6 @@ __all__ = [
 DEFAULT_NEW_KEYS: tuple[str, ...] = ("non_local.",)
 #: Key prefixes of the classifier: loaded only if the shapes agree, otherwise left as initialised.
 DEFAULT_HEAD_KEYS: tuple[str, ...] = ("fc.",)
-
-
-@dataclass
-class InflationReport:
-    """What :func:`load_pretrained_2d` did with each key of the model's state dict."""
-
-    copied: list[str] = field(default_factory=list)
-    inflated: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)  # new layers / mismatched classifier: init kept
-    ignored: list[str] = field(default_factory=list)  # source keys not used (classifier)
-
-    def __str__(self) -> str:
-        return (
-            f"InflationReport(copied={len(self.copied)}, inflated={len(self.inflated)}, "
-            f"kept_initialised={len(self.kept)}, ignored_source_keys={len(self.ignored)})"
-        )
 
 
 def inflate_conv_weight(weight_2d: torch.Tensor, time_dim: int) -> torch.Tensor:
@@ -130,7 +114,7 @@ def inflate_state_dict(
     new_keys: Iterable[str] = DEFAULT_NEW_KEYS,
     head_keys: Iterable[str] = DEFAULT_HEAD_KEYS,
     strict: bool = True,
-) -> tuple[dict[str, torch.Tensor], InflationReport]:
+) -> tuple[dict[str, torch.Tensor], LoadReport]:
     """Map a 2D ResNet state dict onto ``model``'s state dict, inflating kernels where needed.
 
     For every key of ``model.state_dict()``: a source tensor of the same shape is copied; a 4D
@@ -157,7 +141,7 @@ def inflate_state_dict(
     new_keys, head_keys = tuple(new_keys), tuple(head_keys)
     target = model.state_dict()
     src = dict(state_dict_2d)
-    report = InflationReport()
+    report = LoadReport("torchvision 2D")
     out: dict[str, torch.Tensor] = {}
     missing, mismatched = [], []
     for key, tgt in target.items():
@@ -176,18 +160,18 @@ def inflate_state_dict(
         s = src[key]
         if tuple(s.shape) == tuple(tgt.shape):
             out[key] = s.to(dtype=tgt.dtype)
-            report.copied.append(key)
+            report.loaded.append(key)
         elif s.dim() == 4 and tgt.dim() == 5 and (*tgt.shape[:2], *tgt.shape[3:]) == s.shape:
             out[key] = inflate_conv_weight(s.to(dtype=tgt.dtype), int(tgt.shape[2]))
-            report.inflated.append(key)
+            report.convert("inflated", key)
         elif is_head:
             report.kept.append(key)
-            report.ignored.append(key)
+            report.unused.append(key)
             out[key] = tgt
         else:
             mismatched.append(f"{key}: source {tuple(s.shape)} vs model {tuple(tgt.shape)}")
     unexpected = [k for k in src if k not in target]
-    report.ignored += [k for k in unexpected if any(k.startswith(p) for p in head_keys)]
+    report.unused += [k for k in unexpected if any(k.startswith(p) for p in head_keys)]
     unexpected = [k for k in unexpected if not any(k.startswith(p) for p in head_keys)]
     if strict and (missing or unexpected or mismatched):
         parts = []
@@ -217,7 +201,7 @@ def load_pretrained_2d(
     strict: bool = True,
     new_keys: Iterable[str] = DEFAULT_NEW_KEYS,
     head_keys: Iterable[str] = DEFAULT_HEAD_KEYS,
-) -> InflationReport:
+) -> LoadReport:
     """Initialise ``model`` in place from 2D ResNet weights.
 
     ``source`` is a state dict, a path, or torchvision weights (an enum member, its full name, or
@@ -226,7 +210,8 @@ def load_pretrained_2d(
     ``model.load_state_dict(..., strict=True)``.
 
     Returns:
-        The :class:`InflationReport` listing copied, inflated and kept keys.
+        The :class:`~nlnet.models.loading.LoadReport` of the keys copied (``loaded``),
+        inflated (``converted["inflated"]``) and kept.
     """
     sd, report = inflate_state_dict(
         read_state_dict(source, arch), model, new_keys=new_keys, head_keys=head_keys, strict=strict

@@ -27,14 +27,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from nlnet.models.loading import LoadReport, load_partial
+
 __all__ = [
     "PYSLOWFAST_OPTIONS",
-    "PySlowFastReport",
     "pyslowfast_key",
     "read_pyslowfast",
     "import_pyslowfast",
@@ -83,31 +83,12 @@ def read_pyslowfast(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     return {k.removeprefix("module."): v for k, v in state.items()}
 
 
-@dataclass
-class PySlowFastReport:
-    """What :func:`import_pyslowfast` did with every key."""
-
-    loaded: list[str] = field(default_factory=list)
-    folded: list[str] = field(default_factory=list)  # conv_out bias -> BN running mean
-    missing: list[str] = field(default_factory=list)  # nlnet keys without a PySlowFast key
-    unmatched: list[str] = field(default_factory=list)  # PySlowFast keys nothing used
-
-    def __str__(self) -> str:
-        counts = ", ".join(f"{k}={len(v)}" for k, v in vars(self).items())
-        lines = [f"PySlowFastReport({counts})"]
-        for what in ("missing", "unmatched"):
-            keys = getattr(self, what)
-            if keys:
-                lines.append(f"  {what}: {', '.join(keys[:10])}")
-        return "\n".join(lines)
-
-
 def import_pyslowfast(
     model: nn.Module,
     source: str | os.PathLike | Mapping[str, torch.Tensor],
     *,
     strict: bool = True,
-) -> PySlowFastReport:
+) -> LoadReport:
     """Load a PySlowFast C2D/I3D (+NLN) state into an nlnet ResNet3d model, in place.
 
     Args:
@@ -116,13 +97,13 @@ def import_pyslowfast(
         strict: raise on a missing key, a shape mismatch or an unused PySlowFast key.
     """
     state = dict(source) if isinstance(source, Mapping) else read_pyslowfast(source)
-    report = PySlowFastReport()
+    report = LoadReport("pyslowfast")
     new_state: dict[str, torch.Tensor] = {}
     used, bad = set(), []
     for key, target in model.state_dict().items():
         name = pyslowfast_key(key)
         if name is None or name not in state:
-            report.missing.append(key)
+            report.kept.append(key)
             continue
         used.add(name)
         if tuple(state[name].shape) != tuple(target.shape):
@@ -135,14 +116,15 @@ def import_pyslowfast(
         if bias in state and key.replace("norm.running_mean", "W_z.bias") not in new_state:
             new_state[key] = new_state[key] - state[bias].to(new_state[key].dtype)
             used.add(bias)
-            report.folded.append(key)
-    report.unmatched = sorted(set(state) - used)
-    if strict and (bad or report.missing or report.unmatched):
+            report.convert("folded", key)
+    report.unused = sorted(set(state) - used)
+    if strict and (bad or report.kept or report.unused):
         raise ValueError(
             "pyslowfast: the checkpoint does not match this model"
             + (f"; shape mismatch: {', '.join(bad[:4])}" if bad else "")
-            + (f"; no key for: {', '.join(report.missing[:4])}" if report.missing else "")
-            + (f"; unused keys: {', '.join(report.unmatched[:4])}" if report.unmatched else "")
+            + (f"; no key for: {', '.join(report.kept[:4])}" if report.kept else "")
+            + (f"; unused keys: {', '.join(report.unused[:4])}" if report.unused else "")
         )
-    model.load_state_dict(new_state, strict=False)
+    load_partial(model, new_state, [k for k in model.state_dict() if k not in new_state],
+                 what="pyslowfast")  # fmt: skip
     return report

@@ -18,8 +18,9 @@ at the path, so its parameters are ``<path>.non_local.theta.weight`` etc.:
   (:func:`with_non_local_class`; same parameter names). Unlike a forward hook this is seen by
   FX tracing (``create_feature_extractor``), ``torch.compile``, ``torch.export`` and ONNX.
 
-A state dict of the plain model therefore loads into the model with blocks with ``strict=False``
-(only the ``.non_local.`` keys are missing), and the model with blocks round-trips strictly.
+A state dict of the plain model therefore loads into the model with blocks through
+:func:`nlnet.models.loading.load_partial` keeping the ``.non_local.`` keys, and the model with
+blocks round-trips strictly.
 
 Placement presets (Tables 2b and 2c), with ResNet stage names res2..res5 = ``layer1``..``layer4``
 and 0-based block indices (see ``docs/models.md``):

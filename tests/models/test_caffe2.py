@@ -78,7 +78,7 @@ def test_export_import_round_trip_gives_identical_outputs(tmp_path):
     assert blobs["res3_0_branch2a_w"].shape == (8, 16, 3, 1, 1)  # (O, I, T, H, W), 3x1x1
     dst = _random_model(2)
     report = import_caffe2(dst, path)
-    assert not report.missing and not report.unmatched
+    assert not report.kept and not report.unused
     for key, value in src.state_dict().items():
         assert torch.equal(dst.state_dict()[key], value), key
     x = _clip()
@@ -103,12 +103,15 @@ def test_released_variants_affine_bn_no_bias_out_bias_conv_pred(tmp_path):
     dst = _random_model(4)
     report = import_caffe2(dst, blobs, strict=False)
     assert not report.complete
-    assert report.affine_bn == ["layer1.1.bn2.running_mean", "layer1.1.bn2.running_var"]
-    assert report.zero_bias == ["layer2.1.non_local.theta.bias"]
-    assert report.folded == ["layer2.1.non_local.norm.running_mean"]
-    assert report.reshaped == ["fc.weight"]
+    assert report.converted_as("affine_bn") == [
+        "layer1.1.bn2.running_mean",
+        "layer1.1.bn2.running_var",
+    ]
+    assert report.converted_as("zero_bias") == ["layer2.1.non_local.theta.bias"]
+    assert report.converted_as("folded") == ["layer2.1.non_local.norm.running_mean"]
+    assert report.converted_as("reshaped") == ["fc.weight"]
     assert report.training_state == ["lr", "res2_0_branch2a_w_momentum"]
-    assert report.unmatched == ["something_else_w"]
+    assert report.unused == ["something_else_w"]
     assert "something_else_w" in str(report)
     # affine BN: y = s * x + b (eval mode)
     bn = dst.layer1[1].bn2
@@ -129,7 +132,7 @@ def test_mismatched_file_is_refused_with_the_names(tmp_path):
     with pytest.raises(ValueError, match="nonlocal_conv3_1|no blob for: layer2.1.non_local"):
         import_caffe2(_random_model(6), blobs)
     report = import_caffe2(_random_model(6), blobs, strict=False)
-    assert "layer2.1.non_local.theta.weight" in report.missing
+    assert "layer2.1.non_local.theta.weight" in report.kept
     blobs = dict(export_caffe2(_random_model(7))["blobs"])
     blobs["res2_0_branch2a_w"] = blobs["res2_0_branch2a_w"][:, :, :1]  # a C2D kernel in I3D
     with pytest.raises(ValueError, match=r"res2_0_branch2a_w \(4, 4, 1, 1, 1\)"):
@@ -184,7 +187,7 @@ def test_import_caffe2_command_writes_an_evaluable_checkpoint(tmp_path, capsys):
             "--config", "kinetics/i3d311_r50_nl5", "--override", "width=4"]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "missing=0" in out and "unmatched=0" in out and str(ckpt_path) in out
+    assert "kept=0" in out and "unused=0" in out and str(ckpt_path) in out
     ckpt = load_checkpoint(ckpt_path)
     assert ckpt["model_name"] == NAME and ckpt["num_classes"] == 5  # from pred_w
     cfg = config_from_dict(ckpt["config"])  # what `nlnet eval --checkpoint` rebuilds

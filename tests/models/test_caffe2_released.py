@@ -90,7 +90,7 @@ def _assert_released(model, blobs, cfg, x, split="test", rtol=1e-5):
 @pytest.mark.parametrize("name", sorted(RELEASED))
 def test_released_file_imports_by_name_and_computes_the_released_network(tmp_path, capsys, name):
     blobs, cfg, out, frames = _import(tmp_path, name, RELEASED[name])
-    assert "missing=0" in capsys.readouterr().out
+    assert "kept=0" in capsys.readouterr().out
     model = load_model(out)
     # the released test view: 256 x 256 crop, fully convolutional (2 x 2 positions at res5)
     ref = _assert_released(model, blobs, cfg, _clip(frames, 256))
@@ -188,7 +188,7 @@ def test_unused_blobs_or_missing_weights_are_refused_unless_allow_partial(tmp_pa
     assert not (tmp_path / "o.pt").exists()
     assert main([*argv, "--allow-partial"]) == 0
     printed = capsys.readouterr().out
-    assert "unmatched=" in printed and "partial import" in printed
+    assert "unused=" in printed and "partial import" in printed
 
 
 @pytest.mark.slow

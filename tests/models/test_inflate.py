@@ -52,7 +52,9 @@ def test_c2d_on_repeated_frame_equals_torchvision_resnet50_exactly():
     _randomise_bn(net2d, gen)
     video_net = create_model("c2d_r50", num_classes=1000).double().eval()
     report = load_pretrained_2d(video_net, net2d.state_dict())
-    assert len(report.inflated) == 53 and "fc.weight" in report.copied  # every conv kernel
+    assert (
+        len(report.converted_as("inflated")) == 53 and "fc.weight" in report.loaded
+    )  # every conv kernel
     frame = torch.randn(1, 3, 32, 32, dtype=torch.float64, generator=gen)
     video = frame.unsqueeze(2).expand(-1, -1, 4, -1, -1).contiguous()  # (1, 3, T=4, 32, 32)
     with torch.no_grad():
@@ -87,7 +89,7 @@ def test_i3d_interior_frames_match_2d_and_borders_do_not(inflate):
     report = load_pretrained_2d(i3d, sd2d)
     # every inflated kernel sums over t to its 2D kernel
     sd3d = i3d.state_dict()
-    inflated = [k for k in report.inflated if sd3d[k].shape[2] > 1]
+    inflated = [k for k in report.converted_as("inflated") if sd3d[k].shape[2] > 1]
     assert len(inflated) == 1 + 9  # conv1 + 9 blocks (3 + 2 + 3 + 1)
     for k in inflated:
         torch.testing.assert_close(sd3d[k].sum(2), sd2d[k], rtol=1e-13, atol=1e-15)
@@ -126,7 +128,7 @@ def test_classifier_of_another_size_is_kept():
     model = ResNet3d(width=4, num_classes=400)
     fc_before = model.fc.weight.clone()
     report = load_pretrained_2d(model, src)
-    assert "fc.weight" in report.kept and "fc.weight" in report.ignored
+    assert "fc.weight" in report.kept and "fc.weight" in report.unused
     torch.testing.assert_close(model.fc.weight, fc_before)
 
 

@@ -80,7 +80,7 @@ def test_import_folds_conv_out_bias_and_is_strict():
     state = slowfast_model_state(1)
     model = create_model("i3d311_r50_nl5", num_classes=CLASSES, width=W, **PYSLOWFAST_OPTIONS)
     report = import_pyslowfast(model, state)
-    assert not report.missing and not report.unmatched and len(report.folded) == 5
+    assert not report.kept and not report.unused and len(report.converted_as("folded")) == 5
     nl = model.layer3[3].non_local.eval()
     q = "s4.pathway0_nonlocal3"
     z = torch.randn(2, nl.W_z.in_channels, 1, 2, 2)
@@ -107,7 +107,7 @@ def test_import_command_reads_pyth_weights_only(tmp_path, capsys):
     argv = ["import-caffe2", str(path), "--model", "i3d311_r50_nl5", "-o", str(out),
             "--override", f"width={W}"]  # fmt: skip
     assert main(argv) == 0
-    assert "missing=0" in capsys.readouterr().out
+    assert "kept=0" in capsys.readouterr().out
     model = load_model(out)
     assert model.head == "fully_conv" and model.fc.out_features == CLASSES
     prep = checkpoint_info(out).preprocessing

@@ -50,6 +50,7 @@ from torch import nn
 
 from nlnet.engine.checkpoint.file_io import load_checkpoint, unwrap_model
 from nlnet.engine.errors import CheckpointError, UserError
+from nlnet.models.loading import LoadReport, load_partial
 
 __all__ = [
     "USER_MODEL_PREFIX",
@@ -226,7 +227,7 @@ def load_backbone(
     model: nn.Module,
     ckpt: str | os.PathLike | Mapping[str, Any],
     exclude: Iterable[str] | None = None,
-) -> dict[str, list[str]]:
+) -> LoadReport:
     """Initialise ``model`` from a checkpoint of possibly another task, skipping the head.
 
     Every parameter/buffer whose name starts with one of ``exclude`` keeps its fresh value (so a
@@ -241,7 +242,7 @@ def load_backbone(
             classifier of a network that is not registered (``model_cfg.DEFAULT_CLASSIFIER``).
 
     Returns:
-        ``{"loaded": [...], "skipped": [...]}`` parameter names.
+        The :class:`~nlnet.models.loading.LoadReport` (``kept``: the excluded keys).
     """
     from nlnet.models.model_cfg import DEFAULT_CLASSIFIER
 
@@ -252,29 +253,10 @@ def load_backbone(
     def excluded(name: str) -> bool:
         return any(name == p or name.startswith(p + ".") for p in exclude)
 
-    own = target.state_dict()
-    loaded, skipped, problems = [], [], []
-    new_state = {}
-    for name, value in own.items():
-        if excluded(name):
-            skipped.append(name)
-            continue
-        if name not in state:
-            problems.append(f"missing {name}")
-            continue
-        if tuple(state[name].shape) != tuple(value.shape):
-            problems.append(
-                f"{name}: checkpoint {tuple(state[name].shape)} vs model {tuple(value.shape)}"
-            )
-            continue
-        new_state[name] = state[name]
-        loaded.append(name)
-    if problems:
-        shown = "; ".join(problems[:5]) + (
-            f"; ... ({len(problems)} in all)" if len(problems) > 5 else ""
-        )
+    state = {k: v for k, v in state.items() if not excluded(k)}  # the head stays fresh
+    try:
+        return load_partial(target, state, exclude, what="checkpoint", extra_ok=True)
+    except ValueError as exc:
         raise CheckpointMismatchError(
-            f"load_backbone: the checkpoint does not fit the model outside {exclude}: {shown}"
-        )
-    target.load_state_dict(new_state, strict=False)
-    return {"loaded": loaded, "skipped": skipped}
+            f"load_backbone: {exc}; outside {exclude} the checkpoint must fit"
+        ) from None
