@@ -42,7 +42,7 @@ from torch import nn
 from nlnet.data.images.transforms import image_test_transform
 from nlnet.data.video.config import Preprocessing
 from nlnet.data.video.sampling import make_sampler
-from nlnet.data.video.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform
+from nlnet.data.video.transforms import TestTransform
 from nlnet.data.video_io.backends import VideoDecodeError, open_video
 from nlnet.engine.checkpoint import (
     CheckpointInfo,
@@ -54,6 +54,7 @@ from nlnet.engine.checkpoint import (
 from nlnet.engine.distributed import resolve_device
 from nlnet.engine.errors import CheckpointError, DataError
 from nlnet.engine.tasks.video_eval import scores_from_logits
+from nlnet.functional.stats import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = [
     "ImageTransform",

@@ -130,7 +130,7 @@ def test_unet_pretraining_labels_each_digit_by_its_class_and_initialises_both_mo
     moved = (run["state"][first] - init[first]).abs().max() / init[first].abs().max()
     assert 0 < moved < 0.5
     wrong = {f"x.{k}": v for k, v in init.items()}
-    with pytest.raises(ValueError, match="init: not the weights of unet2d"):
+    with pytest.raises(ValueError, match="init of unet2d: the weights do not fit"):
         fit_and_test("unet2d", s, root, tmp_path / "bad", 0, "cpu", "val", wrong)
     assert torch.is_tensor(run["state"]["bottleneck.non_local.theta.weight"])
     # freeze_encoder: the encoder (levels, bottleneck convolutions) stays the pre-trained one

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from nlnet.analysis.hooks import attention_of, find_non_local_blocks
+from nlnet.analysis.attention_record import attention_of, find_non_local_blocks
 from nlnet.layers.gate import GatedNorm
 from nlnet.layers.nonlocal_block import NonLocalNd
 

@@ -5,8 +5,8 @@
   ``draw_bounding_boxes`` / ``draw_segmentation_masks``;
 * :func:`pixel_attention` records the non-local block's weights ("Non-local Neural Networks", arXiv:1711.07971,
   Eq. 1 / Sec. 3.2: the softmax over positions ``j`` for one query ``i``) for the query cell that
-  contains a chosen input pixel, as a map over the image (:func:`nlnet.analysis.hooks.
-  record_attention` and its :class:`~nlnet.analysis.hooks.GridMapping`);
+  contains a chosen input pixel, as a map over the image (:func:`nlnet.analysis.attention_record.
+  record_attention` and its :class:`~nlnet.analysis.attention_record.GridMapping`);
 * :func:`save_segmentation_figure` puts image, ground truth, predictions of several models and
   the attention map of a chosen pixel in one PNG.
 """
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nlnet.analysis.hooks import record_attention
+from nlnet.analysis.attention_record import record_attention
 from nlnet.analysis.visualize import fit_titles
 
 __all__ = [

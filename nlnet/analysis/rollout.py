@@ -17,7 +17,7 @@ token ``i`` at the top.
   (:func:`patch_merging_matrix`), and the classifier's global average pool reads the mean of the
   rows of ``R``.
 
-Weights come from :func:`nlnet.analysis.hooks.record_attention` (``kind="transformer"``).
+Weights come from :func:`nlnet.analysis.attention_record.record_attention` (``kind="transformer"``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from nlnet.analysis.hooks import record_attention
+from nlnet.analysis.attention_record import record_attention
 from nlnet.analysis.visualize import fit_titles
 from nlnet.functional.windows import cyclic_shift, pad_to_window, window_partition
 

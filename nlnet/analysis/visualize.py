@@ -4,7 +4,7 @@ Figures 1 and 3 of "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:17
 video model, arrows to the key positions ``x_j`` with the highest weights ``f(x_i, x_j) / C(x)``
 (Eq. 1) across the frames of a clip ("only the highest weighted ones are shown"; Figure 3 draws
 the 20 highest). This module draws both pictures for any model with non-local blocks, from the
-weights recorded by :func:`nlnet.analysis.hooks.record_attention`:
+weights recorded by :func:`nlnet.analysis.attention_record.record_attention`:
 
 * :func:`draw_arrows` / :func:`arrows_figure`: the clip's frames side by side, the query marked,
   arrows to its ``top_k`` strongest keys (line width and opacity proportional to the weight);
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from nlnet.analysis.hooks import GridMapping
+from nlnet.analysis.attention_record import GridMapping
 from nlnet.analysis.plotting import pyplot
 
 __all__ = [

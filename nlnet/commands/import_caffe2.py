@@ -95,8 +95,7 @@ def _config(args, model: str, num_classes: int, options: dict, prep: dict | None
     items = {
         "model.name": model,
         "model.num_classes": num_classes,
-        "model.pretrained": None,
-        "model.pretrained_2d": None,
+        "model.init": None,
         "model.overrides": options,
     }
     if prep is not None:  # the released data and test protocol (what `nlnet eval` reads)

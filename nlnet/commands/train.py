@@ -142,13 +142,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         summary = train(cfg, resume=args.resume, force=args.force)
     except WeightsUnavailableError as exc:  # offline, the ImageNet file not in the hub cache
-        raise UserError(
-            f"model.{exc}" if str(exc).startswith("pretrained_2d") else str(exc)
-        ) from None
-    except ValueError as exc:  # the 2D weights of another architecture (models.inflate)
-        if not str(exc).startswith("pretrained_2d:"):
+        raise UserError(f"model.init: {exc}") from None
+    except ValueError as exc:  # weights of another architecture (models.inflate, loading)
+        if not str(exc).startswith(("pretrained_2d:", "weights:")):
             raise
-        raise UserError(f"model.{exc}") from None
+        raise UserError(f"model.init: {exc}") from None
     if int(os.environ.get("RANK", "0")) == 0:  # the group is gone by now
         keep = ("run_dir", "iterations", "train_loss", "val", "checkpoint", "time_s",
                 "clips_per_s", "skipped", "empty_batches", "stopped")  # fmt: skip

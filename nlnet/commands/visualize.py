@@ -251,7 +251,11 @@ def _query_indices(mapping: Any, attn: Any, queries: list[str] | None) -> list[i
 def main(args: argparse.Namespace) -> int:
     import torch
 
-    from nlnet.analysis.hooks import find_attention_layers, find_non_local_blocks, record_attention
+    from nlnet.analysis.attention_record import (
+        find_attention_layers,
+        find_non_local_blocks,
+        record_attention,
+    )
     from nlnet.analysis.plotting import pyplot
     from nlnet.analysis.visualize import arrows_figure, heatmap_figure
     from nlnet.commands.common import device_arg, output_dir_arg

@@ -22,7 +22,7 @@ from nlnet.data.video.sampling import (
     test_clip_indices,
     train_clip_indices,
 )
-from nlnet.data.video.transforms import IMAGENET_MEAN, IMAGENET_STD, TestTransform, TrainTransform
+from nlnet.data.video.transforms import TestTransform, TrainTransform
 from nlnet.data.video_io.backends import (
     VideoDecodeError,
     VideoInfo,
@@ -34,6 +34,7 @@ from nlnet.data.video_io.backends import (
     torchcodec_available,
     write_video,
 )
+from nlnet.functional.stats import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = [
     "Preprocessing",

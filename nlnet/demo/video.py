@@ -334,7 +334,7 @@ def build_model(
             for p in model.parameters():
                 p.add_(settings.init_noise * torch.randn(p.shape, generator=g, dtype=p.dtype))
     if settings.theta_init_std:
-        from nlnet.analysis.hooks import find_non_local_blocks
+        from nlnet.analysis.attention_record import find_non_local_blocks
 
         for _, block in find_non_local_blocks(model):
             if block.theta is not None:

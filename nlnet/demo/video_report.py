@@ -86,7 +86,7 @@ def plot_attention(
 
     plt = pyplot()
 
-    from nlnet.analysis.hooks import record_attention
+    from nlnet.analysis.attention_record import record_attention
     from nlnet.analysis.visualize import draw_arrows
 
     n, T = len(records), x.shape[2]
@@ -133,7 +133,7 @@ def attention_statistics(
     The query/key cells are those containing the centres of the boxes recorded in the manifest
     (``cue_box`` in frame 0, ``match_box`` in the last frame); ``uniform`` is ``1 / N'``.
     """
-    from nlnet.analysis.hooks import record_attention
+    from nlnet.analysis.attention_record import record_attention
 
     cue_to_last, last_to_cue = [], []
     T = x.shape[2]

@@ -5,7 +5,7 @@ Charades models with "all BN layers frozen").  A *new* non-local block starts as
 because the BN after ``W_z`` has its scale ``gamma = 0`` (Section 3.3, Eq. 6: ``z = W_z y + x``);
 a frozen BN never changes that ``gamma``, so such a block would stay the identity forever.
 :func:`freeze_batchnorm` therefore keeps the norms of freshly inserted blocks trainable (and in
-train mode) and says so, while a block that starts from trained weights (``model.pretrained``
+train mode) and says so, while a block that starts from trained weights (``model.init``
 holds its keys, e.g. the 32-frame model initialising the 128-frame one) is frozen like every
 other BN layer, as in the paper.
 """
@@ -13,7 +13,7 @@ other BN layer, as in the paper.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -57,19 +57,44 @@ def model_options(cfg: Any) -> dict[str, Any]:
     return kwargs
 
 
+def init_source(cfg: Any) -> tuple[str | None, bool]:
+    """``model.init`` as ``(source, reset_head)`` (``(None, False)`` without one)."""
+    init = cfg.model.init
+    if isinstance(init, Mapping):
+        return init.get("from"), bool(init.get("reset_head", False))
+    return init, False
+
+
+def init_checkpoint(cfg: Any) -> dict[str, Any] | None:
+    """The checkpoint ``model.init`` names when it is one written by nlnet (``None`` for a
+    torchvision weights name or a file of bare weights, which ``create_model(weights=)``
+    reads)."""
+    from nlnet.engine.checkpoint.file_io import FORMAT
+    from nlnet.engine.config.loading import looks_like_path
+
+    source, reset = init_source(cfg)
+    if not source or not (looks_like_path(str(source)) or reset) or str(source).endswith(".pkl"):
+        return None  # a weights name, or the released Caffe2 ImageNet ResNet
+    ckpt = load_checkpoint(source)
+    return ckpt if ckpt.get("format") == FORMAT or reset else None
+
+
 def build_model(cfg: Any) -> nn.Module:
-    """``create_model(cfg.model.name, num_classes, pretrained_2d, dropout, **overrides)``, then
-    the optional initialisation from ``cfg.model.pretrained`` (head reset if asked)."""
+    """``create_model(cfg.model.name, num_classes, dropout, **overrides)`` started from
+    ``model.init``: a checkpoint of nlnet through :func:`init_from_pretrained`, any other
+    source (torchvision weights, a file of weights) through ``create_model(weights=)``."""
     from nlnet.models.registry import create_model
 
+    ckpt = init_checkpoint(cfg)
+    source, _ = init_source(cfg)
     model = create_model(
         cfg.model.name,
         num_classes=cfg.model.num_classes,
-        pretrained_2d=cfg.model.pretrained_2d,
-        weights=cfg.model.weights,
+        weights=source if ckpt is None else None,
         **model_options(cfg),
     )
-    init_from_pretrained(model, cfg)
+    if ckpt is not None:
+        init_from_pretrained(model, cfg, ckpt)
     return model
 
 
@@ -143,21 +168,23 @@ def head_names(cfg: Any) -> tuple[str, ...]:
         return DEFAULT_CLASSIFIER
 
 
-def init_from_pretrained(model: nn.Module, cfg: Any) -> None:
-    """Apply ``model.pretrained`` (+ ``model.reset_head``) to a freshly built model."""
-    if not cfg.model.pretrained:
+def init_from_pretrained(model: nn.Module, cfg: Any, ckpt: Mapping[str, Any] | None = None) -> None:
+    """Start a freshly built model from the checkpoint of ``model.init`` (``ckpt``: already
+    read) with its classifier kept fresh under ``reset_head``; nothing without one."""
+    ckpt = ckpt if ckpt is not None else init_checkpoint(cfg)
+    if ckpt is None:
         return
-    ckpt = load_checkpoint(cfg.model.pretrained)
+    source, reset = init_source(cfg)
     heads = head_names(cfg)
-    if cfg.model.reset_head:
+    if reset:
         load_backbone(model, ckpt, exclude=heads)
         return
     try:
         load_model_weights(model, ckpt)
     except CheckpointMismatchError as exc:
         raise CheckpointMismatchError(
-            f"model.pretrained={cfg.model.pretrained!r}: {exc}; set model.reset_head=true to "
-            f"keep a fresh classifier ({', '.join(heads)})"
+            f"model.init={source!r}: {exc}; set model.init={{from: {source}, reset_head: true}} "
+            f"to keep a fresh classifier ({', '.join(heads)})"
         ) from exc
 
 
@@ -191,11 +218,12 @@ def trained_non_local(model: nn.Module, keys: Iterable[str]) -> set[str]:
 
 
 def pretrained_keys(cfg: Any) -> set[str]:
-    """State-dict keys that ``model.pretrained`` initialises (empty without one)."""
-    if not cfg.model.pretrained:
+    """State-dict keys that the checkpoint of ``model.init`` initialises (empty without one)."""
+    ckpt = init_checkpoint(cfg)
+    if ckpt is None:
         return set()
-    keys = set(load_checkpoint(cfg.model.pretrained)["model"])
-    if cfg.model.reset_head:
+    keys = set(ckpt["model"])
+    if init_source(cfg)[1]:
         heads = head_names(cfg)
         keys = {k for k in keys if not any(k == h or k.startswith(h + ".") for h in heads)}
     return keys
@@ -223,7 +251,7 @@ def freeze_batchnorm(model: nn.Module, trained: Iterable[str] = ()) -> int:
     if keep:
         warnings.warn(
             f"train.freeze_bn: {len(keep)} BatchNorm layer(s) inside non-local blocks stay "
-            "trainable (blocks not initialised from model.pretrained start as the identity with "
+            "trainable (blocks not initialised from model.init start as the identity with "
             "BN gamma = 0, and would stay so if frozen)",
             RuntimeWarning,
             stacklevel=2,
@@ -274,9 +302,9 @@ def set_train_mode(model: nn.Module, freeze_bn: bool = False) -> None:
 
 def build_train_model(cfg: Any, device: torch.device, model: nn.Module | None = None) -> nn.Module:
     """The network of a training run on ``device``: ``cfg.model`` (or ``model``, initialised
-    from ``model.pretrained``) built after seeding with ``train.seed`` (the same initial weights
+    from ``model.init``) built after seeding with ``train.seed`` (the same initial weights
     on every rank); BatchNorm frozen (``train.freeze_bn``, Sec. 5.1 of Wang et al., CVPR 2018;
-    blocks initialised from ``model.pretrained`` freeze too) or synchronised (``train.sync_bn``).
+    blocks initialised from ``model.init`` freeze too) or synchronised (``train.sync_bn``).
     """
     tc = cfg.train
     if tc.deterministic:

@@ -325,8 +325,12 @@ class WindowAttention(nn.Module):
         )
 
 
-class WindowAttention2d(WindowAttention):
-    """:class:`WindowAttention` on ``(B, H, W, C)``; int sizes are expanded to 2D."""
+class _RankedWindowAttention(WindowAttention):
+    """:class:`WindowAttention` of a fixed rank: int sizes are expanded to ``rank`` axes, and a
+    grid smaller than a window is handled the rank's way (``default_small_grid``)."""
+
+    rank: int
+    default_small_grid: str
 
     def __init__(
         self,
@@ -336,27 +340,23 @@ class WindowAttention2d(WindowAttention):
         shift_size: int | Sequence[int] = 0,
         **kwargs,
     ) -> None:
-        kwargs.setdefault("small_grid", "pad")
-        super().__init__(
-            dim, as_size(window_size, 2, "window_size"), num_heads, shift_size, **kwargs
-        )
+        kwargs.setdefault("small_grid", self.default_small_grid)
+        size = as_size(window_size, self.rank, "window_size")
+        super().__init__(dim, size, num_heads, shift_size, **kwargs)
 
 
-class WindowAttention3d(WindowAttention):
-    """:class:`WindowAttention` on ``(B, T, H, W, C)``; int sizes are expanded to 3D."""
+class WindowAttention2d(_RankedWindowAttention):
+    """:class:`WindowAttention` on ``(B, H, W, C)``; int sizes are expanded to 2D; a small
+    image is padded to a window (Swin)."""
 
-    def __init__(
-        self,
-        dim: int,
-        window_size: int | Sequence[int],
-        num_heads: int,
-        shift_size: int | Sequence[int] = 0,
-        **kwargs,
-    ) -> None:
-        kwargs.setdefault("small_grid", "clip")
-        super().__init__(
-            dim, as_size(window_size, 3, "window_size"), num_heads, shift_size, **kwargs
-        )
+    rank, default_small_grid = 2, "pad"
+
+
+class WindowAttention3d(_RankedWindowAttention):
+    """:class:`WindowAttention` on ``(B, T, H, W, C)``; int sizes are expanded to 3D; a short
+    clip clips the window to the grid (Video Swin)."""
+
+    rank, default_small_grid = 3, "clip"
 
 
 class SwinBlock(nn.Module):

@@ -200,6 +200,13 @@ def place_detector_blocks(
     return model
 
 
+def _detector(cls: type, backbone: tuple, blocks: tuple, **detector_kwargs: Any) -> nn.Module:
+    """A torchvision detector ``cls`` on the ResNet-FPN body of ``backbone`` (the arguments of
+    :func:`_fpn_backbone`) with the blocks of ``blocks`` (those of :func:`_with_blocks`)."""
+    model = cls(_fpn_backbone(*backbone), **detector_kwargs)
+    return _with_blocks(model, backbone[0], *blocks)
+
+
 def build_mask_rcnn(
     depth: int = 50,
     num_classes: int = 91,
@@ -238,19 +245,10 @@ def build_mask_rcnn(
         **detector_kwargs: passed to torchvision's ``MaskRCNN`` (``min_size``, ``max_size``,
             ``box_detections_per_img``, ...).
     """
-    model = MaskRCNN(
-        _fpn_backbone(
-            depth,
-            width_per_group,
-            norm_layer,
-            weights_backbone,
-            trainable_backbone_layers,
-            frozen_bn,
-        ),
-        num_classes=num_classes,
-        **detector_kwargs,
-    )
-    return _with_blocks(model, depth, backbone_block, fpn_levels, block_options)
+    backbone = (depth, width_per_group, norm_layer, weights_backbone, trainable_backbone_layers,
+                frozen_bn)  # fmt: skip
+    blocks = (backbone_block, fpn_levels, block_options)
+    return _detector(MaskRCNN, backbone, blocks, num_classes=num_classes, **detector_kwargs)
 
 
 def build_faster_rcnn(
@@ -269,11 +267,10 @@ def build_faster_rcnn(
     """torchvision Faster R-CNN ResNet-FPN (boxes only) with optional blocks: one in res4
     (``backbone_block``, Table 5's placement) and/or one per FPN level in ``fpn_levels``.
     Arguments as :func:`build_mask_rcnn`."""
-    backbone = _fpn_backbone(
-        depth, width_per_group, None, weights_backbone, trainable_backbone_layers, frozen_bn
-    )
-    model = FasterRCNN(backbone, num_classes=num_classes, **detector_kwargs)
-    return _with_blocks(model, depth, backbone_block, fpn_levels, block_options)
+    backbone = (depth, width_per_group, None, weights_backbone, trainable_backbone_layers,
+                frozen_bn)  # fmt: skip
+    blocks = (backbone_block, fpn_levels, block_options)
+    return _detector(FasterRCNN, backbone, blocks, num_classes=num_classes, **detector_kwargs)
 
 
 def build_keypoint_rcnn(
@@ -306,20 +303,11 @@ def build_keypoint_rcnn(
             frozen_bn, block_options, **detector_kwargs: as in
             :func:`build_mask_rcnn` (``detector_kwargs`` go to torchvision's ``KeypointRCNN``).
     """
-    model = KeypointRCNN(
-        _fpn_backbone(
-            depth,
-            width_per_group,
-            norm_layer,
-            weights_backbone,
-            trainable_backbone_layers,
-            frozen_bn,
-        ),
-        num_classes=num_classes,
-        num_keypoints=num_keypoints,
-        **detector_kwargs,
-    )
-    return _with_blocks(model, depth, backbone_block, fpn_levels, block_options, head_blocks)
+    backbone = (depth, width_per_group, norm_layer, weights_backbone, trainable_backbone_layers,
+                frozen_bn)  # fmt: skip
+    blocks = (backbone_block, fpn_levels, block_options, head_blocks)
+    return _detector(KeypointRCNN, backbone, blocks, num_classes=num_classes,
+                     num_keypoints=num_keypoints, **detector_kwargs)  # fmt: skip
 
 
 def _non_local_unless_empty(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:

@@ -173,7 +173,7 @@ class SRNet(nn.Module):
         """The body's output plus the long skip ``(B, n_feats, h, w)``, at the input's size."""
         return self._run(x)
 
-    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
+    def stage_maps(self, x: Tensor) -> dict[str, Tensor]:
         """``head``, ``body{i}`` after each residual unit (low resolution, ``(B, n_feats, h,
         w)``) and ``upsample``, the up-sampler's output ``(B, n_feats, s h, s w)``."""
         stages: dict[str, Tensor] = {}

@@ -17,7 +17,12 @@ from typing import Any
 
 import torch
 
-from nlnet.models.inflate import DEFAULT_HEAD_KEYS, DEFAULT_NEW_KEYS, load_pretrained_2d
+from nlnet.models.inflate import (
+    DEFAULT_HEAD_KEYS,
+    DEFAULT_NEW_KEYS,
+    load_pretrained_2d,
+    read_state_dict,
+)
 from nlnet.models.loading import LoadReport, load_partial
 from nlnet.models.weights import load_weights
 
@@ -72,7 +77,10 @@ def load_finetune_weights(model: torch.nn.Module, facts: Any, spec: Any) -> Load
         )
     if named and arch is None:  # vit_tiny/swin_tiny: torchvision says it has no such weights
         arch = facts.name
-    sd = _unwrap(load_weights(spec, arch if named else None))
+    if fmt == "inflate":  # ImageNet ResNets, the released Caffe2 .pkl too (models.inflate)
+        sd = read_state_dict(spec, arch if named else None)
+    else:
+        sd = _unwrap(load_weights(spec, arch if named else None))
     own = model.state_dict()
     covers = all(k in sd for k in own if not _under(k, facts.classifier))  # this model's own
     if fmt == "inflate" and not covers:  # ImageNet 2D layout: copied or inflated

@@ -240,7 +240,7 @@ class SegmentationNet(nn.Module):
             2048, num_classes, use_attention, mid_channels=mid_channels, block=block
         )
 
-    def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def stage_maps(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """The stem and stage outputs ``(B, C, H', W')`` (``conv1``, ``pool1``, ``res2`` ..)."""
         check_input(x, 4)
         out = {"conv1": self.relu(self.bn1(self.conv1(x)))}

@@ -19,19 +19,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from nlnet.functional.stats import IMAGENET_MEAN, IMAGENET_STD
+
 __all__ = [
     "ModelCfg",
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
     "INPUT_KINDS",
     "WEIGHTS_FORMATS",
     "DENSE_TASKS",
     "DEFAULT_CLASSIFIER",
 ]
 
-#: ImageNet statistics on the [0, 1] scale (the 2D initialisation of Section 4.1 expects them).
-IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
-IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 #: Tasks whose models have no dropout before a classifier (per-pixel and R-CNN heads): their
 #: :attr:`ModelCfg.takes_dropout` is false.

@@ -46,7 +46,6 @@ __all__ = [
     "name_matches",
     "get_model_entry",
     "model_facts",
-    "torchvision_arch",
 ]
 
 
@@ -219,17 +218,6 @@ def _pretrained_advice(facts: ModelCfg) -> str:
     )
 
 
-def torchvision_arch(entry: ModelEntry) -> str | None:
-    """The torchvision model whose weights ``pretrained_2d`` names refer to (``"resnet50"``).
-
-    ``default_cfg.torchvision_arch`` if set, else ``resnet{depth}`` for the ResNet families.
-    """
-    cfg = entry.default_cfg
-    if cfg.torchvision_arch:
-        return cfg.torchvision_arch
-    return f"resnet{cfg.depth}" if cfg.depth in (18, 34, 50, 101, 152) else None
-
-
 def create_model(
     name: str,
     num_classes: int | None = None,
@@ -281,7 +269,7 @@ def create_model(
         from nlnet.models.inflate import DEFAULT_NEW_KEYS, load_pretrained_2d
 
         new_keys = tuple(DEFAULT_NEW_KEYS) + entry.default_cfg.new_keys
-        load_pretrained_2d(model, pretrained_2d, arch=torchvision_arch(entry), new_keys=new_keys)
+        load_pretrained_2d(model, pretrained_2d, arch=facts.weights_arch, new_keys=new_keys)
     if weights is not None:
         from nlnet.models.finetune import load_finetune_weights
 

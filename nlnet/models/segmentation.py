@@ -136,7 +136,7 @@ class TinySegmentationNet(nn.Module):
             block=block,
         )
 
-    def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def stage_maps(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """The backbone's stem and stage outputs ``(B, C, H', W')`` (``conv1`` .. ``res5``)."""
         check_input(x, 4)
         b = self.backbone

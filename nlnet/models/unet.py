@@ -203,7 +203,7 @@ class UNet(nn.Module):
                 stages[f"dec{i}"] = x
         return x
 
-    def forward_intermediates(self, x: Tensor) -> dict[str, Tensor]:
+    def stage_maps(self, x: Tensor) -> dict[str, Tensor]:
         """Every level's map ``(B, C, *spatial)``: ``enc0`` .. ``enc{depth-1}`` (before each
         pooling), ``bottleneck``, ``dec0`` (coarsest) .. ``dec{depth-1}`` (input size)."""
         stages: dict[str, Tensor] = {}

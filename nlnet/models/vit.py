@@ -14,7 +14,7 @@ tokens; the position embedding because self-attention is permutation-equivariant
 
 :func:`load_torchvision_vit` maps a torchvision ``VisionTransformer`` state dict (and so its
 ImageNet weights) onto this model; outputs then equal torchvision's to float round-off.
-Attention maps: :func:`nlnet.analysis.hooks.record_attention` (``kind="transformer"``) and
+Attention maps: :func:`nlnet.analysis.attention_record.record_attention` (``kind="transformer"``) and
 :func:`nlnet.analysis.rollout.attention_rollout`.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nlnet.analysis.hooks import find_attention_layers, record_attention
+from nlnet.analysis.attention_record import find_attention_layers, record_attention
 from nlnet.analysis.rollout import (
     attention_rollout,
     patch_merging_matrix,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from nlnet.analysis.hooks import GridMapping, record_attention
+from nlnet.analysis.attention_record import GridMapping, record_attention
 from nlnet.analysis.visualize import arrows_figure, heatmap_figure, strongest_query, top_keys
 from nlnet.commands.visualize import configure_parser, main
 

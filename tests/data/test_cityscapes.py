@@ -128,7 +128,7 @@ def test_cityscapes_config_trains_and_evaluates_by_sliding_window(tree, tmp_path
     )
     out = tmp_path / "run"
     argv = ["train", "--config", "dense/seg_r50_nl", f"data.root={tree}", f"output_dir={out}",
-            "model.name=seg_tiny_nl", "model.pretrained_2d=null", "data.crop=[16,16]",
+            "model.name=seg_tiny_nl", "model.init=null", "data.crop=[16,16]",
             "optim.max_iters=2", "optim.steps=[]", "train.batch_size=2", "train.workers=0",
             "train.device=cpu", "train.progress=false", "eval.workers=0", "train.ckpt_every=0"]  # fmt: skip
     torch.manual_seed(0)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from nlnet.data import IMAGENET_MEAN, IMAGENET_STD
 from nlnet.data.video.transforms import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     TestTransform,
     TrainTransform,
     center_crop,

@@ -70,6 +70,14 @@ def test_type_and_value_errors():
         parse_overrides(["optim.lr"])
     with pytest.raises(ConfigError, match="eval.clips"):
         load_config(None, ["data.test_clips=3"])
+    # one key starts the model: the keys of earlier releases are read into it, two are refused
+    with pytest.warns(DeprecationWarning, match="model.init"):
+        old = load_config(None, ["model.pretrained=runs/a/final.pt", "model.reset_head=true"])
+    assert old.model.init == {"from": "runs/a/final.pt", "reset_head": True}
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match="one source"):
+        load_config(None, ["model.pretrained_2d=IMAGENET1K_V1", "model.weights=w.pth"])
+    with pytest.raises(ConfigError, match="model.init: expected"):
+        load_config(None, ["model.init={from: a.pt, reset: true}"])
     # the block's options and placement are read by their typed readers, for any model name
     for override, message in (
         ("model.overrides.block={instantation: gaussian}", "did you mean 'instantiation'"),

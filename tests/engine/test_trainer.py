@@ -199,10 +199,11 @@ def test_pretrained_with_reset_head(tmp_path):
     trained, s = _run(cfg)
     new = TinyVideoNet(num_classes=5)
     fc = new.fc.weight.clone()
-    over = {"model.pretrained": s["checkpoint"], "model.num_classes": 5}
+    over = {"model.init": str(s["checkpoint"]), "model.num_classes": 5}
     with pytest.raises(CheckpointMismatchError, match="reset_head"):
         init_from_pretrained(new, replace(cfg, **over))
-    init_from_pretrained(new, replace(cfg, **over, **{"model.reset_head": True}))
+    reset = {"from": str(s["checkpoint"]), "reset_head": True}
+    init_from_pretrained(new, replace(cfg, **{**over, "model.init": reset}))
     assert torch.equal(new.conv1.weight, trained.conv1.weight)
     assert torch.equal(new.fc.weight, fc)
 
@@ -275,9 +276,9 @@ def test_frozen_bn_keeps_non_local_norms_trainable(tmp_path):
     assert block.norm.weight.abs().sum() > 0
 
 
-def test_frozen_bn_freezes_blocks_that_start_from_model_pretrained(tmp_path):
+def test_frozen_bn_freezes_blocks_that_start_from_model_init(tmp_path):
     """Sections 5.1/5.2 fine-tune with all BN frozen: a block whose weights come from
-    model.pretrained (the 32-frame model for the 128-frame one) freezes like every BN."""
+    model.init (the 32-frame model for the 128-frame one) freezes like every BN."""
     import warnings
 
     import nlnet.demo.models  # noqa: F401
@@ -292,7 +293,7 @@ def test_frozen_bn_freezes_blocks_that_start_from_model_pretrained(tmp_path):
     pre = save_checkpoint(tmp_path / "pre.pt", model=model, model_name="tiny", num_classes=3)
     cfg = tiny_run_config(tmp_path, "ft", **{"train.freeze_bn": True, "optim.max_iters": 2,
                                   "optim.warmup_iters": 0, "optim.steps": [],
-                                  "model.pretrained": str(pre)})  # fmt: skip
+                                  "model.init": str(pre)})  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no "stay trainable" warning
         _run(cfg, model=model, dataset=TinyClipDataset(n=8, size=(4, 32, 32)))
@@ -302,7 +303,7 @@ def test_frozen_bn_freezes_blocks_that_start_from_model_pretrained(tmp_path):
 
 def test_freeze_parameters_keeps_fresh_blocks_trainable_and_names_bad_prefixes():
     """``train.freeze``: the prefixes' parameters stop training, except a non-local block that
-    did not come from ``model.pretrained`` (it starts as the identity); a pretrained block
+    did not come from ``model.init`` (it starts as the identity); a pretrained block
     freezes too; a prefix naming no parameter is a one-line user error."""
     from nlnet.engine.errors import UserError
     from nlnet.engine.modeling import freeze_parameters

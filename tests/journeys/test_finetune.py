@@ -101,7 +101,8 @@ def test_pretrained_true_advice_fits_the_model():
 
 
 def test_reset_head_reads_the_classifier_from_the_model(tmp_path):
-    """``model.reset_head`` on a ViT (classifier ``head``, not the old default ``fc``)."""
+    """``model.init: {from: CKPT, reset_head: true}`` on a ViT (classifier ``head``, not the
+    old default ``fc``)."""
     from nlnet.engine.checkpoint import save_checkpoint
     from nlnet.engine.config import load_config
     from nlnet.engine.modeling import build_model, head_names
@@ -109,8 +110,8 @@ def test_reset_head_reads_the_classifier_from_the_model(tmp_path):
     src = create_model("vit_tiny", num_classes=10)
     path = save_checkpoint(tmp_path / "vit.pt", model=src, model_name="vit_tiny", num_classes=10)
     cfg = load_config(None, {"task": "image", "data.builtin": "digits", "model.name": "vit_tiny",
-                             "model.num_classes": 4, "model.pretrained": str(path),
-                             "model.reset_head": True})  # fmt: skip
+                             "model.num_classes": 4,
+                             "model.init": {"from": str(path), "reset_head": True}})  # fmt: skip
     assert head_names(cfg) == ("head",)
     model = build_model(cfg)
     assert model.head.out_features == 4
@@ -121,17 +122,18 @@ def test_reset_head_reads_the_classifier_from_the_model(tmp_path):
 
 
 def test_weights_names_are_not_made_absolute(tmp_path, monkeypatch):
-    """``pretrained_2d: IMAGENET1K_V1`` (every paper config) stays a name; paths still resolve."""
+    """``init: IMAGENET1K_V1`` (every paper config) stays a name; paths still resolve."""
     from nlnet.engine.config import absolute_paths, load_config
 
     monkeypatch.chdir(tmp_path)
     cfg = absolute_paths(load_config("kinetics/c2d_r50_nl5"))
-    assert cfg.model.pretrained_2d == "IMAGENET1K_V1"
+    assert cfg.model.init == "IMAGENET1K_V1"
     (tmp_path / "w.pth").write_bytes(b"")
-    cfg = absolute_paths(load_config("kinetics/c2d_r50_nl5", ["model.pretrained_2d=w.pth",
-                                                              "model.weights=sub/x.pt"]))  # fmt: skip
-    assert cfg.model.pretrained_2d == str(tmp_path / "w.pth")
-    assert cfg.model.weights == str(tmp_path / "sub" / "x.pt")
+    cfg = absolute_paths(load_config("kinetics/c2d_r50_nl5", ["model.init=w.pth"]))
+    assert cfg.model.init == str(tmp_path / "w.pth")
+    cfg = absolute_paths(load_config("kinetics/c2d_r50_nl5",
+                                     ["model.init={from: sub/x.pt, reset_head: true}"]))  # fmt: skip
+    assert cfg.model.init == {"from": str(tmp_path / "sub" / "x.pt"), "reset_head": True}
 
 
 def test_image_data_section_is_checked_at_load():

@@ -1,5 +1,5 @@
 """A pre-trained U-Net's encoder kept fixed (``train.freeze``) the way a user runs it: ``nlnet
-train`` of ``dense/unet2d`` -> its checkpoint initialises ``dense/unet2d_nl`` (``model.pretrained``)
+train`` of ``dense/unet2d`` -> its checkpoint initialises ``dense/unet2d_nl`` (``model.init``)
 with ``train.freeze=[encoder., bottleneck.]`` -> the encoder is the pre-trained one bit for bit,
 the new block and the decoder trained -> ``eval`` and ``cost`` of that checkpoint; a prefix that
 names nothing is one line and exit 2."""
@@ -27,8 +27,7 @@ def test_frozen_pretrained_encoder_from_config_to_eval(tmp_path, capsys):
     pre = tmp_path / "pre" / "checkpoints" / "final.pt"
     frozen = [
         "train.freeze=[encoder., bottleneck.]",
-        f"model.pretrained={pre}",
-        "model.reset_head=true",
+        f"model.init={{from: {pre}, reset_head: true}}",
         "model.head_names=[classifier, bottleneck.non_local]",  # the new block starts fresh
     ]
     out = tmp_path / "nl"

@@ -139,18 +139,24 @@ def test_shipped_config_trains_checkpoints_and_evaluates(name, tmp_path, fake_we
     from nlnet.models.registry import model_facts
 
     cfg = _one_step_config(name, tmp_path)
-    named = cfg.model.pretrained_2d or cfg.model.weights
+    from nlnet.engine.config.loading import looks_like_path
+    from nlnet.engine.modeling import init_source
+
+    source, reset = init_source(cfg)
+    named = source if source and not looks_like_path(source) else None
     model = None
     if named:
         assert "/" not in named, "a weights name must not be rewritten to a path"
         fake_weights(model_facts(cfg.model.name).weights_arch)
         n = cfg.model.num_classes or (2 if cfg.task in ("video_classification", "image") else None)
         model = _build_with_named_weights(cfg, n)
-    if cfg.model.pretrained:  # the 128-frame fine-tunes and Charades start from a checkpoint
+    if source and not named:  # the 128-frame fine-tunes and Charades start from a checkpoint
         from nlnet.engine.config import replace
 
-        base = replace(cfg, **{"model.pretrained": None, "output_dir": str(tmp_path / "base")})
-        cfg = replace(cfg, **{"model.pretrained": train(base)["checkpoint"]})
+        base = replace(cfg, **{"model.init": None, "output_dir": str(tmp_path / "base")})
+        start = str(train(base)["checkpoint"])
+        init = {"from": start, "reset_head": True} if reset else start
+        cfg = replace(cfg, **{"model.init": init})
     torch.manual_seed(0)
     summary = train(cfg, model=model)
     ckpt = Path(summary["checkpoint"])

@@ -52,8 +52,8 @@ ROWS = [
     ("train", [*TRAIN, "--device", "cuda"], ["CUDA"], NO_CUDA),
     ("train", [*TRAIN, "model.name=c2d_tiny_nl", "--print-config"], ["model.name", "unknown model"]),
     ("train", [*TRAIN, "model.name=c2d_r50", "model.overrides={width: 4}",
-               "model.pretrained_2d=IMAGENET1K_V1"], ["resnet50-", "hub/checkpoints/"], "offline"),
-    ("train", [*TRAIN, "model.pretrained_2d={pth}"], ["model.pretrained_2d", "does not match"]),
+               "model.init=IMAGENET1K_V1"], ["resnet50-", "hub/checkpoints/"], "offline"),
+    ("train", [*TRAIN, "model.init={pth}"], ["model.init", "do not fit"]),
     ("train", ["train", "--resume", "--output-dir", "{tmp}/never"], ["--resume"]),
     # clips longer than every video: the one line, no warning per video before it
     ("train", [*TRAIN, "data.num_frames=400"], ["shorter than a clip", "data.num_frames"]),

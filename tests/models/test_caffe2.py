@@ -229,7 +229,12 @@ def test_caffe2_imagenet_pkl_as_pretrained_2d_is_inflated(tmp_path):
     blobs["res2_0_branch2a_w_momentum"] = rng.standard_normal(3).astype(np.float32)
     path = tmp_path / "r50_pretrain_c2_model_iter450450_clean.pkl"
     path.write_bytes(pickle.dumps({"blobs": blobs}, protocol=2))
+    torch.manual_seed(0)
     model = create_model("i3d311_r50_nl5", num_classes=400, width=4, pretrained_2d=str(path))
+    torch.manual_seed(0)  # a config's model.init takes the same file through weights=
+    same = create_model("i3d311_r50_nl5", num_classes=400, width=4, weights=str(path))
+    for (k, a), (_, b) in zip(model.state_dict().items(), same.state_dict().items()):
+        assert torch.equal(a, b), k
     w2d = torch.from_numpy(blobs["conv1_w"])
     assert model.conv1.weight.shape[2] == 5
     for t in range(5):

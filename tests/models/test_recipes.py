@@ -17,7 +17,7 @@ import torch
 
 from nlnet.engine.config import list_configs, load_config
 from nlnet.engine.modeling import head_names
-from nlnet.models.registry import create_model, get_model_entry, torchvision_arch
+from nlnet.models.registry import create_model, model_facts
 from nlnet.models.surgery import non_local_blocks
 from nlnet.models.weights import resolve_weights
 
@@ -293,22 +293,23 @@ def _check_recipe(name: str, cfg, r: dict) -> None:
 
 
 def _check_init(name: str, cfg, r: dict) -> None:
-    pre = cfg.model.pretrained
+    init = cfg.model.init
+    pre = init.get("from") if isinstance(init, dict) else init
     if r["init"] == "imagenet":
-        assert pre is None and cfg.model.pretrained_2d == "IMAGENET1K_V1", name
+        assert init == "IMAGENET1K_V1", name
         # the name resolves to torchvision's ImageNet weights of the model's depth (no download)
-        arch = torchvision_arch(get_model_entry(cfg.model.name))
-        weights = resolve_weights(cfg.model.pretrained_2d, arch)
+        arch = model_facts(cfg.model.name).weights_arch
+        weights = resolve_weights(init, arch)
         assert type(weights).__name__ == f"ResNet{PAPER_ROWS[name].depth}_Weights", name
     else:
-        assert cfg.model.pretrained_2d is None and pre, name
+        assert pre and pre.endswith("/checkpoints/final.pt"), name
         # the run directory of the config this one is fine-tuned from
         src = pre.split("/checkpoints/")[0].removeprefix("runs/")
         if r["init"] == "kinetics-32f":
             assert src == name.removesuffix("_128f"), (name, pre)
         else:
             assert src == "kinetics/" + name.split("/")[1] + "_128f", (name, pre)
-            assert cfg.model.reset_head, name  # 400 Kinetics classes -> 157
+            assert init["reset_head"], name  # 400 Kinetics classes -> 157
         assert src in PAPER_ROWS and PAPER_ROWS[src].recipe is not r, (name, src)
         up = PAPER_ROWS[src]
         row = PAPER_ROWS[name]
@@ -412,7 +413,7 @@ def test_coco_config_reproduces_its_paper_row(name):
     assert cfg.optim.warmup_factor == pytest.approx(1 / 3) and cfg.eval.split == "val2017"
     assert cfg.output_dir == f"runs/{name}"
     # "fine-tuned from ImageNet pre-training": torchvision's ResNet of the row's depth
-    weights = resolve_weights(cfg.model.pretrained_2d, f"resnet{row.depth}")
+    weights = resolve_weights(cfg.model.init, f"resnet{row.depth}")
     assert weights.url.endswith(".pth") and f"resnet{row.depth}" in weights.url, name
     task = get_task(cfg)
     assert task.iou_types == (("bbox", "keypoints") if row.keypoints else ("bbox", "segm"))
@@ -461,7 +462,10 @@ def test_frozen_bn_recipes_freeze_every_bn_of_trained_blocks(name):
     from nlnet.engine.modeling import freeze_batchnorm, trained_non_local
 
     cfg = load_config(name)
-    src = cfg.model.pretrained.split("/checkpoints/")[0].removeprefix("runs/")
+    from nlnet.engine.modeling import init_source
+
+    start, reset = init_source(cfg)
+    src = start.split("/checkpoints/")[0].removeprefix("runs/")
     with torch.device("meta"):
         model = create_model(cfg.model.name, num_classes=cfg.model.num_classes,
                              **cfg.model.overrides)  # fmt: skip
@@ -469,7 +473,7 @@ def test_frozen_bn_recipes_freeze_every_bn_of_trained_blocks(name):
         source = create_model(src_cfg.model.name, num_classes=src_cfg.model.num_classes,
                               **src_cfg.model.overrides)  # fmt: skip
     keys = set(source.state_dict())  # what the source run's final.pt holds
-    if cfg.model.reset_head:
+    if reset:
         keys = {k for k in keys if not k.startswith(tuple(h + "." for h in head_names(cfg)))}
     trained = trained_non_local(model, keys)
     assert trained == {p for p, _ in non_local_blocks(model)}, name

@@ -40,10 +40,13 @@ def _tiny_input(cfg: ModelCfg) -> torch.Tensor:
 def _check_contract(model: nn.Module, x: torch.Tensor, cfg: ModelCfg) -> None:
     """One model contract: forward = head(features); features a tensor; stage maps (a list in
     timm's ``(final, maps)`` for the classifiers, tests/models/test_model_contract.py; a dict of
-    named maps for the dense models)."""
+    named maps, ``stage_maps``, for the dense models, which have no timm signature)."""
     with torch.no_grad():
         feats = model.forward_features(x)
-        stages = model.forward_intermediates(x)
+        # timm's forward_intermediates for the classifiers; the dense models' named maps
+        stages = (
+            model.stage_maps(x) if hasattr(model, "stage_maps") else model.forward_intermediates(x)
+        )
         out = model(x)
         head = model.forward_head(feats)
     if isinstance(stages, tuple):  # timm's contract: (final features, [maps])

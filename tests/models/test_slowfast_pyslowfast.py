@@ -90,7 +90,7 @@ def test_slowfast_kinetics_configs_follow_pyslowfast(name, model_name, alpha, ke
     assert (d.test_scale, d.test_crop, e.clips, e.crops) == (256, 256, 10, 3)
     assert tuple(d.mean) == (0.45,) * 3 and tuple(d.std) == (0.225,) * 3
     assert cfg.train.batch_size * 8 == 64 and cfg.precise_bn.batches == 200
-    assert cfg.model.pretrained_2d is None and cfg.model.dropout == 0.5
+    assert cfg.model.init is None and cfg.model.dropout == 0.5
     with torch.device("meta"):
         model = build_model(cfg)
     assert model.alpha == alpha and model.s1_fuse.conv_f2s.kernel_size == (kernel, 1, 1)

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nlnet.analysis.hooks import record_attention
+from nlnet.analysis.attention_record import record_attention
 from nlnet.analysis.rollout import (
     divided_rollout,
     divided_weights_to_tokens,

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nlnet.models.model_cfg import IMAGENET_MEAN, IMAGENET_STD
+from nlnet.functional.stats import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["VideoDataConfig", "Preprocessing", "VIDEO_EXTENSIONS", "DATA_TYPES"]
 

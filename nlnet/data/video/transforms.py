@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from nlnet.models.model_cfg import IMAGENET_MEAN, IMAGENET_STD
+from nlnet.functional.stats import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = [
     "IMAGENET_MEAN",

@@ -26,7 +26,7 @@ Kinetics model on Charades), call :func:`load_backbone`, which skips the classif
     model = create_model("i3d_r101_nl5", num_classes=157)
     load_backbone(model, "runs/kinetics/final.pt", exclude=("fc",))
 
-or set ``model.pretrained=PATH model.reset_head=true`` in a config.
+or set ``model.init={from: PATH, reset_head: true}`` in a config.
 
 The one way from a checkpoint to a network is :func:`build_model_from_checkpoint` (behind
 :func:`nlnet.load_model`, ``nlnet eval``, ``predict``, ``visualize``, ``export`` and ``cost``);
@@ -194,7 +194,7 @@ def check_compatible(ckpt: Mapping[str, Any], model_name: str, num_classes: int)
     hint = (
         "to initialise a different model or class count from it, use "
         "nlnet.engine.checkpoint.load_backbone(model, ckpt, exclude=('fc',)) or the config "
-        "options model.pretrained=PATH model.reset_head=true"
+        "option model.init={from: PATH, reset_head: true}"
     )
     if saved_name is not None and saved_name != model_name:
         raise CheckpointMismatchError(

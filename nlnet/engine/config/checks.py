@@ -142,9 +142,25 @@ def validate_config(cfg: Config) -> None:
     _validate_model(cfg.model)
 
 
+def _validate_init(init: Any) -> None:
+    """``model.init``: a source string, or ``{from: SOURCE, reset_head: BOOL}``."""
+    if init is None or (isinstance(init, str) and init):
+        return
+    if isinstance(init, Mapping):
+        extra = sorted(set(init) - {"from", "reset_head"})
+        source, reset = init.get("from"), init.get("reset_head", False)
+        if not extra and isinstance(source, str) and source and isinstance(reset, bool):
+            return
+    raise ConfigError(
+        f"model.init: expected a torchvision weights name, a file or a checkpoint, or "
+        f"{{from: SOURCE, reset_head: true}}; got {init!r}"
+    )
+
+
 def _validate_model(m: ModelConfig) -> None:
-    """Read ``block`` and ``placement`` with their typed readers (for any model), then
-    trial-build a registered model on the meta device: unknown/bad overrides are errors."""
+    """Read ``init``, then ``block`` and ``placement`` with their typed readers (for any model),
+    then trial-build a registered model on the meta device: unknown/bad overrides are errors."""
+    _validate_init(m.init)
     if not m.overrides:
         return
     from nlnet.models.placement import BlockOptions, Placement

@@ -38,6 +38,36 @@ REMOVED_KEYS: dict[str, str] = {
 }
 
 
+#: The model's initialisation keys of earlier releases, read into ``model.init``.
+OLD_INIT_KEYS: tuple[str, ...] = ("pretrained_2d", "weights", "pretrained", "reset_head")
+
+
+def migrate_init_keys(data: dict) -> dict:
+    """``model.pretrained_2d`` / ``weights`` / ``pretrained`` (+ ``reset_head``) of earlier
+    releases -> ``model.init`` (with a DeprecationWarning).
+
+    Raises:
+        ConfigError: two sources given (the model starts from one).
+    """
+    model = data.get("model")
+    if not isinstance(model, Mapping) or not any(k in model for k in OLD_INIT_KEYS):
+        return data
+    model = dict(model)
+    old = {k: model.pop(k) for k in OLD_INIT_KEYS if k in model}
+    warnings.warn(f"config keys {', '.join('model.' + k for k in old)} are deprecated; use "
+                  "model.init", DeprecationWarning, stacklevel=4)  # fmt: skip
+    sources = {k: v for k, v in old.items() if k != "reset_head" and v}
+    if len(sources) > 1 or (sources and model.get("init")):
+        given = [f"model.{k}" for k in sources] + (["model.init"] if model.get("init") else [])
+        raise ConfigError(f"{', '.join(given)}: a model starts from one source; set model.init")
+    if sources:
+        ((key, value),) = sources.items()
+        reset = bool(old.get("reset_head")) and key == "pretrained"
+        model["init"] = {"from": value, "reset_head": True} if reset else value
+    data["model"] = model
+    return data
+
+
 def _moved(key: str) -> str:
     new = MOVED_KEYS.get(key)
     if new is None:
@@ -53,6 +83,7 @@ def migrate_moved_keys(data: dict) -> dict:
     Raises:
         ConfigError: a key of :data:`REMOVED_KEYS` is set (the message says what replaced it).
     """
+    migrate_init_keys(data)
     for old, instead in REMOVED_KEYS.items():
         section, key = old.split(".")
         if isinstance(data.get(section), Mapping) and key in data[section]:
@@ -205,6 +236,8 @@ def set_dotted(data: dict, key: str, value: Any) -> None:
     node = data
     for depth, part in enumerate(parts):
         valid = _schema_keys(tuple(parts[:depth]))
+        if parts[:depth] == ["model"] and part in OLD_INIT_KEYS:
+            valid = None  # read into model.init by migrate_init_keys
         if valid is not None and part not in valid:
             where = ".".join(parts[:depth]) or "config"
             raise ConfigError(

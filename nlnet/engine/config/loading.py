@@ -130,8 +130,9 @@ def _abs_if_exists(value: Any, base: Path | None = None) -> Any:
 
 def absolute_paths(cfg: Config) -> Config:
     """``cfg`` with its relative file paths made absolute (the saved config then works from any
-    directory): ``output_dir``, ``data.root``, ``model.pretrained``, ``model.pretrained_2d`` and,
-    when such files exist, ``data.annotations``/``data.classes``/``data.cache``."""
+    directory): ``output_dir``, ``data.root``, ``model.init`` (a file, not a torchvision
+    weights name) and, when such files exist, ``data.annotations``/``data.classes``/
+    ``data.cache``."""
     data = plain(cfg.data) if dataclasses.is_dataclass(cfg.data) else dict(cfg.data)
     root = data.get("root")
     if isinstance(root, str) and root:
@@ -149,10 +150,11 @@ def absolute_paths(cfg: Config) -> Config:
         "data": data,
         "output_dir": str(Path(cfg.output_dir).expanduser().resolve()),
     }
-    for key in ("pretrained", "pretrained_2d", "weights"):
-        value = getattr(cfg.model, key)
-        if isinstance(value, str) and value and (key == "pretrained" or looks_like_path(value)):
-            dotted[f"model.{key}"] = str(Path(value).expanduser().resolve())
+    init = cfg.model.init
+    source = init.get("from") if isinstance(init, Mapping) else init
+    if isinstance(source, str) and source and looks_like_path(source):
+        path = str(Path(source).expanduser().resolve())
+        dotted["model.init"] = {**init, "from": path} if isinstance(init, Mapping) else path
     return replace(cfg, **dotted)
 
 

@@ -29,16 +29,18 @@ class ModelConfig:
         name: registry name, e.g. ``c2d_r50_nl5`` (Table 2b: 5 non-local blocks).
         num_classes: classifier width (400 for Kinetics, 157 for Charades); ``null`` (the
             default): the number of classes of the training data.
-        pretrained_2d: ImageNet 2D weights to inflate (Section 4.1): a torchvision weights name
-            (``IMAGENET1K_V1``, read from ``$TORCH_HOME/hub/checkpoints``), a path or ``None``.
-        weights: whole-model weights for fine-tuning (image models: ``IMAGENET1K_V1`` for
-            ViT/Swin/ResNet; any model: a file of its own weights); every tensor is loaded
-            except a classifier of another size, which is rebuilt with ``num_classes`` outputs.
-        pretrained: a checkpoint (``.pt`` written by ``nlnet train``) to initialise from, e.g. the
-            32-frame model for the 128-frame fine-tune (Section 5.1) or a Kinetics model for
-            Charades (Section 5.2).
-        reset_head: with ``pretrained``, drop the classifier weights and keep the fresh ones,
-            so a model of another class count can be used as a backbone.
+        init: where the model's weights start from, one key for every source
+            (:func:`nlnet.engine.modeling.build_model`): a torchvision weights name
+            (``IMAGENET1K_V1``, read from ``$TORCH_HOME/hub/checkpoints``: ImageNet 2D weights
+            copied or inflated into a video model, Section 4.1; ViT/Swin/ResNet weights; a
+            detector's backbone), a file of weights (torchvision layout or the model's own),
+            or a checkpoint written by ``nlnet train`` (e.g. the 32-frame model for the
+            128-frame fine-tune, Section 5.1, or a Kinetics model for Charades, Section 5.2);
+            ``{from: SOURCE, reset_head: true}`` keeps a fresh classifier even where the
+            checkpoint's has the same size. A classifier of another size always stays fresh
+            for weights and needs ``reset_head`` for a checkpoint. ``null``: the builder's own
+            initialisation. Formerly ``pretrained_2d``, ``weights``, ``pretrained`` and
+            ``reset_head`` (still read, with a ``DeprecationWarning``).
         head_names: parameter-name prefixes of the classifier; ``null`` (default): the model's
             own (``ModelCfg.classifier`` of the registry, e.g. ``fc`` or ``head``).
         dropout: dropout ratio before the classifier (0.5 after global pooling, Section 4.1);
@@ -49,10 +51,7 @@ class ModelConfig:
 
     name: str = "c2d_r50"
     num_classes: int | None = None
-    pretrained_2d: str | None = None
-    weights: str | None = None
-    pretrained: str | None = None
-    reset_head: bool = False
+    init: str | dict | None = None
     head_names: tuple[str, ...] | None = None
     dropout: float = 0.5
     overrides: dict = field(default_factory=dict)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from nlnet.analysis.attention_record import find_non_local_blocks
 from nlnet.analysis.block_health import HealthRecorder
-from nlnet.analysis.hooks import find_non_local_blocks
 from nlnet.engine.checkpoint.file_io import unwrap_model
 from nlnet.engine.hooks.base import HookBase, RunView
 from nlnet.engine.runlog import say

@@ -60,7 +60,7 @@ class ImageClassificationTask:
         class_names: Sequence[str] | None = None,
     ) -> None:
         from nlnet.data.video.builder import collate_skip_bad
-        from nlnet.models.model_cfg import IMAGENET_MEAN, IMAGENET_STD
+        from nlnet.functional.stats import IMAGENET_MEAN, IMAGENET_STD
 
         self.data = data_section(ImageDataConfig, data)
         mean = mean or self.data.mean or IMAGENET_MEAN

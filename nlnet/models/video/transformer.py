@@ -19,7 +19,7 @@ space-only blocks of Table 2d of Wang et al. 2018), at ``T' + H'W'`` keys per qu
 
 Built from :class:`~nlnet.models.vit.EncoderBlock` (:class:`~nlnet.layers.MultiheadSelfAttention`)
 and :class:`~nlnet.layers.LearnedPositionEmbedding`; attention maps and rollout come through the
-same recorder as the non-local blocks (:func:`nlnet.analysis.hooks.record_attention`).
+same recorder as the non-local blocks (:func:`nlnet.analysis.attention_record.record_attention`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class DividedSpaceTimeBlock(nn.Module):
     ``z''' = z'' + MLP(LN(z''))``) on ``[class token, the frame's H'W' tokens]``; the class
     token's outputs of the ``T'`` frames are averaged. The two attention layers are
     :class:`~nlnet.layers.MultiheadSelfAttention` (``temporal_attn``, then ``spatial.attn``), so
-    :func:`nlnet.analysis.hooks.record_attention` records them in that order, as
+    :func:`nlnet.analysis.attention_record.record_attention` records them in that order, as
     ``(B * H'W', heads, T', T')`` and ``(B * T', heads, 1 + H'W', 1 + H'W')``.
 
     Args:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nlnet.analysis.hooks import GridMapping, find_non_local_blocks, record_attention
+from nlnet.analysis.attention_record import GridMapping, find_non_local_blocks, record_attention
 from nlnet.layers.nonlocal_block import NonLocal2d, NonLocal3d
 from nlnet.models.registry import create_model
 
