@@ -56,6 +56,7 @@ from nlnet.engine.hooks.train_log import epoch_summary
 from nlnet.engine.metrics import ThroughputMeter
 from nlnet.engine.modeling import (
     build_train_model,
+    compiled_for_training,
     input_channels_from_data,
     model_options,
     set_train_mode,
@@ -104,6 +105,7 @@ class Run:
         self.last_batch: Any = None
         self.state: TrainState | None = None  # build_state
         self.model_name = cfg.model.name  # build_state: user:<class> for a user's own network
+        self.ddp: nn.Module | None = None  # DDP(model) under a process group, else the model
         self.ddp_model: nn.Module | None = None
         self.stop_request: StopRequest | None = None
         self.bar: Any = None  # tqdm progress bar of fit
@@ -213,7 +215,8 @@ class Run:
             speed=ThroughputMeter(window=max(tc.log_every, 2)),
             max_iters=self.max_iters,
         )
-        self.ddp_model = du.wrap_ddp(model, self.device)
+        self.ddp = du.wrap_ddp(model, self.device)  # the model itself without a group
+        self.ddp_model = compiled_for_training(self.ddp, tc.compile)  # what the steps call
 
     def restore(self, resume: Any) -> None:
         """Continue from a checkpoint (``--resume``), or seed this rank for a fresh run."""
@@ -301,8 +304,8 @@ class Run:
         """
         st, c = self.state, self.state.counters
         n_bad = self.task.skipped(batch)
-        ddp = self.ddp_model is not st.model
-        ctx = self.ddp_model.no_sync() if (ddp and not sync) else contextlib.nullcontext()
+        ddp = self.ddp is not st.model
+        ctx = self.ddp.no_sync() if (ddp and not sync) else contextlib.nullcontext()
         with ctx, autocast_context(self.device, self.amp):
             loss, n = self.task.loss(self.ddp_model, batch, self.device)
             weight = 1.0
@@ -332,7 +335,7 @@ class Run:
             st.scaler.unscale_(st.optimizer)
             params = [p for p in st.model.parameters() if p.requires_grad]
             nn.utils.clip_grad_norm_(params, oc.clip_grad_norm)
-        stepped = n_clips > 0 or self.ddp_model is not st.model  # else: only bad videos
+        stepped = n_clips > 0 or self.ddp is not st.model  # else: only bad videos
         if stepped:
             st.scaler.step(st.optimizer)
             st.scaler.update()

@@ -300,6 +300,21 @@ def set_train_mode(model: nn.Module, freeze_bn: bool = False) -> None:
                 m.eval()
 
 
+def channels_last_format(model: nn.Module) -> torch.memory_format:
+    """``torch.channels_last_3d`` for a model with 3D convolutions (a video model), else
+    ``torch.channels_last``."""
+    has_3d = any(isinstance(m, nn.Conv3d) for m in model.modules())
+    return torch.channels_last_3d if has_3d else torch.channels_last
+
+
+def compiled_for_training(model: nn.Module, backend: str) -> nn.Module:
+    """``model`` (the DDP wrapper included) through ``torch.compile(backend=...)`` for the
+    training forward; ``backend="none"``: as it is. The checkpoints keep the plain model."""
+    if backend == "none":
+        return model
+    return torch.compile(model, backend=backend)
+
+
 def build_train_model(cfg: Any, device: torch.device, model: nn.Module | None = None) -> nn.Module:
     """The network of a training run on ``device``: ``cfg.model`` (or ``model``, initialised
     from ``model.init``) built after seeding with ``train.seed`` (the same initial weights
@@ -317,6 +332,8 @@ def build_train_model(cfg: Any, device: torch.device, model: nn.Module | None = 
     else:
         init_from_pretrained(model, cfg)
     model.to(device)
+    if tc.channels_last:
+        model.to(memory_format=channels_last_format(model))
     if tc.freeze or tc.freeze_bn:
         trained = trained_non_local(model, pretrained_keys(cfg))
         if tc.freeze:

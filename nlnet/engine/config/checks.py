@@ -19,6 +19,7 @@ from nlnet.engine.errors import ConfigError
 _CHOICES = {
     ("train", "amp"): ("none", "bf16", "fp16"),
     ("train", "loss"): ("ce", "bce"),
+    ("train", "compile"): ("none", "inductor", "aot_eager", "eager"),
     ("optim", "optimizer"): ("sgd", "adamw"),
     ("optim", "schedule"): ("multistep", "onecycle", "cosine", "poly"),
 }

@@ -140,6 +140,13 @@ class TrainConfig:
         deterministic: ask PyTorch for deterministic kernels (else cuDNN benchmark mode on CUDA).
         progress: a tqdm progress bar (rank 0 only); ``null`` (default): only when stderr is a
             terminal, else one log line per ``log_every`` iterations.
+        channels_last: keep the model's weights (and so its activations) channels-last
+            (``torch.channels_last_3d`` for a video model, ``channels_last`` for an image
+            model): the same numbers within float rounding, a faster layout for some kernels
+            (docs/training.md, "Speed").
+        compile: ``none`` (default) or a ``torch.compile`` backend for the training forward
+            (``inductor``, the default backend; ``aot_eager``): the model's code compiled once
+            per input shape and reused for every later step and epoch.
     """
 
     batch_size: int = 8
@@ -162,6 +169,8 @@ class TrainConfig:
     val_split: str | None = None
     deterministic: bool = False
     progress: bool | None = None
+    channels_last: bool = False
+    compile: str = "none"
 
 
 @dataclass(frozen=True)

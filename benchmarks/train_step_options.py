@@ -1,0 +1,117 @@
+"""A training step with the field's speed options against the plain eager step, in one run.
+
+The options of ``train:`` that change speed but not numbers (docs/training.md, "Speed"):
+``channels_last`` (weights, and so activations, in ``torch.channels_last_3d``) and ``compile``
+(``torch.compile`` of the forward, backward by AOTAutograd). Each variant is a copy of the same
+model (same seed) stepping with SGD on the same batch; the rounds are interleaved (one step of
+each variant per round) so that the machine's load falls on all of them alike. Printed per
+variant: the median step time, the ratio plain / variant (> 1: faster), the one-time compile
+cost, and the largest difference of its loss and its weights after the timed steps from the
+plain step's (they compute the same thing within float rounding).
+
+    python benchmarks/train_step_options.py                               # c2d_r50_nl5, CPU
+    python benchmarks/train_step_options.py --model c2d_tiny_nl1 --size 32 --rounds 10
+    python benchmarks/train_step_options.py --device cuda --batch 8 --frames 32 --size 224
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+VARIANTS = {
+    "eager": {},
+    "channels_last": {"channels_last": True},
+    "compile": {"compile": "inductor"},
+    "compile+channels_last": {"channels_last": True, "compile": "inductor"},
+}
+
+
+def build(name: str, options: dict, device: torch.device, width: int | None):
+    """The model of ``name`` (seed 0) with ``options`` as the engine applies them, its SGD and
+    the module the step calls."""
+    from nlnet.engine.modeling import channels_last_format, compiled_for_training
+    from nlnet.models.registry import create_model
+
+    torch.manual_seed(0)
+    # no dropout: each variant would draw other masks from the one generator
+    kwargs = {"width": width, "dropout": 0.0} if width else {"dropout": 0.0}
+    model = create_model(name, num_classes=400, **kwargs).to(device).train()
+    if options.get("channels_last"):
+        model.to(memory_format=channels_last_format(model))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    return model, opt, compiled_for_training(model, options.get("compile", "none"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="c2d_r50_nl5")
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--frames", type=int, default=8)
+    p.add_argument("--size", type=int, default=112)
+    p.add_argument("--width", type=int, default=0, help="model width (0: the model's own)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch, 3, args.frames, args.size, args.size, generator=g).to(device)
+    y = torch.randint(0, 400, (args.batch,), generator=g).to(device)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    runs = {}
+    for v in args.variants:
+        model, opt, fwd = build(args.model, VARIANTS[v], device, args.width or None)
+        runs[v] = {"model": model, "opt": opt, "fwd": fwd, "times": [], "losses": []}
+
+    def step(r: dict) -> float:
+        r["opt"].zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(r["fwd"](x), y)
+        loss.backward()
+        r["opt"].step()
+        return float(loss)
+
+    for v, r in runs.items():  # the first step compiles
+        t = time.perf_counter()
+        r["losses"].append(step(r))
+        sync()
+        r["first_s"] = time.perf_counter() - t
+        print(f"  {v}: first step {r['first_s']:.1f} s", file=sys.stderr, flush=True)
+    for _ in range(args.rounds):
+        for r in runs.values():
+            t = time.perf_counter()
+            r["losses"].append(step(r))
+            sync()
+            r["times"].append(time.perf_counter() - t)
+    ref = runs[args.variants[0]]
+    ref_s = statistics.median(ref["times"])
+    print(f"\n{args.model}, SGD step, batch {args.batch} x 3 x {args.frames} x {args.size} x "
+          f"{args.size}, device {args.device}, threads {torch.get_num_threads()}, "
+          f"median of {args.rounds} interleaved rounds")  # fmt: skip
+    print(f"{'variant':<24}{'step s':>8}{'ratio':>8}{'first step s':>14}{'max |dloss|':>13}"
+          f"{'max |dweight|':>15}")  # fmt: skip
+    for v, r in runs.items():
+        med = statistics.median(r["times"])
+        dloss = max(abs(a - b) for a, b in zip(r["losses"], ref["losses"]))
+        dw = max((a - b).abs().max().item() for a, b in
+                 zip(r["model"].state_dict().values(), ref["model"].state_dict().values())
+                 if a.is_floating_point())  # fmt: skip
+        print(f"{v:<24}{med:>8.3f}{ref_s / med:>8.2f}{r['first_s']:>14.1f}{dloss:>13.2e}"
+              f"{dw:>15.2e}")  # fmt: skip
+    print(f"(ratio: {args.variants[0]} step time / the variant's; > 1 is faster)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""The training options of the field that change speed, not numbers: channels-last weights
+(``train.channels_last``) and ``torch.compile`` of the training forward (``train.compile``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from engine_standins import TinyClipDataset, collate_standin, tiny_run_config
+
+from nlnet.engine.config import ConfigError, load_config
+from nlnet.engine.loop import train
+from nlnet.models.registry import create_model
+
+
+def _run(tmp_path, name: str, **over):
+    torch.manual_seed(0)
+    model = create_model("c2d_tiny_nl1", num_classes=4, width=4, dropout=0.0)
+    cfg = tiny_run_config(tmp_path, name, **{"optim.max_iters": 3, **over})
+    summary = train(cfg, model=model, train_dataset=TinyClipDataset(n=8, size=(4, 32, 32)),
+                    collate_fn=collate_standin)  # fmt: skip
+    return model, summary
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("plain"), "plain")
+
+
+@pytest.mark.parametrize("option", [{"train.channels_last": True}, {"train.compile": "eager"}])
+def test_a_speed_option_trains_the_same_numbers(tmp_path, plain_run, option):
+    plain, s0 = plain_run
+    fast, s1 = _run(tmp_path, "fast", **option)
+    assert s1["iterations"] == s0["iterations"] == 3
+    assert s1["train_loss"] == pytest.approx(s0["train_loss"], rel=1e-4)
+    for (name, a), (_, b) in zip(plain.state_dict().items(), fast.state_dict().items()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=name)
+    if "train.channels_last" in option:
+        conv = fast.conv1.weight
+        assert conv.is_contiguous(memory_format=torch.channels_last_3d)
+
+
+def test_an_unknown_compile_backend_is_one_line():
+    with pytest.raises(ConfigError, match="train.compile: expected one of none, inductor"):
+        load_config(None, ["train.compile=turbo"])
