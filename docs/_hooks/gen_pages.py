@@ -119,8 +119,6 @@ def _default_cfg(entry: Any) -> dict[str, Any]:
 def _weights(entry: Any) -> str:
     import torchvision
 
-    from nlnet.models.registry import torchvision_arch
-
     cfg = _default_cfg(entry)
     out = []
     if cfg.get("weights"):
@@ -130,11 +128,13 @@ def _weights(entry: Any) -> str:
     params = inspect.signature(entry.builder).parameters
     if "weights" in params and entry.name in torchvision.models.list_models():
         out.append(f"torchvision ImageNet-1k (`weights=`, as `{entry.name}`)")
-    arch = torchvision_arch(entry)
+    arch = (
+        entry.facts.weights_arch if entry.facts.weights_format in ("inflate", "backbone") else None
+    )
     if arch or cfg.get("pretrained_2d_arg"):
         what = "backbone" if cfg.get("pretrained_2d_arg") else "2D, inflated" if len(
             cfg.get("input_size", ())) == 4 else "2D"  # fmt: skip
-        out.append(f"ImageNet {arch or 'ResNet'} ({what}: `pretrained_2d=`)")
+        out.append(f"ImageNet {arch or 'ResNet'} ({what}: `model.init`, `weights=`)")
     return "; ".join(out) or "none (random initialisation)"
 
 

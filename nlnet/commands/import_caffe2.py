@@ -89,6 +89,24 @@ def _overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def merged_options(options: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``--override`` options over a row's: block options (``impl=math`` or ``block={...}``)
+    join the row's ``block`` (``{norm: null}`` of the affine files) instead of replacing it."""
+    from nlnet.layers.block_spec import block_option_names
+
+    out, block = dict(options), dict(options.get("block") or {})
+    for key, value in over.items():
+        if key in block_option_names():
+            block[key] = value
+        elif key == "block":
+            block.update(value or {})
+        else:
+            out[key] = value
+    if block:
+        out["block"] = block
+    return out
+
+
 def _config(args, model: str, num_classes: int, options: dict, prep: dict | None) -> dict:
     from nlnet.engine.config import config_from_dict, config_to_dict, load_config
 
@@ -130,8 +148,12 @@ def _resolve(args, blobs) -> tuple[str, dict, dict | None]:
                 "are not in the blobs) or --model with --override"
             )
     if row is None or (args.model and args.model != row.model):
-        return args.model, _overrides(args.override), None
-    return row.model, {**row.model_options, **_overrides(args.override)}, row.preprocessing
+        return args.model, merged_options({}, _overrides(args.override)), None
+    return (
+        row.model,
+        merged_options(row.model_options, _overrides(args.override)),
+        row.preprocessing,
+    )
 
 
 def _pyslowfast(args) -> tuple[str, int, dict, dict, Any, Any]:
@@ -145,7 +167,8 @@ def _pyslowfast(args) -> tuple[str, int, dict, dict, Any, Any]:
     state = read_pyslowfast(args.file)
     head = state.get("head.projection.weight")
     num_classes = args.num_classes or (int(head.shape[0]) if head is not None else 400)
-    options = {**PYSLOWFAST_OPTIONS, "head": RELEASED_TEST["head"], **_overrides(args.override)}
+    base = {**PYSLOWFAST_OPTIONS, "head": RELEASED_TEST["head"]}
+    options = merged_options(base, _overrides(args.override))
     prep = {**RELEASED_PREPROCESSING, "num_frames": 8, "stride": 8}
     model = create_model(args.model, num_classes=num_classes, **options)
     report = import_pyslowfast(model, state, strict=not args.allow_partial)

@@ -21,14 +21,14 @@ from torch import nn
 
 from nlnet.data.seeding import seed_all
 from nlnet.engine import distributed as du
-from nlnet.engine.checkpoint.file_io import load_checkpoint
+from nlnet.engine.checkpoint.file_io import load_checkpoint, unwrap_model
 from nlnet.engine.checkpoint.model_loading import (
     USER_MODEL_PREFIX,
     CheckpointMismatchError,
     load_backbone,
-    load_model_weights,
     takes_dropout,
 )
+from nlnet.models.loading import load_partial
 
 __all__ = [
     "USER_MODEL_PREFIX",
@@ -65,35 +65,42 @@ def init_source(cfg: Any) -> tuple[str | None, bool]:
     return init, False
 
 
-def init_checkpoint(cfg: Any) -> dict[str, Any] | None:
-    """The checkpoint ``model.init`` names when it is one written by nlnet (``None`` for a
-    torchvision weights name or a file of bare weights, which ``create_model(weights=)``
-    reads)."""
-    from nlnet.engine.checkpoint.file_io import FORMAT
-    from nlnet.engine.config.loading import looks_like_path
+def init_state(cfg: Any) -> dict[str, Any] | None:
+    """The file ``model.init`` names, read (``{"model": state, ...}``: an nlnet checkpoint, a
+    ``save_pretrained`` folder or a bare state dict); ``None`` for a torchvision weights name
+    and for the released Caffe2 ``.pkl``, which ``create_model(weights=)`` reads."""
+    from nlnet.engine.config.files import looks_like_path
 
-    source, reset = init_source(cfg)
-    if not source or not (looks_like_path(str(source)) or reset) or str(source).endswith(".pkl"):
-        return None  # a weights name, or the released Caffe2 ImageNet ResNet
-    ckpt = load_checkpoint(source)
-    return ckpt if ckpt.get("format") == FORMAT or reset else None
+    source, _ = init_source(cfg)
+    if not source or str(source).endswith(".pkl") or not looks_like_path(str(source)):
+        return None
+    return load_checkpoint(source)
+
+
+def _of_nlnet(ckpt: Mapping[str, Any]) -> bool:
+    """Written by nlnet (a checkpoint or a ``save_pretrained`` folder): this model's layout."""
+    from nlnet.engine.checkpoint.file_io import FORMAT
+
+    return ckpt.get("format") == FORMAT or "model_name" in ckpt
 
 
 def build_model(cfg: Any) -> nn.Module:
     """``create_model(cfg.model.name, num_classes, dropout, **overrides)`` started from
-    ``model.init``: a checkpoint of nlnet through :func:`init_from_pretrained`, any other
-    source (torchvision weights, a file of weights) through ``create_model(weights=)``."""
+    ``model.init``: a checkpoint of nlnet (or any file with ``reset_head``) through
+    :func:`init_from_pretrained`, any other source (torchvision weights, a file of weights in
+    torchvision's or the model's layout) through ``create_model(weights=)``."""
     from nlnet.models.registry import create_model
 
-    ckpt = init_checkpoint(cfg)
-    source, _ = init_source(cfg)
+    source, reset = init_source(cfg)
+    ckpt = init_state(cfg)
+    own = ckpt is not None and (reset or _of_nlnet(ckpt))
     model = create_model(
         cfg.model.name,
         num_classes=cfg.model.num_classes,
-        weights=source if ckpt is None else None,
+        weights=None if own else source,
         **model_options(cfg),
     )
-    if ckpt is not None:
+    if own:
         init_from_pretrained(model, cfg, ckpt)
     return model
 
@@ -169,23 +176,27 @@ def head_names(cfg: Any) -> tuple[str, ...]:
 
 
 def init_from_pretrained(model: nn.Module, cfg: Any, ckpt: Mapping[str, Any] | None = None) -> None:
-    """Start a freshly built model from the checkpoint of ``model.init`` (``ckpt``: already
-    read) with its classifier kept fresh under ``reset_head``; nothing without one."""
-    ckpt = ckpt if ckpt is not None else init_checkpoint(cfg)
-    if ckpt is None:
-        return
+    """Start ``model`` from the file of ``model.init`` (``ckpt``: already read): every tensor
+    but the classifier, which stays fresh where its size differs or with ``reset_head``
+    (:func:`nlnet.models.loading.load_partial`); nothing without ``model.init`` or for a
+    weights name, which ``create_model`` applies when it builds the model (a network passed to
+    ``train(model=...)`` is used as it is)."""
     source, reset = init_source(cfg)
+    if not source:
+        return
+    ckpt = ckpt if ckpt is not None else init_state(cfg)
+    if ckpt is None:  # a weights name: create_model applied it (a network passed in is as given)
+        return
     heads = head_names(cfg)
     if reset:
         load_backbone(model, ckpt, exclude=heads)
         return
     try:
-        load_model_weights(model, ckpt)
-    except CheckpointMismatchError as exc:
+        load_partial(unwrap_model(model), ckpt["model"], heads, what=f"model.init={source!r}")
+    except ValueError as exc:
         raise CheckpointMismatchError(
-            f"model.init={source!r}: {exc}; set model.init={{from: {source}, reset_head: true}} "
-            f"to keep a fresh classifier ({', '.join(heads)})"
-        ) from exc
+            f"{exc}; outside the classifier ({', '.join(heads)}) the weights must fit"
+        ) from None
 
 
 def non_local_norms(model: nn.Module, skip: Iterable[str] = ()) -> set[int]:
@@ -218,8 +229,9 @@ def trained_non_local(model: nn.Module, keys: Iterable[str]) -> set[str]:
 
 
 def pretrained_keys(cfg: Any) -> set[str]:
-    """State-dict keys that the checkpoint of ``model.init`` initialises (empty without one)."""
-    ckpt = init_checkpoint(cfg)
+    """State-dict keys that the file of ``model.init`` initialises (empty without one, or for a
+    weights name)."""
+    ckpt = init_state(cfg)
     if ckpt is None:
         return set()
     keys = set(ckpt["model"])
@@ -300,11 +312,15 @@ def set_train_mode(model: nn.Module, freeze_bn: bool = False) -> None:
                 m.eval()
 
 
-def channels_last_format(model: nn.Module) -> torch.memory_format:
-    """``torch.channels_last_3d`` for a model with 3D convolutions (a video model), else
-    ``torch.channels_last``."""
-    has_3d = any(isinstance(m, nn.Conv3d) for m in model.modules())
-    return torch.channels_last_3d if has_3d else torch.channels_last
+def to_channels_last(model: nn.Module) -> nn.Module:
+    """Every 5D weight (3D convolutions) in ``torch.channels_last_3d`` and every 4D one in
+    ``torch.channels_last`` (in place; a model may mix both); activations follow the weights."""
+    formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() in formats:
+                p.data = p.data.contiguous(memory_format=formats[p.dim()])
+    return model
 
 
 def compiled_for_training(model: nn.Module, backend: str) -> nn.Module:
@@ -333,7 +349,7 @@ def build_train_model(cfg: Any, device: torch.device, model: nn.Module | None = 
         init_from_pretrained(model, cfg)
     model.to(device)
     if tc.channels_last:
-        model.to(memory_format=channels_last_format(model))
+        to_channels_last(model)
     if tc.freeze or tc.freeze_bn:
         trained = trained_non_local(model, pretrained_keys(cfg))
         if tc.freeze:

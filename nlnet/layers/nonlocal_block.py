@@ -472,8 +472,6 @@ class NonLocal3d(NonLocalNd):
         super().__init__(3, in_channels, *args, **kwargs)
 
 
-#: The block's options (every keyword-only argument): the names that model builders pass on to
-#: their blocks (:func:`nlnet.models.registry.create_model`), read from the signature itself.
 __all__ = [
     "INSTANTIATIONS",
     "MODES",

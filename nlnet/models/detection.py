@@ -29,8 +29,8 @@ a torchvision checkpoint loads with :func:`nlnet.models.loading.load_partial` ke
 ``.non_local.`` keys.
 
 "All models are fine-tuned from ImageNet pre-training" (Sec. 6): ``weights_backbone`` (torchvision's
-name for it; ``pretrained_2d`` of :func:`~nlnet.models.registry.create_model` and the config key
-``model.pretrained_2d`` route to it) loads ImageNet ResNet weights into ``backbone.body`` through
+name for it; ``weights`` / ``pretrained_2d`` of :func:`~nlnet.models.registry.create_model`
+and the config key ``model.init`` route ImageNet weights to it) loads ImageNet ResNet weights into ``backbone.body`` through
 the one weight resolver (:mod:`nlnet.models.weights`: a path, a torchvision enum or
 ``"IMAGENET1K_V1"``) and, as torchvision does for a pre-trained backbone, freezes its BN
 (``FrozenBatchNorm2d``) and trains only the last 3 stages. Without it the backbone uses trainable
@@ -104,7 +104,7 @@ def _cfg(task: str, depth: int, blocks: str | None, num_classes: int) -> ModelCf
         weights_format="backbone",  # torchvision names the backbone's weights
         takes_dropout=False,
         depth=depth,
-        # create_model(pretrained_2d=...) / model.pretrained_2d -> the builder's backbone weights
+        # create_model(weights=/pretrained_2d=) / model.init -> the builder's backbone weights
         pretrained_2d_arg="weights_backbone",
         blocks=blocks,
         # narrow copy of the same topology for CPU tests
@@ -140,7 +140,7 @@ def _detector(
     flags = {"backbone_block": backbone, "fpn_levels": FPN_LEVELS if fpn else None,
              "head_blocks": head}  # fmt: skip
     old = {k: kwargs.pop(k) for k in _LEGACY_FLAGS if k in kwargs}
-    given = "placement" in kwargs or "nl_at" in kwargs
+    given = any(k in kwargs for k in ("placement", "nl_at", "nl_location", "nonlocal_inds"))
     block, placement = block_arguments(kwargs)
     for key in old:
         warnings.warn(f"{key}= is deprecated; write placement=[module paths] "

@@ -184,6 +184,9 @@ def place_detector_blocks(
     the head on 0 RoIs when nothing is found)."""
     if placement is None:
         return place_non_local(model, None, block)
+    if placement.stage_options:
+        raise ValueError("placement: a detector's blocks share one set of options (block=); "
+                         "stage_options are not supported")  # fmt: skip
     paths = (["backbone.body." + p for p in placement.resolve(_body_lengths(model))]
              if placement.preset else list(placement.paths))  # fmt: skip
     head = [p for p in paths if p.startswith("roi_heads.keypoint_head.")]

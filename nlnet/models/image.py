@@ -143,9 +143,10 @@ def build_segmentation(
     block where ``placement="head"`` (the name's default with ``with_block``), other module
     paths after construction; ``block=`` changes :data:`HEAD_BLOCK` for all of them."""
     block, placement = block_arguments(kwargs, "head" if with_block else None)
-    paths = placement.paths if placement is not None and not placement.preset else ()
-    if placement is not None and placement.preset:
-        paths = tuple(placement.resolve())
+    if placement is not None and (placement.preset or placement.stage_options):
+        raise ValueError("placement: a segmentation net takes module paths ('head', "
+                         "'layer3.2', ...), not a preset or stage_options")  # fmt: skip
+    paths = placement.paths if placement is not None else ()
     in_head = "head" in paths
     model = cls(*args, use_attention=in_head, block=block if in_head else None, **kwargs)
     if len(paths) == in_head:  # the head's block only, or none

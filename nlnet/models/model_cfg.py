@@ -78,8 +78,10 @@ class ModelCfg:
         blocks: non-local placement preset (``"nl5"``, ``"res4"``...), ``None``: no block.
         new_keys: state-dict key fragments with no 2D counterpart (kept at their
             initialisation when 2D weights are loaded).
-        torchvision_arch: the torchvision model whose weights ``pretrained_2d`` names refer to;
-            ``None``: ``resnet{depth}`` for ResNet depths, else no torchvision weights.
+        torchvision_arch: the torchvision model whose weights a name (``model.init``,
+            ``weights=``) refers to; ``None``: ``resnet{depth}`` for the ResNet families with 2D
+            weights (``weights_format`` ``inflate`` / ``backbone``), else no torchvision weights.
+            The one rule: ``weights_arch`` holds the result.
         pretrained_2d_arg: builder keyword that takes the 2D weights itself (a detector's
             backbone), ``None``: ``create_model`` inflates them after building.
         supports_pretrained: the builder accepts ``pretrained=`` (whole-model weights).

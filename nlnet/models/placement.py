@@ -85,6 +85,10 @@ class Placement:
         """
         if value is None or value is False or isinstance(value, Placement):
             return value or None
+        if isinstance(value, (str, Sequence, Mapping)) and not _has_sites(value):
+            return None  # "", [], {}, four empty stages: no blocks
+        if value == "after_layer4":  # the guide's name for a block after stage 4
+            value = "layer4"
         if isinstance(value, Mapping) and "at" in value:
             extra = sorted(set(value) - {"at", "stage_options"})
             if extra:
@@ -135,9 +139,24 @@ class Placement:
 PlacementLike = Placement | str | Sequence[Any] | Mapping[Any, Any] | None
 
 
+def _has_sites(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(value)
+    if isinstance(value, Mapping):
+        return "at" in value or any(_has_sites_of(v) for v in value.values())
+    return any(_has_sites_of(v) for v in value)
+
+
+def _has_sites_of(item: Any) -> bool:
+    if isinstance(item, (str, int)):
+        return item != ""
+    return bool(item) and (not isinstance(item, (Sequence, Mapping)) or _has_sites(item))
+
+
 def _stage_paths(stages: Mapping[Any, Any]) -> tuple[str, ...]:
     paths = []
     for key, indices in stages.items():
+        key = int(key) if isinstance(key, str) and key.isdigit() else key  # JSON's keys
         if key not in _STAGE_KEYS:
             raise ValueError(f"placement: unknown stage {key!r}; expected res2..res5")
         for i in [indices] if isinstance(indices, int) else list(indices):
@@ -212,7 +231,7 @@ def block_arguments(
 
 def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"{old}= is deprecated; write {new} (nlnet.models.placement)",
-                  DeprecationWarning, stacklevel=4)  # fmt: skip
+                  DeprecationWarning, stacklevel=5)  # fmt: skip  (the caller of create_model)
 
 
 def check_no_block(block: BlockLike) -> None:

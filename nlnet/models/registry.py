@@ -196,14 +196,14 @@ def _pretrained_advice(facts: ModelCfg) -> str:
     if facts.weights_format == "inflate" and facts.input_kind == "clip":
         return (
             f"pretrained: {name!r} has no downloadable whole-model weights; use "
-            "pretrained_2d='IMAGENET1K_V1' (ImageNet initialisation, Section 4.1), a checkpoint "
-            "via the config key model.pretrained, or `nlnet import-caffe2` for the released "
-            "Caffe2 models"
+            "weights='IMAGENET1K_V1' (ImageNet initialisation, Section 4.1; pretrained_2d= is "
+            "the same), a checkpoint via the config key model.init, or `nlnet import-caffe2` for "
+            "the released Caffe2 models"
         )
     if facts.weights_arch is not None and facts.weights_format != "backbone":
         return (
             f"pretrained: {name!r} takes torchvision {facts.weights_arch} weights by name: use "
-            f"weights='IMAGENET1K_V1' (config: model.weights) and num_classes=K for a fresh "
+            f"weights='IMAGENET1K_V1' (config: model.init) and num_classes=K for a fresh "
             "classifier of K outputs"
         )
     if facts.weights_format == "backbone":
@@ -214,8 +214,21 @@ def _pretrained_advice(facts: ModelCfg) -> str:
         )
     return (
         f"pretrained: {name!r} has no published weights; use weights=<a state dict or a file of "
-        "this model> (e.g. a checkpoint of nlnet train) or the config key model.pretrained"
+        "this model> (e.g. a checkpoint of nlnet train) or the config key model.init"
     )
+
+
+def _backbone_only(weights: Any) -> bool:
+    """Whether a detector's ``weights`` are its backbone's (a torchvision name, or a ResNet
+    state dict or file without the detector's ``backbone.`` keys), not the whole detector's."""
+    if isinstance(weights, str) and not os.path.isfile(weights):
+        return True
+    if isinstance(weights, (str, os.PathLike)):
+        from nlnet.models.weights import load_weights
+
+        weights = load_weights(weights, None)
+    state = weights.get("model", weights) if isinstance(weights, Mapping) else {}
+    return not any(str(k).startswith(("backbone.", "module.backbone.")) for k in state)
 
 
 def create_model(
@@ -255,9 +268,8 @@ def create_model(
     kwargs = dict(overrides)
     if "pretrained" in kwargs and not entry.default_cfg.supports_pretrained:
         raise ValueError(_pretrained_advice(facts))
-    named = isinstance(weights, str) and not os.path.isfile(weights)
-    if weights is not None and facts.weights_format == "backbone" and named:
-        pretrained_2d, weights = weights, None  # a detector: torchvision names its backbone
+    if weights is not None and facts.weights_format == "backbone" and _backbone_only(weights):
+        pretrained_2d, weights = weights, None  # a detector: ImageNet weights of its backbone
     if num_classes is not None:
         kwargs["num_classes"] = num_classes
     if pretrained_2d is not None and entry.default_cfg.pretrained_2d_arg:

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from nlnet.models.checks import check_input
-from nlnet.models.placement import block_arguments, place_non_local
+from nlnet.models.placement import Placement, block_arguments, place_non_local
 from nlnet.models.registry import register_model
 
 __all__ = ["UNet", "STYLES", "check_divisible"]
@@ -256,11 +256,15 @@ def build_unet(dim: int, with_block: bool, **kwargs: Any) -> UNet:
     block, placement = block_arguments(kwargs, "bottleneck" if with_block else None)
     model = UNet(dim, **kwargs)
     preset = {**GUIDE_BLOCK, "sub_sample": (2, 2, 2)} if dim == 3 else GUIDE_BLOCK  # depth is space
-    where: dict[str, Any] = {"dim": dim}
-    if placement is not None and placement.paths == ("bottleneck",):
-        # the Sequential ends in a ReLU: its channels are those of the BN before it
-        where["in_channels"] = model.bottleneck[-2].num_features
-    return place_non_local(model, placement, block, preset, **where)
+    if placement is None or "bottleneck" not in placement.paths:
+        return place_non_local(model, placement, block, preset, dim=dim)
+    # the bottleneck's Sequential ends in a ReLU: its channels are those of the BN before it
+    channels = model.bottleneck[-2].num_features
+    place_non_local(model, Placement(paths=("bottleneck",)), block, preset, dim=dim,
+                    in_channels=channels)  # fmt: skip
+    rest = tuple(p for p in placement.paths if p != "bottleneck")
+    return place_non_local(model, Placement(paths=rest) if rest else None, block if rest else None,
+                           preset, dim=dim)  # fmt: skip
 
 
 def _cfg(dim: int, blocks: str | None) -> dict[str, Any]:

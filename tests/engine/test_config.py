@@ -74,8 +74,16 @@ def test_type_and_value_errors():
     with pytest.warns(DeprecationWarning, match="model.init"):
         old = load_config(None, ["model.pretrained=runs/a/final.pt", "model.reset_head=true"])
     assert old.model.init == {"from": "runs/a/final.pt", "reset_head": True}
+    with pytest.warns(DeprecationWarning):  # several: the one that used to be loaded last
+        both = config_from_dict({"model": {"pretrained_2d": "IMAGENET1K_V1", "weights": "w.pth"}})
+        assert both.model.init == "w.pth"
+        # a file of an earlier release on a base of this one: the file's key wins, as a key does
+        cli = load_config("kinetics/c2d_r50_nl5", ["model.pretrained=runs/a/final.pt"])
+        assert cli.model.init == {"from": "runs/a/final.pt"}
     with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match="one source"):
-        load_config(None, ["model.pretrained_2d=IMAGENET1K_V1", "model.weights=w.pth"])
+        config_from_dict({"model": {"init": "IMAGENET1K_V1", "pretrained": "a.pt"}})
+    with pytest.raises(ConfigError, match="reset_head applies to a checkpoint or a file"):
+        load_config(None, ["model.init={from: IMAGENET1K_V1, reset_head: true}"])
     with pytest.raises(ConfigError, match="model.init: expected"):
         load_config(None, ["model.init={from: a.pt, reset: true}"])
     # the block's options and placement are read by their typed readers, for any model name
@@ -238,3 +246,14 @@ def test_a_task_built_from_a_mapping_checks_its_data_section_the_same_way():
     section = SegmentationDataConfig(root="x")
     assert data_section(SegmentationDataConfig, section) is section
     assert data_section(SegmentationDataConfig, None) == SegmentationDataConfig()
+
+
+def test_config_files_of_an_earlier_release_migrate_before_their_bases_merge(tmp_path):
+    """A base with ``reset_head: true`` and a child with ``pretrained: X`` (the Charades configs
+    of earlier releases) give ``init: {from: X, reset_head: true}``."""
+    (tmp_path / "base.yaml").write_text("model:\n  pretrained_2d: null\n  pretrained: null\n"
+                                        "  reset_head: true\n")  # fmt: skip
+    (tmp_path / "child.yaml").write_text("_base_: base.yaml\nmodel:\n  pretrained: k400.pt\n")
+    with pytest.warns(DeprecationWarning, match="model.init"):
+        cfg = load_config(tmp_path / "child.yaml")
+    assert cfg.model.init == {"from": "k400.pt", "reset_head": True}

@@ -42,3 +42,14 @@ def test_a_speed_option_trains_the_same_numbers(tmp_path, plain_run, option):
 def test_an_unknown_compile_backend_is_one_line():
     with pytest.raises(ConfigError, match="train.compile: expected one of none, inductor"):
         load_config(None, ["train.compile=turbo"])
+
+
+def test_channels_last_takes_each_weight_by_its_rank():
+    """A model mixing 2D and 3D convolutions: each weight in its rank's channels-last layout."""
+    from nlnet.engine.modeling import to_channels_last
+
+    model = to_channels_last(
+        torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Conv3d(4, 4, 3))
+    )
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert model[1].weight.is_contiguous(memory_format=torch.channels_last_3d)

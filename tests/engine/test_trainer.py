@@ -192,20 +192,30 @@ def test_too_small_dataset_is_a_clear_error(tmp_path):
         _run(tiny_run_config(tmp_path, "small", **{"train.batch_size": 32}))
 
 
-def test_pretrained_with_reset_head(tmp_path):
+def test_init_from_a_checkpoint_keeps_a_classifier_of_another_size_fresh(tmp_path):
+    """``model.init: CKPT``: every tensor but a classifier of another size (fresh); with
+    ``reset_head`` the classifier stays fresh whatever its size; another network is one line."""
     from nlnet.engine.modeling import init_from_pretrained
 
     cfg = tiny_run_config(tmp_path, "pre", **{"optim.max_iters": 2})
     trained, s = _run(cfg)
     new = TinyVideoNet(num_classes=5)
     fc = new.fc.weight.clone()
-    over = {"model.init": str(s["checkpoint"]), "model.num_classes": 5}
-    with pytest.raises(CheckpointMismatchError, match="reset_head"):
-        init_from_pretrained(new, replace(cfg, **over))
-    reset = {"from": str(s["checkpoint"]), "reset_head": True}
-    init_from_pretrained(new, replace(cfg, **{**over, "model.init": reset}))
+    init_from_pretrained(new, replace(cfg, **{"model.init": str(s["checkpoint"]),
+                                              "model.num_classes": 5}))  # fmt: skip
     assert torch.equal(new.conv1.weight, trained.conv1.weight)
     assert torch.equal(new.fc.weight, fc)
+    same = TinyVideoNet(num_classes=trained.fc.out_features)
+    fresh = same.fc.weight.clone()
+    reset = {"from": str(s["checkpoint"]), "reset_head": True}
+    init_from_pretrained(same, replace(cfg, **{"model.init": reset}))
+    assert torch.equal(same.fc.weight, fresh) and torch.equal(
+        same.conv1.weight, trained.conv1.weight
+    )
+    with pytest.raises(CheckpointMismatchError, match="model.init=.*the weights must fit"):
+        init_from_pretrained(
+            TinyVideoNet(width=6), replace(cfg, **{"model.init": str(s["checkpoint"])})
+        )
 
 
 class _Crash(Exception):

@@ -94,7 +94,7 @@ def test_pretrained_true_advice_fits_the_model():
     with pytest.raises(ValueError, match="weights='IMAGENET1K_V1'.*num_classes") as vit:
         create_model("vit_b_16", pretrained=True)
     assert "import-caffe2" not in str(vit.value)
-    with pytest.raises(ValueError, match="pretrained_2d='IMAGENET1K_V1'.*import-caffe2"):
+    with pytest.raises(ValueError, match="weights='IMAGENET1K_V1'.*model.init.*import-caffe2"):
         create_model("c2d_r50", pretrained=True)
     with pytest.raises(ValueError, match="no published weights"):
         create_model("vit_tiny", pretrained=True)

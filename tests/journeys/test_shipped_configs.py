@@ -139,7 +139,7 @@ def test_shipped_config_trains_checkpoints_and_evaluates(name, tmp_path, fake_we
     from nlnet.models.registry import model_facts
 
     cfg = _one_step_config(name, tmp_path)
-    from nlnet.engine.config.loading import looks_like_path
+    from nlnet.engine.config.files import looks_like_path
     from nlnet.engine.modeling import init_source
 
     source, reset = init_source(cfg)

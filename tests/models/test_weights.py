@@ -113,7 +113,7 @@ def test_missing_file_without_network_is_one_line_saying_where(torch_home, monke
 
 
 def test_pretrained_true_is_a_clear_error_not_a_type_error():
-    with pytest.raises(ValueError, match="pretrained_2d='IMAGENET1K_V1'"):
+    with pytest.raises(ValueError, match="weights='IMAGENET1K_V1'.*model.init"):
         create_model("c2d_r50", pretrained=True)
     with pytest.raises(ValueError, match="import-caffe2"):
         create_model("i3d311_r101_nl5", pretrained="kinetics")
@@ -122,3 +122,30 @@ def test_pretrained_true_is_a_clear_error_not_a_type_error():
 def test_weights_of_another_depth_are_refused_by_create_model():
     with pytest.raises(ValueError, match="ResNet101_Weights"):
         create_model("c2d_r101", width=4, pretrained_2d=ResNet50_Weights.IMAGENET1K_V1)
+
+
+def test_a_detector_takes_a_resnet_file_as_its_backbone_and_its_own_file_whole(tmp_path):
+    """``weights=`` (a config's ``model.init``) of a detector: a ResNet state-dict file goes
+    into the backbone (with frozen BN, as a torchvision name does); the detector's own
+    state dict loads whole."""
+    from torchvision.models import resnet50
+
+    from nlnet.models.registry import create_model
+
+    small = {"width_per_group": 4, "min_size": 64, "max_size": 64}
+    torch.manual_seed(0)
+    resnet = resnet50(width_per_group=4)
+    torch.save(resnet.state_dict(), tmp_path / "r50.pth")
+    det = create_model("maskrcnn_r50_fpn_nl", num_classes=3, weights=str(tmp_path / "r50.pth"),
+                       **small)  # fmt: skip
+    assert torch.equal(det.backbone.body.conv1.weight, resnet.conv1.weight)
+    torch.save(det.state_dict(), tmp_path / "det.pth")
+    again = create_model(
+        "maskrcnn_r50_fpn_nl",
+        num_classes=3,
+        weights=str(tmp_path / "det.pth"),
+        frozen_bn=True,
+        **small,
+    )  # fmt: skip  (as the COCO configs rebuild it)
+    for (k, a), (_, b) in zip(det.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), k

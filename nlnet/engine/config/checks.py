@@ -144,13 +144,21 @@ def validate_config(cfg: Config) -> None:
 
 
 def _validate_init(init: Any) -> None:
-    """``model.init``: a source string, or ``{from: SOURCE, reset_head: BOOL}``."""
+    """``model.init``: a source string, or ``{from: SOURCE, reset_head: BOOL}`` whose source is
+    a file or a checkpoint (``{reset_head: true}`` alone: a base config's half, no source)."""
+    from nlnet.engine.config.files import looks_like_path
+
     if init is None or (isinstance(init, str) and init):
         return
     if isinstance(init, Mapping):
         extra = sorted(set(init) - {"from", "reset_head"})
         source, reset = init.get("from"), init.get("reset_head", False)
-        if not extra and isinstance(source, str) and source and isinstance(reset, bool):
+        if not extra and isinstance(reset, bool) and (source is None or isinstance(source, str)):
+            if reset and source and not looks_like_path(source):
+                raise ConfigError(
+                    f"model.init: reset_head applies to a checkpoint or a file; {source!r} is a "
+                    "weights name, whose classifier is kept fresh when its size differs"
+                )
             return
     raise ConfigError(
         f"model.init: expected a torchvision weights name, a file or a checkpoint, or "

@@ -42,12 +42,51 @@ REMOVED_KEYS: dict[str, str] = {
 OLD_INIT_KEYS: tuple[str, ...] = ("pretrained_2d", "weights", "pretrained", "reset_head")
 
 
+def looks_like_path(value: str) -> bool:
+    """A weights value that names a file (an existing one, or one with a directory part or a
+    weights-file suffix), not a torchvision weights name such as ``IMAGENET1K_V1`` or
+    ``ResNet50_Weights.IMAGENET1K_V2`` (those resolve through ``$TORCH_HOME``'s cache)."""
+    return (
+        os.path.exists(os.path.expanduser(value))
+        or "/" in value
+        or os.sep in value
+        or value.startswith("~")
+        or value.endswith((".pt", ".pth", ".pkl", ".bin", ".safetensors"))
+    )
+
+
+def _old_init(old: Mapping[str, Any]) -> Any:
+    """``model.init`` from the keys of earlier releases in one mapping: ``pretrained`` (a
+    checkpoint, ``{from: X}``, with ``reset_head``) over ``weights`` over ``pretrained_2d``, the
+    order in which they used to be applied (the last one loaded won)."""
+    if old.get("pretrained"):
+        init = {"from": old["pretrained"]}
+        return {**init, "reset_head": True} if old.get("reset_head") else init
+    for key in ("weights", "pretrained_2d"):
+        if old.get(key):
+            return old[key]
+    if "reset_head" in old:  # a base config's half: the checkpoint comes from another file
+        return {"reset_head": bool(old["reset_head"])}
+    return None
+
+
+def merge_init(model: dict, init: Any) -> None:
+    """Set ``model["init"]``, merging two mappings (``{reset_head: true}`` of a base and
+    ``{from: X}`` of a child) as ``_base_`` merging does."""
+    current = model.get("init")
+    if isinstance(current, Mapping) and isinstance(init, Mapping):
+        model["init"] = {**current, **init}
+    else:
+        model["init"] = init
+
+
 def migrate_init_keys(data: dict) -> dict:
     """``model.pretrained_2d`` / ``weights`` / ``pretrained`` (+ ``reset_head``) of earlier
-    releases -> ``model.init`` (with a DeprecationWarning).
+    releases in one config mapping (a file before its ``_base_`` merge, a saved config) ->
+    ``model.init`` (with a DeprecationWarning).
 
     Raises:
-        ConfigError: two sources given (the model starts from one).
+        ConfigError: the same mapping sets ``model.init`` too (the model starts from one source).
     """
     model = data.get("model")
     if not isinstance(model, Mapping) or not any(k in model for k in OLD_INIT_KEYS):
@@ -56,14 +95,12 @@ def migrate_init_keys(data: dict) -> dict:
     old = {k: model.pop(k) for k in OLD_INIT_KEYS if k in model}
     warnings.warn(f"config keys {', '.join('model.' + k for k in old)} are deprecated; use "
                   "model.init", DeprecationWarning, stacklevel=4)  # fmt: skip
-    sources = {k: v for k, v in old.items() if k != "reset_head" and v}
-    if len(sources) > 1 or (sources and model.get("init")):
-        given = [f"model.{k}" for k in sources] + (["model.init"] if model.get("init") else [])
-        raise ConfigError(f"{', '.join(given)}: a model starts from one source; set model.init")
-    if sources:
-        ((key, value),) = sources.items()
-        reset = bool(old.get("reset_head")) and key == "pretrained"
-        model["init"] = {"from": value, "reset_head": True} if reset else value
+    init = _old_init(old)
+    if model.get("init") is not None and init is not None:
+        raise ConfigError(f"model.init and {', '.join('model.' + k for k in old)}: a model "
+                          "starts from one source; set model.init only")  # fmt: skip
+    if init is not None:
+        merge_init(model, init)
     data["model"] = model
     return data
 
@@ -179,7 +216,7 @@ def load_yaml_tree(path: Path, seen: tuple[Path, ...] = ()) -> dict:
             raise ConfigError(f"{where}: not valid YAML ({problem})") from None
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    data = dict(data)
+    data = migrate_init_keys(dict(data))
     bases = data.pop("_base_", None)
     if bases is None:
         return data
@@ -233,11 +270,15 @@ def _schema_keys(path: tuple[str, ...]) -> list[str] | None:
 def set_dotted(data: dict, key: str, value: Any) -> None:
     """Write ``value`` at the dotted ``key`` of a nested dict (a moved key at its new place)."""
     parts = _moved(key).split(".")
+    if len(parts) == 2 and parts[0] == "model" and parts[1] in OLD_INIT_KEYS:
+        model = data.setdefault("model", {})
+        init = migrate_init_keys({"model": {parts[1]: value}})["model"].get("init")
+        if init is not None or parts[1] != "reset_head":
+            merge_init(model, init)
+        return
     node = data
     for depth, part in enumerate(parts):
         valid = _schema_keys(tuple(parts[:depth]))
-        if parts[:depth] == ["model"] and part in OLD_INIT_KEYS:
-            valid = None  # read into model.init by migrate_init_keys
         if valid is not None and part not in valid:
             where = ".".join(parts[:depth]) or "config"
             raise ConfigError(

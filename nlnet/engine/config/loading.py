@@ -43,6 +43,7 @@ from nlnet.engine.config.files import (
     apply_overrides,
     list_configs,
     load_yaml_tree,
+    looks_like_path,
     migrate_moved_keys,
     parse_overrides,
     resolve_config_path,
@@ -156,19 +157,6 @@ def absolute_paths(cfg: Config) -> Config:
         path = str(Path(source).expanduser().resolve())
         dotted["model.init"] = {**init, "from": path} if isinstance(init, Mapping) else path
     return replace(cfg, **dotted)
-
-
-def looks_like_path(value: str) -> bool:
-    """A weights value that names a file (an existing one, or one with a directory part or a
-    weights-file suffix), not a torchvision weights name such as ``IMAGENET1K_V1`` or
-    ``ResNet50_Weights.IMAGENET1K_V2`` (those resolve through ``$TORCH_HOME``'s cache)."""
-    return (
-        os.path.exists(os.path.expanduser(value))
-        or "/" in value
-        or os.sep in value
-        or value.startswith("~")
-        or value.endswith((".pt", ".pth", ".pkl", ".bin", ".safetensors"))
-    )
 
 
 def save_config(cfg: Config, path: str | os.PathLike) -> Path:

@@ -119,7 +119,7 @@ class TrainConfig:
         freeze_bn: BatchNorm in eval mode with frozen affine parameters (Section 5.1).
         freeze: parameter-name prefixes whose weights stay fixed, e.g. ``[encoder., bottleneck.]``
             for a pre-trained U-Net encoder (detectron2's ``FREEZE_AT``); a non-local block
-            under such a prefix that ``model.pretrained`` does not initialise still trains (it
+            under such a prefix that ``model.init`` does not initialise still trains (it
             starts as the identity).
         sync_bn: convert BatchNorm to SyncBatchNorm under DDP on CUDA.
         loss: ``ce`` (softmax cross-entropy) or ``bce`` (per-category sigmoid, Section 5.2).
