@@ -230,8 +230,11 @@ def block_arguments(
 
 
 def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"{old}= is deprecated; write {new} (nlnet.models.placement)",
-                  DeprecationWarning, stacklevel=5)  # fmt: skip  (the caller of create_model)
+    warnings.warn(
+        f"{old}= is deprecated; write {new} (nlnet.models.placement)",
+        DeprecationWarning,
+        stacklevel=5,
+    )  # fmt: skip  (the caller of create_model)
 
 
 def check_no_block(block: BlockLike) -> None:
