@@ -86,7 +86,7 @@ def test_model_list_counts_like_nlnet_cost():
     page = gen.models_page(rows)
     assert "| `c2d_tiny_nl1` |" in page and f"{report.params / 1e6:.2f}M" in page
     weights = gen._weights(__import__("nlnet").models.get_model_entry("c2d_r50_nl5"))
-    assert "pretrained_2d" in weights and "resnet50" in weights
+    assert "model.init" in weights and "resnet50" in weights
 
 
 def test_nav_lists_existing_or_generated_pages():
