@@ -91,9 +91,8 @@ def gap_line(task: str, rows: list[dict[str, Any]], models: list[str]) -> str:
 
 
 def demo_settings(task: str, changes: list[str], quick: bool) -> Any:
-    """The settings of the super-resolution or U-Net demo (quick or not) with ``--set
-    KEY=VALUE`` changes (:func:`nlnet.demo.settings.with_change`); ``None`` for the segmentation
-    demo, which has none to change.
+    """The settings of a dense demo (quick or not) with ``--set KEY=VALUE`` changes
+    (:func:`nlnet.demo.settings.with_change`).
 
     Raises:
         ValueError: one line naming ``--set``: not ``KEY=VALUE``, an unknown key, a bad value.
@@ -101,10 +100,8 @@ def demo_settings(task: str, changes: list[str], quick: bool) -> Any:
     from nlnet.demo.settings import with_change
 
     if task == "segmentation":
-        if changes:
-            raise ValueError("--set: for --task super-resolution or unet, not --task segmentation")
-        return None
-    if task == "super-resolution":
+        from nlnet.demo.dense import SegDemoSettings as Settings
+    elif task == "super-resolution":
         from nlnet.demo.sr import SRDemoSettings as Settings
     else:
         from nlnet.demo.unet import UNetDemoSettings as Settings  # type: ignore[assignment]
@@ -122,7 +119,7 @@ def run(
     changes: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Train both models of every seed (the demo's recipe, or its quick setting; ``changes``:
-    ``--set`` of the super-resolution or U-Net demo); their figures on ``split``."""
+    ``--set`` of the demo's settings); their figures on ``split``."""
     torch.set_num_threads(1)
     settings = demo_settings(task, changes or [], quick)
     if task == "super-resolution":
@@ -136,14 +133,20 @@ def run(
         return run_unet_demo(
             seeds, out_dir=out, settings=settings, jobs=jobs, pictures=False, split=split
         )
-    from nlnet.demo.dense import DEMO_EPOCHS, run_dense_demo
+    from nlnet.demo.dense import run_dense_demo
     from nlnet.demo.digits_dense import DenseDigitsConfig
 
     data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if quick else None
     return run_dense_demo(
-        "segmentation", seeds, out_dir=out, data=data, epochs=1 if quick else DEMO_EPOCHS,
-        batch_size=4 if quick else 32, jobs=jobs, pictures=False, split=split,
-    )  # fmt: skip
+        "segmentation",
+        seeds,
+        out_dir=out,
+        data=data,
+        settings=settings,
+        jobs=jobs,
+        pictures=False,
+        split=split,
+    )
 
 
 def cost_lines(summary: dict[str, Any]) -> str:
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", choices=("test", "val"), default="test",
                         help="test (reported seeds) or val (screening seeds)")  # fmt: skip
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="super-resolution, unet: change one demo setting (repeatable)")  # fmt: skip
+                        help="change one setting of the demo's recipe (repeatable)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
         seeds, jobs = parse_seeds(args.seeds), jobs_for(args.threads)

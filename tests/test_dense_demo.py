@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
-from nlnet.demo.dense import run_dense_demo
+from nlnet.demo.dense import SegDemoSettings, run_dense_demo
 from nlnet.demo.digits_dense import DenseDigitsConfig
 
 
@@ -34,8 +35,7 @@ def test_dense_demo_tiny(tmp_path):
         out_dir=tmp_path / "run",
         data=cfg,
         data_root=tmp_path / "data",
-        epochs=2,
-        batch_size=4,
+        settings=SegDemoSettings(epochs=2, batch_size=4),
         log=lines.append,
     )
     assert [r["model"] for r in summary["runs"]] == ["seg_tiny", "seg_tiny_nl"]
@@ -163,7 +163,10 @@ def test_dense_seeds_set_changes_the_unet_recipe_and_its_block(dense_seeds, caps
     for extra, message in ((["--set", "block=true"], "--set block=true: expected dict"),
                            (["--set", "lr"], "--set lr: expected KEY=VALUE"),
                            (["--set", "pretrain_epochs=0"], "freeze_encoder: needs pretrain_epochs"),
-                           (["--task", "segmentation", "--set", "lr=1"], "not --task segmentation")):  # fmt: skip
+                           (["--task", "segmentation", "--set", "block={inti: 1}"],
+                            "block: unknown option 'inti' (did you mean 'init'?)"),
+                           (["--task", "segmentation", "--set", "models=[seg_tiny_x]"],
+                            "models: expected names among")):  # fmt: skip
         capsys.readouterr()
         assert dense_seeds.main(["--task", "unet", "--output-dir", str(tmp_path), *extra]) == 2
         err = capsys.readouterr().err
@@ -227,3 +230,26 @@ def test_dense_seeds_super_resolution_table_end_to_end(tmp_path, dense_seeds, ca
         assert dense_seeds.main([*cmd, *extra]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
+
+
+def test_dense_seeds_set_changes_the_segmentation_block_and_models(tmp_path):
+    """``--set`` of the segmentation demo: the block's options reach ``seg_tiny_nl`` (with
+    ``init: w_z`` its BN scale starts at 1, where the paper's start is 0), ``models`` trains a
+    part of the pair, and the summary records the recipe."""
+    from nlnet.demo.dense import SegDemoSettings
+    from nlnet.demo.settings import with_change
+
+    s = SegDemoSettings.quick()
+    for change in ("block={init: w_z}", "models=[seg_tiny_nl]"):
+        s = with_change(s, change)
+    cfg = DenseDigitsConfig(size=48, num_train=4, num_val=2, num_test=2)
+    kw = {"data": cfg, "data_root": tmp_path / "data", "pictures": False, "log": lambda _: None}
+    gammas = {}
+    for name, settings in (("w_z", s), ("paper", SegDemoSettings.quick())):
+        summary = run_dense_demo("segmentation", [0], out_dir=tmp_path / name, settings=settings,
+                                 **kw)  # fmt: skip
+        state = torch.load(tmp_path / name / "seed0" / "seg_tiny_nl.pt")
+        gammas[name] = state["head.non_local.norm.weight"].abs().mean().item()
+        models = [r["model"] for r in summary["runs"]]
+        assert models == (["seg_tiny_nl"] if name == "w_z" else ["seg_tiny", "seg_tiny_nl"])
+    assert summary["settings"]["block"] == {} and gammas["w_z"] > 0.5 > 0.1 > gammas["paper"]

@@ -19,9 +19,11 @@ the demo's recipe as a config: AdamW (weight decay 1e-4), one-cycle rate (10% wa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ __all__ = [
     "DEMO_EPOCHS",
     "DEMO_LR",
     "DENSE_MODELS",
+    "SegDemoSettings",
     "cli_main",
     "dense_demo_config",
     "engine_fit",
@@ -56,6 +59,40 @@ CLASS_NAMES: list[str] = ["background", *(n for _, n in CATEGORIES)]
 #: ended before two of seeds 0-4 left it).
 DEMO_EPOCHS: int = 16
 DEMO_LR: float = 1e-2
+
+
+@dataclass(frozen=True)
+class SegDemoSettings:
+    """The segmentation demo's recipe (measured figures: docs/dense.md).
+
+    One-cycle AdamW over ``epochs`` of the task's 2000 training images, peak rate ``lr``; both
+    models from the same initialisation seed. ``block`` holds options of ``seg_tiny_nl``'s
+    block over the guide's (:class:`nlnet.layers.BlockOptions` fields, e.g. ``{"init":
+    "w_z"}``); ``models`` which of the pair train (a screening sweep of a block option can
+    leave out the baseline, which the option does not touch).
+    """
+
+    epochs: int = DEMO_EPOCHS
+    batch_size: int = 32
+    lr: float = DEMO_LR
+    block: dict[str, Any] = field(default_factory=dict)
+    models: tuple[str, ...] = ("seg_tiny", "seg_tiny_nl")
+
+    def __post_init__(self) -> None:
+        from nlnet.layers import BlockOptions
+
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise ValueError("epochs, batch_size: expected >= 1; lr: expected > 0")
+        BlockOptions.of(self.block)  # a typo or a bad value fails here, before any training
+        pair = DENSE_MODELS["segmentation"]
+        if not self.models or any(m not in pair for m in self.models):
+            raise ValueError(f"models: expected names among {list(pair)}, got {list(self.models)}")
+        object.__setattr__(self, "models", tuple(m for m in pair if m in self.models))
+
+    @classmethod
+    def quick(cls) -> SegDemoSettings:
+        """Seconds: a smoke test (its numbers mean nothing)."""
+        return cls(epochs=1, batch_size=4)
 
 
 def dense_demo_config(
@@ -127,8 +164,10 @@ def fit_and_test(
         SegmentationFolder(root, split, num_classes=len(CLASS_NAMES)), batch_size=64,
         collate_fn=seg.collate,
     )  # fmt: skip
+    recipe = dict(recipe)
+    block = recipe.pop("block", None)  # the block's options (the non-local model only)
     torch.manual_seed(seed)
-    model = create_model(name)
+    model = create_model(name, **({"block": block} if block else {}))
     start = time.perf_counter()
     engine_fit(model, name, train_set, seed_dir / name, num_classes=len(CLASS_NAMES), seed=seed,
                **recipe)  # fmt: skip
@@ -148,9 +187,7 @@ def run_dense_demo(
     out_dir: str | os.PathLike = "runs/dense-demo",
     data: DenseDigitsConfig | None = None,
     data_root: str | os.PathLike | None = None,
-    epochs: int = DEMO_EPOCHS,
-    batch_size: int = 32,
-    lr: float = DEMO_LR,
+    settings: SegDemoSettings | None = None,
     pictures: bool = True,
     device: str = "cpu",
     jobs: int = 1,
@@ -173,7 +210,7 @@ def run_dense_demo(
         data: the task's configuration (default :class:`DenseDigitsConfig`; its ``seed`` is
             replaced by each seed).
         data_root: the folder of the PNG/COCO folders, one per seed (default: a cache folder).
-        epochs, batch_size, lr: the training recipe (AdamW, one-cycle).
+        settings: the recipe (default :class:`SegDemoSettings`; ``settings.models`` train).
         pictures: write ``predictions.png`` per seed.
         device: ``cpu``, ``cuda`` or ``cuda:N`` (training and evaluation).
         jobs: trainings side by side (CPU; one on a GPU).
@@ -197,10 +234,12 @@ def run_dense_demo(
     log(f"data: {', '.join(map(str, roots.values()))} ({time.perf_counter() - t0:.0f} s)")
     out = Path(out_dir)
     jobs = jobs if device == "cpu" else 1
-    recipe = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "device": device}
+    s = settings or SegDemoSettings()
+    recipe = {"epochs": s.epochs, "batch_size": s.batch_size, "lr": s.lr, "device": device}
     with Jobs(jobs) as pool:
-        calls = [(name, roots[seed], out / f"seed{seed}", seed, recipe, split)
-                 for seed in seeds for name in DENSE_MODELS[task]]  # fmt: skip
+        calls = [(name, roots[seed], out / f"seed{seed}", seed,
+                  {**recipe, "block": s.block if name == DENSE_MODELS[task][1] else None}, split)
+                 for seed in seeds for name in s.models]  # fmt: skip
         runs = pool.starmap(fit_and_test, calls)
     for seed in seeds:
         test_set = SegmentationFolder(roots[seed], split, num_classes=len(CLASS_NAMES))
@@ -208,14 +247,16 @@ def run_dense_demo(
         seed_runs = [r for r in runs if r["seed"] == seed]
         for r in seed_runs:
             log(f"seed {seed} {r['model']}: mIoU {r['metrics']['mIoU']:.1f} ({r['train_s']:.0f} s)")
-            models[r["model"]] = create_model(r["model"])
+            block = s.block if r["model"] == DENSE_MODELS[task][1] and s.block else None
+            models[r["model"]] = create_model(r["model"], **({"block": block} if block else {}))
             models[r["model"]].load_state_dict(r.pop("state"))
-        if pictures:
+        if pictures and len(models) == 2:
             path = out / f"seed{seed}" / "predictions.png"
             seed_runs[-1]["pictures"] = _pictures(path, models, test_set)
     summary = write_summary(out, {
         "task": task,
         "split": split,
+        "settings": dataclasses.asdict(s),
         "data_roots": {str(k): str(v) for k, v in roots.items()},
         "runs": runs,
         "wall_s": time.perf_counter() - t0,
@@ -253,11 +294,12 @@ def cli_main(args: Any) -> int:
         raise UserError("--device cuda: CUDA is not available on this machine")
     torch.set_num_threads(1)  # one thread per job (nlnet.demo.jobs)
     data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if args.quick else None
-    epochs = args.epochs or (1 if args.quick else DEMO_EPOCHS)
+    settings = SegDemoSettings.quick() if args.quick else SegDemoSettings()
+    if args.epochs:
+        settings = dataclasses.replace(settings, epochs=args.epochs)
     out = Path(args.output_dir) / f"dense-demo-{time.strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"
     run_dense_demo(
-        "segmentation", [args.seed], out_dir=out, data=data, epochs=epochs,
-        batch_size=4 if args.quick else 32, jobs=jobs,
+        "segmentation", [args.seed], out_dir=out, data=data, settings=settings, jobs=jobs,
         data_root=Path(args.cache_dir) / "dense" if args.cache_dir else None, device=args.device,
     )  # fmt: skip
     return 0
