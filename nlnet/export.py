@@ -3,7 +3,7 @@
 The library of ``nlnet export`` (:func:`export_model`, also ``nlnet.export_model``).
 
 The checkpoint's model is rebuilt and loaded (:func:`nlnet.load_model`) and exported at the size
-its own stored preprocessing makes (:class:`~nlnet.data.video.config.Preprocessing`: the clip length and
+its own stored preprocessing makes (:class:`~nlnet.data.preprocessing.Preprocessing`: the clip length and
 the crop, or the test scale when it tests on the whole frame), not at the model's registered
 size: a model trained on 32-pixel clips takes 32-pixel clips.  The batch axis is dynamic, and so
 are the clip length (the convolutional video models) and, for a model tested on whole frames,
@@ -37,6 +37,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from nlnet.data.preprocessing import Preprocessing
+
 __all__ = [
     "FORMATS",
     "export_model",
@@ -59,7 +61,6 @@ def input_shape(info: Any, input_size: str | Sequence[int] | None = None, batch:
     numbers), else what the
     checkpoint's stored preprocessing makes (clip length, crop or test scale), else the model's
     registered input size (a checkpoint that stores no preprocessing)."""
-    from nlnet.data.video.config import Preprocessing
     from nlnet.models.registry import get_model_entry
 
     if batch < 1:
@@ -86,11 +87,13 @@ def input_shape(info: Any, input_size: str | Sequence[int] | None = None, batch:
     size = list(get_model_entry(info.model_name).default_cfg.input_size)
     if not size:
         raise ValueError("input_size: the model has no registered input size; give one")
-    prep = Preprocessing.from_dict(info.preprocessing)
+    prep = info.preprocessing
+    if prep is None or prep.kind == "volume":
+        return (batch, *size)
     hw = prep.crop_hw() or ((prep.size, prep.size) if prep.size else None)
     if prep.is_video and len(size) == 4:
         size[1] = prep.num_frames
-    if hw and len(size) in (3, 4) and info.preprocessing.get("kind") != "volume":
+    if hw and len(size) in (3, 4):
         size[-2:] = hw
     return (batch, *size)
 
@@ -99,7 +102,7 @@ def whole_frame(info: Any, input_size: Any = None) -> bool:
     """Whether the model is tested on whole resized frames (no crop): their height and width
     vary with the video's aspect ratio, so the export tries to keep them dynamic."""
     prep = info.preprocessing
-    return not input_size and bool(prep.get("num_frames")) and prep.get("crop") is None
+    return not input_size and prep is not None and prep.is_video and prep.crop is None
 
 
 #: The optional dynamic axes of a clip ``(B, C, T, H, W)`` (the batch axis 0 is always dynamic).
@@ -229,20 +232,20 @@ def _onnx_metadata(path: Path, meta: dict[str, str]) -> None:
 
 
 def test_views(
-    prep: dict[str, Any], evaluation: dict[str, Any], multi_label: bool = False
+    prep: Preprocessing, evaluation: dict[str, Any], multi_label: bool = False
 ) -> dict[str, Any] | None:
     """How ``nlnet eval``/``predict`` turn a video into the model's inputs, so that a deployment
     can do the same: the clips, their placement, the crops, the resize rule (None for images).
 
     Args:
-        prep: the checkpoint's ``preprocessing`` dict.
+        prep: the checkpoint's test-time record.
         evaluation: the checkpoint's ``eval`` config (``clips``, ``crops``).
         multi_label: per-category sigmoid scores (Charades, Section 5.2) instead of softmax.
     """
-    if not prep.get("num_frames"):
+    if not prep.is_video:
         return None
     clips, crops = int(evaluation.get("clips", 10)), int(evaluation.get("crops", 1))
-    if prep.get("sampling") == "segments":
+    if prep.sampling == "segments":
         placement = ("segments: the video cut into num_frames equal segments; clip k takes, in "
                      "each, the frame at the fraction (k + 0.5) / clips of it")  # fmt: skip
     else:
@@ -253,7 +256,7 @@ def test_views(
         "clips": clips,
         "crops": crops,
         "placement": placement,
-        "crop": "full frame" if prep.get("crop") is None and crops == 1 else (
+        "crop": "full frame" if prep.crop is None and crops == 1 else (
             "centre" if crops == 1 else "3 along the longer side (start, centre, end)"),
         "resize": "shorter side to size; the other floor(other * size / shorter), at least 1; "
                   "bilinear, align_corners=False, no antialiasing, uint8 rounded to nearest",
@@ -271,14 +274,16 @@ def export_metadata(info: Any, evaluation: dict[str, Any] | None = None) -> dict
     from nlnet.models.registry import model_facts
 
     facts = model_facts(info.model_name)
-    prep = dict(info.preprocessing) or {"mean": list(facts.mean), "std": list(facts.std)}
+    kind = {"clip": "clip", "volume": "volume"}.get(facts.input_kind, "image")
+    prep = info.preprocessing or Preprocessing(kind, None if kind == "volume" else facts.mean,
+                                               None if kind == "volume" else facts.std)  # fmt: skip
     views = test_views(prep, evaluation or {}, bool(info.multi_label))
     return {
         **({"test_views": views} if views else {}),
         "model_name": info.model_name,
         "num_classes": info.num_classes,
         "class_names": list(info.class_names),
-        "preprocessing": prep,
+        "preprocessing": prep.to_dict(),
         "input_name": INPUT_NAME,
         "output_name": OUTPUT_NAME,
         "input_layout": {"clip": "NCTHW", "volume": "NCDHW"}.get(facts.input_kind, "NCHW"),

@@ -17,7 +17,7 @@ Everything a checkpoint written by ``nlnet train`` (or ``nlnet demo``) needs at 
 stored in it: the registry name and build options of the network, the class names, and the
 test-time preprocessing (clip length, frame stride, shorter side, crop, mean/std) together with
 the multi-clip protocol of its config (``eval.clips`` x ``eval.crops``); both transforms are read
-from the one :class:`~nlnet.data.video.config.Preprocessing` of the checkpoint.  A video is scored as in
+from the one :class:`~nlnet.data.preprocessing.Preprocessing` of the checkpoint.  A video is scored as in
 "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) Section 4.1, *Inference*:
 ``clips`` clips spread evenly over the video, the shorter side resized (256 in the paper), the
 network run fully-convolutionally (or on ``crops`` crops), and the softmax scores (per-category
@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from nlnet.data.images.transforms import image_test_transform
-from nlnet.data.video.config import Preprocessing
+from nlnet.data.preprocessing import Preprocessing
 from nlnet.data.video.sampling import make_sampler
 from nlnet.data.video.transforms import TestTransform
 from nlnet.data.video_io.backends import VideoDecodeError, open_video
@@ -131,7 +131,7 @@ class VideoTransform:
     def from_preprocessing(
         cls, prep: Preprocessing, *, clips: int | None = None, crops: int | None = None
     ) -> VideoTransform:
-        """The transform of a video model's :class:`~nlnet.data.video.config.Preprocessing`."""
+        """The transform of a video model's :class:`~nlnet.data.preprocessing.Preprocessing`."""
         if not prep.is_video:
             raise ValueError("preprocessing: no num_frames (not a video model's)")
         return cls(num_frames=prep.num_frames, stride=prep.stride or 1, size=prep.size or 256,
@@ -149,8 +149,8 @@ class VideoTransform:
                 or a bare state dict).
         """
         ckpt = load_checkpoint(checkpoint)
-        prep = Preprocessing.from_dict(checkpoint_info(ckpt).preprocessing)
-        if not prep.is_video:
+        prep = checkpoint_info(ckpt).preprocessing
+        if prep is None or not prep.is_video:
             where = "checkpoint" if isinstance(checkpoint, Mapping) else f"{str(checkpoint)!r}"
             raise CheckpointError(
                 f"{where}: stores no video preprocessing (no num_frames); use "
@@ -269,7 +269,7 @@ class ImageTransform:
 
     @classmethod
     def from_preprocessing(cls, prep: Preprocessing) -> ImageTransform:
-        """The transform of an image model's :class:`~nlnet.data.video.config.Preprocessing`."""
+        """The transform of an image model's :class:`~nlnet.data.preprocessing.Preprocessing`."""
         crop = (prep.crop_hw() or (224, 224))[0]
         return cls(size=prep.size or crop, crop=crop, mean=prep.mean, std=prep.std)
 
@@ -396,7 +396,7 @@ def preprocessing(
 
     A video classifier's is a :class:`VideoTransform`, an image classifier's an
     :class:`ImageTransform`; both are read from the checkpoint's one
-    :class:`~nlnet.data.video.config.Preprocessing`.
+    :class:`~nlnet.data.preprocessing.Preprocessing`.
 
     Args:
         checkpoint: a ``.pt`` file written by ``nlnet train``/``demo`` or a loaded checkpoint.
@@ -410,17 +410,17 @@ def preprocessing(
     """
     ckpt = load_checkpoint(checkpoint)
     info = checkpoint_info(ckpt)
-    prep = Preprocessing.from_dict(info.preprocessing)
-    if prep.is_video:
+    prep = info.preprocessing
+    if prep is not None and prep.is_video:
         return VideoTransform.from_checkpoint(ckpt, clips=clips, crops=crops)
-    if info.preprocessing and _task(info.model_name) == "image_classification":
+    if prep is not None and _task(info.model_name) == "image_classification":
         if (clips, crops) != (None, None):
             name = "clips" if clips is not None else "crops"
             raise ValueError(f"{name}: views of a video clip; the checkpoint's model "
                              f"{info.model_name!r} classifies images (one resized, cropped view)")  # fmt: skip
         return ImageTransform.from_preprocessing(prep)
     where = "checkpoint" if isinstance(checkpoint, Mapping) else f"{str(checkpoint)!r}"
-    what = "is not a video or image classifier's" if info.preprocessing else "stores none"
+    what = "is not a video or image classifier's" if prep is not None else "stores none"
     raise CheckpointError(
         f"{where}: its preprocessing {what} ({info.model_name}; a checkpoint that stores no "
         "preprocessing cannot be fed); build nlnet.inference.VideoTransform(...) or "

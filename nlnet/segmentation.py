@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from nlnet.data.preprocessing import Preprocessing
+
 __all__ = ["Segmentation", "segment", "read_input", "model_in_channels", "resolve_window"]
 
 PathLike = str | os.PathLike
@@ -118,7 +120,7 @@ def read_input(item: Input, *, volume: bool) -> np.ndarray:
         raise ValueError(f"{files[0]}: not a readable image ({exc})") from None
 
 
-def _prepared(array: np.ndarray, prep: Mapping[str, Any], volume: bool, name: str) -> torch.Tensor:
+def _prepared(array: np.ndarray, prep: Preprocessing, volume: bool, name: str) -> torch.Tensor:
     """The network's input ``(1, C, *spatial)`` of an array (normalised as in training)."""
     from nlnet.data.segmentation.volumes import zscore_nonzero
 
@@ -132,8 +134,8 @@ def _prepared(array: np.ndarray, prep: Mapping[str, Any], volume: bool, name: st
         raise ValueError(f"{name}: expected an RGB image (H, W, 3) uint8, got {array.shape} "
                          f"{array.dtype}")  # fmt: skip
     image = torch.from_numpy(array.copy()).permute(2, 0, 1).float() / 255.0
-    mean = torch.tensor(prep.get("mean", (0.5, 0.5, 0.5))).view(-1, 1, 1)
-    std = torch.tensor(prep.get("std", (0.25, 0.25, 0.25))).view(-1, 1, 1)
+    mean = torch.tensor(prep.mean).view(-1, 1, 1)
+    std = torch.tensor(prep.std).view(-1, 1, 1)
     return ((image - mean) / std)[None]
 
 
@@ -166,24 +168,30 @@ def resolve_window(
     Raises:
         ValueError: ``True`` and no stored window, a size below 1, or not ``ndim`` sizes.
     """
-    prep = segmentation_info(model).preprocessing
+    prep = _record(segmentation_info(model))
     size = _window(prep, window)
-    ndim = ndim or (3 if prep.get("kind") == "volume" else 2)
+    ndim = ndim or (3 if prep.kind == "volume" else 2)
     if size and (len(size) != ndim or min(size) < 1):
         raise ValueError(f"window: expected {ndim} sizes >= 1, got {list(size)}")
     return size
 
 
-def _window(prep: Mapping[str, Any], window: Sequence[int] | bool | None) -> tuple[int, ...]:
+def _record(info: Any) -> Preprocessing:
+    """The checkpoint's test-time record; without one, an RGB image normalised as the
+    segmentation task's default (mean 0.5, std 0.25)."""
+    return info.preprocessing or Preprocessing("image", (0.5,) * 3, (0.25,) * 3)
+
+
+def _window(prep: Preprocessing, window: Sequence[int] | bool | None) -> tuple[int, ...]:
     """The sliding window to run (``()``: whole inputs): ``window`` as given, ``False`` for
     none, or (``None``) the checkpoint's evaluation choice."""
     if window is False:
         return ()
     if window is None or window is True:
-        stored = prep.get("window") or prep.get("patch") or ()
+        stored = prep.window or ()
         if window is True and not stored:
             raise ValueError("window: the checkpoint stores no window size; give one")
-        return tuple(int(v) for v in stored) if (window or prep.get("sliding_window")) else ()
+        return stored if (window or prep.sliding_window) else ()
     return tuple(int(v) for v in window)
 
 
@@ -222,11 +230,11 @@ def segment(
     from nlnet.engine.tasks.segmentation import forward_padded
 
     info = segmentation_info(model)
-    prep = dict(info.preprocessing)
-    volume = prep.get("kind") == "volume"
+    prep = _record(info)
+    volume = prep.kind == "volume"
     size = resolve_window(model, window)
-    overlap = float(prep.get("window_overlap", 0.25) if overlap is None else overlap)
-    label_map = {int(k): int(v) for k, v in (prep.get("label_map") or {}).items()}
+    overlap = float(prep.window_overlap if overlap is None else overlap)
+    label_map = dict(prep.label_map)
     device = torch.device(device) if device is not None else next(model.parameters()).device
     model = model.to(device).eval()
     channels = model_in_channels(model)

@@ -410,14 +410,15 @@ def test_export_command_writes_a_file_that_runs(fmt, tiny_checkpoint, tmp_path, 
 
 
 def test_export_metadata_names_the_test_views():
+    from nlnet.data.preprocessing import Preprocessing
     from nlnet.export import test_views
 
-    video = {"num_frames": 8, "stride": 2, "size": 64, "crop": None}
+    video = Preprocessing("clip", num_frames=8, stride=2, size=64)
     views = test_views(video, {"clips": 3, "crops": 1})
     assert views["clips"] == 3 and views["crop"] == "full frame" and "round(k" in views["placement"]
-    segs = test_views({**video, "sampling": "segments", "crop": 56}, {"clips": 2, "crops": 3})
+    segs = test_views(video.replace(sampling="segments", crop=56), {"clips": 2, "crops": 3})
     assert segs["placement"].startswith("segments") and segs["crop"].startswith("3 along")
-    assert test_views({"mean": [0.5], "std": [0.5]}, {}) is None  # an image model's
+    assert test_views(Preprocessing("image", (0.5,) * 3, (0.5,) * 3), {}) is None  # an image's
     assert views["scores"].startswith("softmax")
     assert test_views(video, {}, multi_label=True)["scores"].startswith("sigmoid")  # Charades
 

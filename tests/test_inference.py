@@ -167,18 +167,6 @@ def test_short_video_and_still_image_warn_naming_the_file(files, tmp_path):
         nlnet.predict(files["ckpt"], files["video"])
 
 
-def test_preprocessing_is_one_class_for_video_and_image():
-    """Checkpoints store ``Preprocessing.to_dict()`` (video) or the image task's dict; both
-    read back through ``Preprocessing.from_dict``."""
-    from nlnet.data.video.config import Preprocessing, VideoDataConfig
-
-    video = Preprocessing.from_data(VideoDataConfig(num_frames=8, test_scale=40, test_crop=32))
-    assert Preprocessing.from_dict(video.to_dict()) == video and video.is_video
-    image = Preprocessing.from_dict({"mean": [0.1] * 3, "std": [0.2] * 3, "size": 32,
-                                     "resize": 37, "input_kind": "image"})  # fmt: skip
-    assert (image.size, image.crop, image.is_video, image.crop_hw()) == (37, 32, False, (32, 32))
-
-
 @pytest.fixture(scope="module")
 def image_files(tmp_path_factory):
     from PIL import Image

@@ -101,9 +101,8 @@ def main(args: argparse.Namespace) -> int:
         args.model = info.model_name
         kw = {"num_classes": info.num_classes, **info.model_options, **kw}
         prep = info.preprocessing
-        if size is None and "num_frames" in prep and isinstance(prep.get("size"), int):
-            side = prep.get("crop") or prep["size"]
-            size = (prep["num_frames"], side, side)
+        if size is None and prep is not None and prep.is_video and prep.size:
+            size = (prep.num_frames, *(prep.crop_hw() or (prep.size, prep.size)))
     if args.model is None:
         if not (args.table2e or args.coco):
             print("nlnet cost: give a MODEL, --table2e or --coco")

@@ -114,19 +114,19 @@ def predict_masks(args: argparse.Namespace, checkpoint: Any, device: Any) -> int
         raise UserError(f"--overlap: expected a fraction in [0, 1), got {args.overlap}")
     model = load_model(checkpoint, device)
     prep = model.nlnet_info.preprocessing
+    volume = prep is not None and prep.kind == "volume"
     try:
         window = resolve_window(model, _window_arg(args.window))
     except ValueError as exc:
         raise UserError(f"--{exc}") from None
-    volume = prep.get("kind") == "volume"
     files = expand_inputs(args.videos, VOLUME_EXTENSIONS if volume else IMAGE_EXTENSIONS,
                           "volume" if volume else "image")  # fmt: skip
-    cases = _cases(files, tuple(prep.get("modalities") or ()) if volume else ())
+    cases = _cases(files, prep.modalities if volume else ())
     out_dir = Path(args.output_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--output-dir: {str(out_dir)!r} is an existing file")
     out_dir.mkdir(parents=True, exist_ok=True)
-    label_map = {int(k): int(v) for k, v in (prep.get("label_map") or {}).items()}
+    label_map = dict(prep.label_map) if prep is not None else {}
     try:
         Segmentation("", np.zeros(1, np.int64), [], label_map).raw_labels()
         raw = True

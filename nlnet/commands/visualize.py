@@ -126,17 +126,18 @@ def read_input(path: Path, frames: int | None, size: int | None) -> Any:
     return out
 
 
-def normalize(frames: Any, preprocessing: dict[str, Any]) -> Any:
-    """float (T, H, W, 3): ``(pixels / 255 - mean) / std`` with the checkpoint's mean/std."""
+def normalize(frames: Any, preprocessing: Any) -> Any:
+    """float (T, H, W, 3): ``(pixels / 255 - mean) / std`` with the checkpoint's mean/std
+    (``preprocessing``: its :class:`~nlnet.data.preprocessing.Preprocessing`)."""
     import numpy as np
     import torch
 
     from nlnet.engine.errors import CheckpointError
 
-    if "mean" not in preprocessing or "std" not in preprocessing:
+    if preprocessing is None or preprocessing.mean is None:
         raise CheckpointError("checkpoint: no preprocessing (mean/std) stored")
     x = torch.from_numpy(np.array(frames)).float().div(255.0)
-    return (x - torch.tensor(preprocessing["mean"])) / torch.tensor(preprocessing["std"])
+    return (x - torch.tensor(preprocessing.mean)) / torch.tensor(preprocessing.std)
 
 
 def _check_kind(model_name: str) -> None:
@@ -177,11 +178,12 @@ def _classifier_input(path: Path, info: Any, args: argparse.Namespace, side: int
     predict`` uses (one clip, one crop), or ``None`` for other models and inputs."""
     import torch
 
-    from nlnet.data.video.config import Preprocessing
     from nlnet.inference import IMAGE_EXTENSIONS, ImageTransform, VideoTransform
 
-    prep = Preprocessing.from_dict(info.preprocessing)
+    prep = info.preprocessing
     still = path.suffix.lower() in IMAGE_EXTENSIONS
+    if prep is None:
+        return None
     if prep.is_video and prep.size and not still:
         tf = VideoTransform.from_preprocessing(prep, clips=1, crops=1)
         if args.frames:
@@ -189,7 +191,7 @@ def _classifier_input(path: Path, info: Any, args: argparse.Namespace, side: int
         if side or args.size:
             tf = tf.replace(size=args.size or side, crop=args.size or side)
         inp = tf(path)  # (1, 3, T, H, W)
-    elif "resize" in info.preprocessing and still:  # an image classifier's checkpoint
+    elif prep.kind == "image" and prep.crop is not None and still:  # an image classifier's
         tf = ImageTransform.from_preprocessing(prep)
         if args.size:
             tf = tf.replace(size=args.size, crop=args.size)
@@ -213,7 +215,7 @@ def model_input(path: Path, model: Any, info: Any, args: argparse.Namespace, sid
     got = _classifier_input(path, info, args, side)
     if got is not None:
         return got
-    frames_np = read_input(path, args.frames or info.preprocessing.get("num_frames"),
+    frames_np = read_input(path, args.frames or getattr(info.preprocessing, "num_frames", None),
                            args.size or side)  # fmt: skip
     x = normalize(frames_np, info.preprocessing)  # (T, H, W, 3)
     if any(isinstance(m, torch.nn.Conv3d) for m in model.modules()):

@@ -3,6 +3,7 @@ the other tasks' datasets, each with its typed ``data`` section in a ``config`` 
 (:mod:`nlnet.data.images`, :mod:`nlnet.data.segmentation`, :mod:`nlnet.data.detection`,
 :mod:`nlnet.data.super_resolution`), the loader and the one per-item seed."""
 
+from nlnet.data.preprocessing import Preprocessing
 from nlnet.data.video.builder import (
     BadVideoWarning,
     MultiLabelVideoDataset,
@@ -14,7 +15,7 @@ from nlnet.data.video.builder import (
     collate_skip_bad,
     read_class_index,
 )
-from nlnet.data.video.config import Preprocessing, VideoDataConfig
+from nlnet.data.video.config import VideoDataConfig
 from nlnet.data.video.sampling import (
     RandomClipSampler,
     SegmentClipSampler,

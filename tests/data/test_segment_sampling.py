@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from nlnet.data.video.config import Preprocessing, VideoDataConfig
+from nlnet.data.preprocessing import Preprocessing
+from nlnet.data.video.config import VideoDataConfig
 from nlnet.data.video.sampling import SegmentClipSampler, make_sampler, segment_indices
 
 
@@ -57,10 +58,10 @@ def test_the_dataset_and_prediction_use_the_stored_sampling(tmp_path):
     clip = test[0]["clip"]  # (3, 4, 16, 16), values k * 8 / 255
     frame_ids = (clip[0, :, 8, 8] * 255 / 8).round().long().tolist()
     assert frame_ids == [3, 9, 15, 21]  # the centres of 4 segments of 24 frames
-    prep = Preprocessing.from_data(data)
+    prep = data.preprocessing()
     assert prep.to_dict()["sampling"] == "segments"
     assert Preprocessing.from_dict(prep.to_dict()).sampling == "segments"
-    assert "sampling" not in Preprocessing.from_data(data.replace(sampling="window")).to_dict()
+    assert "sampling" not in data.replace(sampling="window").preprocessing().to_dict()
     tf = VideoTransform.from_preprocessing(Preprocessing.from_dict(prep.to_dict()), clips=1)
     views = tf(tmp_path / "train" / "a" / "v.mp4")
     assert (views[0, 0, :, 8, 8] * 255 / 8).round().long().tolist() == [3, 9, 15, 21]

@@ -291,8 +291,8 @@ def test_checkpoints_carry_the_training_preprocessing_used_everywhere(tmp_path):
 
     s = _run(_short_run_config(tmp_path))
     info = checkpoint_info(s["checkpoint"])
-    assert info.preprocessing["mean"] == pytest.approx(list(IMAGENET_MEAN))
-    assert info.preprocessing["std"] == pytest.approx(list(IMAGENET_STD))
+    assert info.preprocessing.mean == pytest.approx(IMAGENET_MEAN)
+    assert info.preprocessing.std == pytest.approx(IMAGENET_STD)
     assert info.model_name == "user:engine_standins.TinyVideoNet" and info.model_options == {
         "dropout": 0.5
     }

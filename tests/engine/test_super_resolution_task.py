@@ -61,7 +61,7 @@ def test_one_step_checkpoint_eval_and_export(tmp_path, capsys):
     assert np.isfinite(val["psnr_y"])
     ckpt = tmp_path / "run" / "checkpoints" / "final.pt"
     info = checkpoint_info(ckpt)
-    assert info.model_options["upscale"] == 2 and info.preprocessing["upscale"] == 2
+    assert info.model_options["upscale"] == 2 and info.preprocessing.upscale == 2
     model = load_model(ckpt)
     assert model(torch.rand(1, 3, 8, 8)).shape == (1, 3, 16, 16)
     again = evaluate(cfg, ckpt)

@@ -134,7 +134,7 @@ def test_a_task_built_from_sections_alone_trains_and_evaluates(tmp_path):
     assert metrics["video_count"] == 2 and metrics["clip_count"] == 4
     assert 0.0 <= metrics["video_top1"] <= 100.0
     meta = task.metadata(train)
-    assert meta["class_names"] == ["left", "right"] and meta["preprocessing"]["num_frames"] == 4
+    assert meta["class_names"] == ["left", "right"] and meta["preprocessing"].num_frames == 4
     # the engine's path: the same sections through a config give the same task
     cfg = config_from_dict({"data": {**{k: getattr(data, k) for k in ("type", "root", "num_frames",
                             "stride", "train_scale", "crop", "test_scale", "cache")}},

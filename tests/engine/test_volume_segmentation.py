@@ -41,7 +41,7 @@ def test_unet3d_config_trains_evaluates_whole_volumes_and_exports(root, tmp_path
     assert info.model_name == "unet3d_nl"
     assert info.model_options == {"base_channels": 4, "depth": 2}
     assert info.class_names == ["background", "necrosis", "edema", "enhancing"]
-    assert info.preprocessing["kind"] == "volume" and info.preprocessing["patch"] == [8, 8, 8]
+    assert info.preprocessing.kind == "volume" and info.preprocessing.window == (8, 8, 8)
     model = load_model(ckpt)
     assert model(torch.randn(1, 4, 8, 16, 16)).shape == (1, 4, 8, 16, 16)
     capsys.readouterr()

@@ -96,7 +96,7 @@ def test_released_file_imports_by_name_and_computes_the_released_network(tmp_pat
     ref = _assert_released(model, blobs, cfg, _clip(frames, 256))
     assert ref.std() > 1e-3  # the scores depend on the input, not only on pred_b
     info = checkpoint_info(out)
-    assert (info.preprocessing["num_frames"], info.preprocessing["stride"]) == (
+    assert (info.preprocessing.num_frames, info.preprocessing.stride) == (
         cfg["frames"], cfg["stride"])  # fmt: skip
 
 
@@ -106,11 +106,11 @@ def test_preprocessing_of_the_released_models_is_stored_and_used(tmp_path):
     _, _, out, _ = _import(tmp_path, name, RELEASED[name])
     prep = checkpoint_info(out).preprocessing
     pixels = torch.tensor([0.0, 114.75, 255.0])
-    for m, s in zip(prep["mean"], prep["std"]):
+    for m, s in zip(prep.mean, prep.std):
         torch.testing.assert_close((pixels / 255 - m) / s, (pixels - 114.75) / 57.375)
-    assert prep["channel_order"] == "RGB" and (prep["size"], prep["crop"]) == (256, 256)
+    assert prep.channel_order == "RGB" and (prep.size, prep.crop) == (256, 256)
     cfg = load_checkpoint(out)["config"]  # what `nlnet eval --checkpoint` rebuilds
-    assert cfg["data"]["mean"] == prep["mean"] and cfg["data"]["std"] == prep["std"]
+    assert tuple(cfg["data"]["mean"]) == prep.mean and tuple(cfg["data"]["std"]) == prep.std
     assert (cfg["data"]["num_frames"], cfg["data"]["stride"]) == (8, 8)
     assert (cfg["eval"]["clips"], cfg["eval"]["crops"]) == (10, 3)
     assert cfg["data"]["test_scale"] == 256 and cfg["data"]["test_crop"] == 256

@@ -111,7 +111,7 @@ def test_import_command_reads_pyth_weights_only(tmp_path, capsys):
     model = load_model(out)
     assert model.head == "fully_conv" and model.fc.out_features == CLASSES
     prep = checkpoint_info(out).preprocessing
-    assert prep["mean"] == [0.45] * 3 and prep["std"] == [0.225] * 3 and prep["num_frames"] == 8
+    assert prep.mean == (0.45,) * 3 and prep.std == (0.225,) * 3 and prep.num_frames == 8
     # a .pyth that needs code to unpickle is refused (weights_only), one line, exit 2
     torch.save({"model_state": {"x": torch.zeros(1)}, "obj": _Custom()}, tmp_path / "bad.pyth")
     argv[1] = str(tmp_path / "bad.pyth")

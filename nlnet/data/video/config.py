@@ -3,8 +3,8 @@
 :class:`VideoDataConfig` is the one home of the video data keys: the YAML ``data:`` section of
 ``task: video_classification`` is read into it when the config loads (an unknown key is a config
 error listing the valid ones), :func:`nlnet.data.build_dataset` takes it, and
-:class:`Preprocessing` -- what a checkpoint stores so that a clip can be prepared again at test
-time -- is derived from it.  The defaults follow "Non-local Neural Networks" (Wang et al.,
+:meth:`VideoDataConfig.preprocessing` -- the record a checkpoint stores so that a clip can be
+prepared again at test time (:class:`nlnet.data.preprocessing.Preprocessing`) -- is derived from it.  The defaults follow "Non-local Neural Networks" (Wang et al.,
 CVPR 2018, arXiv:1711.07971), Section 4.1: 32-frame clips with a temporal stride of 2, a random
 shorter side in [256, 320] and a 224 crop for training, fully-convolutional testing on a 256
 shorter side.
@@ -13,13 +13,14 @@ shorter side.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nlnet.data.preprocessing import Preprocessing
 from nlnet.functional.stats import IMAGENET_MEAN, IMAGENET_STD
 
-__all__ = ["VideoDataConfig", "Preprocessing", "VIDEO_EXTENSIONS", "DATA_TYPES"]
+__all__ = ["VideoDataConfig", "VIDEO_EXTENSIONS", "DATA_TYPES"]
 
 VIDEO_EXTENSIONS: tuple[str, ...] = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v")
 #: Dataset layouts: class folders, a list file of ``path label``, a multi-label list (Charades).
@@ -166,90 +167,8 @@ class VideoDataConfig:
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
 
-
-@dataclass(frozen=True)
-class Preprocessing:
-    """How an input is prepared at test time, stored in checkpoints (``preprocessing``).
-
-    The one reading of a checkpoint's ``preprocessing`` dict, for video and image models alike
-    (:func:`nlnet.preprocessing`, :func:`nlnet.predict`, ``nlnet predict``/``visualize``/
-    ``export``): a video clip is ``num_frames`` frames ``stride`` apart, its shorter side resized
-    to ``size`` and centre-cropped to ``crop`` ("Non-local Neural Networks", Section 4.1,
-    *Inference*); an image is resized to ``size`` and centre-cropped to ``crop`` (the ImageNet
-    recipe).
-
-    Attributes:
-        mean: per-channel mean on the [0, 1] scale.
-        std: per-channel standard deviation on the [0, 1] scale.
-        num_frames: clip length (``None`` for image tasks).
-        stride: temporal stride (``None`` for image tasks).
-        size: shorter side the frames are resized to (``None``: kept).
-        crop: centre-crop size (``None``: the whole resized frame).
-        sampling: ``"window"`` or ``"segments"`` (``data.sampling``: how the clips' frames
-            are chosen; a checkpoint without it is ``window``).
-    """
-
-    mean: tuple[float, ...] = IMAGENET_MEAN
-    std: tuple[float, ...] = IMAGENET_STD
-    num_frames: int | None = None
-    stride: int | None = None
-    size: int | None = None
-    crop: int | tuple[int, ...] | None = None
-    sampling: str = "window"
-
-    @classmethod
-    def from_data(cls, data: VideoDataConfig) -> Preprocessing:
-        """The test-time preprocessing of a video data config (Section 4.1, "Inference")."""
-        return cls(data.mean, data.std, data.num_frames, data.stride, data.test_scale,
-                   data.test_crop, data.sampling)  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> Preprocessing:
-        """From a checkpoint's ``preprocessing`` dict (keys it does not know are ignored).
-
-        An image classifier's dict (``input_kind: image``) names its crop ``size`` and its
-        shorter side ``resize``; it is read into ``crop`` and ``size`` here.
-        """
-        values = dict(values)
-        if values.get("input_kind") == "image" or ("resize" in values and not values.get(
-                "num_frames")):  # fmt: skip
-            crop = values.get("size") or 224
-            values["size"], values["crop"] = values.get("resize") or -(-crop * 8 // 7), crop
-        known = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in values.items() if k in known and v is not None}
-        for key in ("mean", "std"):
-            if key in kw:
-                kw[key] = tuple(float(v) for v in kw[key])
-        for key in ("num_frames", "stride", "size"):
-            if key in kw:
-                kw[key] = int(kw[key])
-        if isinstance(kw.get("crop"), Sequence):
-            kw["crop"] = tuple(int(v) for v in kw["crop"])
-        return cls(**kw)
-
-    @property
-    def is_video(self) -> bool:
-        """Whether this prepares clips (a video model) rather than single images."""
-        return self.num_frames is not None
-
-    def crop_hw(self) -> tuple[int, int] | None:
-        """The model input's ``(H, W)`` when it is fixed (a crop), else ``None``."""
-        if self.crop is None:
-            return None
-        if isinstance(self.crop, Sequence):
-            return (int(self.crop[0]), int(self.crop[-1]))
-        return (int(self.crop), int(self.crop))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain lists and numbers (``torch.load(weights_only=True)``-safe); the video keys
-        (``num_frames``, ``stride``, ``size``, ``crop``) only when ``num_frames`` is set."""
-        out: dict[str, Any] = {
-            "mean": [float(v) for v in self.mean],
-            "std": [float(v) for v in self.std],
-        }
-        if self.num_frames is not None:
-            crop = list(self.crop) if isinstance(self.crop, Sequence) else self.crop
-            out.update(num_frames=self.num_frames, stride=self.stride, size=self.size, crop=crop)
-            if self.sampling != "window":  # (older readers ignore the key: only when needed)
-                out["sampling"] = self.sampling
-        return out
+    def preprocessing(self) -> Preprocessing:
+        """The test-time preprocessing this section implies (Section 4.1, "Inference"): the
+        clip's frames, the test scale and crop, the normalisation."""
+        return Preprocessing("clip", self.mean, self.std, self.num_frames, self.stride,
+                             self.sampling, self.test_scale, self.test_crop)  # fmt: skip

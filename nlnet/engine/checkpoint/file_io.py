@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from nlnet.data.preprocessing import Preprocessing
 from nlnet.engine.checkpoint.rng import get_rng_state
 from nlnet.engine.errors import CheckpointError
 
@@ -74,6 +75,19 @@ def clean_orphan_temp_files(directory: str | os.PathLike) -> list[Path]:
     return removed
 
 
+def stored_preprocessing(value: Preprocessing | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The versioned dict a checkpoint stores for a test-time record (``{}`` for none).
+
+    Raises:
+        CheckpointError: a dict the record refuses (one line naming ``preprocessing``).
+    """
+    try:
+        record = Preprocessing.of(value)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"preprocessing: {exc}") from None
+    return record.to_dict() if record is not None else {}
+
+
 def save_checkpoint(
     path: str | os.PathLike,
     *,
@@ -89,7 +103,7 @@ def save_checkpoint(
     config: Mapping[str, Any] | None = None,
     class_names: Iterable[str] | None = None,
     model_options: Mapping[str, Any] | None = None,
-    preprocessing: Mapping[str, Any] | None = None,
+    preprocessing: Preprocessing | Mapping[str, Any] | None = None,
     rng_state: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
@@ -109,7 +123,8 @@ def save_checkpoint(
         config: the resolved configuration as plain dicts.
         class_names: names of the output classes (used by ``nlnet predict``).
         model_options: keyword arguments of ``create_model`` besides ``num_classes``.
-        preprocessing: ``mean``, ``std``, ``num_frames``, ``stride``, ``size``, ``crop``.
+        preprocessing: the test-time record (:class:`~nlnet.data.preprocessing.Preprocessing`,
+            or a dict of it, an older shape too), stored as its versioned dict.
         rng_state: generator states (default: :func:`get_rng_state` now).
         extra: more plain data (e.g. the sampler state).
 
@@ -125,7 +140,7 @@ def save_checkpoint(
         "num_classes": int(num_classes),
         "class_names": list(class_names) if class_names is not None else None,
         "model_options": dict(model_options or {}),
-        "preprocessing": dict(preprocessing or {}),
+        "preprocessing": stored_preprocessing(preprocessing),
         "model": unwrap_model(model).state_dict(),
         "epoch": int(epoch),
         "iteration": int(iteration),

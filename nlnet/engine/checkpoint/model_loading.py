@@ -8,8 +8,8 @@ feed it (format version 2)::
         "format": "nlnet-checkpoint", "version": 2,
         "model_name": "c2d_r50_nl5", "num_classes": 400, "class_names": [...] | None,
         "model_options": {...create_model keyword arguments (dropout, overrides)...},
-        "preprocessing": {"mean": [...], "std": [...], "num_frames": 32, "stride": 2,
-                          "size": 256, "crop": 224 | None},
+        "preprocessing": {"version": 2, "kind": "clip", "mean": [...], "std": [...],
+                          "num_frames": 32, "stride": 2, "size": 256, "crop": 224, ...},
         "model": state_dict,
         "optimizer": ..., "scheduler": ..., "scaler": ...,     # optional (training state)
         "epoch": int, "iteration": int, "batch_in_epoch": int,
@@ -48,6 +48,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from nlnet.data.preprocessing import Preprocessing
 from nlnet.engine.checkpoint.file_io import load_checkpoint, unwrap_model
 from nlnet.engine.errors import CheckpointError, UserError
 from nlnet.models.loading import LoadReport, load_partial
@@ -97,10 +98,9 @@ class CheckpointInfo:
         num_classes: classifier width.
         model_options: ``create_model`` keyword arguments besides ``num_classes``.
         class_names: output class names (``class_<i>`` when none were stored).
-        preprocessing: ``mean``, ``std`` (per channel, on [0, 1] pixels), ``num_frames``,
-            ``stride``, ``size`` (shorter side at test time), ``crop`` (or ``None``), optionally
-            ``channel_order`` (``"RGB"``, what nlnet's decoders give; imported models say so);
-            empty when the checkpoint does not say (a bare state dict).
+        preprocessing: the test-time record (:class:`~nlnet.data.preprocessing.Preprocessing`:
+            clip, image, volume, super-resolution or boxes); ``None`` when the checkpoint does
+            not say (a bare state dict).
         multi_label: per-category sigmoid scores (Section 5.2) instead of softmax.
     """
 
@@ -108,7 +108,7 @@ class CheckpointInfo:
     num_classes: int
     model_options: dict[str, Any] = field(default_factory=dict)
     class_names: list[str] = field(default_factory=list)
-    preprocessing: dict[str, Any] = field(default_factory=dict)
+    preprocessing: Preprocessing | None = None
     multi_label: bool = False
 
 
@@ -134,13 +134,17 @@ def checkpoint_info(ckpt: str | os.PathLike | Mapping[str, Any]) -> CheckpointIn
         if dropout is not None and takes_dropout(name):
             options.setdefault("dropout", dropout)
         options.update(extra.get("model_overrides") or {})
-    prep = dict(ckpt.get("preprocessing") or {})
-    if not prep and (cfg.get("data") is not None or extra):  # version 1
-        from nlnet.data.video.config import Preprocessing, VideoDataConfig
+    stored = dict(ckpt.get("preprocessing") or {})
+    if not stored and (cfg.get("data") is not None or extra):  # version 1
+        from nlnet.data.video.config import VideoDataConfig
 
         data = {k: v for k, v in (cfg.get("data") or {}).items() if not k.startswith("test_c")}
-        prep = Preprocessing.from_data(VideoDataConfig.from_mapping(data)).to_dict()
-        prep.update({k: extra[k] for k in ("mean", "std", "num_frames") if k in extra})
+        stored = VideoDataConfig.from_mapping(data).preprocessing().to_dict()
+        stored.update({k: extra[k] for k in ("mean", "std", "num_frames") if k in extra})
+    try:
+        prep = Preprocessing.from_dict(stored)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{where}: its preprocessing: {exc}") from None
     n = int(ckpt.get("num_classes") or 0)
     names = list(ckpt.get("class_names") or [f"class_{i}" for i in range(n)])
     loss = (cfg.get("train") or {}).get("loss", "ce")

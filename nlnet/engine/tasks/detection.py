@@ -29,6 +29,7 @@ from nlnet.data.detection.coco import (
     quiet_pycocotools,
 )
 from nlnet.data.detection.config import DetectionDataConfig
+from nlnet.data.preprocessing import Preprocessing
 from nlnet.engine.checkpoint import unwrap_model
 from nlnet.engine.config.sections import data_section
 from nlnet.engine.errors import DataError, MissingPackageError
@@ -372,8 +373,7 @@ class DetectionTask:
         return {
             "class_names": names or self.class_names,
             # images in [0, 1]; torchvision's transform resizes and normalises inside the model
-            "preprocessing": {"mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0],
-                              "iou_types": list(self.iou_types)},
+            "preprocessing": Preprocessing("boxes", iou_types=self.iou_types),
         }  # fmt: skip
 
     def summary(self, metrics: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 from nlnet.data.images.config import ImageDataConfig
 from nlnet.data.images.dataset import ImageItems, digits_images
 from nlnet.data.loader import usable_workers
+from nlnet.data.preprocessing import Preprocessing
 from nlnet.engine.config.schema import EvalConfig
 from nlnet.engine.config.sections import data_section
 from nlnet.engine.errors import DataError
@@ -177,8 +178,7 @@ class ImageClassificationTask:
 
     def metadata(self, dataset: Any) -> dict[str, Any]:
         names = self.class_names or getattr(dataset, "classes", None)
-        prep = {"mean": self.mean, "std": self.std, "size": self.data.size,
-                "resize": self.resize, "input_kind": "image"}  # fmt: skip
+        prep = Preprocessing("image", self.mean, self.std, size=self.resize, crop=self.data.size)
         return {"class_names": [str(n) for n in names] if names else None, "preprocessing": prep}
 
     @staticmethod

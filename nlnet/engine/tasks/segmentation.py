@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from nlnet.data.loader import usable_workers
+from nlnet.data.preprocessing import Preprocessing
 from nlnet.data.segmentation.builder import image_folder
 from nlnet.data.segmentation.config import SegmentationDataConfig
 from nlnet.data.segmentation.images import collate_segmentation
@@ -415,15 +416,13 @@ class SegmentationTask:
 
     def metadata(self, dataset: Any) -> dict[str, Any]:
         d = self.data
-        if d.kind == "volume":
-            prep = {"kind": "volume", "normalize": "zscore_nonzero", "patch": list(d.patch),
-                    "label_map": {str(k): v for k, v in d.label_map.items()},
-                    "modalities": list(d.modalities)}  # fmt: skip
-        else:
-            prep = {"mean": self.mean, "std": self.std}
         # how nlnet eval ran the network (nlnet predict / nlnet.segment do the same by default)
-        prep.update(window=list(d.patch if d.kind == "volume" else d.crop),
-                    sliding_window=d.sliding_window, window_overlap=d.window_overlap)  # fmt: skip
+        run = {"window": d.patch if d.kind == "volume" else d.crop,
+               "sliding_window": d.sliding_window, "window_overlap": d.window_overlap}  # fmt: skip
+        if d.kind == "volume":
+            prep = Preprocessing("volume", label_map=d.label_map, modalities=d.modalities, **run)
+        else:
+            prep = Preprocessing("image", self.mean, self.std, **run)
         return {"class_names": self.class_names, "preprocessing": prep}
 
     @staticmethod

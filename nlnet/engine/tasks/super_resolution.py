@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
+from nlnet.data.preprocessing import Preprocessing
 from nlnet.data.super_resolution.config import SuperResolutionData
 from nlnet.engine.config.sections import data_section
 from nlnet.engine.errors import DataError
@@ -180,7 +181,7 @@ class SuperResolutionTask:
     def metadata(self, dataset: Any) -> dict[str, Any]:
         return {
             "class_names": None,
-            "preprocessing": {"mean": [0.0] * 3, "std": [1.0] * 3, "upscale": self.upscale},
+            "preprocessing": Preprocessing("super_resolution", upscale=self.upscale),
         }
 
     @staticmethod

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
-from nlnet.data.video.config import Preprocessing, VideoDataConfig
+from nlnet.data.video.config import VideoDataConfig
 from nlnet.engine.config.schema import EvalConfig
 from nlnet.engine.config.tool_sections import AugmentConfig
 from nlnet.engine.errors import DataError
@@ -218,12 +218,11 @@ class VideoClassificationTask:
 
     def metadata(self, dataset: Any) -> dict[str, Any]:
         """Class names (``class_names``, else the dataset's; dropped unless one per class)
-        and the test-time preprocessing (:class:`~nlnet.data.video.config.Preprocessing` of the
-        data section)."""
+        and the test-time preprocessing (:meth:`~nlnet.data.video.config.VideoDataConfig.preprocessing`)."""
         names = self.class_names or getattr(dataset, "classes", None)
         if names is not None and len(names) != self.classes:
             names = None
-        prep = Preprocessing.from_data(self.data).to_dict()
+        prep = self.data.preprocessing()
         return {"class_names": [str(n) for n in names] if names else None, "preprocessing": prep}
 
     def summary(self, metrics: dict[str, Any]) -> str:
