@@ -110,7 +110,8 @@ def test_unet_pretraining_labels_each_digit_by_its_class_and_initialises_both_mo
 
     from nlnet.data.segmentation.images import SegmentationFolder
     from nlnet.demo.digits_dense import DenseDigitsConfig, seed_data
-    from nlnet.demo.unet import UNetDemoSettings, digit_class_masks, fit_and_test, pretrain_unet
+    from nlnet.demo.digits_dense import digit_class_masks
+    from nlnet.demo.unet import UNetDemoSettings, fit_and_test, pretrain_unet
 
     s = replace(UNetDemoSettings.quick(), pretrain_epochs=1, freeze_encoder=False)
     root = seed_data(DenseDigitsConfig(num_train=8, num_val=4, num_test=4), 0, tmp_path / "d")

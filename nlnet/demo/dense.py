@@ -77,12 +77,22 @@ class SegDemoSettings:
     lr: float = DEMO_LR
     block: dict[str, Any] = field(default_factory=dict)
     models: tuple[str, ...] = ("seg_tiny", "seg_tiny_nl")
+    #: Pre-training of ``seg_tiny`` to name each digit pixel by its own class (the U-Net demo's
+    #: stand-in for the paper's ImageNet initialisation, Sec. 4.1), this many epochs (0: none);
+    #: both models start from its backbone.
+    pretrain_epochs: int = 0
+    pretrain_lr: float = 1e-2
+    #: With ``pretrain_epochs``: keep the pre-trained backbone fixed (the head and its block
+    #: train).
+    freeze_backbone: bool = False
 
     def __post_init__(self) -> None:
         from nlnet.layers import BlockOptions
 
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError("epochs, batch_size: expected >= 1; lr: expected > 0")
+        if self.freeze_backbone and self.pretrain_epochs < 1:
+            raise ValueError("freeze_backbone: needs pretrain_epochs >= 1 (a backbone to keep)")
         BlockOptions.of(self.block)  # a typo or a bad value fails here, before any training
         pair = DENSE_MODELS["segmentation"]
         if not self.models or any(m not in pair for m in self.models):
@@ -97,21 +107,22 @@ class SegDemoSettings:
 
 def dense_demo_config(
     name: str, root: Path, run_dir: Path, *, num_classes: int, epochs: int, batch_size: int,
-    lr: float, seed: int, device: str = "cpu",
+    lr: float, seed: int, device: str = "cpu", class_names: Sequence[str] = tuple(CLASS_NAMES),
+    freeze: Sequence[str] = (),
 ) -> Any:  # fmt: skip
     """The dense demo's recipe as an engine config (``task: segmentation``)."""
     from nlnet.engine.config import config_from_dict
 
     return config_from_dict({
         "task": "segmentation",
-        "class_names": CLASS_NAMES,
+        "class_names": list(class_names),
         "model": {"name": name, "num_classes": num_classes},
         "data": {"root": str(root)},
         "optim": {"optimizer": "adamw", "schedule": "onecycle", "lr": lr, "weight_decay": 1e-4,
                   "epochs": epochs, "steps": [], "pct_start": 0.1},
         "train": {"batch_size": batch_size, "seed": seed, "workers": 0, "log_every": 10_000,
                   "ckpt_every": 0, "sync_bn": False, "device": device, "progress": False,
-                  "val_split": None},
+                  "val_split": None, "freeze": list(freeze)},
         "eval": {"batch_size": 64, "workers": 0},
         "output_dir": str(run_dir),
     })  # fmt: skip
@@ -149,11 +160,47 @@ def _pictures(
     return {"picture": str(path), "query_pixel": pixel}
 
 
+#: The part of ``seg_tiny`` a pre-training hands on (its head's classes are not the task's).
+_BACKBONE = "backbone."
+
+
+def pretrain_backbone(
+    root: Path, seed_dir: Path, seed: int, s: SegDemoSettings, device: str
+) -> dict[str, torch.Tensor]:
+    """Pre-train ``seg_tiny`` to segment the training images' digits by their own class
+    (:func:`~nlnet.demo.digits_dense.digit_class_masks`) through the engine's loop, the U-Net
+    demo's stand-in for the paper's ImageNet initialisation (Sec. 4.1). A job of
+    :class:`nlnet.demo.jobs.Jobs`.
+
+    Returns:
+        The backbone's weights (CPU), the initialisation of both models.
+    """
+    from nlnet.demo.digits_dense import PRETRAIN_CLASS_NAMES, digit_class_masks
+
+    class DigitClasses(SegmentationFolder):
+        by_name = digit_class_masks(root, "train")
+
+        def read_mask(self, index: int) -> np.ndarray:
+            return self.by_name[self.images[index].name]
+
+    data = DigitClasses(root, "train", num_classes=len(PRETRAIN_CLASS_NAMES))
+    torch.manual_seed(seed + 1)
+    model = create_model("seg_tiny", num_classes=len(PRETRAIN_CLASS_NAMES))
+    engine_fit(model, "seg_tiny", data, seed_dir / "pretrain", num_classes=len(PRETRAIN_CLASS_NAMES),
+               epochs=s.pretrain_epochs, batch_size=s.batch_size, lr=s.pretrain_lr, seed=seed + 1,
+               device=device, class_names=PRETRAIN_CLASS_NAMES)  # fmt: skip
+    return {k: v.detach().cpu() for k, v in model.state_dict().items() if k.startswith(_BACKBONE)}
+
+
 def fit_and_test(
-    name: str, root: Path, seed_dir: Path, seed: int, recipe: dict[str, Any], split: str = "test"
-) -> dict[str, Any]:
+    name: str, root: Path, seed_dir: Path, seed: int, recipe: dict[str, Any], split: str = "test",
+    init: dict[str, torch.Tensor] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """One model of one seed: train through the engine's loop, test mIoU, save its weights to
     ``seed_dir/<name>.pt``. A job of :class:`nlnet.demo.jobs.Jobs` (one thread, side by side).
+    ``init``: the pre-trained backbone (:func:`pretrain_backbone`); the head keeps its own
+    initialisation. ``recipe``: :func:`dense_demo_config`'s keywords and ``block`` (the block's
+    options).
 
     Returns:
         ``{"seed", "model", "params", "train_s", "metrics", "state"}`` (``state`` on the CPU).
@@ -168,6 +215,10 @@ def fit_and_test(
     block = recipe.pop("block", None)  # the block's options (the non-local model only)
     torch.manual_seed(seed)
     model = create_model(name, **({"block": block} if block else {}))
+    if init is not None:
+        from nlnet.models.loading import load_partial
+
+        load_partial(model, init, ("head.",), what=f"init of {name}")
     start = time.perf_counter()
     engine_fit(model, name, train_set, seed_dir / name, num_classes=len(CLASS_NAMES), seed=seed,
                **recipe)  # fmt: skip
@@ -235,11 +286,16 @@ def run_dense_demo(
     out = Path(out_dir)
     jobs = jobs if device == "cpu" else 1
     s = settings or SegDemoSettings()
-    recipe = {"epochs": s.epochs, "batch_size": s.batch_size, "lr": s.lr, "device": device}
+    recipe = {"epochs": s.epochs, "batch_size": s.batch_size, "lr": s.lr, "device": device,
+              "freeze": (_BACKBONE,) if s.freeze_backbone else ()}  # fmt: skip
     with Jobs(jobs) as pool:
+        inits = dict.fromkeys(seeds)
+        if s.pretrain_epochs:
+            calls = [(roots[seed], out / f"seed{seed}", seed, s, device) for seed in seeds]
+            inits = dict(zip(seeds, pool.starmap(pretrain_backbone, calls)))
         calls = [(name, roots[seed], out / f"seed{seed}", seed,
-                  {**recipe, "block": s.block if name == DENSE_MODELS[task][1] else None}, split)
-                 for seed in seeds for name in s.models]  # fmt: skip
+                  {**recipe, "block": s.block if name == DENSE_MODELS[task][1] else None}, split,
+                  inits[seed]) for seed in seeds for name in s.models]  # fmt: skip
         runs = pool.starmap(fit_and_test, calls)
     for seed in seeds:
         test_set = SegmentationFolder(roots[seed], split, num_classes=len(CLASS_NAMES))

@@ -44,7 +44,9 @@ from nlnet.demo.digits import draw_digit, load_digit_bank, place_squares, split_
 
 __all__ = [
     "CATEGORIES",
+    "PRETRAIN_CLASS_NAMES",
     "DenseDigitsConfig",
+    "digit_class_masks",
     "generate_dense_image",
     "prepare_dense_digits",
     "seed_data",
@@ -277,3 +279,22 @@ def prepare_dense_digits(
         (tmp / sub).rename(root / sub)
     tmp.rmdir()
     return root
+
+
+#: The pre-training's pixel classes (the dense demos' stand-in for ImageNet, Sec. 4.1): each digit
+#: pixel named by its own class, whatever its relation to the cue.
+PRETRAIN_CLASS_NAMES: list[str] = ["background", "digit 0", "digit 1", "digit 2", "digit 3"]
+
+
+def digit_class_masks(root: Path, split: str) -> dict[str, np.ndarray]:
+    """Per image file name, the pre-training's mask ``(H, W)`` uint8: 0 background, ``1 + d`` on the
+    pixels of a digit of class ``d`` (the cue's too), from the task's COCO annotations."""
+    import json
+
+    from nlnet.data.detection.rle import rle_to_mask
+
+    coco = json.loads((Path(root) / "annotations" / f"instances_{split}.json").read_text())
+    masks = {im["id"]: np.zeros((im["height"], im["width"]), np.uint8) for im in coco["images"]}
+    for ann in coco["annotations"]:
+        masks[ann["image_id"]][rle_to_mask(ann["segmentation"]).astype(bool)] = 1 + ann["digit"]
+    return {im["file_name"]: masks[im["id"]] for im in coco["images"]}

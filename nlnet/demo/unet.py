@@ -35,12 +35,12 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from nlnet.demo.digits_dense import PRETRAIN_CLASS_NAMES, digit_class_masks
+
 __all__ = ["UNetDemoSettings", "run_unet_demo", "format_unet_table"]
 
 MODELS: tuple[str, str] = ("unet2d", "unet2d_nl")
 CLASS_NAMES: list[str] = ["background", "cue", "match", "other"]
-#: The pre-training's pixel classes: background and each digit's own class (cue included).
-PRETRAIN_CLASS_NAMES: list[str] = ["background", "digit 0", "digit 1", "digit 2", "digit 3"]
 
 
 @dataclass(frozen=True)
@@ -147,20 +147,6 @@ _HEADS = ("classifier.", "aux_classifier.")
 #: The U-Net's encoder: its levels and the bottleneck, whose new block the engine's
 #: ``train.freeze`` leaves trainable.
 _ENCODER = ("encoder.", "bottleneck.")
-
-
-def digit_class_masks(root: Path, split: str) -> dict[str, np.ndarray]:
-    """Per image file name, the pre-training's mask ``(H, W)`` uint8: 0 background, ``1 + d`` on the
-    pixels of a digit of class ``d`` (the cue's too), from the task's COCO annotations."""
-    import json
-
-    from nlnet.data.detection.rle import rle_to_mask
-
-    coco = json.loads((Path(root) / "annotations" / f"instances_{split}.json").read_text())
-    masks = {im["id"]: np.zeros((im["height"], im["width"]), np.uint8) for im in coco["images"]}
-    for ann in coco["annotations"]:
-        masks[ann["image_id"]][rle_to_mask(ann["segmentation"]).astype(bool)] = 1 + ann["digit"]
-    return {im["file_name"]: masks[im["id"]] for im in coco["images"]}
 
 
 def pretrain_unet(
