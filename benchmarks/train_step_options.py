@@ -13,6 +13,11 @@ after that one update, and the loss difference after the last step.
     python benchmarks/train_step_options.py                               # c2d_r50_nl5, CPU
     python benchmarks/train_step_options.py --model c2d_tiny_nl1 --size 32 --rounds 10
     python benchmarks/train_step_options.py --device cuda --batch 8 --frames 32 --size 224
+
+``--model r3d_18`` builds torchvision's R3D-18 with nlnet's ``ResNet3d`` (a basic-block ResNet,
+:mod:`nlnet.models.video.torchvision_r3d`), and the variant ``torchvision`` is torchvision's own
+``r3d_18`` with the same weights: an independent implementation of the same network, timed in
+the same run (``--variants torchvision eager channels_last``: ratios against torchvision's step).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ VARIANTS = {
     "channels_last": {"channels_last": True},
     "compile": {"compile": "inductor"},
     "compile+channels_last": {"channels_last": True, "compile": "inductor"},
+    "torchvision": {"torchvision": True},  # --model r3d_18 only
 }
 
 
@@ -41,11 +47,36 @@ def build(name: str, options: dict, device: torch.device, width: int | None):
     torch.manual_seed(0)
     # no dropout: each variant would draw other masks from the one generator
     kwargs = {"width": width, "dropout": 0.0} if width else {"dropout": 0.0}
-    model = create_model(name, num_classes=400, **kwargs).to(device).train()
+    if name == "r3d_18":
+        model = r3d_18_pair(bool(options.get("torchvision")), width or 64).to(device).train()
+    else:
+        model = create_model(name, num_classes=400, **kwargs).to(device).train()
     if options.get("channels_last"):
         to_channels_last(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
     return model, opt, compiled_for_training(model, options.get("compile", "none"))
+
+
+def r3d_18_pair(torchvision: bool, width: int) -> torch.nn.Module:
+    """nlnet's R3D-18 (seed 0), or torchvision's ``r3d_18`` holding the same weights."""
+    from nlnet.models import ResNet3d
+    from nlnet.models.video.torchvision_r3d import (
+        R3D_18_LAYERS,
+        R3D_18_OPTIONS,
+        r3d_state_from_torchvision,
+    )
+
+    ours = ResNet3d(R3D_18_LAYERS, 400, width=width, **R3D_18_OPTIONS)
+    if not torchvision:
+        return ours
+    from torchvision.models.video import r3d_18
+
+    if width != 64:
+        raise SystemExit("--width: torchvision's r3d_18 has width 64 only")
+    theirs = r3d_18(num_classes=400)
+    names = dict(zip(r3d_state_from_torchvision(theirs.state_dict()), theirs.state_dict()))
+    theirs.load_state_dict({names[k]: v for k, v in ours.state_dict().items()})
+    return theirs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     args = p.parse_args(argv)
+    if "torchvision" in args.variants and args.model != "r3d_18":
+        p.error("--variants torchvision: only with --model r3d_18")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)

@@ -31,12 +31,13 @@ from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_blocks,
 from nlnet.models.swin import SwinTransformer  # noqa: F401  (registers swin_*)
 from nlnet.models.unet import UNet  # noqa: F401  (registers unet2d*, unet3d*)
 from nlnet.models.video import resnets as _video_resnets  # noqa: F401  (c2d_r*, i3d*)
-from nlnet.models.video.resnet3d import Bottleneck3d, ResNet3d, inflation_pattern
+from nlnet.models.video.resnet3d import BasicBlock3d, Bottleneck3d, ResNet3d, inflation_pattern
 from nlnet.models.video.transformer import VideoTransformer  # noqa: F401  (registers vivit_tiny)
 from nlnet.models.vit import VisionTransformer  # noqa: F401  (registers vit_*)
 
 __all__ = [
     "BLOCK_CONFIG",
+    "BasicBlock3d",
     "Bottleneck3d",
     "LoadReport",
     "load_partial",

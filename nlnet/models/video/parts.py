@@ -23,13 +23,15 @@ __all__ = ["POOLINGS", "HEADS", "stem_pools", "block_plan",
            "fully_conv_head"]  # fmt: skip
 
 #: ``pooling`` options of :class:`ResNet3d`.
-POOLINGS: tuple[str, ...] = ("padded", "caffe2", "pyslowfast")
+POOLINGS: tuple[str, ...] = ("padded", "caffe2", "pyslowfast", "none")
 #: ``head`` options of :class:`ResNet3d`.
 HEADS: tuple[str, ...] = ("global", "fully_conv")
 
 
 def stem_pools(pooling: str, sp1: int, sp2: int) -> tuple[nn.Module, nn.Module]:
     """``pool1`` and ``pool2`` for temporal strides ``sp1``/``sp2`` (Table 1 or released code)."""
+    if pooling == "none":  # R3D's stem: no pooling
+        return nn.Identity(), nn.Identity()
     pool2 = nn.MaxPool3d((sp2, 1, 1), stride=(sp2, 1, 1)) if sp2 > 1 else nn.Identity()
     if pooling == "caffe2":  # window = stride in time, no padding, floor (resnet_video*.py)
         return nn.MaxPool3d((sp1, 3, 3), stride=(sp1, 2, 2)), pool2

@@ -35,6 +35,12 @@ Deviations from the printed Table 1, all documented in ``docs/models.md``:
 * The spatial stride of a stage sits on the ``3x3`` convolution (``conv2``), as in torchvision's
   ResNet v1.5 and in the released code; this keeps torchvision's ImageNet weights loadable.
 
+``residual="basic"`` builds ResNet-18/34's two-convolution block instead (R3D, Tran et al.,
+"A Closer Look at Spatiotemporal Convolutions for Action Recognition", CVPR 2018): with
+``inflate="3x3x3"``, ``inflate_blocks="all"``, ``conv1_t=3``, ``pooling="none"``,
+``temporal_strides=(1, 1, 1)`` and ``stage_temporal_strides=(1, 2, 2, 2)`` it is torchvision's
+``r3d_18`` (equal outputs with its weights copied; tests/models/test_resnet3d_basic.py).
+
 Parameter names follow torchvision's ``ResNet``/``Bottleneck`` (``conv1``, ``bn1``, ``layer1`` ..
 ``layer4``, ``layerX.Y.conv1/bn1/conv2/bn2/conv3/bn3/downsample.0/downsample.1``, ``fc``), so a
 torchvision ImageNet state dict loads after inflation (:mod:`nlnet.models.inflate`).
@@ -64,6 +70,7 @@ from nlnet.models.video.parts import (
 )
 
 __all__ = [
+    "BasicBlock3d",
     "Bottleneck3d",
     "ResNet3d",
     "BLOCK_CONFIG",
@@ -80,6 +87,8 @@ torch.fx.wrap("check_input")
 torch.fx.wrap("fully_conv_head")
 
 _INFLATE_KINDS = (None, "3x3x3", "3x1x1")
+#: ``residual`` options of :class:`ResNet3d`.
+RESIDUALS: tuple[str, ...] = ("bottleneck", "basic")
 
 
 def inflation_pattern(
@@ -142,6 +151,8 @@ class Bottleneck3d(nn.Module):
         conv1_t: temporal kernel size of the first ``1x1`` convolution (odd).
         conv2_t: temporal kernel size of the ``3x3`` convolution (odd).
         norm_layer: normalisation factory, ``nn.BatchNorm3d`` by default.
+        temporal_stride: temporal stride of ``conv2`` (and of the shortcut, which the caller
+            builds): 1 in the paper's networks.
     """
 
     expansion: int = 4
@@ -156,11 +167,10 @@ class Bottleneck3d(nn.Module):
         conv1_t: int = 1,
         conv2_t: int = 1,
         norm_layer: type[nn.Module] | None = None,
+        temporal_stride: int = 1,
     ) -> None:
         super().__init__()
-        for name, t in (("conv1_t", conv1_t), ("conv2_t", conv2_t)):
-            if not isinstance(t, int) or t < 1 or t % 2 == 0:
-                raise ValueError(f"{name}: expected a positive odd int, got {t!r}")
+        _check_kernels(conv1_t, conv2_t)
         norm_layer = norm_layer or nn.BatchNorm3d
         width = planes
         self.conv1 = nn.Conv3d(
@@ -171,7 +181,7 @@ class Bottleneck3d(nn.Module):
             width,
             width,
             (conv2_t, 3, 3),
-            stride=(1, stride, stride),
+            stride=(temporal_stride, stride, stride),
             padding=(conv2_t // 2, 1, 1),
             bias=False,
         )
@@ -197,6 +207,55 @@ class Bottleneck3d(nn.Module):
         return out
 
 
+class BasicBlock3d(nn.Module):
+    """ResNet-18/34's basic block in 3D: ``conv1_t x 3 x 3`` and ``conv2_t x 3 x 3``
+    convolutions, each followed by BN, the first by ReLU; the stride on ``conv1`` (torchvision's
+    ``BasicBlock`` and ``VideoResNet``). The same ``non_local`` slot as :class:`Bottleneck3d`.
+
+    Args:
+        inplanes, planes: input and output channels (``expansion`` 1).
+        stride, temporal_stride: spatial and temporal stride of ``conv1`` (and the shortcut).
+        downsample: projection shortcut or ``None``.
+        conv1_t, conv2_t: temporal kernel sizes (odd).
+        norm_layer: normalisation factory, ``nn.BatchNorm3d`` by default.
+    """
+
+    expansion: int = 1
+
+    def __init__(
+        self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None,
+        *, conv1_t: int = 1, conv2_t: int = 1, norm_layer: type[nn.Module] | None = None,
+        temporal_stride: int = 1,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        _check_kernels(conv1_t, conv2_t)
+        norm_layer = norm_layer or nn.BatchNorm3d
+        self.conv1 = nn.Conv3d(inplanes, planes, (conv1_t, 3, 3),
+                               stride=(temporal_stride, stride, stride),
+                               padding=(conv1_t // 2, 1, 1), bias=False)  # fmt: skip
+        self.bn1 = norm_layer(planes)
+        self.conv2 = nn.Conv3d(
+            planes, planes, (conv2_t, 3, 3), padding=(conv2_t // 2, 1, 1), bias=False
+        )
+        self.bn2 = norm_layer(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+        self.stride = stride
+        self.register_module("non_local", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))  # (B, planes, T/ts, H/s, W/s)
+        out = self.relu(self.bn2(self.conv2(out)) + identity)
+        return out if self.non_local is None else self.non_local(out)
+
+
+def _check_kernels(conv1_t: object, conv2_t: object) -> None:
+    for name, t in (("conv1_t", conv1_t), ("conv2_t", conv2_t)):
+        if not isinstance(t, int) or t < 1 or t % 2 == 0:
+            raise ValueError(f"{name}: expected a positive odd int, got {t!r}")
+
+
 def _check_positive(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")
@@ -204,10 +263,18 @@ def _check_positive(name: str, value: object) -> None:
 
 def _checked(
     layers, num_classes, width, in_channels, inflate, temporal_kernel, conv1_t,
-    temporal_strides, pooling, head, dropout,
+    temporal_strides, pooling, head, dropout, residual="bottleneck", stage_strides=(1, 1, 1, 1),
 ) -> tuple[tuple[int, ...], int, tuple[int, ...]]:  # fmt: skip
     """Validate :class:`ResNet3d`'s options; ``(layers, conv1_t, temporal_strides)`` resolved."""
     layers = tuple(layers)
+    if residual not in RESIDUALS:
+        raise ValueError(f"residual: expected one of {RESIDUALS}, got {residual!r}")
+    if len(tuple(stage_strides)) != 4 or any(
+        isinstance(t, bool) or not isinstance(t, int) or t < 1 for t in stage_strides
+    ):  # fmt: skip
+        raise ValueError(
+            f"stage_temporal_strides: expected 4 positive ints (res2..res5), got {stage_strides!r}"
+        )
     if pooling not in POOLINGS:
         raise ValueError(f"pooling: expected one of {POOLINGS}, got {pooling!r}")
     if head not in HEADS:
@@ -232,6 +299,11 @@ def _checked(
         raise ValueError(
             "temporal_strides: expected 3 positive ints for (conv1, pool1, pool2), "
             f"got {temporal_strides!r}"
+        )
+    if pooling == "none" and temporal_strides[1:] != (1, 1):
+        raise ValueError(
+            f"pooling: 'none' has no pool1/pool2 to stride in time; temporal_strides must end "
+            f"(1, 1), got {temporal_strides!r}"
         )
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout: expected a ratio in [0, 1), got {dropout!r}")
@@ -259,8 +331,13 @@ class ResNet3d(ClassifierContract, nn.Module):
         in_channels: input channels (3 for RGB).
         zero_init_residual: initialise the last BN of each residual branch to zero.
         pooling: ``"padded"`` (Table 1 sizes), ``"caffe2"`` (the released code's unpadded
-            floor pooling, needed by the released weights; see the module docstring) or
-            ``"pyslowfast"`` (PySlowFast's C2D/I3D: padded ``pool1``, unpadded ``pool2``).
+            floor pooling, needed by the released weights; see the module docstring),
+            ``"pyslowfast"`` (PySlowFast's C2D/I3D: padded ``pool1``, unpadded ``pool2``) or
+            ``"none"`` (no stem pooling: R3D's stem).
+        residual: ``"bottleneck"`` (ResNet-50/101, the paper's) or ``"basic"``
+            (:class:`BasicBlock3d`, ResNet-18/34).
+        stage_temporal_strides: temporal stride of the first block of res2..res5 (R3D halves
+            time in res3..res5: ``(1, 2, 2, 2)``; the paper's networks ``(1, 1, 1, 1)``).
         placement: non-local blocks built with the network after residual blocks
             (:class:`~nlnet.models.placement.Placement` or what ``Placement.of`` reads: a
             preset ``"nl5"``, stage -> indices ``{"res3": [1, 3], "res4": [1, 3, 5]}``, paths
@@ -302,13 +379,17 @@ class ResNet3d(ClassifierContract, nn.Module):
         placement: PlacementLike = None,
         block: BlockLike = None,
         head: str = "global",
+        residual: str = "bottleneck",
+        stage_temporal_strides: Sequence[int] = (1, 1, 1, 1),
     ) -> None:
         super().__init__()
         layers, conv1_t, temporal_strides = _checked(
             layers, num_classes, width, in_channels, inflate, temporal_kernel, conv1_t,
-            temporal_strides, pooling, head, dropout,
+            temporal_strides, pooling, head, dropout, residual, stage_temporal_strides,
         )  # fmt: skip
         self.pooling, self.head = pooling, head
+        self.residual = BasicBlock3d if residual == "basic" else Bottleneck3d
+        self.stage_temporal_strides = tuple(stage_temporal_strides)
         self.layers_cfg = layers
         self.inflate = inflate
         self.num_classes = num_classes
@@ -330,22 +411,18 @@ class ResNet3d(ClassifierContract, nn.Module):
         self.bn1 = nn.BatchNorm3d(width)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool, self.pool2 = stem_pools(pooling, sp1, sp2)
-        self.layer1 = self._make_layer(width, layers[0], 1, pattern[0], temporal_kernel, blocks[0])
-        self.layer2 = self._make_layer(
-            width * 2, layers[1], 2, pattern[1], temporal_kernel, blocks[1]
-        )
-        self.layer3 = self._make_layer(
-            width * 4, layers[2], 2, pattern[2], temporal_kernel, blocks[2]
-        )
-        self.layer4 = self._make_layer(
-            width * 8, layers[3], 2, pattern[3], temporal_kernel, blocks[3]
-        )
-        self.num_features = width * 8 * Bottleneck3d.expansion
+        for k in range(4):  # layer1..layer4 = res2..res5
+            stage = self._make_layer(width * 2**k, layers[k], 1 if k == 0 else 2, pattern[k],
+                                     temporal_kernel, blocks[k], self.stage_temporal_strides[k])  # fmt: skip
+            self.add_module(f"layer{k + 1}", stage)
+        expansion = self.residual.expansion
+        self.num_features = width * 8 * expansion
         self.avgpool = nn.AdaptiveAvgPool3d(1)
         self.dropout = nn.Dropout(dropout)
         self.fc = nn.Linear(self.num_features, num_classes)
-        stages = [width * 2**k * Bottleneck3d.expansion for k in range(4)]
-        self.feature_info = resnet_feature_info(width, stages, (2, 4, 8, 16, 32))
+        stages = [width * 2**k * expansion for k in range(4)]
+        r = 2 if pooling == "none" else 4  # res2's reduction: the stem conv, then pool1
+        self.feature_info = resnet_feature_info(width, stages, (2, r, 2 * r, 4 * r, 8 * r))
         self._init_weights(zero_init_residual)
 
     def _make_layer(
@@ -356,34 +433,29 @@ class ResNet3d(ClassifierContract, nn.Module):
         inflated: list[bool],
         t: int,
         non_local: Mapping[int, Mapping[str, Any]],
+        temporal_stride: int = 1,
     ) -> nn.Sequential:
+        block, out = self.residual, planes * self.residual.expansion
         downsample = None
-        if stride != 1 or self.inplanes != planes * Bottleneck3d.expansion:
+        if stride != 1 or temporal_stride != 1 or self.inplanes != out:
             downsample = nn.Sequential(
-                nn.Conv3d(
-                    self.inplanes,
-                    planes * Bottleneck3d.expansion,
-                    1,
-                    stride=(1, stride, stride),
-                    bias=False,
-                ),
-                nn.BatchNorm3d(planes * Bottleneck3d.expansion),
-            )
+                nn.Conv3d(self.inplanes, out, 1, stride=(temporal_stride, stride, stride),
+                          bias=False),
+                nn.BatchNorm3d(out),
+            )  # fmt: skip
+        basic = block is BasicBlock3d
         mods = []
         for i in range(blocks):
-            conv1_t = t if (inflated[i] and self.inflate == "3x1x1") else 1
+            # I3D: a bottleneck inflates one kernel (3x3 or the first 1x1); a basic block's
+            # "3x3x3" inflates both of its 3x3 kernels (R3D)
+            conv1_t = t if inflated[i] and (self.inflate == "3x1x1" or basic) else 1
             conv2_t = t if (inflated[i] and self.inflate == "3x3x3") else 1
-            mods.append(
-                Bottleneck3d(
-                    self.inplanes,
-                    planes,
-                    stride if i == 0 else 1,
-                    downsample if i == 0 else None,
-                    conv1_t=conv1_t,
-                    conv2_t=conv2_t,
-                )
-            )
-            self.inplanes = planes * Bottleneck3d.expansion
+            first = i == 0
+            mods.append(block(
+                self.inplanes, planes, stride if first else 1, downsample if first else None,
+                conv1_t=conv1_t, conv2_t=conv2_t, temporal_stride=temporal_stride if first else 1,
+            ))  # fmt: skip
+            self.inplanes = out
             if i in non_local:  # built with the network: "after a residual block" (Sec. 4)
                 mods[-1].non_local = NonLocal3d(self.inplanes, **non_local[i])
         return nn.Sequential(*mods)
@@ -407,8 +479,8 @@ class ResNet3d(ClassifierContract, nn.Module):
         nn.init.zeros_(self.fc.bias)
         if zero_init_residual:
             for m in self.modules():
-                if isinstance(m, Bottleneck3d):
-                    nn.init.zeros_(m.bn3.weight)
+                if isinstance(m, (Bottleneck3d, BasicBlock3d)):
+                    nn.init.zeros_(m.bn3.weight if isinstance(m, Bottleneck3d) else m.bn2.weight)
 
     def _forward_intermediates(
         self, x: torch.Tensor, indices: int | Sequence[int] | None, stop_early: bool
