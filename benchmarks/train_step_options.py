@@ -14,6 +14,10 @@ after that one update, and the loss difference after the last step.
     python benchmarks/train_step_options.py --model c2d_tiny_nl1 --size 32 --rounds 10
     python benchmarks/train_step_options.py --device cuda --batch 8 --frames 32 --size 224
 
+``--variants freeze_bn freeze_bn+fold``: fine-tuning with frozen BatchNorm (``train.freeze_bn``,
+Sec. 5.1), plain and with each frozen BatchNorm folded into its convolution
+(``train.fold_frozen_bn``).
+
 ``--model r3d_18`` builds torchvision's R3D-18 with nlnet's ``ResNet3d`` (a basic-block ResNet,
 :mod:`nlnet.models.video.torchvision_r3d`), and the variant ``torchvision`` is torchvision's own
 ``r3d_18`` with the same weights: an independent implementation of the same network, timed in
@@ -35,10 +39,13 @@ VARIANTS = {
     "compile": {"compile": "inductor"},
     "compile+channels_last": {"channels_last": True, "compile": "inductor"},
     "torchvision": {"torchvision": True},  # --model r3d_18 only
+    # fine-tuning with frozen BatchNorm (Sec. 5.1): plain, and folded into the convolutions
+    "freeze_bn": {"freeze_bn": True},
+    "freeze_bn+fold": {"freeze_bn": True, "fold_frozen_bn": True},
 }
 
 
-def build(name: str, options: dict, device: torch.device, width: int | None):
+def build(name: str, options: dict, device: torch.device, width: int | None, x: torch.Tensor):
     """The model of ``name`` (seed 0) with ``options`` as the engine applies them, its SGD and
     the module the step calls."""
     from nlnet.engine.modeling import compiled_for_training, to_channels_last
@@ -53,6 +60,23 @@ def build(name: str, options: dict, device: torch.device, width: int | None):
         model = create_model(name, num_classes=400, **kwargs).to(device).train()
     if options.get("channels_last"):
         to_channels_last(model)
+    if options.get("freeze_bn"):
+        import warnings
+
+        from nlnet.engine.folding import fold_frozen_batchnorm
+        from nlnet.engine.modeling import freeze_batchnorm
+
+        with torch.no_grad():  # statistics of the batch, as a pre-trained model's would be
+            for m in model.modules():
+                if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                    m.momentum = None  # cumulative average: one pass sets them
+                    m.reset_running_stats()
+            model(x)
+        with warnings.catch_warnings():  # the fresh blocks' norms stay trainable, as in train()
+            warnings.simplefilter("ignore", RuntimeWarning)
+            freeze_batchnorm(model)
+        if options.get("fold_frozen_bn"):
+            print(f"  folded {fold_frozen_batchnorm(model)} BatchNorm layers", file=sys.stderr)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
     return model, opt, compiled_for_training(model, options.get("compile", "none"))
 
@@ -106,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = {}
     for v in args.variants:
-        model, opt, fwd = build(args.model, VARIANTS[v], device, args.width or None)
+        model, opt, fwd = build(args.model, VARIANTS[v], device, args.width or None, x)
         runs[v] = {"model": model, "opt": opt, "fwd": fwd, "times": [], "losses": []}
 
     def step(r: dict) -> float:

@@ -356,6 +356,10 @@ def build_train_model(cfg: Any, device: torch.device, model: nn.Module | None = 
             freeze_parameters(model, tc.freeze, trained)
         if tc.freeze_bn:
             freeze_batchnorm(model, trained)
+        if tc.fold_frozen_bn:
+            from nlnet.engine.folding import fold_frozen_batchnorm
+
+            fold_frozen_batchnorm(model)
     elif tc.sync_bn:
         model = du.convert_sync_batchnorm(model, device)
     return model

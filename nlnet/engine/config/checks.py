@@ -135,6 +135,10 @@ def validate_config(cfg: Config) -> None:
     for key in ("clips", "crops", "batch_size"):
         _check_number(f"eval.{key}", getattr(cfg.eval, key), 1)
     _check_number("eval.workers", cfg.eval.workers, 0)
+    if t.fold_frozen_bn and not t.freeze_bn:
+        raise ConfigError(
+            "train.fold_frozen_bn: folds frozen BatchNorm layers; set train.freeze_bn: true too"
+        )
     n = cfg.model.num_classes
     if cfg.class_names is not None and n is not None and len(cfg.class_names) != n:
         raise ConfigError(

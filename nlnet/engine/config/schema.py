@@ -144,6 +144,10 @@ class TrainConfig:
             (``torch.channels_last_3d`` for a video model, ``channels_last`` for an image
             model): the same numbers within float rounding, a faster layout for some kernels
             (docs/training.md, "Speed").
+        fold_frozen_bn: with ``freeze_bn``, compute each frozen BatchNorm inside the
+            convolution before it (``conv(x, W * s) + t``; :mod:`nlnet.engine.folding`): the
+            same numbers within float rounding, one pass over each activation less; weights,
+            gradients and checkpoints as without it.
         compile: ``none`` (default) or a ``torch.compile`` backend for the training forward
             (``inductor``, the default backend; ``aot_eager``): the model's code compiled once
             per input shape and reused for every later step and epoch.
@@ -170,6 +174,7 @@ class TrainConfig:
     deterministic: bool = False
     progress: bool | None = None
     channels_last: bool = False
+    fold_frozen_bn: bool = False
     compile: str = "none"
 
 
