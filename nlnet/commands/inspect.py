@@ -37,15 +37,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def _inputs(paths: list[str], model, info, args: argparse.Namespace):
     """The model inputs of ``--input`` files (a missing file is one line)."""
-    from nlnet.commands.visualize import model_input
     from nlnet.engine.errors import DataError
+    from nlnet.model_input import model_input
 
     out = []
     for text in paths:
         path = Path(text)
         if not path.is_file():
             raise DataError(f"--input: no such file {text!r}")
-        out.append(model_input(path, model, info, args, None)[0])
+        out.append(model_input(path, model, info, frames=args.frames, size=args.size)[0])
     return out
 
 

@@ -35,6 +35,7 @@ LAYERS = {
     "inference": 6,
     "segmentation": 6,
     "export": 6,
+    "model_input": 6,
     "demo": 6,
     "commands": 7,
     "cli": 8,

@@ -286,8 +286,8 @@ def test_off_a_terminal_one_log_line_per_interval_and_no_bar(tmp_path, capsys):
 
 # -- one checkpoint format, one preprocessing ---------------------------------------------------
 def test_checkpoints_carry_the_training_preprocessing_used_everywhere(tmp_path):
-    from nlnet.commands.visualize import normalize
     from nlnet.data import IMAGENET_MEAN, IMAGENET_STD
+    from nlnet.model_input import normalize
 
     s = _run(_short_run_config(tmp_path))
     info = checkpoint_info(s["checkpoint"])

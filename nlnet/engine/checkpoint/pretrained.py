@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nlnet.engine.checkpoint.file_io import stored_preprocessing
+from nlnet.data.preprocessing import Preprocessing
 from nlnet.engine.errors import CheckpointError
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "is_pretrained_dir", "read_pretrained", "save_pretrained"]
@@ -63,7 +63,8 @@ def save_pretrained(ckpt: Mapping[str, Any], directory: str | os.PathLike) -> Pa
         )
     out.mkdir(parents=True, exist_ok=True)
     config = {k: ckpt.get(k) for k in _KEYS}
-    config["preprocessing"] = stored_preprocessing(ckpt.get("preprocessing"))
+    record = Preprocessing.from_dict(ckpt.get("preprocessing"))  # an older shape: this version's
+    config["preprocessing"] = record.to_dict() if record is not None else {}
     config["format"] = "nlnet-pretrained"
     config["eval"] = (ckpt.get("config") or {}).get("eval") or {}
     # safetensors stores plain tensors: contiguous, no shared storage
