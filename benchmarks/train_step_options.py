@@ -18,7 +18,7 @@ after that one update, and the loss difference after the last step.
 Sec. 5.1), plain and with each frozen BatchNorm folded into its convolution
 (``train.fold_frozen_bn``).
 
-``--model r3d_18`` builds torchvision's R3D-18 with nlnet's ``ResNet3d`` (a basic-block ResNet,
+``--model r3d_18`` is nlnet's R3D-18 (a ``ResNet3d`` of basic blocks,
 :mod:`nlnet.models.video.torchvision_r3d`), and the variant ``torchvision`` is torchvision's own
 ``r3d_18`` with the same weights: an independent implementation of the same network, timed in
 the same run (``--variants torchvision eager channels_last``: ratios against torchvision's step).
@@ -54,10 +54,10 @@ def build(name: str, options: dict, device: torch.device, width: int | None, x: 
     torch.manual_seed(0)
     # no dropout: each variant would draw other masks from the one generator
     kwargs = {"width": width, "dropout": 0.0} if width else {"dropout": 0.0}
-    if name == "r3d_18":
-        model = r3d_18_pair(bool(options.get("torchvision")), width or 64).to(device).train()
-    else:
-        model = create_model(name, num_classes=400, **kwargs).to(device).train()
+    model = create_model(name, num_classes=400, **kwargs)
+    if options.get("torchvision"):
+        model = torchvision_twin(model)
+    model = model.to(device).train()
     if options.get("channels_last"):
         to_channels_last(model)
     if options.get("freeze_bn"):
@@ -81,21 +81,13 @@ def build(name: str, options: dict, device: torch.device, width: int | None, x: 
     return model, opt, compiled_for_training(model, options.get("compile", "none"))
 
 
-def r3d_18_pair(torchvision: bool, width: int) -> torch.nn.Module:
-    """nlnet's R3D-18 (seed 0), or torchvision's ``r3d_18`` holding the same weights."""
-    from nlnet.models import ResNet3d
-    from nlnet.models.video.torchvision_r3d import (
-        R3D_18_LAYERS,
-        R3D_18_OPTIONS,
-        r3d_state_from_torchvision,
-    )
-
-    ours = ResNet3d(R3D_18_LAYERS, 400, width=width, **R3D_18_OPTIONS)
-    if not torchvision:
-        return ours
+def torchvision_twin(ours: torch.nn.Module) -> torch.nn.Module:
+    """torchvision's own ``r3d_18`` holding the weights of nlnet's ``r3d_18`` (``ours``)."""
     from torchvision.models.video import r3d_18
 
-    if width != 64:
+    from nlnet.models.video.torchvision_r3d import r3d_state_from_torchvision
+
+    if ours.conv1.out_channels != 64:
         raise SystemExit("--width: torchvision's r3d_18 has width 64 only")
     theirs = r3d_18(num_classes=400)
     names = dict(zip(r3d_state_from_torchvision(theirs.state_dict()), theirs.state_dict()))

@@ -33,6 +33,7 @@ __all__ = ["CONVERTERS", "load_finetune_weights"]
 CONVERTERS: dict[str, str] = {
     "vit": "nlnet.models.vit:vit_state_dict_from_torchvision",
     "swin": "nlnet.models.swin:swin_state_dict_from_torchvision",
+    "r3d": "nlnet.models.video.torchvision_r3d:r3d_state_from_torchvision",
 }
 
 
@@ -87,9 +88,9 @@ def load_finetune_weights(model: torch.nn.Module, facts: Any, spec: Any) -> Load
         head_keys = (*DEFAULT_HEAD_KEYS, *(p + "." for p in facts.classifier))
         return load_pretrained_2d(model, sd, arch=arch, head_keys=head_keys,
                                   new_keys=(*DEFAULT_NEW_KEYS, *facts.new_keys))  # fmt: skip
-    if fmt in CONVERTERS and any(k.startswith(("encoder.", "features.")) for k in sd):
-        module, attr = CONVERTERS[fmt].split(":")  # by name: vit/swin register models here
+    if fmt in CONVERTERS and any(k.startswith(("encoder.", "features.", "stem.")) for k in sd):
+        module, attr = CONVERTERS[fmt].split(":")  # by name: these modules register models
         convert = getattr(importlib.import_module(module), attr)
-        sd = convert(sd) if fmt == "vit" else convert(sd, len(model.stages))
+        sd = convert(sd, len(model.stages)) if fmt == "swin" else convert(sd)
         sd = {k: v for k, v in sd.items() if k in own or not k.endswith("relative_position_index")}
     return load_partial(model, sd, facts.classifier)

@@ -47,7 +47,7 @@ DEFAULT_CLASSIFIER: tuple[str, ...] = ("fc",)
 INPUT_KINDS: tuple[str, ...] = ("clip", "image", "volume")
 
 #: How torchvision weights reach a model (:attr:`ModelCfg.weights_format`).
-WEIGHTS_FORMATS: tuple[str, ...] = ("inflate", "vit", "swin", "backbone", "native")
+WEIGHTS_FORMATS: tuple[str, ...] = ("inflate", "vit", "swin", "r3d", "backbone", "native")
 
 
 def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -96,7 +96,7 @@ class ModelCfg:
             derived once here: ``torchvision_arch`` if set, else ``resnet{depth}`` (50/101) for
             the ``"inflate"``/``"backbone"`` formats.
         weights_format: how torchvision weights reach the model: ``"inflate"`` (2D ResNet, copied
-            or inflated to 3D, Section 4.1), ``"vit"``/``"swin"`` (renamed), ``"backbone"`` (the
+            or inflated to 3D, Section 4.1), ``"vit"``/``"swin"``/``"r3d"`` (renamed), ``"backbone"`` (the
             builder takes them as its backbone, detectors) or ``"native"`` (only state dicts of
             this very model); ``"inflate"`` without a ``weights_arch`` becomes ``"native"``.
         dynamic_time: the clip length may change at run time (export's dynamic axis).

@@ -145,3 +145,19 @@ def test_image_data_section_is_checked_at_load():
         load_config(None, {"task": "image", "data": {}})
     with pytest.raises(ConfigError, match="data.builtin"):
         load_config(None, {"task": "image", "data": {"builtin": "mnist"}})
+
+
+def test_r3d_18_takes_torchvisions_kinetics_weights_by_name(fake_weights):
+    """``r3d_18`` (a ``ResNet3d`` of basic blocks) loads torchvision's ``R3D_18_Weights`` file
+    from the cache (fake, real name), renamed: every tensor but the new head holds the file's."""
+    from nlnet.models.video.torchvision_r3d import r3d_state_from_torchvision
+
+    path = fake_weights("r3d_18", "KINETICS400_V1")
+    assert model_facts("r3d_18").weights_meta("KINETICS400_V1")["url"].endswith(path.name)
+    source = r3d_state_from_torchvision(torch.load(path, weights_only=True))
+    model = create_model("r3d_18", weights="KINETICS400_V1", num_classes=7)
+    own = model.state_dict()
+    assert set(own) == set(source) and own["fc.weight"].shape == (7, 512)
+    for key, value in own.items():
+        if not key.startswith("fc."):
+            assert torch.equal(value, source[key]), key

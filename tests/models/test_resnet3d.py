@@ -10,12 +10,14 @@ from torch import nn
 from nlnet.models.registry import create_model, get_model_entry, list_models
 from nlnet.models.video.resnet3d import Bottleneck3d, ResNet3d, inflation_pattern
 
-# The paper's video models (Table 1 layout); the CPU demo family "tiny" is narrower by design.
+# The paper's video models (Table 1 layout: ResNet-50/101); the CPU demo family "tiny" is
+# narrower by design, r3d_18 (basic blocks, tests/models/test_resnet3d_basic.py) another network.
 VIDEO_MODELS = [
     n
     for n in list_models()
     if get_model_entry(n).default_cfg.task.startswith("video")
     and get_model_entry(n).default_cfg.family == "resnet3d"
+    and get_model_entry(n).default_cfg.depth in (50, 101)
 ]
 
 # Table 1, 32x224x224 input: (channels, T, H, W) of every stage output.

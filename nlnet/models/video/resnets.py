@@ -223,3 +223,33 @@ def i3d311_r101_nl5(**kwargs: Any) -> nn.Module:
 def i3d311_r101_nl10(**kwargs: Any) -> nn.Module:
     """I3D 3x1x1 ResNet-101, 10 non-local blocks (4 res3 + 6 res4)."""
     return build_video_resnet(101, "i3d311", "nl10", **kwargs)
+
+
+@register_model(
+    description="R3D-18 (torchvision's r3d_18 rebuilt: basic blocks, 3x3x3 kernels); blocks by "
+    "placement=",
+    default_cfg=ModelCfg(
+        task="video_classification",
+        num_classes=400,
+        input_size=(3, 16, 112, 112),
+        mean=(0.43216, 0.394666, 0.37645),  # torchvision's R3D_18_Weights transforms
+        std=(0.22803, 0.22145, 0.216989),
+        first_conv="conv1",
+        classifier=("fc",),
+        family="resnet3d",
+        arch="r3d",
+        depth=18,
+        weights_format="r3d",  # torchvision's VideoResNet keys, renamed
+        torchvision_arch="r3d_18",
+        test_overrides={"width": 4},
+    ),
+)
+def r3d_18(**kwargs: Any) -> nn.Module:
+    """R3D-18 (Tran et al., CVPR 2018) as :class:`ResNet3d`: torchvision's ``r3d_18`` with the same
+    function and weights (``model.init: KINETICS400_V1`` loads torchvision's); non-local blocks
+    after residual blocks with ``placement=`` (e.g. ``{"res3": [1], "res4": [1]}``)."""
+    from nlnet.models.video.torchvision_r3d import R3D_18_LAYERS, R3D_18_OPTIONS
+
+    block, placement = block_arguments(kwargs, None)
+    options = {**R3D_18_OPTIONS, **kwargs}
+    return ResNet3d(R3D_18_LAYERS, placement=placement, block=block, **options)
