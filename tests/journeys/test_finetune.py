@@ -161,3 +161,15 @@ def test_r3d_18_takes_torchvisions_kinetics_weights_by_name(fake_weights):
     for key, value in own.items():
         if not key.startswith("fc."):
             assert torch.equal(value, source[key]), key
+
+
+def test_a_video_config_without_statistics_takes_its_models():
+    """``data.mean``/``data.std`` unset: the model's (Kinetics' for r3d_18, whose weights expect
+    them; ImageNet's for the paper's networks); set: the user's."""
+    from nlnet.engine.config import load_config
+
+    assert load_config(None, ["model.name=r3d_18"]).data.mean == model_facts("r3d_18").mean
+    assert load_config(None, ["model.name=c2d_r50_nl5"]).data.mean == (0.485, 0.456, 0.406)
+    mine = load_config(None, ["model.name=r3d_18", "data.mean=[0.5,0.5,0.5]",
+                              "data.std=[0.2,0.2,0.2]"])  # fmt: skip
+    assert (mine.data.mean, mine.data.std) == ((0.5,) * 3, (0.2,) * 3)

@@ -102,9 +102,28 @@ def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
     data = migrate_moved_keys(dict(data or {}))
     raw_data = data.pop("data", None)
     cfg = build_config_section(Config, data, ())
+    raw_data = _model_statistics(cfg, raw_data)
     cfg = dataclasses.replace(cfg, data=build_data_section(cfg.task, raw_data))
     validate_config(cfg)
     return cfg
+
+
+def _model_statistics(cfg: Config, raw: Any) -> Any:
+    """A video ``data`` mapping without ``mean``/``std`` gets the model's (``ModelCfg.mean``:
+    ImageNet's for the paper's networks, Kinetics' for ``r3d_18``), as the image task does; an
+    unregistered model keeps the section's default (ImageNet's)."""
+    if cfg.task != "video_classification" or not isinstance(raw, Mapping | None):
+        return raw
+    raw = dict(raw or {})
+    if "mean" in raw and "std" in raw:
+        return raw
+    from nlnet.models.registry import model_facts
+
+    try:
+        facts = model_facts(cfg.model.name)
+    except ValueError:
+        return raw
+    return {"mean": list(facts.mean), "std": list(facts.std), **raw}
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
