@@ -40,58 +40,13 @@ from nlnet.models.checks import check_input
 from nlnet.models.features import ClassifierContract, resnet_feature_info, resnet_intermediates
 from nlnet.models.placement import block_arguments, place_non_local
 from nlnet.models.registry import register_model
-from nlnet.models.video.resnet3d import inflation_pattern
+from nlnet.models.video.resnet3d import BasicBlock3d, inflation_pattern
 
-__all__ = ["BasicBlock3d", "TinyC2D", "build_tiny"]
+__all__ = ["TinyC2D", "build_tiny"]
 
 torch.fx.wrap("check_input")  # traceable input check (models/checks.py)
 
 TINY_LAYERS: tuple[int, int, int, int] = (1, 2, 3, 1)
-
-
-class BasicBlock3d(nn.Module):
-    """A ResNet basic block (two ``1x3x3`` convolutions) for C2D (He et al. 2016; Table 1 uses
-    bottlenecks, which learn far slower at a width of a few channels).
-
-    Parameter names follow torchvision's ``BasicBlock`` (``conv1``, ``bn1``, ``conv2``, ``bn2``,
-    ``downsample``); the ``non_local`` slot (``None`` by default) holds a non-local block applied
-    to the block output, where :func:`nlnet.models.surgery.insert_non_local` puts it.
-
-    Args:
-        inplanes: input channels.
-        planes: output channels.
-        stride: spatial stride of ``conv1`` and of the shortcut.
-        downsample: projection shortcut or ``None`` for identity.
-        temporal_kernel: temporal size of ``conv1`` (1: C2D; 3: I3D's inflated ``3x3x3``).
-    """
-
-    expansion: int = 1
-
-    def __init__(
-        self,
-        inplanes: int,
-        planes: int,
-        stride: int = 1,
-        downsample: nn.Module | None = None,
-        temporal_kernel: int = 1,
-    ) -> None:
-        super().__init__()
-        kt, sp = int(temporal_kernel), (1, stride, stride)  # a kt x 3 x 3 kernel, "same" padding
-        self.conv1 = nn.Conv3d(inplanes, planes, (kt, 3, 3), sp, (kt // 2, 1, 1), bias=False)
-        self.bn1 = nn.BatchNorm3d(planes)
-        self.conv2 = nn.Conv3d(planes, planes, (1, 3, 3), padding=(0, 1, 1), bias=False)
-        self.bn2 = nn.BatchNorm3d(planes)
-        self.relu = nn.ReLU(inplace=True)
-        self.downsample = downsample
-        self.register_module("non_local", None)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        identity = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))  # (B, planes, T, H/s, W/s)
-        out = self.relu(self.bn2(self.conv2(out)) + identity)
-        if self.non_local is not None:
-            out = self.non_local(out)
-        return out
 
 
 class TinyC2D(ClassifierContract, nn.Module):
@@ -198,9 +153,10 @@ class TinyC2D(ClassifierContract, nn.Module):
                 nn.Conv3d(self.inplanes, planes, 1, stride=(1, stride, stride), bias=False),
                 nn.BatchNorm3d(planes),
             )
-        mods = [BasicBlock3d(self.inplanes, planes, stride, downsample, kts[0])]
+        # the library's basic block with its first kernel kt x 3 x 3 (I3D inflates that one)
+        mods = [BasicBlock3d(self.inplanes, planes, stride, downsample, conv1_t=kts[0])]
         self.inplanes = planes
-        mods += [BasicBlock3d(planes, planes, temporal_kernel=kt) for kt in kts[1:]]
+        mods += [BasicBlock3d(planes, planes, conv1_t=kt) for kt in kts[1:]]
         return nn.Sequential(*mods)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
