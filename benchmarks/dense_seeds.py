@@ -150,17 +150,19 @@ def run(
 
 
 def cost_lines(summary: dict[str, Any]) -> str:
-    """The models' parameters and multiply-adds (``summary["cost"]``, super-resolution), and the
-    settings that differ from the demo's default, as lines under the table ("" without them)."""
-    cost = summary.get("cost")
-    if not cost:
-        return ""
-    lines = ["", "| model | params | MACs / training patch | MACs / test tile |",
-             "| --- | --- | --- | --- |"]  # fmt: skip
-    for model, c in cost.items():
-        lines.append(f"| {model} | {c['params']:,} | {c['macs_patch'] / 1e6:.1f} M | "
-                     f"{c['macs_tile'] / 1e6:.1f} M |")  # fmt: skip
-    return "\n".join(lines) + f"\n\nsettings: {summary.get('settings')}\n"
+    """The models' parameters and multiply-adds (``summary["cost"]``, super-resolution) and the
+    recipe's settings (``summary["settings"]``: which recipe the table is of), as lines under
+    the table ("" without either)."""
+    lines = []
+    if cost := summary.get("cost"):
+        lines = ["", "| model | params | MACs / training patch | MACs / test tile |",
+                 "| --- | --- | --- | --- |"]  # fmt: skip
+        for model, c in cost.items():
+            lines.append(f"| {model} | {c['params']:,} | {c['macs_patch'] / 1e6:.1f} M | "
+                         f"{c['macs_tile'] / 1e6:.1f} M |")  # fmt: skip
+    if (settings := summary.get("settings")) is not None:
+        lines += ["", f"settings: {settings}"]
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def main(argv: list[str] | None = None) -> int:

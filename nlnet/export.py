@@ -267,6 +267,16 @@ def test_views(
 test_views.__test__ = False  # type: ignore[attr-defined]  # not a test where pytest imports it
 
 
+def _model_preprocessing(facts: Any) -> Preprocessing:
+    """The record of a checkpoint that stores none: the model's registered input (its clip
+    length for a video model) and statistics."""
+    if facts.input_kind == "volume":
+        return Preprocessing("volume")
+    if facts.input_kind == "clip":
+        return Preprocessing("clip", facts.mean, facts.std, num_frames=facts.input_size[1])
+    return Preprocessing("image", facts.mean, facts.std)
+
+
 def export_metadata(info: Any, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a deployed model needs besides its graph: name, classes, preprocessing, layout,
     and for video models the test views (:func:`test_views`; ``evaluation``: the checkpoint's
@@ -274,9 +284,7 @@ def export_metadata(info: Any, evaluation: dict[str, Any] | None = None) -> dict
     from nlnet.models.registry import model_facts
 
     facts = model_facts(info.model_name)
-    kind = {"clip": "clip", "volume": "volume"}.get(facts.input_kind, "image")
-    prep = info.preprocessing or Preprocessing(kind, None if kind == "volume" else facts.mean,
-                                               None if kind == "volume" else facts.std)  # fmt: skip
+    prep = info.preprocessing or _model_preprocessing(facts)
     views = test_views(prep, evaluation or {}, bool(info.multi_label))
     return {
         **({"test_views": views} if views else {}),

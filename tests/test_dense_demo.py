@@ -253,3 +253,5 @@ def test_dense_seeds_set_changes_the_segmentation_block_and_models(tmp_path):
         models = [r["model"] for r in summary["runs"]]
         assert models == (["seg_tiny_nl"] if name == "w_z" else ["seg_tiny", "seg_tiny_nl"])
     assert summary["settings"]["block"] == {} and gammas["w_z"] > 0.5 > 0.1 > gammas["paper"]
+    with pytest.raises(ValueError, match="set pretrain_epochs=N before freeze_backbone"):
+        with_change(SegDemoSettings(), "freeze_backbone=true")

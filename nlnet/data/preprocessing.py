@@ -77,7 +77,7 @@ class Preprocessing:
     window_overlap: float = 0.25
     normalize: str = "mean_std"
     modalities: tuple[str, ...] = ()
-    label_map: Mapping[int, int] = field(default_factory=dict)
+    label_map: Mapping[int, int] = field(default_factory=dict, hash=False)  # a dict: not hashed
     upscale: int | None = None
     iou_types: tuple[str, ...] = ()
     channel_order: str = "RGB"

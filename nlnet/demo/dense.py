@@ -91,8 +91,13 @@ class SegDemoSettings:
 
         if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
             raise ValueError("epochs, batch_size: expected >= 1; lr: expected > 0")
+        if self.pretrain_epochs < 0 or self.pretrain_lr <= 0:
+            raise ValueError("pretrain_epochs: expected >= 0; pretrain_lr: expected > 0")
         if self.freeze_backbone and self.pretrain_epochs < 1:
-            raise ValueError("freeze_backbone: needs pretrain_epochs >= 1 (a backbone to keep)")
+            raise ValueError(
+                "freeze_backbone: needs pretrain_epochs >= 1 (a backbone to keep); set "
+                "pretrain_epochs=N before freeze_backbone=true"
+            )
         BlockOptions.of(self.block)  # a typo or a bad value fails here, before any training
         pair = DENSE_MODELS["segmentation"]
         if not self.models or any(m not in pair for m in self.models):

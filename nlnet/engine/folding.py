@@ -95,6 +95,10 @@ def _pairs(model: nn.Module) -> list[tuple[str, str]]:
 
     graph = torch.fx.symbolic_trace(model).graph
     modules = dict(model.named_modules())
+    calls: dict[str, int] = {}  # a module called at several sites is not folded
+    for node in graph.nodes:
+        if node.op == "call_module":
+            calls[node.target] = calls.get(node.target, 0) + 1
     out = []
     for node in graph.nodes:
         if node.op != "call_module" or not _frozen(modules.get(node.target)):
@@ -102,6 +106,7 @@ def _pairs(model: nn.Module) -> list[tuple[str, str]]:
         src = node.args[0]
         conv = modules.get(src.target) if isinstance(src, torch.fx.Node) else None
         if (src.op == "call_module" and type(conv) in _FOLDED and len(src.users) == 1
+                and calls[src.target] == calls[node.target] == 1
                 and conv.out_channels == modules[node.target].num_features):  # fmt: skip
             out.append((src.target, node.target))
     return out

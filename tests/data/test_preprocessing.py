@@ -91,3 +91,14 @@ def test_checkpoints_store_the_versioned_dict_and_give_the_record(tmp_path):
     with pytest.raises(CheckpointError, match="preprocessing: preprocessing.kind"):
         save_checkpoint(tmp_path / "c.pt", model=model, model_name="vit_tiny", num_classes=2,
                         preprocessing={"version": 2, "kind": "audio"})  # fmt: skip
+
+
+def test_a_record_hashes_and_a_checkpoint_without_one_exports_with_its_models_input():
+    from nlnet.engine.checkpoint import CheckpointInfo
+    from nlnet.export import export_metadata, input_shape
+
+    assert hash(RECORDS[4]) == hash(Preprocessing.from_dict(RECORDS[4].to_dict()))
+    info = CheckpointInfo("c2d_r50", 4)  # an import that stored no preprocessing
+    meta = export_metadata(info)
+    assert meta["preprocessing"]["kind"] == "clip" and meta["preprocessing"]["num_frames"] == 32
+    assert input_shape(info) == (1, 3, 32, 224, 224)

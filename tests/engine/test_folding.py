@@ -68,6 +68,18 @@ def test_only_a_frozen_bn_that_is_its_convolutions_only_user_folds():
     freeze_batchnorm(model.bn)
     assert fold_frozen_batchnorm(model) == 0
 
+    class CalledTwice(torch.nn.Module):  # one conv and BN pair applied at two sites
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.bn = torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return self.bn(self.conv(self.bn(self.conv(x))))
+
+    twice = CalledTwice()
+    freeze_batchnorm(twice)
+    assert fold_frozen_batchnorm(twice) == 0
+
 
 def test_a_model_that_does_not_trace_folds_nothing_with_a_warning():
     class Branchy(torch.nn.Module):

@@ -173,3 +173,5 @@ def test_a_video_config_without_statistics_takes_its_models():
     mine = load_config(None, ["model.name=r3d_18", "data.mean=[0.5,0.5,0.5]",
                               "data.std=[0.2,0.2,0.2]"])  # fmt: skip
     assert (mine.data.mean, mine.data.std) == ((0.5,) * 3, (0.2,) * 3)
+    half = load_config(None, ["model.name=r3d_18", "data.mean=[0.5,0.5,0.5]"])
+    assert half.data.std == (0.229, 0.224, 0.225)  # the section's, never half of the model's

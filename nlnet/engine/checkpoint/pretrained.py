@@ -63,7 +63,10 @@ def save_pretrained(ckpt: Mapping[str, Any], directory: str | os.PathLike) -> Pa
         )
     out.mkdir(parents=True, exist_ok=True)
     config = {k: ckpt.get(k) for k in _KEYS}
-    record = Preprocessing.from_dict(ckpt.get("preprocessing"))  # an older shape: this version's
+    try:  # an older shape: this version's
+        record = Preprocessing.from_dict(ckpt.get("preprocessing"))
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"preprocessing: {exc}") from None
     config["preprocessing"] = record.to_dict() if record is not None else {}
     config["format"] = "nlnet-pretrained"
     config["eval"] = (ckpt.get("config") or {}).get("eval") or {}

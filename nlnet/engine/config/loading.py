@@ -109,13 +109,13 @@ def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
 
 
 def _model_statistics(cfg: Config, raw: Any) -> Any:
-    """A video ``data`` mapping without ``mean``/``std`` gets the model's (``ModelCfg.mean``:
+    """A video ``data`` mapping without ``mean`` and ``std`` gets the model's (``ModelCfg.mean``:
     ImageNet's for the paper's networks, Kinetics' for ``r3d_18``), as the image task does; an
     unregistered model keeps the section's default (ImageNet's)."""
     if cfg.task != "video_classification" or not isinstance(raw, Mapping | None):
         return raw
     raw = dict(raw or {})
-    if "mean" in raw and "std" in raw:
+    if "mean" in raw or "std" in raw:  # the user's statistics: never half of the model's
         return raw
     from nlnet.models.registry import model_facts
 
