@@ -244,14 +244,11 @@ def test_dense_seeds_set_changes_the_segmentation_block_and_models(tmp_path):
         s = with_change(s, change)
     cfg = DenseDigitsConfig(size=48, num_train=4, num_val=2, num_test=2)
     kw = {"data": cfg, "data_root": tmp_path / "data", "pictures": False, "log": lambda _: None}
-    gammas = {}
-    for name, settings in (("w_z", s), ("paper", SegDemoSettings.quick())):
-        summary = run_dense_demo("segmentation", [0], out_dir=tmp_path / name, settings=settings,
-                                 **kw)  # fmt: skip
-        state = torch.load(tmp_path / name / "seed0" / "seg_tiny_nl.pt")
-        gammas[name] = state["head.non_local.norm.weight"].abs().mean().item()
-        models = [r["model"] for r in summary["runs"]]
-        assert models == (["seg_tiny_nl"] if name == "w_z" else ["seg_tiny", "seg_tiny_nl"])
-    assert summary["settings"]["block"] == {} and gammas["w_z"] > 0.5 > 0.1 > gammas["paper"]
+    summary = run_dense_demo("segmentation", [0], out_dir=tmp_path / "w_z", settings=s, **kw)
+    assert [r["model"] for r in summary["runs"]] == ["seg_tiny_nl"]
+    assert summary["settings"]["block"] == {"init": "w_z"}
+    # the paper's start is a BN scale of 0 (tests/layers); the guide's, 1: a step leaves it near 1
+    state = torch.load(tmp_path / "w_z" / "seed0" / "seg_tiny_nl.pt")
+    assert state["head.non_local.norm.weight"].abs().mean().item() > 0.5
     with pytest.raises(ValueError, match="set pretrain_epochs=N before freeze_backbone"):
         with_change(SegDemoSettings(), "freeze_backbone=true")
