@@ -39,6 +39,7 @@ __all__ = [
     "divided_weights_to_tokens",
     "patch_merging_matrix",
     "rollout_figure",
+    "save_rollout_picture",
     "swin_rollout",
     "transformer_attention_figure",
     "vit_rollout",
@@ -364,3 +365,23 @@ def _video_rollout_figure(frames, heat: Tensor, title: str):
     fig.suptitle(title or "attention rollout (class token)")
     fig.tight_layout()
     return fit_titles(fig)
+
+
+def save_rollout_picture(
+    model: nn.Module, x: Tensor, frames, class_names: Sequence[str], path, title: str = ""
+) -> str:
+    """:func:`transformer_attention_figure` titled with the prediction, saved to ``path`` (its
+    folder made); returns the predicted class name (its index when unnamed)."""
+    from pathlib import Path
+
+    from nlnet.analysis.plotting import pyplot
+
+    logits, fig = transformer_attention_figure(model, x, frames, title=title)
+    pred = int(logits.argmax(1)[0])
+    label = class_names[pred] if pred < len(class_names) else str(pred)
+    fig.suptitle(f"{title}  prediction: {label}")
+    fit_titles(fig)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)
+    return label

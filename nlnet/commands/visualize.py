@@ -71,9 +71,7 @@ def _fixed_side(model: Any) -> int | None:
 
 def _rollout_picture(model: Any, inp: Any, frames: Any, args: argparse.Namespace, info) -> int:
     """The transformer branch: one attention-rollout figure, ``rollout.png``."""
-    from nlnet.analysis.plotting import pyplot
-    from nlnet.analysis.rollout import transformer_attention_figure
-    from nlnet.analysis.visualize import fit_titles
+    from nlnet.analysis.rollout import save_rollout_picture
     from nlnet.engine.errors import DataError
 
     for flag, value in (("--query", args.query), ("--block", args.block)):
@@ -82,19 +80,11 @@ def _rollout_picture(model: Any, inp: Any, frames: Any, args: argparse.Namespace
                 f"{flag}: {info.model_name} has no non-local block; its picture is the "
                 "attention rollout of the whole transformer, which has no query or block"
             )
-    fig_title = f"{info.model_name}  attention rollout"
-    logits, fig = transformer_attention_figure(model, inp, frames, title=fig_title)
-    pred = int(logits.argmax(1)[0])
-    names = info.class_names
-    label = names[pred] if pred < len(names) else str(pred)
-    fig.suptitle(f"{fig_title}  prediction: {label}")
-    fit_titles(fig)
-    out_dir = Path(args.output)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_dir / "rollout.png", dpi=120)
-    pyplot().close(fig)
+    path = Path(args.output) / "rollout.png"
+    label = save_rollout_picture(model, inp, frames, info.class_names, path,
+                                 f"{info.model_name}  attention rollout")  # fmt: skip
     print(f"prediction: {label}")
-    print(f"wrote {out_dir / 'rollout.png'}")
+    print(f"wrote {path}")
     return 0
 
 
