@@ -82,8 +82,9 @@ class SegDemoSettings:
     #: both models start from its backbone.
     pretrain_epochs: int = 0
     pretrain_lr: float = 1e-2
-    #: With ``pretrain_epochs``: keep the pre-trained backbone fixed (the head and its block
-    #: train).
+    #: With ``pretrain_epochs``: keep the pre-trained backbone's weights fixed (the head and its
+    #: block train; the backbone's BatchNorm statistics still follow the task's images, as with
+    #: the U-Net demo's ``train.freeze``).
     freeze_backbone: bool = False
 
     def __post_init__(self) -> None:
