@@ -70,13 +70,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def save_imported(path: str, model: Any, model_name: str, num_classes: int, **kw: Any) -> Path:
-    """Write the checkpoint through the engine's public save function (one place to repoint)."""
-    from nlnet.engine.checkpoint import save_checkpoint
-
-    return save_checkpoint(path, model=model, model_name=model_name, num_classes=num_classes, **kw)
-
-
 def _overrides(items: list[str]) -> dict[str, Any]:
     import yaml
 
@@ -86,24 +79,6 @@ def _overrides(items: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ValueError(f"--override {item!r}: expected KEY=VALUE, e.g. width=4")
         out[key.strip()] = yaml.safe_load(raw)
-    return out
-
-
-def merged_options(options: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``--override`` options over a row's: block options (``impl=math`` or ``block={...}``)
-    join the row's ``block`` (``{norm: null}`` of the affine files) instead of replacing it."""
-    from nlnet.layers.block_spec import block_option_names
-
-    out, block = dict(options), dict(options.get("block") or {})
-    for key, value in over.items():
-        if key in block_option_names():
-            block[key] = value
-        elif key == "block":
-            block.update(value or {})
-        else:
-            out[key] = value
-    if block:
-        out["block"] = block
     return out
 
 
@@ -134,6 +109,7 @@ def _config(args, model: str, num_classes: int, options: dict, prep: dict | None
 def _resolve(args, blobs) -> tuple[str, dict, dict | None]:
     """(model name, create_model options, preprocessing or None) for the file."""
     from nlnet.models.caffe2_zoo import match_released, released_model
+    from nlnet.models.placement import merged_builder_options
 
     if args.released:
         row = released_model(args.released)
@@ -148,10 +124,10 @@ def _resolve(args, blobs) -> tuple[str, dict, dict | None]:
                 "are not in the blobs) or --model with --override"
             )
     if row is None or (args.model and args.model != row.model):
-        return args.model, merged_options({}, _overrides(args.override)), None
+        return args.model, merged_builder_options({}, _overrides(args.override)), None
     return (
         row.model,
-        merged_options(row.model_options, _overrides(args.override)),
+        merged_builder_options(row.model_options, _overrides(args.override)),
         row.preprocessing,
     )
 
@@ -159,6 +135,7 @@ def _resolve(args, blobs) -> tuple[str, dict, dict | None]:
 def _pyslowfast(args) -> tuple[str, int, dict, dict, Any, Any]:
     """A PySlowFast ``.pyth`` (C2D/I3D +NLN): its 8x8 protocol; the model is named by --model."""
     from nlnet.models.caffe2_zoo import RELEASED_PREPROCESSING, RELEASED_TEST
+    from nlnet.models.placement import merged_builder_options
     from nlnet.models.pyslowfast import PYSLOWFAST_OPTIONS, import_pyslowfast, read_pyslowfast
     from nlnet.models.registry import create_model
 
@@ -168,7 +145,7 @@ def _pyslowfast(args) -> tuple[str, int, dict, dict, Any, Any]:
     head = state.get("head.projection.weight")
     num_classes = args.num_classes or (int(head.shape[0]) if head is not None else 400)
     base = {**PYSLOWFAST_OPTIONS, "head": RELEASED_TEST["head"]}
-    options = merged_options(base, _overrides(args.override))
+    options = merged_builder_options(base, _overrides(args.override))
     prep = {**RELEASED_PREPROCESSING, "num_frames": 8, "stride": 8}
     model = create_model(args.model, num_classes=num_classes, **options)
     report = import_pyslowfast(model, state, strict=not args.allow_partial)
@@ -202,15 +179,16 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _write(args, model, name, num_classes, config, options, prep, report) -> int:
+    from nlnet.engine.checkpoint import save_checkpoint
     from nlnet.models.kinetics_classes import kinetics400_classes
 
     # every released file (and PySlowFast's Kinetics models) numbers the 400 Kinetics classes
     # alphabetically: store the names so that predict prints "abseiling", not "class_0"; a file
     # of one's own (no released protocol) keeps its class ids
     names = list(kinetics400_classes()) if num_classes == 400 and prep else None
-    path = save_imported(
-        args.output, model, name, num_classes, config=config, model_options=options,
-        preprocessing=prep or {}, class_names=names,
+    path = save_checkpoint(
+        args.output, model=model, model_name=name, num_classes=num_classes, config=config,
+        model_options=options, preprocessing=prep or {}, class_names=names,
     )  # fmt: skip
     print(report)
     if report.kept or report.unused:

@@ -28,7 +28,7 @@ from nlnet.models.resnet_layout import BLOCK_CONFIG, STAGE_NAMES
 from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_paths
 
 __all__ = ["BlockOptions", "Placement", "PlacementLike", "block_arguments", "check_no_block",
-           "family_block", "place_non_local"]  # fmt: skip
+           "family_block", "merged_builder_options", "place_non_local"]  # fmt: skip
 
 #: Stage keys a placement accepts: the paper's names, torchvision's, or the stage number.
 _STAGE_KEYS: dict[Any, str] = {
@@ -280,3 +280,20 @@ def _stage_lengths(model: nn.Module, placement: Placement) -> list[int]:
         raise ValueError(f"placement: the preset {placement.preset!r} needs stages "
                          f"layer1..layer4; {type(model).__name__} has none") from None  # fmt: skip
     return [len([n for n, _ in s.named_children() if n != "non_local"]) for s in stages]
+
+
+def merged_builder_options(options: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Builder options ``over`` on top of ``options`` (a released model's, ``nlnet
+    import-caffe2 --override``): block options (``impl=math`` or ``block={...}``) join
+    ``options["block"]`` (e.g. ``{norm: null}`` of the affine files) instead of replacing it."""
+    out, block = dict(options), dict(options.get("block") or {})
+    for key, value in over.items():
+        if key in block_option_names():
+            block[key] = value
+        elif key == "block":
+            block.update(value or {})
+        else:
+            out[key] = value
+    if block:
+        out["block"] = block
+    return out
