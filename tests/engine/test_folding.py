@@ -4,6 +4,7 @@ forward and gradients as the unfolded model, the same state dict, the same train
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -114,3 +115,33 @@ def test_fine_tuning_with_folded_bn_trains_the_same_numbers(tmp_path):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=name)
     with pytest.raises(ConfigError, match="train.fold_frozen_bn: .* set train.freeze_bn"):
         load_config(None, ["train.fold_frozen_bn=true"])
+
+
+@pytest.mark.parametrize(
+    "name,shape",
+    [("c2d_tiny_nl1", (1, 3, 4, 32, 32)), ("seg_tiny_nl", (1, 3, 32, 32)),
+     ("unet2d_nl", (1, 3, 32, 32)), ("r3d_18", (1, 3, 4, 16, 16))],
+)  # fmt: skip
+def test_folding_on_other_families_gives_the_same_output(name, shape):
+    """2D and 3D, blocks inserted after construction or built in, a U-Net's skip paths."""
+    from nlnet.models import create_model, get_model_entry
+
+    torch.manual_seed(0)
+    narrow = dict(get_model_entry(name).default_cfg.get("test_overrides", {}))
+    model = create_model(name, **narrow).double().train()
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            m.running_var.uniform_(0.5, 1.5)
+    with warnings.catch_warnings():  # the blocks' own norms stay trainable (r3d_18 has none)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        freeze_batchnorm(model)
+    folded = copy.deepcopy(model)
+    assert fold_frozen_batchnorm(folded) > 0
+    x = torch.randn(*shape, dtype=torch.float64)
+    torch.manual_seed(5)  # the same dropout masks
+    expected = model(x)
+    torch.manual_seed(5)
+    got = folded(x)
+    if isinstance(expected, dict):  # a U-Net with deep supervision: its main output
+        expected, got = expected["out"], got["out"]
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
