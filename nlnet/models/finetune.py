@@ -26,7 +26,7 @@ from nlnet.models.inflate import (
 from nlnet.models.loading import LoadReport, load_partial
 from nlnet.models.weights import load_weights
 
-__all__ = ["CONVERTERS", "load_finetune_weights"]
+__all__ = ["CONVERTERS", "adapt_first_conv", "load_finetune_weights"]
 
 #: ``weights_format`` -> ``"module:function"`` renaming a torchvision state dict to nlnet's keys
 #: (by name: those modules import the registry, which imports this one lazily).
@@ -83,7 +83,9 @@ def load_finetune_weights(model: torch.nn.Module, facts: Any, spec: Any) -> Load
     else:
         sd = _unwrap(load_weights(spec, arch if named else None))
     own = model.state_dict()
-    covers = all(k in sd for k in own if not _under(k, facts.classifier))  # this model's own
+    sd = adapt_first_conv(sd, own, facts.first_conv)
+    covers = all(k in sd and sd[k].shape == own[k].shape  # this model's own layout
+                 for k in own if not _under(k, facts.classifier))  # fmt: skip
     if fmt == "inflate" and not covers:  # ImageNet 2D layout: copied or inflated
         head_keys = (*DEFAULT_HEAD_KEYS, *(p + "." for p in facts.classifier))
         return load_pretrained_2d(model, sd, arch=arch, head_keys=head_keys,
@@ -93,4 +95,28 @@ def load_finetune_weights(model: torch.nn.Module, facts: Any, spec: Any) -> Load
         convert = getattr(importlib.import_module(module), attr)
         sd = convert(sd, len(model.stages)) if fmt == "swin" else convert(sd)
         sd = {k: v for k, v in sd.items() if k in own or not k.endswith("relative_position_index")}
+        sd = adapt_first_conv(sd, own, facts.first_conv)
     return load_partial(model, sd, facts.classifier)
+
+
+def adapt_first_conv(
+    sd: dict[str, torch.Tensor], own: Mapping[str, torch.Tensor], first_conv: str
+) -> dict[str, torch.Tensor]:
+    """``sd`` with its first convolution's weight fitted to the model's input channels, as timm's
+    ``adapt_input_conv`` does: summed over the RGB channels for one channel (a grey video, a
+    one-channel volume), repeated and scaled by ``3 / C`` for ``C`` channels: an input equal on
+    every channel gives the RGB model's response (exactly for one channel and for multiples of
+    3). Other weights unchanged."""
+    key = f"{first_conv}.weight"
+    if not first_conv or key not in sd or key not in own:
+        return sd
+    w, want = sd[key], own[key].shape[1]
+    have = w.shape[1]
+    if have == want or have != 3:
+        return sd
+    if want == 1:
+        adapted = w.sum(1, keepdim=True)
+    else:
+        reps = -(-want // 3)
+        adapted = w.repeat(1, reps, *[1] * (w.dim() - 2))[:, :want] * (3 / want)
+    return {**sd, key: adapted}

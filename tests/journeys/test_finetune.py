@@ -175,3 +175,41 @@ def test_a_video_config_without_statistics_takes_its_models():
     assert (mine.data.mean, mine.data.std) == ((0.5,) * 3, (0.2,) * 3)
     half = load_config(None, ["model.name=r3d_18", "data.mean=[0.5,0.5,0.5]"])
     assert half.data.std == (0.229, 0.224, 0.225)  # the section's, never half of the model's
+
+
+@pytest.mark.parametrize("name", ["r3d_18", "c2d_r50_nl5"])
+def test_rgb_weights_fit_a_model_of_one_or_four_input_channels(name):
+    """A grey video or a one-channel volume fine-tunes from RGB weights (timm's
+    ``adapt_input_conv``): the first kernel summed over RGB for one channel, repeated and scaled
+    by 3/C for C; an input equal on every channel gives the RGB model's first response (exact
+    for 1 and 6 channels; 4 channels get RGB, R again, all scaled by 3/4)."""
+    narrow = dict(get_model_entry(name).default_cfg.get("test_overrides", {}))
+    source = create_model(name, **narrow)
+    x = torch.randn(1, 1, 4, 16, 16)
+    expected = source.conv1(x.expand(-1, 3, -1, -1, -1))
+    for channels in (1, 4, 6):
+        model = create_model(name, in_channels=channels, weights=source.state_dict(),
+                             num_classes=3, **narrow)  # fmt: skip
+        assert model.conv1.weight.shape[1] == channels
+        assert torch.equal(model.layer1[0].conv1.weight, source.layer1[0].conv1.weight)
+        if channels == 4:
+            w = source.conv1.weight.detach()
+            torch.testing.assert_close(model.conv1.weight.detach(),
+                                       torch.cat([w, w[:, :1]], 1) * 0.75)  # fmt: skip
+            continue
+        got = model.conv1(x.expand(-1, channels, -1, -1, -1))
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_2d_weights_of_the_same_names_inflate_into_a_block_free_video_resnet():
+    """A torchvision-layout 2D ResNet-50 state dict (its keys are c2d_r50's own names) is
+    inflated (Sec. 4.1), not taken for this model's own weights; a grey input works too."""
+    narrow = {"width": 4}
+    as_2d = {k: v[:, :, 0] if v.dim() == 5 else v
+             for k, v in create_model("c2d_r50", **narrow).state_dict().items()}  # fmt: skip
+    for channels in (3, 1):
+        model = create_model("c2d_r50", in_channels=channels, weights=as_2d, num_classes=3,
+                             **narrow)  # fmt: skip
+        rgb = as_2d["conv1.weight"]
+        want = rgb if channels == 3 else rgb.sum(1, keepdim=True)
+        torch.testing.assert_close(model.conv1.weight.detach()[:, :, 0], want)
