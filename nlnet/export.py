@@ -470,7 +470,7 @@ def _check_exportable(model_name: str) -> None:
     from nlnet.models.registry import model_facts
 
     task = model_facts(model_name).task
-    if task in ("instance_segmentation", "keypoints"):
+    if task == "detection":
         raise ValueError(
             f"checkpoint: nlnet export takes classification and segmentation checkpoints; "
             f"{model_name!r} is a torchvision detector, which takes lists of images and branches "

@@ -53,7 +53,7 @@ from nlnet.engine.checkpoint import (
 )
 from nlnet.engine.distributed import resolve_device
 from nlnet.engine.errors import CheckpointError, DataError
-from nlnet.engine.tasks.video_eval import scores_from_logits
+from nlnet.engine.tasks.video.evaluation import scores_from_logits
 from nlnet.functional.stats import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = [

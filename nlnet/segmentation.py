@@ -14,7 +14,7 @@ The input is prepared as the checkpoint's training prepared it: an image is RGB,
 voxels per channel (:func:`~nlnet.data.segmentation.volumes.zscore_nonzero`). The network runs
 on the whole input (padded to a multiple of a U-Net's stride) or, for inputs larger than
 memory allows, on sliding windows whose logits are averaged where they overlap
-(:func:`~nlnet.engine.sliding_window.sliding_window_inference`, MONAI's placement); by default
+(:func:`~nlnet.engine.tasks.segmentation.sliding_window.sliding_window_inference`, MONAI's placement); by default
 it does what the checkpoint's own evaluation did (``data.sliding_window``).
 """
 
@@ -226,8 +226,8 @@ def segment(
         ValueError: a model without nlnet's checkpoint information, an unreadable input, or an
             input of another channel count or rank than the model's (naming the input).
     """
-    from nlnet.engine.sliding_window import sliding_window_inference
     from nlnet.engine.tasks.segmentation import forward_padded
+    from nlnet.engine.tasks.segmentation.sliding_window import sliding_window_inference
 
     info = segmentation_info(model)
     prep = _record(info)
@@ -258,7 +258,7 @@ def segment(
 
 
 def _count_windows(spatial: Sequence[int], window: Sequence[int], overlap: float) -> int:
-    from nlnet.engine.sliding_window import window_starts
+    from nlnet.engine.tasks.segmentation.sliding_window import window_starts
 
     count = 1
     for n, w in zip(spatial, window):

@@ -1,7 +1,9 @@
 """docs/ARCHITECTURE.md names only what exists, and draws ``train()``'s steps in the code's order.
 
 Read from the page: every backticked file or folder path (``engine/loop.py``, ``nlnet/data/``,
-``tasks/video.py``), every dotted ``nlnet.`` name, every backticked class-like name
+``tasks/video/task.py``), exactly: relative to the repository, ``nlnet/``, ``nlnet/engine/`` or a
+folder named before it in the same table row or paragraph, never the tail of a path elsewhere;
+every dotted ``nlnet.`` name, every backticked class-like name
 (``CamelCase``) and ``Class.method`` in its diagrams, every ``nlnet <command>``; and the step
 names of the one path from a config to a finished run.  Each must resolve in the repository, the
 package, or a well-known library it builds on; the steps must be the calls that
@@ -31,38 +33,102 @@ LIBRARIES = ("torch", "torch.nn", "torch.optim", "torch.optim.lr_scheduler",
              "torch.distributed")  # fmt: skip
 
 
-def _files() -> list[str]:
-    skip = {".git", ".venv", "site", "runs", "node_modules"}
+#: the folders a path on the page may be relative to (besides a folder named before it)
+ANCHORS = (REPO, REPO / "nlnet", REPO / "nlnet" / "engine")
+
+
+def _path_tokens(text: str) -> list[str]:
+    """The backticked file and folder paths of ``text`` (``x.py``, ``pkg/x.py``, ``pkg/``)."""
     out = []
-    for p in REPO.rglob("*"):
-        rel = p.relative_to(REPO)
-        if rel.parts and rel.parts[0] in skip or "__pycache__" in rel.parts:
-            continue
-        out.append(rel.as_posix() + ("/" if p.is_dir() else ""))
-    return out
-
-
-FILES = _files()
-
-
-def _path_exists(path: str) -> bool:
-    """``path`` (``x.py``, ``pkg/x.py``, ``pkg/``) is a repository path or the tail of one."""
-    return any(f == path or f.endswith("/" + path) for f in FILES)
-
-
-def _paths() -> set[str]:
-    candidates = set()
-    for tok in TICKED + re.findall(r"\(([^()\s]+\.py|[a-z_/]+/)\)", "\n".join(CODE_BLOCKS)):
+    for tok in re.findall(r"`([^`\n]+)`", text):
         for part in re.split(r"[,\s]+", tok):
             part = part.strip("(),")
             if re.fullmatch(r"[A-Za-z0-9_./-]+(\.py|/)", part) and not part.startswith("."):
-                candidates.add(part)
-    return candidates
+                out.append(part)
+    return out
 
 
-@pytest.mark.parametrize("path", sorted(_paths()))
-def test_named_paths_exist(path):
-    assert _path_exists(path), f"docs/ARCHITECTURE.md names {path!r}, which does not exist"
+def _units() -> list[str]:
+    """The prose as table rows and paragraphs (a path's folder is named in the same one)."""
+    units, para = [], []
+    for line in PROSE.splitlines() + [""]:
+        if line.startswith("|") or not line.strip():
+            if para:
+                units.append(" ".join(para))
+                para = []
+            if line.startswith("|"):
+                units.append(line)
+        else:
+            para.append(line)
+    return units
+
+
+def _paths() -> list[tuple[str, str]]:
+    """``(path, where)`` for every path of the page: of each table row and paragraph, and of
+    the diagrams' ``(file.py)`` notes."""
+    found = []
+    for unit in _units():
+        found += [(p, unit) for p in _path_tokens(unit)]
+    for block in CODE_BLOCKS:
+        for line in block.splitlines():
+            found += [(p, "") for p in re.findall(r"\(([^()\s]+\.py|[a-z_/]+/)\)", line)]
+            found += [(p, "") for m in re.findall(r"\(([^()]+)\)", line)
+                      for p in re.split(r",\s*", m) if re.fullmatch(r"[a-z_/]+\.py", p)]  # fmt: skip
+    return found
+
+
+def _missing(line_paths: list[str]) -> list[str]:
+    """The paths of one row or paragraph that do not exist exactly: each is relative to the
+    repository, ``nlnet/``, ``nlnet/engine/``, or a folder named earlier in it (a file named
+    earlier names its folder), never the tail of some path elsewhere."""
+    folders, missing = list(ANCHORS), []
+    for path in line_paths:
+        hits = [d / path for d in folders if (d / path).exists()]
+        if not hits:
+            missing.append(path)
+        for hit in hits:
+            folder = hit if hit.is_dir() else hit.parent
+            if folder not in folders:
+                folders.append(folder)
+    return missing
+
+
+def _lines() -> dict[str, list[str]]:
+    lines: dict[str, list[str]] = {}
+    for path, where in _paths():
+        lines.setdefault(where, []).append(path)
+    return lines
+
+
+def test_a_path_resolves_only_where_the_page_puts_it():
+    assert _missing(["engine/stop.py", "seeding.py"]) == ["seeding.py"]  # not engine/seeding.py
+    assert _missing(["nlnet/data/", "seeding.py", "video/", "sampling.py"]) == []
+    assert _missing(["tasks/video.py"]) == ["tasks/video.py"]
+
+
+def _package_tables() -> list[tuple[Path, str]]:
+    """``(package folder, name)`` of every module named in the first column of a package
+    docstring's table (``name``  what it holds)."""
+    out = []
+    for init in sorted((REPO / "nlnet").rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        for m in re.finditer(r"^``([a-z_][a-z0-9_]*)``\s{2,}", doc, flags=re.M):
+            out.append((init.parent, m.group(1)))
+    return out
+
+
+@pytest.mark.parametrize(("folder", "name"), _package_tables(),
+                         ids=lambda v: v.name if isinstance(v, Path) else v)  # fmt: skip
+def test_package_docstring_tables_name_their_own_modules(folder, name):
+    assert (folder / f"{name}.py").is_file() or (folder / name / "__init__.py").is_file(), (
+        f"{folder.relative_to(REPO)}/__init__.py names the module {name!r}, which it does not have"
+    )
+
+
+@pytest.mark.parametrize("where", sorted(_lines()), ids=lambda w: w[:40] or "diagrams")
+def test_named_paths_exist_exactly(where):
+    missing = _missing(_lines()[where])
+    assert not missing, f"docs/ARCHITECTURE.md names {missing} ({where[:60]!r}), which do not exist"
 
 
 def _resolve_dotted(name: str) -> bool:

@@ -116,9 +116,7 @@ def detector_cost_table(name: str, image_size: Sequence[int] = (800, 1333)) -> s
     from nlnet.models.registry import get_model_entry
 
     cfg = get_model_entry(name).default_cfg
-    plain = {"instance_segmentation": f"maskrcnn_r{cfg.depth}_fpn"}.get(
-        cfg.task, "keypointrcnn_r101_fpn"
-    )
+    plain = "keypointrcnn_r101_fpn" if "keypoints" in cfg.outputs else f"maskrcnn_r{cfg.depth}_fpn"
     if cfg.get("depth") is None:  # the tiny detectors: the baseline is the name without _nl
         plain = name.removesuffix("_nl")
     cost, base = detector_cost(name, image_size), detector_cost(plain, image_size)

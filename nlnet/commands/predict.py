@@ -52,7 +52,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                      help="overlap of neighbouring windows (default: the checkpoint's, or 0.25)")  # fmt: skip
 
 
-_DENSE = {"instance_segmentation": "detection", "keypoints": "keypoint detection"}
+_DENSE = {"super_resolution": "super-resolution"}
 
 
 def checkpoint_kind(model_name: str) -> str:

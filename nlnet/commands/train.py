@@ -149,6 +149,6 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"model.init: {exc}") from None
     if int(os.environ.get("RANK", "0")) == 0:  # the group is gone by now
         keep = ("run_dir", "iterations", "train_loss", "val", "checkpoint", "time_s",
-                "clips_per_s", "skipped", "empty_batches", "stopped")  # fmt: skip
+                "items_per_s", "skipped", "empty_batches", "stopped")  # fmt: skip
         print(json.dumps({k: summary.get(k) for k in keep}, indent=2, default=str))
     return 130 if summary.get("interrupted") else 0

@@ -104,7 +104,7 @@ def _check_kind(model_name: str) -> None:
             f"--checkpoint: nlnet visualize takes video/image classification and 2D segmentation "
             f"checkpoints; {model_name!r} segments 3D volumes (see nlnet eval for its Dice)"
         )
-    if task in ("instance_segmentation", "keypoints"):
+    if task == "detection":
         raise CheckpointError(
             f"--checkpoint: nlnet visualize takes video/image classification and segmentation "
             f"checkpoints; {model_name!r} is a detector (see nlnet eval for its AP)"

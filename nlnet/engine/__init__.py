@@ -2,17 +2,15 @@
 
 =================  ==============================================================
 ``config/``        typed YAML configs, ``_base_`` files, dotted overrides, checks
-``tasks/``         the task protocol (datasets, batches, loss, evaluation)
+``tasks/``         the task protocol; one package per task, with its sections and hooks
 ``modeling``       the network from ``cfg.model``; frozen BN
 ``optim``          optimizer and schedule (PyTorch's SGD/AdamW, SequentialLR)
 ``state``          what a run changes: model, optimizer, schedule, position, counters
 ``events``         the values hooks hand over (validation metrics, last checkpoint)
 ``loop``           ``train(cfg)``: the :class:`~nlnet.engine.loop.Run` of one process
 ``hooks/``         the loop's hooks: logging, validation, checkpoints, EMA, precise BN...
-``augment``        MixUp / CutMix / RandAugment of video clips
 ``evaluation``     ``evaluate(cfg, checkpoint)``, the evaluation driver
 ``checkpoint/``    verified, weights-only checkpoints; ``build_model_from_checkpoint(path)``
-``seeding``        per-item seeding for exact resume
 ``stop``           SIGINT/SIGTERM: stop after the step, save, say how to resume
 ``runlog``         metrics.jsonl/csv, curves, console lines
 ``rundir``         run-directory lock and refusal to mix runs
@@ -57,7 +55,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "get_world_size": "distributed",
         "init_distributed": "distributed",
         "is_main_process": "distributed",
-        "run_evaluation": "tasks.video_eval",
+        "run_evaluation": "tasks.video.evaluation",
         "VideoScoreAggregator": "metrics",
         "mean_average_precision": "metrics",
         "topk_accuracy": "metrics",

@@ -3,7 +3,7 @@
 A task evaluates with an evaluator object that is ``reset()`` once, ``process(batch, outputs)``
 per batch and asked to ``evaluate()`` at the end (gathering over the processes itself), driven by
 :func:`inference_on_dataset`; the loop and ``nlnet eval`` only see the metrics dict.  The video
-task's multi-clip testing (Section 4.1) is :class:`nlnet.engine.tasks.video_eval.ClipScoreEvaluator`.
+task's multi-clip testing (Section 4.1) is :class:`nlnet.engine.tasks.video.evaluation.ClipScoreEvaluator`.
 """
 
 from __future__ import annotations

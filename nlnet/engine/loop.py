@@ -128,7 +128,7 @@ class Run:
         if val_dataset is None and tc.val_split:
             val_dataset = self.task.build_dataset(tc.val_split, "test")
         n = self.task.num_classes(train_dataset)
-        if n == 1 and self.task.name in ("video_classification", "image"):
+        if n == 1 and getattr(self.task, "classifies", False):  # a class per item
             names = list(getattr(train_dataset, "classes", None) or ["?"])
             raise DataError(
                 f"data.root: the training data has one class ({names[0]!r}); classification "
@@ -326,7 +326,7 @@ class Run:
         used."""
         st, oc = self.state, self.cfg.optim
         st.optimizer.zero_grad(set_to_none=True)
-        n_clips = sum(
+        n_items = sum(
             self.micro_step(next(batches), micro == st.step_batches - 1)
             for micro in range(st.step_batches)
         )
@@ -335,7 +335,7 @@ class Run:
             st.scaler.unscale_(st.optimizer)
             params = [p for p in st.model.parameters() if p.requires_grad]
             nn.utils.clip_grad_norm_(params, oc.clip_grad_norm)
-        stepped = n_clips > 0 or self.ddp is not st.model  # else: only bad videos
+        stepped = n_items > 0 or self.ddp is not st.model  # else: only bad items
         if stepped:
             st.scaler.step(st.optimizer)
             st.scaler.update()
@@ -347,7 +347,7 @@ class Run:
             st.scheduler.step()
         st.iteration += 1
         st.events.step(st.iteration)
-        return n_clips
+        return n_items
 
     def after_step(self, t_epoch: float) -> str | None:
         """Close the epoch when it is done, then the hooks (EMA, log, validate, checkpoint...);
@@ -390,10 +390,10 @@ class Run:
             st.lr = st.current_lr()  # this iteration's rate
             st.step_batches = self.micro_batches(st.epoch, st.iteration)
             self.call("before_step")
-            n_clips = self.step(batches)
-            st.clips_seen += n_clips
+            n_items = self.step(batches)
+            st.items_seen += n_items
             st.train_time += time.perf_counter() - t_step
-            st.speed.update(n_clips * self.info.world_size)
+            st.speed.update(n_items * self.info.world_size)
             if self.bar is not None:
                 self.bar.update(1)
             outcome = self.after_step(t_epoch)
@@ -456,7 +456,7 @@ class Run:
             "checkpoint": str(ckpt) if ckpt is not None else None,
             "curves": str(png) if png is not None else None,
             "time_s": time.perf_counter() - self.t_start, "loop_time_s": loop_time,
-            "clips_per_s": st.clips_seen * world / st.train_time if st.train_time else None,
+            "items_per_s": st.items_seen * world / st.train_time if st.train_time else None,
             "skipped": int(skipped[0]), "empty_batches": int(skipped[1]),
             "stopped": st.stopped, "world_size": world, "interrupted": st.interrupted,
         }  # fmt: skip
@@ -497,7 +497,7 @@ def train(
 
     Returns:
         ``{"run_dir", "iterations", "epochs", "train_loss", "val" (metrics or None),
-        "checkpoint", "time_s", "clips_per_s", "skipped", "empty_batches", "stopped", ...}``.
+        "checkpoint", "time_s", "items_per_s", "skipped", "empty_batches", "stopped", ...}``.
     """
     cfg = absolute_paths(cfg)
     info = du.init_distributed(cfg.train.device)

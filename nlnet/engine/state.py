@@ -28,7 +28,7 @@ __all__ = ["Counters", "TrainState"]
 class Counters:
     """Running sums of one process.
 
-    ``loss_sum``/``loss_count``: clip-weighted loss of the epoch (kept on the device, no sync per
+    ``loss_sum``/``loss_count``: item-weighted loss of the epoch (kept on the device, no sync per
     step); ``window_*``: the same since the last log record; ``epoch_skipped``/``total_skipped``:
     bad items dropped; ``empty_batches``: mini-batches of the epoch in which every item was bad.
     """
@@ -97,7 +97,7 @@ class TrainState:
     ``start_iteration``, ``step_epoch`` (the epoch of the step just done), ``step_batches``
     (loader batches of the current step), ``lr`` (its learning rate), ``at_end`` (the step was
     the run's last), ``stopping`` (it ends this invocation: ``train.stop_after`` or a signal),
-    ``stopped`` (the invocation was cut), ``interrupted`` (by a signal), ``clips_seen`` and
+    ``stopped`` (the invocation was cut), ``interrupted`` (by a signal), ``items_seen`` and
     ``train_time`` (for the summary's speed), ``speed`` (the items/s meter of the log records),
     ``events`` (the hooks' results).
     """
@@ -120,7 +120,7 @@ class TrainState:
     stopping: bool = False
     stopped: bool = False
     interrupted: bool = False
-    clips_seen: int = 0
+    items_seen: int = 0
     train_time: float = 0.0
     events: EventStorage = field(default_factory=EventStorage)
 

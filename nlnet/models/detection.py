@@ -83,23 +83,22 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- registry
-_HEADS = {  # the class-count-dependent layers of each task's detector
-    "instance_segmentation": (
-        "roi_heads.box_predictor",
-        "roi_heads.mask_predictor.mask_fcn_logits",
-    ),
-    "keypoints": ("roi_heads.box_predictor", "roi_heads.keypoint_predictor"),
-    "object_detection": ("roi_heads.box_predictor",),
+_HEADS = {  # the class-count-dependent layers of each kind of detector, by what it predicts
+    ("bbox", "segm"): ("roi_heads.box_predictor", "roi_heads.mask_predictor.mask_fcn_logits"),
+    ("bbox", "keypoints"): ("roi_heads.box_predictor", "roi_heads.keypoint_predictor"),
+    ("bbox",): ("roi_heads.box_predictor",),
 }
+_MASKS, _KEYPOINTS, _BOXES = _HEADS
 
 
-def _cfg(task: str, depth: int, blocks: str | None, num_classes: int) -> ModelCfg:
+def _cfg(outputs: tuple[str, ...], depth: int, blocks: str | None, num_classes: int) -> ModelCfg:
     return ModelCfg(
-        task=task,
+        task="detection",
+        outputs=outputs,
         num_classes=num_classes,
         input_size=(3, 800, 1333),
         first_conv="backbone.body.conv1",
-        classifier=_HEADS[task],
+        classifier=_HEADS[outputs],
         family="detection",
         weights_format="backbone",  # torchvision names the backbone's weights
         takes_dropout=False,
@@ -114,11 +113,12 @@ def _cfg(task: str, depth: int, blocks: str | None, num_classes: int) -> ModelCf
 
 def _tiny_cfg(blocks: str | None) -> ModelCfg:
     return ModelCfg(
-        task="instance_segmentation",
+        task="detection",
+        outputs=_MASKS,
         num_classes=4,
         input_size=(3, 64, 64),
         first_conv="backbone.body.stem.0",
-        classifier=_HEADS["instance_segmentation"],
+        classifier=_HEADS[_MASKS],
         family="detection",
         weights_format="backbone",  # torchvision names the backbone's weights
         takes_dropout=False,
@@ -157,44 +157,44 @@ def _detector(
     return place_detector_blocks(model, placement, block)
 
 
-@register_model(default_cfg=_cfg("instance_segmentation", 50, None, 91))
+@register_model(default_cfg=_cfg(_MASKS, 50, None, 91))
 def maskrcnn_r50_fpn(**kwargs: Any) -> nn.Module:
     """torchvision Mask R-CNN ResNet-50-FPN (Table 5 baseline)"""
     return _detector(build_mask_rcnn, (50,), kwargs)
 
 
-@register_model(default_cfg=_cfg("instance_segmentation", 50, "res4", 91))
+@register_model(default_cfg=_cfg(_MASKS, 50, "res4", 91))
 def maskrcnn_r50_fpn_nl(**kwargs: Any) -> nn.Module:
     """torchvision Mask R-CNN ResNet-50-FPN, 1 non-local block in res4 (Table 5)"""
     return _detector(build_mask_rcnn, (50,), kwargs, backbone=True)
 
 
-@register_model(default_cfg=_cfg("instance_segmentation", 101, None, 91))
+@register_model(default_cfg=_cfg(_MASKS, 101, None, 91))
 def maskrcnn_r101_fpn(**kwargs: Any) -> nn.Module:
     """torchvision Mask R-CNN ResNet-101-FPN (Table 5 baseline)"""
     return _detector(build_mask_rcnn, (101,), kwargs)
 
 
-@register_model(default_cfg=_cfg("instance_segmentation", 101, "res4", 91))
+@register_model(default_cfg=_cfg(_MASKS, 101, "res4", 91))
 def maskrcnn_r101_fpn_nl(**kwargs: Any) -> nn.Module:
     """torchvision Mask R-CNN ResNet-101-FPN, 1 non-local block in res4 (Table 5)"""
     return _detector(build_mask_rcnn, (101,), kwargs, backbone=True)
 
 
-@register_model(default_cfg=_cfg("keypoints", 101, None, 2))
+@register_model(default_cfg=_cfg(_KEYPOINTS, 101, None, 2))
 def keypointrcnn_r101_fpn(**kwargs: Any) -> nn.Module:
     """torchvision Keypoint R-CNN ResNet-101-FPN (Table 6 baseline)"""
     return _detector(build_keypoint_rcnn, (101,), kwargs)
 
 
-@register_model(default_cfg=_cfg("keypoints", 101, "nlhead", 2))
+@register_model(default_cfg=_cfg(_KEYPOINTS, 101, "nlhead", 2))
 def keypointrcnn_r101_fpn_nlhead(**kwargs: Any) -> nn.Module:
     """torchvision Keypoint R-CNN ResNet-101-FPN, 4 non-local blocks in the keypoint head
     (Table 6)"""
     return _detector(build_keypoint_rcnn, (101,), kwargs, head=True)
 
 
-@register_model(default_cfg=_cfg("keypoints", 101, "nlhead_nl1", 2))
+@register_model(default_cfg=_cfg(_KEYPOINTS, 101, "nlhead_nl1", 2))
 def keypointrcnn_r101_fpn_nlhead_nl1(**kwargs: Any) -> nn.Module:
     """torchvision Keypoint R-CNN ResNet-101-FPN, 4 blocks in the keypoint head + 1 in res4
     (Table 6)"""
@@ -215,20 +215,20 @@ def maskrcnn_tiny_nl(**kwargs: Any) -> nn.Module:
 
 
 # the practitioner's multi-scale use case: blocks at several FPN levels (P3..P5 by default)
-@register_model(default_cfg=_cfg("instance_segmentation", 50, "fpn", 91))
+@register_model(default_cfg=_cfg(_MASKS, 50, "fpn", 91))
 def maskrcnn_r50_fpn_nlfpn(**kwargs: Any) -> nn.Module:
     """torchvision Mask R-CNN ResNet-50-FPN, 1 non-local block at each of P3, P4, P5
     (fpn_levels=)"""
     return _detector(build_mask_rcnn, (50,), kwargs, fpn=True)
 
 
-@register_model(default_cfg=_cfg("object_detection", 50, None, 91))
+@register_model(default_cfg=_cfg(_BOXES, 50, None, 91))
 def fasterrcnn_r50_fpn(**kwargs: Any) -> nn.Module:
     """torchvision Faster R-CNN ResNet-50-FPN, no block"""
     return _detector(build_faster_rcnn, (50,), kwargs)
 
 
-@register_model(default_cfg=_cfg("object_detection", 50, "fpn", 91))
+@register_model(default_cfg=_cfg(_BOXES, 50, "fpn", 91))
 def fasterrcnn_r50_fpn_nlfpn(**kwargs: Any) -> nn.Module:
     """torchvision Faster R-CNN ResNet-50-FPN, 1 non-local block at each of P3, P4, P5
     (fpn_levels=)"""

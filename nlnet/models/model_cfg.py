@@ -26,19 +26,28 @@ __all__ = [
     "INPUT_KINDS",
     "WEIGHTS_FORMATS",
     "DENSE_TASKS",
+    "DETECTION_OUTPUTS",
+    "TASKS",
     "DEFAULT_CLASSIFIER",
 ]
 
 
-#: Tasks whose models have no dropout before a classifier (per-pixel and R-CNN heads): their
-#: :attr:`ModelCfg.takes_dropout` is false.
-DENSE_TASKS: tuple[str, ...] = (
+#: What a model's output means: one vocabulary with the training engine's ``task:``
+#: (:mod:`nlnet.engine.tasks` registers a task of each name).
+TASKS: tuple[str, ...] = (
+    "video_classification",
+    "image_classification",
     "segmentation",
-    "instance_segmentation",
-    "keypoints",
-    "object_detection",
+    "detection",
     "super_resolution",
 )
+
+#: Tasks whose models have no dropout before a classifier (per-pixel and R-CNN heads): their
+#: :attr:`ModelCfg.takes_dropout` is false.
+DENSE_TASKS: tuple[str, ...] = ("segmentation", "detection", "super_resolution")
+
+#: What a detector predicts (:attr:`ModelCfg.outputs`), in COCO's evaluation words.
+DETECTION_OUTPUTS: tuple[str, ...] = ("bbox", "segm", "keypoints")
 
 #: The classifier's module path in a network that is not registered (torchvision's ``fc``).
 DEFAULT_CLASSIFIER: tuple[str, ...] = ("fc",)
@@ -59,9 +68,13 @@ class ModelCfg:
     """Default config of one registered model.
 
     Attributes:
-        task: what the model's output means: ``"video_classification"``,
-            ``"image_classification"``, ``"segmentation"``, ``"instance_segmentation"``,
-            ``"keypoints"`` (other tasks may add their own word).
+        task: what the model's output means, one of :data:`TASKS` (the engine's ``task:``
+            names): ``"video_classification"``, ``"image_classification"``,
+            ``"segmentation"``, ``"detection"``, ``"super_resolution"``; a plugin that
+            registers a task of its own (``nlnet.engine.tasks.register_task``) uses its name.
+        outputs: what a detector predicts, in COCO's words (:data:`DETECTION_OUTPUTS`):
+            ``("bbox", "segm")`` for Mask R-CNN, ``("bbox", "keypoints")`` for Keypoint
+            R-CNN, ``("bbox",)`` for Faster R-CNN; ``()`` for the other tasks.
         num_classes: classifier outputs when ``create_model`` is not given ``num_classes``.
         input_size: one sample, ``(C, T, H, W)`` for video or ``(C, H, W)`` for images.
         input_kind: ``"clip"``, ``"image"`` or ``"volume"`` (a 3D scan, e.g. MRI); derived from ``len(input_size)`` when empty.
@@ -107,6 +120,7 @@ class ModelCfg:
     task: str
     num_classes: int
     input_size: tuple[int, ...]
+    outputs: tuple[str, ...] = ()
     input_kind: str = ""
     mean: tuple[float, ...] = IMAGENET_MEAN
     std: tuple[float, ...] = IMAGENET_STD
@@ -132,7 +146,16 @@ class ModelCfg:
 
     def __post_init__(self) -> None:
         if not isinstance(self.task, str) or not self.task:
-            raise ValueError(f"ModelCfg.task: expected a non-empty string, got {self.task!r}")
+            raise ValueError(
+                f"ModelCfg.task: expected one of {', '.join(TASKS)} (or a plugin task's word), "
+                f"got {self.task!r}"
+            )
+        bad = [o for o in self.outputs if o not in DETECTION_OUTPUTS]
+        if bad or bool(self.outputs) != (self.task == "detection"):
+            raise ValueError(
+                f"ModelCfg.outputs: a detector's, some of {', '.join(DETECTION_OUTPUTS)}; "
+                f"got {self.outputs!r} for task {self.task!r}"
+            )
         if not isinstance(self.num_classes, int) or self.num_classes < 1:
             raise ValueError(
                 f"ModelCfg.num_classes: expected a positive int, got {self.num_classes!r}"

@@ -86,7 +86,7 @@ def test_full_frame_testing_of_videos_of_several_sizes_in_one_batch(tmp_path):
     import torch
     from torch import nn
 
-    from nlnet.engine.config import EvalConfig
+    from nlnet.engine.tasks.video import VideoEvalConfig
 
     for cls, sizes in (("cat", ((16, 24), (16, 16))), ("dog", ((24, 16), (16, 16)))):
         (tmp_path / "val" / cls).mkdir(parents=True)
@@ -100,7 +100,9 @@ def test_full_frame_testing_of_videos_of_several_sizes_in_one_batch(tmp_path):
     model = nn.Sequential(nn.Conv3d(3, 2, 1), nn.AdaptiveAvgPool3d(1), nn.Flatten())
     results = []
     for batch in (4, 1):
-        task = VideoClassificationTask(data=data, evaluation=EvalConfig(clips=2, batch_size=batch))
+        task = VideoClassificationTask(
+            data=data, evaluation=VideoEvalConfig(clips=2, batch_size=batch)
+        )
         dataset = task.build_dataset("val", "test")
         results.append(task.evaluate(model, dataset, torch.device("cpu")))
     assert results[0]["video_count"] == 4 and results[0]["clip_count"] == 8

@@ -16,7 +16,7 @@ from nlnet.engine.errors import UserError
 @pytest.mark.parametrize(
     "cls, values, message",
     [
-        (ImageDataConfig, {}, "data: task image needs exactly one of data.root"),
+        (ImageDataConfig, {}, "data: task image_classification needs exactly one of data.root"),
         (ImageDataConfig, {"builtin": "mnist"}, "data.builtin: expected one of digits, got 'mnist'"),
         (ImageDataConfig, {"builtin": "digits", "min_scale": 0}, "data.min_scale: expected"),
         (ImageDataConfig, {"root": "x", "std": (1.0, 0.0, 1.0)}, "data.std: expected 3 numbers"),

@@ -360,11 +360,10 @@ def test_evaluation_counts_skipped_videos_not_their_views(bad_root):
     """3 bad videos of 3 test clips each: the video task's evaluation says 3 skipped (not 9)."""
     from torch import nn
 
-    from nlnet.engine.config import EvalConfig
-    from nlnet.engine.tasks.video import VideoClassificationTask
+    from nlnet.engine.tasks.video import VideoClassificationTask, VideoEvalConfig
 
     task = VideoClassificationTask(data={"type": "folder", "root": str(bad_root), **TINY},
-                                   evaluation=EvalConfig(clips=3, batch_size=4))  # fmt: skip
+                                   evaluation=VideoEvalConfig(clips=3, batch_size=4))  # fmt: skip
     with pytest.warns(BadVideoWarning):
         data = task.build_dataset("train", "test")
     model = nn.Sequential(nn.Conv3d(3, 1, 1), nn.AdaptiveAvgPool3d(1), nn.Flatten())

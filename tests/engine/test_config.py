@@ -146,7 +146,7 @@ def test_save_roundtrip_and_replace(tmp_path):
         ("video_classification", "data.flp=false", "flip"),
         ("segmentation", "data.ignore_idx=0", "ignore_index"),
         ("detection", "data.hflp=0.5", "hflip"),
-        ("image", "data.hflp=false", "hflip"),
+        ("image_classification", "data.hflp=false", "hflip"),
         ("super_resolution", "data.pach=32", "patch"),
     ],
 )
@@ -186,7 +186,7 @@ def test_each_task_gets_its_typed_data_section():
 
     for task, cls in (
         ("video_classification", VideoDataConfig),
-        ("image", ImageDataConfig),
+        ("image_classification", ImageDataConfig),
         ("segmentation", SegmentationDataConfig),
         ("detection", DetectionDataConfig),
         ("super_resolution", SuperResolutionData),

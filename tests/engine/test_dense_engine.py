@@ -69,7 +69,7 @@ def test_detection_task_from_config_options(root, tmp_path):
     from nlnet.engine.tasks import get_task
 
     task = get_task(dense_cfg("detection", "maskrcnn_tiny", root, tmp_path / "a"))
-    assert task.iou_types == ("bbox", "segm") and task.hflip == 0.5
+    assert task.iou_types == ("bbox", "segm") and task.data.hflip == 0.5
     kp = get_task(dense_cfg("detection", "keypointrcnn_r101_fpn", root, tmp_path / "b"))
     assert kp.iou_types == ("bbox", "keypoints")  # the model's kind decides what is evaluated
     with pytest.raises(UserError, match="data.iou_types"):

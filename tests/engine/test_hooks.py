@@ -178,11 +178,11 @@ class _StepShapes(HookBase):
 
     def before_step(self, run) -> None:
         st = run.state
-        self.steps.append((st.epoch, st.iteration, st.step_batches, run.task.clip_shape, st.lr))
+        self.steps.append((st.epoch, st.iteration, st.step_batches, run.task.step_shape, st.lr))
 
 
 def test_multigrid_steps_follow_the_schedule_and_resume_exactly(tmp_path):
-    from nlnet.engine.hooks.multigrid import MultigridSchedule, long_cycle_schedule
+    from nlnet.engine.tasks.video.multigrid import MultigridSchedule, long_cycle_schedule
 
     over = {"multigrid.long_cycle": True, "multigrid.short_cycle": True,
             "multigrid.stages": [0, 2], "optim.epochs": 3, "optim.warmup_iters": 0,

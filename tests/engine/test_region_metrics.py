@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nlnet.engine.region_metrics import (
+from nlnet.engine.tasks.segmentation.region_metrics import (
     BRATS_REGIONS,
     Evaluators,
     RegionEvaluator,
@@ -115,7 +115,7 @@ def test_hd95_through_monai():
     pytest.importorskip(
         "monai.metrics", reason="MONAI not installed (pip install 'nlnet[medical]')"
     )
-    from nlnet.engine.region_metrics import hausdorff95
+    from nlnet.engine.tasks.segmentation.region_metrics import hausdorff95
 
     a = torch.zeros(6, 8, 8, dtype=torch.bool)
     b = torch.zeros_like(a)

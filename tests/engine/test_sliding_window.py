@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from nlnet.engine.sliding_window import sliding_window_inference, window_starts
+from nlnet.engine.tasks.segmentation.sliding_window import sliding_window_inference, window_starts
 
 
 def test_window_starts_step_count_and_last_window_flush():

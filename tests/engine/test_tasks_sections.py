@@ -13,10 +13,8 @@ from engine_standins import TinyVideoNet
 from nlnet.data.video.config import VideoDataConfig
 from nlnet.engine import tasks
 from nlnet.engine.config import config_from_dict
-from nlnet.engine.config.schema import EvalConfig
-from nlnet.engine.config.tool_sections import AugmentConfig
 from nlnet.engine.tasks import Task, get_task, register_task, task_class, task_names
-from nlnet.engine.tasks.video import VideoClassificationTask
+from nlnet.engine.tasks.video import AugmentConfig, VideoClassificationTask, VideoEvalConfig
 
 #: the smallest valid config of each registered task (what its ``from_config`` must read)
 #: (non-default values, so that a ``from_config`` that drops one is caught below)
@@ -25,7 +23,7 @@ CONFIGS = {
         "model": {"num_classes": 3}, "class_names": ["a", "b", "c"],
         "train": {"loss": "ce"}, "augment": {"label_smoothing": 0.1},
     },
-    "image": {
+    "image_classification": {
         "data": {"builtin": "digits", "size": 16}, "train": {"seed": 7},
         "class_names": [str(i) for i in range(10)],
     },
@@ -51,9 +49,10 @@ def test_from_config_is_the_only_method_that_takes_the_config(name):
     assert type(task) is cls and isinstance(task, Task)
     methods = {"__init__": cls.__init__}
     methods.update(
-        (n, m) for n, m in inspect.getmembers(cls, callable)
-        if not n.startswith("_") and n != "from_config"
-    )  # fmt: skip
+        (n, m)
+        for n, m in inspect.getmembers(cls, callable)
+        if not n.startswith("_") and n not in ("from_config", "hooks", "check_config")
+    )  # fmt: skip  (hooks/check_config: the class's declarations, read with the config)
     for required in ("build_dataset", "evaluate", "metadata", "loss", "num_classes", "summary"):
         assert required in methods, (name, required)
     for method_name, method in methods.items():
@@ -115,7 +114,7 @@ def test_a_task_built_from_sections_alone_trains_and_evaluates(tmp_path):
     _write_videos(tmp_path / "videos")
     data = VideoDataConfig(type="folder", root=str(tmp_path / "videos"), num_frames=4, stride=1,
                            train_scale=(16, 16), crop=16, test_scale=16, cache=False)  # fmt: skip
-    evaluation = EvalConfig(clips=2, crops=1, batch_size=2, workers=0)
+    evaluation = VideoEvalConfig(clips=2, crops=1, batch_size=2, workers=0)
     task = VideoClassificationTask(data=data, evaluation=evaluation,
                                    augment=AugmentConfig(mixup_alpha=0.4), loss="ce")  # fmt: skip
     train = task.build_dataset("train", "train")

@@ -10,17 +10,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nlnet.engine.augment import ClipAugment
 from nlnet.engine.config import ConfigError, load_config
-from nlnet.engine.hooks.multigrid import (
-    MultigridSchedule,
-    long_cycle_schedule,
-    short_cycle_shapes,
-)
 from nlnet.engine.hooks.precise_bn import precise_bn_stats
 from nlnet.engine.optim import build_optimizer, build_scheduler, layer_ids
 from nlnet.engine.runlog import plotted_metrics
 from nlnet.engine.tasks.video import compute_loss
+from nlnet.engine.tasks.video.augment import ClipAugment
+from nlnet.engine.tasks.video.multigrid import (
+    MultigridSchedule,
+    long_cycle_schedule,
+    short_cycle_shapes,
+)
 
 
 def test_precise_bn_equals_the_full_pass_statistics():
@@ -186,7 +186,7 @@ def test_evaluators_have_the_dataset_evaluator_shape():
     from nlnet.engine.evaluation import DatasetEvaluator, inference_on_dataset
     from nlnet.engine.tasks.detection import CocoEvaluator
     from nlnet.engine.tasks.segmentation import ConfusionEvaluator
-    from nlnet.engine.tasks.video_eval import ClipScoreEvaluator, forward_clips
+    from nlnet.engine.tasks.video.evaluation import ClipScoreEvaluator, forward_clips
 
     assert isinstance(ConfusionEvaluator(3), DatasetEvaluator)
     assert isinstance(CocoEvaluator(None, ("bbox",)), DatasetEvaluator)

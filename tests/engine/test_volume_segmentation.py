@@ -174,8 +174,8 @@ def test_whole_volume_training_pads_cases_of_different_sizes(tmp_path):
 def test_sliding_window_over_volumes_equals_whole_volume_for_a_local_model(root):
     """``data.sliding_window`` with ``data.patch``: 8^3 windows over the 10x16x18 cases (the
     pad of a batch included); a per-voxel model gives the whole-volume metrics."""
-    from nlnet.engine.sliding_window import window_starts
     from nlnet.engine.tasks.segmentation import SegmentationTask
+    from nlnet.engine.tasks.segmentation.sliding_window import window_starts
 
     class PatchOnly(torch.nn.Module):
         def __init__(self) -> None:

@@ -137,9 +137,11 @@ def engine_cfg(task: str, model: str, data: dict[str, Any], out: Path, **over: A
         "task": task, "model.name": model, "data": data, "optim.max_iters": 1,
         "optim.steps": [], "optim.lr": 1e-3, "train.batch_size": 2, "train.workers": 0,
         "train.log_every": 1, "train.ckpt_every": 0, "train.device": "cpu",
-        "train.progress": False, "eval.batch_size": 2, "eval.workers": 0, "eval.clips": 1,
+        "train.progress": False, "eval.batch_size": 2, "eval.workers": 0,
         "output_dir": str(out),
     }  # fmt: skip
+    if task == "video_classification":
+        base["eval.clips"] = 1  # the video task's test views
     base.update(over)
     return load_config(None, base)
 
@@ -159,7 +161,7 @@ def make_checkpoint(kind: str, tmp: Path) -> Path:
         cfg = engine_cfg("video_classification", "c2d_tiny_nl1",
                          video_data(video_tree(tmp / "videos")), tmp / "run")  # fmt: skip
     elif kind == "image":
-        cfg = engine_cfg("image", "vit_tiny", {"root": str(image_tree(tmp / "images")),
+        cfg = engine_cfg("image_classification", "vit_tiny", {"root": str(image_tree(tmp / "images")),
                          "size": 32}, tmp / "run", **{"eval.split": "val"})  # fmt: skip
     elif kind in ("segmentation", "detection"):
         from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits

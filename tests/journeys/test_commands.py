@@ -48,7 +48,8 @@ def _argv(command: str, kind: str, ckpt: Path, tmp: Path) -> list[str]:
         if kind == "caffe2":  # a Kinetics config: point it at tiny data
             extra = [f"data.root={Path(_video(tmp)).parents[2]}", "data.num_frames=4",
                      "data.test_scale=32", "eval.batch_size=1", "eval.workers=0"]  # fmt: skip
-        return ["eval", "--checkpoint", str(ckpt), "eval.clips=1", *extra]
+        views = ["eval.clips=1"] if kind in ("video", "caffe2") else []  # the video task's key
+        return ["eval", "--checkpoint", str(ckpt), *views, *extra]
     if command == "predict":
         views = [] if kind == "image" else ["--clips", "1"]  # views of a clip: not for images
         return ["predict", inp, "--checkpoint", str(ckpt), *views, "--json"]

@@ -109,7 +109,7 @@ def test_reset_head_reads_the_classifier_from_the_model(tmp_path):
 
     src = create_model("vit_tiny", num_classes=10)
     path = save_checkpoint(tmp_path / "vit.pt", model=src, model_name="vit_tiny", num_classes=10)
-    cfg = load_config(None, {"task": "image", "data.builtin": "digits", "model.name": "vit_tiny",
+    cfg = load_config(None, {"task": "image_classification", "data.builtin": "digits", "model.name": "vit_tiny",
                              "model.num_classes": 4,
                              "model.init": {"from": str(path), "reset_head": True}})  # fmt: skip
     assert head_names(cfg) == ("head",)
@@ -140,11 +140,13 @@ def test_image_data_section_is_checked_at_load():
     from nlnet.engine.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="data.sise"):
-        load_config(None, {"task": "image", "data": {"builtin": "digits", "sise": 32}})
+        load_config(
+            None, {"task": "image_classification", "data": {"builtin": "digits", "sise": 32}}
+        )
     with pytest.raises(ConfigError, match="exactly one of data.root"):
-        load_config(None, {"task": "image", "data": {}})
+        load_config(None, {"task": "image_classification", "data": {}})
     with pytest.raises(ConfigError, match="data.builtin"):
-        load_config(None, {"task": "image", "data": {"builtin": "mnist"}})
+        load_config(None, {"task": "image_classification", "data": {"builtin": "mnist"}})
 
 
 def test_r3d_18_takes_torchvisions_kinetics_weights_by_name(fake_weights):

@@ -23,7 +23,7 @@ DEFAULT = {
     "smoke/folder_tiny",  # the documented first run
     "smoke/seg_tiny_digits",
     "smoke/maskrcnn_tiny_digits",
-}  # image/*: test_commands.py trains task image; test_finetune.py loads the weights by name
+}  # image/*: test_commands.py trains task image_classification; test_finetune.py loads the weights by name
 CONFIGS = [c if c in DEFAULT else pytest.param(c, marks=pytest.mark.slow) for c in list_configs()]
 
 
@@ -48,7 +48,7 @@ def _tiny_data(cfg, tmp: Path) -> tuple[dict, dict]:
                         annotations={"train": "train.txt", "val": "val.txt"})  # fmt: skip
             over["model.num_classes"] = 3
         return tiny, over
-    if cfg.task == "image":
+    if cfg.task == "image_classification":
         if data.get("builtin"):
             return data, over
         size = 224 if cfg.model.name.startswith(("vit_", "swin_")) else 32
@@ -103,8 +103,10 @@ def _one_step_config(name: str, tmp: Path):
     plain["train"].update(batch_size=2, accum_steps=1, workers=0, val_split=None, ckpt_every=0,
                           stop_after=0, device="cpu", progress=False, log_every=1,
                           split=plain["train"]["split"] if cfg.task == "detection" else "train")  # fmt: skip
-    plain["eval"].update(clips=1, batch_size=2, workers=0,
+    plain["eval"].update(batch_size=2, workers=0,
                          split="test" if cfg.task in ("segmentation", "detection") else "val")  # fmt: skip
+    if cfg.task == "video_classification":  # the test views: the video task's eval keys
+        plain["eval"].update(clips=1)
     plain["output_dir"] = str(tmp / "run")
     return load_config(None, {**_flatten(plain), **over})
 
@@ -148,7 +150,9 @@ def test_shipped_config_trains_checkpoints_and_evaluates(name, tmp_path, fake_we
     if named:
         assert "/" not in named, "a weights name must not be rewritten to a path"
         fake_weights(model_facts(cfg.model.name).weights_arch)
-        n = cfg.model.num_classes or (2 if cfg.task in ("video_classification", "image") else None)
+        n = cfg.model.num_classes or (
+            2 if cfg.task in ("video_classification", "image_classification") else None
+        )
         model = _build_with_named_weights(cfg, n)
     if source and not named:  # the 128-frame fine-tunes and Charades start from a checkpoint
         from nlnet.engine.config import replace

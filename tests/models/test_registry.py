@@ -84,7 +84,7 @@ def test_registry_contents():
 
 
 # detectors take lists of images and return losses/detections: tests/models/test_dense_models.py
-DETECTION_TASKS = ("instance_segmentation", "keypoints", "object_detection")
+DETECTION_TASKS = ("detection",)
 
 
 @pytest.mark.parametrize(

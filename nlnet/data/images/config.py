@@ -1,4 +1,4 @@
-"""The typed ``data`` section of ``task: image`` (class-per-folder images or scikit-learn's
+"""The typed ``data`` section of ``task: image_classification`` (class-per-folder images or scikit-learn's
 digits), beside the image dataset it configures (:mod:`nlnet.data.images.dataset`).
 
 A bad value is a ``ValueError`` naming the key (``data.<key>: expected ..., got ...``); the
@@ -17,7 +17,7 @@ BUILTIN_IMAGE_SETS = ("digits",)
 
 @dataclass(frozen=True)
 class ImageDataConfig:
-    """The ``data`` section of ``task: image`` (checked when the config is loaded).
+    """The ``data`` section of ``task: image_classification`` (checked when the config is loaded).
 
     Attributes:
         root: ImageFolder root (``root/<split>/<class>/*.png|jpg``); or ``None`` with ``builtin``.
@@ -44,7 +44,7 @@ class ImageDataConfig:
 
     def __post_init__(self) -> None:
         if (self.root is None) == (self.builtin is None):
-            raise ValueError("data: task image needs exactly one of data.root (an image "
+            raise ValueError("data: task image_classification needs exactly one of data.root (an image "
                              "folder: root/<split>/<class>/*.png) or data.builtin: digits")  # fmt: skip
         if self.builtin is not None and self.builtin not in BUILTIN_IMAGE_SETS:
             raise ValueError(f"data.builtin: expected one of {', '.join(BUILTIN_IMAGE_SETS)}, "

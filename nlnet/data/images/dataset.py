@@ -1,5 +1,5 @@
 """Image classification items (:class:`ImageItems`) and scikit-learn's built-in digit images
-(:func:`digits_images`), the dataset of ``task: image`` (:mod:`nlnet.data.images.config`)."""
+(:func:`digits_images`), the dataset of ``task: image_classification`` (:mod:`nlnet.data.images.config`)."""
 
 from __future__ import annotations
 

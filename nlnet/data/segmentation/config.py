@@ -5,7 +5,7 @@ layout :mod:`nlnet.data.segmentation.cityscapes`, training transforms
 
 A bad value is a ``ValueError`` naming the key (``data.<key>: expected ..., got ...``); the
 engine reports it as its one-line config error.  What the engine builds from these keys (the
-sliding-window forward, the region evaluators) is in :mod:`nlnet.engine.tasks.seg_options`.
+sliding-window forward, the region evaluators) is in :mod:`nlnet.engine.tasks.segmentation.options`.
 """
 
 from __future__ import annotations
@@ -50,12 +50,12 @@ class SegmentationDataConfig:
             image, ``ignore_index`` in the mask); empty: whole images.
         sliding_window: evaluation on windows of ``crop`` (images) or ``patch`` (volumes),
             logits averaged where they overlap
-            (:func:`~nlnet.engine.sliding_window.sliding_window_inference`); default: whole
+            (:func:`~nlnet.engine.tasks.segmentation.sliding_window.sliding_window_inference`); default: whole
             images / volumes in one pass.
         window_overlap: overlap of neighbouring windows, in ``[0, 1)`` (MONAI's default 0.25).
         regions: ``kind: volume``: per-case region Dice ``dice_<name>`` averaged over cases,
             each region a list of raw mask labels (before ``label_map``), e.g. BraTS's
-            ``{wt: [1, 2, 4], tc: [1, 4], et: [4]}`` (:mod:`nlnet.engine.region_metrics`).
+            ``{wt: [1, 2, 4], tc: [1, 4], et: [4]}`` (:mod:`nlnet.engine.tasks.segmentation.region_metrics`).
         hd95: ``kind: volume``: also the regions' 95th-percentile Hausdorff distance
             ``hd95_<name>`` (needs MONAI: ``pip install 'nlnet[medical]'``).
     """

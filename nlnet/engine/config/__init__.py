@@ -3,8 +3,8 @@ checks.
 
 =====================  ==========================================================
 ``schema``             the section dataclasses (:class:`Config` and its parts)
-``tool_sections``      the sections of the training tools (EMA, precise BN, ...)
-``sections``           dict <-> dataclass with strict keys and types; task data sections
+``tool_sections``      the sections of every task's training tools (EMA, ...)
+``sections``           dict <-> dataclass, strict keys; the task's data and own sections
 ``files``              named configs, ``_base_`` inheritance, dotted overrides
 ``checks``             numbers in range, choices, model overrides
 ``loading``            ``load_config``, ``config_from_dict``, ``save_config``, ``replace``
@@ -21,14 +21,13 @@ __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         "Config": "schema",
+        "CORE_SECTIONS": "schema",
         "EvalConfig": "schema",
         "ModelConfig": "schema",
         "OptimConfig": "schema",
         "TrainConfig": "schema",
-        "AugmentConfig": "tool_sections",
         "EMAConfig": "tool_sections",
         "LoggingConfig": "tool_sections",
-        "MultigridConfig": "tool_sections",
         "HealthConfig": "tool_sections",
         "PreciseBNConfig": "tool_sections",
         "MOVED_KEYS": "files",

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nlnet.engine.config.schema import Config, ModelConfig, OptimConfig
-from nlnet.engine.config.sections import build_section
+from nlnet.engine.config.sections import build_section, task_class_or_none
 from nlnet.engine.errors import ConfigError
 
 _CHOICES = {
@@ -33,7 +33,7 @@ def build_config_section(cls: type, data: Mapping[str, Any], path: tuple[str, ..
     return build_section(cls, data, path, _CHOICES)
 
 
-def _check_number(where: str, value: float | None, low: float, high: float = math.inf,
+def check_number(where: str, value: float | None, low: float, high: float = math.inf,
                   *, low_open: bool = False, high_open: bool = True) -> None:  # fmt: skip
     """``value`` must be finite and in the interval (``low_open``/``high_open`` exclude ends)."""
     if value is None:
@@ -47,21 +47,21 @@ def _check_number(where: str, value: float | None, low: float, high: float = mat
 
 
 def _validate_optim(o: OptimConfig) -> None:
-    _check_number("optim.lr", o.lr, 0, low_open=True)
-    _check_number("optim.momentum", o.momentum, 0, 1)
-    _check_number("optim.weight_decay", o.weight_decay, 0)
-    _check_number("optim.weight_decay_bn", o.weight_decay_bn, 0)
-    _check_number("optim.gamma", o.gamma, 0, 1, low_open=True, high_open=False)
-    _check_number("optim.warmup_factor", o.warmup_factor, 0, 1, low_open=True, high_open=False)
-    _check_number("optim.clip_grad_norm", o.clip_grad_norm, 0)
-    _check_number("optim.pct_start", o.pct_start, 0, 1, low_open=True)
-    _check_number("optim.max_iters", o.max_iters, 1)
-    _check_number("optim.epochs", o.epochs, 0)
-    _check_number("optim.warmup_iters", o.warmup_iters, 0)
-    _check_number("optim.min_lr", o.min_lr, 0)
-    _check_number("optim.power", o.power, 0, low_open=True)
-    _check_number("optim.layer_decay", o.layer_decay, 0, 1, low_open=True, high_open=False)
-    _check_number("optim.non_local_lr_mult", o.non_local_lr_mult, 0, low_open=True)
+    check_number("optim.lr", o.lr, 0, low_open=True)
+    check_number("optim.momentum", o.momentum, 0, 1)
+    check_number("optim.weight_decay", o.weight_decay, 0)
+    check_number("optim.weight_decay_bn", o.weight_decay_bn, 0)
+    check_number("optim.gamma", o.gamma, 0, 1, low_open=True, high_open=False)
+    check_number("optim.warmup_factor", o.warmup_factor, 0, 1, low_open=True, high_open=False)
+    check_number("optim.clip_grad_norm", o.clip_grad_norm, 0)
+    check_number("optim.pct_start", o.pct_start, 0, 1, low_open=True)
+    check_number("optim.max_iters", o.max_iters, 1)
+    check_number("optim.epochs", o.epochs, 0)
+    check_number("optim.warmup_iters", o.warmup_iters, 0)
+    check_number("optim.min_lr", o.min_lr, 0)
+    check_number("optim.power", o.power, 0, low_open=True)
+    check_number("optim.layer_decay", o.layer_decay, 0, 1, low_open=True, high_open=False)
+    check_number("optim.non_local_lr_mult", o.non_local_lr_mult, 0, low_open=True)
     if list(o.steps) != sorted(o.steps):
         raise ConfigError(f"optim.steps: expected increasing iterations, got {list(o.steps)}")
     if o.schedule == "multistep" and o.steps and o.steps[0] < o.warmup_iters:
@@ -72,69 +72,28 @@ def _validate_optim(o: OptimConfig) -> None:
 
 
 def _validate_tools(cfg: Config) -> None:
-    """EMA, precise BN, augmentation, block health and multigrid settings."""
-    _check_number("ema.decay", cfg.ema.decay, 0, 1)
-    _check_number("precise_bn.batches", cfg.precise_bn.batches, 0)
-    a = cfg.augment
-    for key in ("mixup_alpha", "cutmix_alpha"):
-        _check_number(f"augment.{key}", getattr(a, key), 0)
-    _check_number("augment.mix_prob", a.mix_prob, 0, 1, high_open=False)
-    _check_number("augment.label_smoothing", a.label_smoothing, 0, 1)
-    _check_number("augment.randaugment_ops", a.randaugment_ops, 1)
-    _check_number("augment.randaugment_magnitude", a.randaugment_magnitude, 0, 30,
-                  high_open=False)  # fmt: skip
-    if (a.mixup_alpha or a.cutmix_alpha or a.label_smoothing) and cfg.train.loss != "ce":
-        raise ConfigError(
-            "augment.mixup_alpha/cutmix_alpha/label_smoothing: need train.loss=ce (single-label)"
-        )
+    """EMA, precise BN and block health settings."""
+    check_number("ema.decay", cfg.ema.decay, 0, 1)
+    check_number("precise_bn.batches", cfg.precise_bn.batches, 0)
     h = cfg.health
-    _check_number("health.batches", h.batches, 1)
+    check_number("health.batches", h.batches, 1)
     for key in ("warn_after", "identity_below", "uniform_above"):
-        _check_number(f"health.{key}", getattr(h, key), 0, 1, high_open=False)
-    m = cfg.multigrid
-    _check_number("multigrid.epoch_factor", m.epoch_factor, 0, low_open=True)
-    if (m.long_cycle or m.short_cycle) and cfg.task != "video_classification":
-        raise ConfigError(f"multigrid: for task video_classification only, not {cfg.task!r}")
-    if m.long_cycle:
-        stages = list(m.stages)
-        if cfg.optim.epochs <= 0:
-            raise ConfigError("multigrid.long_cycle: set optim.epochs (the baseline's epochs)")
-        if (
-            len(stages) < 2
-            or stages[0] != 0
-            or stages != sorted(set(stages))
-            or (stages[-1] >= cfg.optim.epochs)
-        ):
-            raise ConfigError(
-                "multigrid.stages: expected the start epochs of the learning-rate stages, "
-                f"from 0, increasing, below optim.epochs={cfg.optim.epochs}, got {stages}"
-            )
-    if any(len(f) != 2 or min(f) <= 0 for f in m.long_cycle_factors) or not m.long_cycle_factors:
-        raise ConfigError(
-            "multigrid.long_cycle_factors: expected a list of [t, s] pairs of positive factors, "
-            f"got {[list(f) for f in m.long_cycle_factors]}"
-        )
-    if len(m.short_cycle_factors) != 2 or not all(0 < f <= 1 for f in m.short_cycle_factors):
-        raise ConfigError(
-            "multigrid.short_cycle_factors: expected two spatial factors in (0, 1], got "
-            f"{list(m.short_cycle_factors)}"
-        )
+        check_number(f"health.{key}", getattr(h, key), 0, 1, high_open=False)
 
 
 def validate_config(cfg: Config) -> None:
     """Check the numbers, choices and model overrides of a built config (one-line errors)."""
-    _check_number("model.num_classes", cfg.model.num_classes, 1)
+    check_number("model.num_classes", cfg.model.num_classes, 1)
     _validate_optim(cfg.optim)
     _validate_tools(cfg)
     t = cfg.train
     for key in ("batch_size", "accum_steps", "log_every", "prefetch"):
-        _check_number(f"train.{key}", getattr(t, key), 1)
+        check_number(f"train.{key}", getattr(t, key), 1)
     for key in ("workers", "ckpt_every", "eval_every", "eval_times", "stop_after"):
-        _check_number(f"train.{key}", getattr(t, key), 0)
-    _check_number("model.dropout", cfg.model.dropout, 0, 1)
-    for key in ("clips", "crops", "batch_size"):
-        _check_number(f"eval.{key}", getattr(cfg.eval, key), 1)
-    _check_number("eval.workers", cfg.eval.workers, 0)
+        check_number(f"train.{key}", getattr(t, key), 0)
+    check_number("model.dropout", cfg.model.dropout, 0, 1)
+    check_number("eval.batch_size", cfg.eval.batch_size, 1)
+    check_number("eval.workers", cfg.eval.workers, 0)
     if t.fold_frozen_bn and not t.freeze_bn:
         raise ConfigError(
             "train.fold_frozen_bn: folds frozen BatchNorm layers; set train.freeze_bn: true too"
@@ -145,6 +104,9 @@ def validate_config(cfg: Config) -> None:
             f"class_names: expected {n} names (model.num_classes), got {len(cfg.class_names)}"
         )
     _validate_model(cfg.model)
+    task_checks = getattr(task_class_or_none(cfg.task), "check_config", None)
+    if task_checks is not None:  # the task's own sections (e.g. the video task's augment)
+        task_checks(cfg)
 
 
 def _validate_init(init: Any) -> None:

@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from nlnet.engine.config.schema import Config
+from nlnet.engine.config.schema import CORE_SECTIONS, Config
+from nlnet.engine.config.sections import foreign_key_error, task_sections
 from nlnet.engine.errors import ConfigError
 
 _FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
@@ -30,9 +31,14 @@ _FREE_FORM = {("data",), ("model", "overrides")}
 #: Keys that moved: old dotted path -> new dotted path (still read, with a DeprecationWarning).
 MOVED_KEYS: dict[str, str] = {"train.dropout": "model.dropout"}
 
+#: Task names of earlier releases -> the name (one vocabulary with ``ModelCfg.task``).
+RENAMED_TASKS: dict[str, str] = {"image": "image_classification"}
+
 #: Keys that are gone: old dotted path -> what replaces it (a config that sets one is an error
 #: saying so, not an "unknown key").
 REMOVED_KEYS: dict[str, str] = {
+    "data.test_clips": "set eval.clips instead (the engine passes it on)",
+    "data.test_crops": "set eval.crops instead (the engine passes it on)",
     "data.seed": "every random choice of a training item (clip window, scale, crop, flip) now "
     "derives from train.seed, the epoch and the item's index; delete data.seed (or set train.seed)",
 }
@@ -121,6 +127,12 @@ def migrate_moved_keys(data: dict) -> dict:
         ConfigError: a key of :data:`REMOVED_KEYS` is set (the message says what replaced it).
     """
     migrate_init_keys(data)
+    task = data.get("task")
+    if isinstance(task, str) and task in RENAMED_TASKS:
+        new = RENAMED_TASKS[task]
+        warnings.warn(f"task {task!r} is deprecated; use {new!r}", DeprecationWarning,
+                      stacklevel=3)  # fmt: skip
+        data["task"] = new
     for old, instead in REMOVED_KEYS.items():
         section, key = old.split(".")
         if isinstance(data.get(section), Mapping) and key in data[section]:
@@ -254,17 +266,25 @@ def parse_overrides(items: Iterable[str]) -> list[tuple[str, Any]]:
     return out
 
 
-def _schema_keys(path: tuple[str, ...]) -> list[str] | None:
-    """Valid keys at ``path`` in the schema, or ``None`` for free-form sections."""
+def _schema_keys(path: tuple[str, ...], task: Any) -> list[str] | None:
+    """Valid keys at ``path`` in the schema of a config of ``task`` (the core sections and the
+    task's own), or ``None`` for free-form sections and an unknown task."""
     if any(path[: len(p)] == p for p in _FREE_FORM):
         return None
-    cls: Any = Config
-    for part in path:
-        hints = typing.get_type_hints(cls)
-        cls = hints.get(part)
+    try:
+        own = task_sections(task) if isinstance(task, str) else {}
+    except ConfigError:
+        return None  # the loader names the unknown task
+    if not path:
+        return [f.name for f in dataclasses.fields(Config) if f.name != "sections"] + [
+            k for k in own if k not in CORE_SECTIONS
+        ]
+    cls: Any = own.get(path[0]) or typing.get_type_hints(Config).get(path[0])
+    for part in path[1:]:
         if not dataclasses.is_dataclass(cls):
             return []
-    return [f.name for f in dataclasses.fields(cls)]
+        cls = typing.get_type_hints(cls).get(part)
+    return [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
 
 
 def set_dotted(data: dict, key: str, value: Any) -> None:
@@ -276,10 +296,13 @@ def set_dotted(data: dict, key: str, value: Any) -> None:
         if init is not None or parts[1] != "reset_head":
             merge_init(model, init)
         return
-    node = data
+    node, task = data, RENAMED_TASKS.get(data.get("task"), data.get("task", Config.task))
     for depth, part in enumerate(parts):
-        valid = _schema_keys(tuple(parts[:depth]))
+        valid = _schema_keys(tuple(parts[:depth]), task)
         if valid is not None and part not in valid:
+            other = foreign_key_error(task, tuple(parts[: depth + 1])) if depth < 2 else None
+            if other is not None and isinstance(task, str):
+                raise other
             where = ".".join(parts[:depth]) or "config"
             raise ConfigError(
                 f"unknown config key {'.'.join(parts[: depth + 1])!r}; "

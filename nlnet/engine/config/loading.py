@@ -3,8 +3,8 @@ dotted command-line overrides and strict validation.
 
 The defaults follow the training recipe of the paper ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971), Section 4.1):
 SGD with momentum 0.9, weight decay 1e-4, learning rate 0.01 decayed by 0.1 at 150k and 300k of
-400k iterations, dropout 0.5 after global pooling, BatchNorm trained, and 10-clip testing with
-averaged softmax scores.  Section 5.1 (128-frame fine-tune, frozen BN, lr 0.0025) and Section 5.2
+400k iterations, dropout 0.5 after global pooling, BatchNorm trained (the video task adds its
+multi-view testing, :mod:`nlnet.engine.tasks.video.config`).  Section 5.1 (128-frame fine-tune, frozen BN, lr 0.0025) and Section 5.2
 (Charades, per-category sigmoid, lr 0.00125 decayed every 75k of 200k iterations) are expressed as
 YAML files in ``configs/`` that override these defaults.
 
@@ -50,19 +50,23 @@ from nlnet.engine.config.files import (
     set_dotted,
 )
 from nlnet.engine.config.schema import (
+    CORE_SECTIONS,
     Config,
     EvalConfig,
     ModelConfig,
     OptimConfig,
     TrainConfig,
 )
-from nlnet.engine.config.sections import build_data_section, plain
+from nlnet.engine.config.sections import (
+    build_data_section,
+    plain,
+    take_task_sections,
+    task_class_or_none,
+)
 from nlnet.engine.config.tool_sections import (
-    AugmentConfig,
     EMAConfig,
     HealthConfig,
     LoggingConfig,
-    MultigridConfig,
     PreciseBNConfig,
 )
 from nlnet.engine.errors import ConfigError
@@ -74,9 +78,7 @@ __all__ = [
     "EvalConfig",
     "EMAConfig",
     "PreciseBNConfig",
-    "AugmentConfig",
     "LoggingConfig",
-    "MultigridConfig",
     "HealthConfig",
     "Config",
     "ConfigError",
@@ -101,21 +103,29 @@ def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
     """
     data = migrate_moved_keys(dict(data or {}))
     raw_data = data.pop("data", None)
+    data.pop("sections", None)  # not a key of its own: the task's sections are top-level keys
+    task = data.get("task", Config.task)
+    own = take_task_sections(task, data, CORE_SECTIONS) if isinstance(task, str) else {}
     cfg = build_config_section(Config, data, ())
     raw_data = _model_statistics(cfg, raw_data)
-    cfg = dataclasses.replace(cfg, data=build_data_section(cfg.task, raw_data))
+    core = {k: v for k, v in own.items() if k in CORE_SECTIONS}
+    sections = {k: v for k, v in own.items() if k not in CORE_SECTIONS}
+    data_section = build_data_section(cfg.task, raw_data)
+    cfg = dataclasses.replace(cfg, data=data_section, sections=sections, **core)
     validate_config(cfg)
     return cfg
 
 
 def _model_statistics(cfg: Config, raw: Any) -> Any:
-    """A video ``data`` mapping without ``mean`` and ``std`` gets the model's (``ModelCfg.mean``:
-    ImageNet's for the paper's networks, Kinetics' for ``r3d_18``), as the image task does; an
-    unregistered model keeps the section's default (ImageNet's)."""
-    if cfg.task != "video_classification" or not isinstance(raw, Mapping | None):
+    """A ``data`` mapping that sets none of the keys the task takes from the model (its class's
+    ``data_from_model``, e.g. ``("mean", "std")``) gets the model's (``ModelCfg.mean``: ImageNet's
+    for the paper's networks, Kinetics' for ``r3d_18``); an unregistered model keeps the
+    section's defaults, and a mapping that sets some of them is the user's."""
+    keys = getattr(task_class_or_none(cfg.task), "data_from_model", ())
+    if not keys or not isinstance(raw, Mapping | None):
         return raw
     raw = dict(raw or {})
-    if "mean" in raw or "std" in raw:  # the user's statistics: never half of the model's
+    if any(k in raw for k in keys):  # the user's statistics: never half of the model's
         return raw
     from nlnet.models.registry import model_facts
 
@@ -123,12 +133,15 @@ def _model_statistics(cfg: Config, raw: Any) -> Any:
         facts = model_facts(cfg.model.name)
     except ValueError:
         return raw
-    return {"mean": list(facts.mean), "std": list(facts.std), **raw}
+    return {**{k: list(getattr(facts, k)) for k in keys}, **raw}
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
-    """Return the configuration as plain nested dicts/lists/scalars (YAML- and torch-safe)."""
-    return plain(cfg)
+    """Return the configuration as plain nested dicts/lists/scalars (YAML- and torch-safe);
+    the task's own sections are top-level keys, as in a YAML file."""
+    out = plain(cfg)
+    out.update(out.pop("sections"))
+    return out
 
 
 def replace(cfg: Config, **dotted: Any) -> Config:
@@ -151,21 +164,20 @@ def _abs_if_exists(value: Any, base: Path | None = None) -> Any:
 def absolute_paths(cfg: Config) -> Config:
     """``cfg`` with its relative file paths made absolute (the saved config then works from any
     directory): ``output_dir``, ``data.root``, ``model.init`` (a file, not a torchvision
-    weights name) and, when such files exist, ``data.annotations``/``data.classes``/
-    ``data.cache``."""
+    weights name) and, when such files exist, the other ``data`` keys the task names as paths
+    (its class's ``data_paths``: the video task's ``annotations``, ``classes``, ``cache``)."""
     data = plain(cfg.data) if dataclasses.is_dataclass(cfg.data) else dict(cfg.data)
     root = data.get("root")
     if isinstance(root, str) and root:
         data["root"] = str(Path(root).expanduser().resolve())
     base = Path(data["root"]) if data.get("root") else None
-    for key in ("classes", "cache"):
-        if key in data:
-            data[key] = _abs_if_exists(data[key], base)
-    ann = data.get("annotations")
-    if isinstance(ann, Mapping):
-        data["annotations"] = {k: _abs_if_exists(v, base) for k, v in ann.items()}
-    elif isinstance(ann, str) and "{split}" not in ann:
-        data["annotations"] = _abs_if_exists(ann, base)
+    keys = getattr(task_class_or_none(cfg.task), "data_paths", ("root",))
+    for key in (k for k in keys if k != "root" and k in data):
+        value = data[key]
+        if isinstance(value, Mapping):  # per split
+            data[key] = {k: _abs_if_exists(v, base) for k, v in value.items()}
+        elif not (isinstance(value, str) and "{split}" in value):
+            data[key] = _abs_if_exists(value, base)
     dotted: dict[str, Any] = {
         "data": data,
         "output_dir": str(Path(cfg.output_dir).expanduser().resolve()),

@@ -1,22 +1,20 @@
 """The section dataclasses of an experiment configuration (:class:`Config` and its parts).
 
 Frozen dataclasses whose defaults follow the training recipe of Wang et al., CVPR 2018,
-Sec. 4.1 (SGD, momentum 0.9, weight decay 1e-4, dropout 0.5, 10-clip testing). Reading them from
+Sec. 4.1 (SGD, momentum 0.9, weight decay 1e-4, dropout 0.5). Reading them from
 YAML is in :mod:`nlnet.engine.config.files`, their checks in :mod:`nlnet.engine.config.checks`
 and the public entry points in :mod:`nlnet.engine.config`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from nlnet.engine.config.tool_sections import (
-    AugmentConfig,
     EMAConfig,
     HealthConfig,
     LoggingConfig,
-    MultigridConfig,
     PreciseBNConfig,
 )
 
@@ -113,7 +111,8 @@ class TrainConfig:
     """The training loop.
 
     Attributes:
-        batch_size: clips per process (per GPU) and micro-batch (8 per GPU in Section 4.1).
+        batch_size: training items per process (per GPU) and micro-batch (8 per GPU in
+            Section 4.1).
         accum_steps: micro-batches accumulated per optimizer step.
         amp: ``none`` | ``bf16`` | ``fp16`` (mixed precision, CUDA only; ignored on the CPU).
         freeze_bn: BatchNorm in eval mode with frozen affine parameters (Section 5.1).
@@ -135,8 +134,8 @@ class TrainConfig:
             job had been pre-empted (0: off); ``--resume`` continues exactly.
         device: ``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``.
         split: dataset split to train on.
-        val_split: split to validate on every ``eval_every`` iterations and at the end (multi-clip
-            testing with ``eval.clips``/``eval.crops``); ``null``: no validation while training.
+        val_split: split to validate on every ``eval_every`` iterations and at the end (the
+            task's evaluation); ``null``: no validation while training.
         deterministic: ask PyTorch for deterministic kernels (else cuDNN benchmark mode on CUDA).
         progress: a tqdm progress bar (rank 0 only); ``null`` (default): only when stderr is a
             terminal, else one log line per ``log_every`` iterations.
@@ -180,19 +179,15 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """Multi-clip testing (Section 4.1, "Inference").
+    """Evaluation: the test loader and the split ``nlnet eval`` reads.  A task may extend it
+    (the video task's :class:`~nlnet.engine.tasks.video.VideoEvalConfig` adds the test views).
 
     Attributes:
-        clips: clips sampled uniformly over each video (10 in the paper).
-        crops: spatial crops per clip (1: fully-convolutional on the whole resized frame; 3: the
-            three-crop option).
-        batch_size: clips per forward pass.
+        batch_size: test items per forward pass.
         workers: DataLoader worker processes.
         split: dataset split used by ``nlnet eval``.
     """
 
-    clips: int = 10
-    crops: int = 1
     batch_size: int = 1
     workers: int = 2
     split: str = "val"
@@ -200,29 +195,31 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class Config:
-    """A full experiment: model, data, optimizer, training loop, evaluation, output directory.
+    """A full experiment: the core sections every task has, and the task's own sections.
 
     ``data`` is the typed data section of the task named by ``task`` (the task class's
     ``data_config``, e.g. :class:`nlnet.data.video.config.VideoDataConfig`), read when the config
-    loads; a task without a ``data_config`` keeps a plain dict.
+    loads; a task without a ``data_config`` keeps a plain dict.  The task's own sections (its
+    class's ``sections``: the video task's ``augment`` and ``multigrid``) are in ``sections``
+    and read as attributes (``cfg.augment``); in YAML they are top-level keys like the others.
+    A task may also extend a core section (the video task's ``eval`` adds its test views).
 
     Attributes:
         model: the network (:class:`ModelConfig`).
         data: the typed data section of the task.
         optim: optimizer and schedule (:class:`OptimConfig`).
         train: the training loop (:class:`TrainConfig`).
-        eval: multi-clip testing (:class:`EvalConfig`).
+        eval: evaluation (:class:`EvalConfig`, or the task's extension of it).
         ema: an exponential moving average of the weights, evaluated beside them.
         precise_bn: BatchNorm statistics recomputed over training batches before evaluation.
-        augment: MixUp / CutMix / RandAugment (one draw per clip) and label smoothing.
         logging: TensorBoard and Weights & Biases beside ``metrics.jsonl``.
-        multigrid: multigrid training of the video task (Wu et al., CVPR 2020).
         health: block health of the non-local blocks at every validation (on by default).
         output_dir: the run directory (checkpoints, metrics, curves, summary).
         name: a free label of the experiment.
         class_names: the output class names stored in checkpoints (default: the data's classes).
         task: the task that trains and evaluates (``video_classification``, ``segmentation``,
-            ``detection``, ``super_resolution``, ...).
+            ``detection``, ``super_resolution``, ``image_classification``).
+        sections: the task's own sections by name (filled with their defaults).
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -232,14 +229,58 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     ema: EMAConfig = field(default_factory=EMAConfig)
     precise_bn: PreciseBNConfig = field(default_factory=PreciseBNConfig)
-    augment: AugmentConfig = field(default_factory=AugmentConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
-    multigrid: MultigridConfig = field(default_factory=MultigridConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
     output_dir: str = "runs/default"
     name: str = ""
     class_names: tuple[str, ...] | None = None
     task: str = "video_classification"
+    sections: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """The task's sections at their defaults where not given; a core section the task
+        extends (``eval``) read into the task's class, its values kept."""
+        from nlnet.engine.config.sections import task_sections
+        from nlnet.engine.errors import ConfigError
+
+        try:
+            declared = task_sections(self.task)
+        except ConfigError:
+            declared = {}  # an unknown task: the loader names it
+        sections = dict(self.sections)
+        for name, cls in declared.items():
+            if name in CORE_SECTIONS:
+                value = getattr(self, name)
+                if not isinstance(value, cls):
+                    kept = {f.name: getattr(value, f.name) for f in fields(value)}
+                    object.__setattr__(self, name, cls(**kept))
+            elif name not in sections:
+                sections[name] = cls()
+        object.__setattr__(self, "sections", sections)
+
+    def __getattr__(self, name: str) -> Any:
+        sections = self.__dict__.get("sections") or {}
+        if name in sections:
+            return sections[name]
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"Config has no section {name!r}: not a section of the task "
+            f"{self.__dict__.get('task')!r} (its own: {', '.join(sorted(sections)) or 'none'})"
+        )
 
 
-__all__ = ["Config", "EvalConfig", "ModelConfig", "OptimConfig", "TrainConfig"]
+#: The sections every config has, by name (a task may extend one with a subclass).
+CORE_SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "optim": OptimConfig,
+    "train": TrainConfig,
+    "eval": EvalConfig,
+    "ema": EMAConfig,
+    "precise_bn": PreciseBNConfig,
+    "logging": LoggingConfig,
+    "health": HealthConfig,
+}
+
+
+__all__ = ["CORE_SECTIONS", "Config", "EvalConfig", "ModelConfig", "OptimConfig", "TrainConfig"]

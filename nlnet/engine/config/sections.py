@@ -26,7 +26,11 @@ __all__ = [
     "coerce",
     "data_config_class",
     "data_section",
+    "foreign_key_error",
     "plain",
+    "task_class_or_none",
+    "task_sections",
+    "take_task_sections",
 ]
 
 
@@ -134,15 +138,120 @@ def plain(value: Any) -> Any:
     return value
 
 
-def data_config_class(task: str) -> type | None:
-    """The typed ``data`` class the task ``task`` declares (``None``: free-form dict)."""
+def task_class_or_none(task: str) -> type | None:
+    """The class of the registered task ``task`` (a task built by a plain factory function:
+    ``None``); an unknown name is a :class:`ConfigError` listing the known ones."""
     from nlnet.engine.tasks import task_class
 
     try:
         cls = task_class(task)
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from None
-    return getattr(cls, "data_config", None)
+    return cls if isinstance(cls, type) else None
+
+
+def data_config_class(task: str) -> type | None:
+    """The typed ``data`` class the task ``task`` declares (``None``: free-form dict)."""
+    return getattr(task_class_or_none(task), "data_config", None)
+
+
+def task_sections(task: str) -> dict[str, type]:
+    """The config sections the task ``task`` owns (``Task.sections``: name -> frozen dataclass;
+    a name of a core section, such as ``eval``, extends it with a subclass)."""
+    return dict(getattr(task_class_or_none(task), "sections", None) or {})
+
+
+def _other_owners(task: str, name: str) -> list[tuple[str, type]]:
+    """``(task, class)`` of the other registered tasks that declare the section ``name``."""
+    from nlnet.engine.tasks import task_names
+
+    out = []
+    for other in task_names():
+        if other != task:
+            cls = task_sections(other).get(name)
+            if cls is not None:
+                out.append((other, cls))
+    return out
+
+
+def foreign_key_error(task: str, path: tuple[str, ...]) -> ConfigError | None:
+    """The error for the dotted key ``path`` (a section, or a key of one) that is not in the
+    schema of ``task`` but another task declares; ``None`` if no task does."""
+    for other, cls in _other_owners(task, path[0]):
+        if len(path) == 1 or path[1] in {f.name for f in dataclasses.fields(cls)}:
+            return _foreign_error(task, ".".join(path[:2]), other)
+    return None
+
+
+def _foreign_error(task: str, where: str, other: str) -> ConfigError:
+    mine = ", ".join(sorted(task_sections(task))) or "none"
+    what = (
+        f"a key of the {other} task's {where.split('.')[0]} section"
+        if "." in where
+        else (f"a section of the {other} task")
+    )
+    return ConfigError(
+        f"{where}: {what}, not of this config's task {task!r} (its own sections: {mine})"
+    )
+
+
+def _foreign(task: str, name: str, value: Any, core: type | None) -> set[str] | bool:
+    """A section (or, for a ``core`` section, its extra keys) of another task: dropped when it
+    holds that task's defaults (a config written when every config had every section), a
+    one-line :class:`ConfigError` naming both tasks when it sets anything.
+
+    Returns:
+        For a whole section, whether to drop it (``False``: no other task declares it, the
+        schema's "unknown config key" error follows); for a core section, the keys to drop.
+    """
+    if core is not None:
+        own = {f.name for f in dataclasses.fields(core)}
+        extra = {k: v for k, v in value.items() if k not in own}
+        drop: set[str] = set()
+        for other, cls in _other_owners(task, name):
+            defaults = plain(cls())
+            for key in set(extra) & set(defaults) - drop:
+                if defaults[key] != plain(extra[key]):
+                    raise _foreign_error(task, f"{name}.{key}", other)
+                drop.add(key)
+        return drop
+    for other, cls in _other_owners(task, name):
+        defaults = plain(cls())
+        if isinstance(value, Mapping) and all(
+            k in defaults and defaults[k] == plain(v) for k, v in value.items()
+        ):
+            return True
+        raise _foreign_error(task, name, other)
+    return False
+
+
+def take_task_sections(task: str, data: dict, core: Mapping[str, type]) -> dict[str, Any]:
+    """Pop the sections of ``task`` from the top-level config mapping ``data`` and build them;
+    another task's section is dropped at its defaults or refused (:func:`_foreign`).
+
+    Args:
+        task: the config's task.
+        data: the top-level mapping (changed in place: the task's sections and the foreign
+            sections at their defaults removed; a core section's foreign keys removed).
+        core: the core sections' classes by name (``Config``'s fields).
+
+    Returns:
+        The built sections by name (a core section the task extends, e.g. ``eval``, included).
+    """
+    own = task_sections(task)
+    out = {name: build_section(cls, data.pop(name) or {}, (name,))
+           for name, cls in own.items() if name in data}  # fmt: skip
+    for name in [k for k in data if k not in core]:
+        if _foreign(task, name, data[name], None):
+            data.pop(name)
+    for name, cls in core.items():
+        value = data.get(name)
+        if name in own or not isinstance(value, Mapping) or not dataclasses.is_dataclass(cls):
+            continue
+        drop = _foreign(task, name, value, cls)
+        if drop:
+            data[name] = {k: v for k, v in value.items() if k not in drop}
+    return out
 
 
 def build_data_section(task: str, raw: Any) -> Any:
@@ -151,9 +260,6 @@ def build_data_section(task: str, raw: Any) -> Any:
     if dataclasses.is_dataclass(raw) and not isinstance(raw, type):
         raw = plain(raw)
     raw = dict(raw or {})
-    for key, instead in (("test_clips", "eval.clips"), ("test_crops", "eval.crops")):
-        if key in raw:
-            raise ConfigError(f"data.{key}: set {instead} instead (the engine passes it on)")
     cls = data_config_class(task)
     if cls is None:
         return copy.deepcopy(raw)

@@ -1,7 +1,7 @@
-"""Config sections of the training tools (the hooks of :mod:`nlnet.engine.hooks` and the clip
-augmentation of :mod:`nlnet.engine.augment`): ``ema``, ``precise_bn``, ``augment``, ``logging``,
-``multigrid``, ``health``; part of :class:`nlnet.engine.config.Config`, validated there (docs/training.md
-lists the keys)."""
+"""Config sections of the training tools every task has (the hooks of :mod:`nlnet.engine.hooks`):
+``ema``, ``precise_bn``, ``logging``, ``health``; part of :class:`nlnet.engine.config.Config`,
+validated there (docs/training.md lists the keys).  A task's own sections (the video task's
+``augment`` and ``multigrid``) are declared by the task (:mod:`nlnet.engine.tasks`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from dataclasses import dataclass
 __all__ = [
     "EMAConfig",
     "PreciseBNConfig",
-    "AugmentConfig",
     "LoggingConfig",
-    "MultigridConfig",
     "HealthConfig",
 ]
 
@@ -44,31 +42,6 @@ class PreciseBNConfig:
 
 
 @dataclass(frozen=True)
-class AugmentConfig:
-    """Batch augmentation of the training clips (video classification).
-
-    Attributes:
-        mixup_alpha: MixUp's Beta(alpha, alpha) (torchvision ``transforms.v2.MixUp``; 0: off).
-        cutmix_alpha: CutMix's Beta(alpha, alpha) (``transforms.v2.CutMix``; 0: off), one box
-            for all frames of a clip.  With both set, one of the two per batch at random.
-        mix_prob: probability that a batch is mixed at all.
-        label_smoothing: cross-entropy label smoothing (0: off).
-        randaugment: RandAugment (``transforms.v2.RandAugment``) with one draw of operations
-            per clip, applied identically to every frame.
-        randaugment_ops: operations per clip.
-        randaugment_magnitude: magnitude (0-30).
-    """
-
-    mixup_alpha: float = 0.0
-    cutmix_alpha: float = 0.0
-    mix_prob: float = 1.0
-    label_smoothing: float = 0.0
-    randaugment: bool = False
-    randaugment_ops: int = 2
-    randaugment_magnitude: int = 9
-
-
-@dataclass(frozen=True)
 class LoggingConfig:
     """Optional loggers beside ``metrics.jsonl`` (extras ``tensorboard``, ``wandb``).
 
@@ -81,33 +54,6 @@ class LoggingConfig:
     tensorboard: bool = False
     wandb: bool = False
     wandb_project: str = "nlnet"
-
-
-@dataclass(frozen=True)
-class MultigridConfig:
-    """Multigrid training (Wu et al., "A Multigrid Method for Efficiently Training Video
-    Models", CVPR 2020): clip shape and batch size vary so that ``B * T * S**2`` stays constant.
-
-    Attributes:
-        long_cycle: vary ``(T, S)`` over the epochs by ``long_cycle_factors`` (Section 3.2);
-            needs ``optim.epochs`` (the baseline's epochs) and ``stages``.
-        short_cycle: vary ``S`` every iteration by ``short_cycle_factors`` (Section 3.3).
-        stages: start epochs of the baseline's learning-rate stages, from 0 (e.g. ``[0, 94,
-            154, 196]``); the rate is ``optim.lr * optim.gamma ** stage`` times the long cycle's
-            batch factor, the last stage is the fine-tuning one.
-        epoch_factor: epochs relative to the baseline schedule (1.5 in the paper).
-        long_cycle_factors: ``(t, s)`` factors of the default frames and crop size.
-        short_cycle_factors: the two smaller spatial factors of the short cycle.
-    """
-
-    long_cycle: bool = False
-    short_cycle: bool = False
-    stages: tuple[int, ...] = ()
-    epoch_factor: float = 1.5
-    long_cycle_factors: tuple[tuple[float, ...], ...] = (
-        (0.25, 0.5**0.5), (0.5, 0.5**0.5), (0.5, 1.0), (1.0, 1.0),
-    )  # fmt: skip
-    short_cycle_factors: tuple[float, ...] = (0.5, 0.5**0.5)
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,12 @@
 ``ema``                exponential moving average of the weights
 ``precise_bn``         BatchNorm statistics recomputed before validation
 ``external_loggers``   TensorBoard / Weights & Biases
-``multigrid``          multigrid schedules of clip shapes and batch sizes
 ``block_health``       the non-local blocks' health at every validation (on by default)
 =====================  ==========================================================
 
-Names are imported lazily from their module on first use.
+A task's own hooks live in its package (the video task's multigrid hook:
+:mod:`nlnet.engine.tasks.video.multigrid`).  Names are imported lazily from their module on
+first use.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "EvalHook": "validation",
         "ExternalLoggersHook": "external_loggers",
         "LoggingHook": "train_log",
-        "MultigridHook": "multigrid",
         "PreciseBNHook": "precise_bn",
     },
 )

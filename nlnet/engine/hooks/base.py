@@ -139,7 +139,7 @@ class HookBase:
 
 class StepPlan(HookBase):
     """A hook that also sets the size of each step and so the length of the run (at most one
-    per run; the multigrid schedule is one).  The loop asks it, before building the state:"""
+    per run; the video task's multigrid schedule is one).  The loop asks it, before building the state:"""
 
     def batch_factor(self, epoch: int, iteration: int) -> int:
         """Loader batches of the step at ``iteration``, per ``train.accum_steps``."""

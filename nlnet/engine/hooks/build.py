@@ -1,8 +1,9 @@
 """The hooks of a config, in call order: :func:`build_hooks`.
 
-The core loop's hooks (``train_log``, ``validation``, ``checkpointing``) and the training tools
-(EMA of the weights, precise BN statistics, block health, TensorBoard / Weights & Biases,
-multigrid schedules); see docs/training.md for their config keys."""
+The core loop's hooks (``train_log``, ``validation``, ``checkpointing``), the training tools
+every task has (EMA of the weights, precise BN statistics, block health, TensorBoard / Weights &
+Biases) and the task's own hooks (its class's ``hooks(cfg)``: the video task's multigrid
+schedules); see docs/training.md for their config keys."""
 
 from __future__ import annotations
 
@@ -18,12 +19,11 @@ __all__ = ["build_hooks"]
 
 def build_hooks(cfg: Any, extra: tuple[HookBase, ...] = ()) -> list[HookBase]:
     """The hooks of a config, in call order: the tools that change the weights or the BN
-    statistics first (EMA, precise BN), then logging, block health, the external loggers, the
-    caller's ``extra`` hooks, validation, checkpointing."""
+    statistics first (EMA, precise BN), the task's own hooks, then logging, block health, the
+    external loggers, the caller's ``extra`` hooks, validation, checkpointing."""
     from nlnet.engine.hooks.block_health import BlockHealthHook
     from nlnet.engine.hooks.ema import EMAHook
     from nlnet.engine.hooks.external_loggers import ExternalLoggersHook
-    from nlnet.engine.hooks.multigrid import MultigridHook
     from nlnet.engine.hooks.precise_bn import PreciseBNHook
 
     hooks: list[HookBase] = []
@@ -31,8 +31,11 @@ def build_hooks(cfg: Any, extra: tuple[HookBase, ...] = ()) -> list[HookBase]:
         hooks.append(EMAHook(cfg.ema))
     if cfg.precise_bn.batches > 0:
         hooks.append(PreciseBNHook(cfg.precise_bn.batches))
-    if cfg.multigrid.long_cycle or cfg.multigrid.short_cycle:
-        hooks.append(MultigridHook(cfg))
+    from nlnet.engine.tasks import task_class
+
+    task_hooks = getattr(task_class(cfg.task), "hooks", None)
+    if task_hooks is not None:
+        hooks += task_hooks(cfg)
     hooks.append(LoggingHook())
     if cfg.health.enabled:
         hooks.append(BlockHealthHook(cfg.health))

@@ -32,7 +32,7 @@ def task_words(task: Any) -> tuple[str, str]:
 class LoggingHook(HookBase):
     """One ``train`` record per ``train.log_every`` iterations (and at the last one): the mean
     loss of the window over all processes (``null`` when every item failed), the lr, items/s
-    (the record's ``clips_per_s``)."""
+    (the record's ``items_per_s``)."""
 
     name = "logging"
     events = ("after_step",)
@@ -58,7 +58,7 @@ class LoggingHook(HookBase):
         rate = st.speed.rate  # NaN until the window holds two steps: not a speed yet
         rate = rate if math.isfinite(rate) else None
         record = {"kind": "train", "iter": st.iteration, "epoch": st.step_epoch, "loss": loss,
-                  "lr": lr, "clips_per_s": rate,
+                  "lr": lr, "items_per_s": rate,
                   "time_s": time.perf_counter() - run.t_start}  # fmt: skip
         if run.device.type == "cuda":
             record["max_mem_mb"] = torch.cuda.max_memory_allocated(run.device) / 2**20

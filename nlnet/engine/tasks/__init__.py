@@ -1,11 +1,14 @@
 """Tasks: the task-specific parts of training, behind one small protocol.
 
 The training loop (:mod:`nlnet.engine.loop`) knows nothing about videos, masks or boxes: it asks
-the task of the config (``task: video_classification`` | ``segmentation`` | ``detection``) for datasets, batches,
-the loss and the evaluation.  A task implements :class:`Task` and is registered with
-:func:`register_task`; see docs/ARCHITECTURE.md.  Modules: ``video`` (clip classification,
-Sections 4-5.2), ``segmentation`` (semantic segmentation, mIoU), ``detection`` (COCO boxes,
-masks and keypoints with pycocotools, Section 6).
+the task of the config (``task:``, one of the names of ``ModelCfg.task``,
+:data:`nlnet.models.model_cfg.TASKS`) for datasets, batches, the loss and the evaluation.  A
+task implements :class:`Task` and is registered with :func:`register_task`; see
+docs/ARCHITECTURE.md.  One package per task: ``video`` (clip classification, Sections 4-5.2;
+its test views, augmentation and multigrid), ``image`` (image classification),
+``segmentation`` (semantic segmentation of images and volumes, mIoU / Dice; sliding windows,
+BraTS regions), ``detection`` (COCO boxes, masks and keypoints with pycocotools, Section 6),
+``super_resolution``.  Their datasets are built in :mod:`nlnet.data` (``data/<task>/``).
 
 A task is built from the config sections it needs, the way detectron2's ``@configurable``
 classes are: its ``from_config(cfg)`` classmethod is the only place that reads the whole
@@ -51,8 +54,17 @@ class Task(Protocol):
     ``data_config`` (class attribute): the frozen dataclass of the config's ``data`` section.
     Optional: ``setup(num_classes)`` (called once the class count is final: given by
     ``model.num_classes`` or inferred from the training data), ``pop_terms()`` (loss terms
-    logged beside the loss), ``words`` (names of a training item and its source file in the
-    loop's messages, e.g. ``("clip", "video")``).
+    logged beside the loss), ``set_step_shape(shape)`` (the shape of the next steps' items,
+    set by a :class:`~nlnet.engine.hooks.StepPlan` hook: the video task's multigrid ``(T, S)``).
+
+    What a task owns, declared on its class (all optional; read with the config, never by the
+    loop): ``sections`` (its own config sections by name, frozen dataclasses; a core section's
+    name, such as ``eval``, extends that section with a subclass), ``check_config(cfg)``
+    (checks of those sections), ``hooks(cfg)`` (its own training hooks), ``data_paths`` (the
+    ``data`` keys that name files; default ``("root",)``), ``data_from_model`` (``data`` keys
+    the model's ``ModelCfg`` gives when the config sets none), ``words`` (a training item and
+    its source file in the loop's messages, e.g. ``("clip", "video")``), ``classifies`` (one
+    class per item: training data of one class is refused).
     """
 
     name: str
@@ -79,7 +91,7 @@ _TASKS: dict[str, str | Callable[..., Task]] = {
     "segmentation": "nlnet.engine.tasks.segmentation:SegmentationTask",
     "detection": "nlnet.engine.tasks.detection:DetectionTask",
     "super_resolution": "nlnet.engine.tasks.super_resolution:SuperResolutionTask",
-    "image": "nlnet.engine.tasks.image:ImageClassificationTask",
+    "image_classification": "nlnet.engine.tasks.image:ImageClassificationTask",
 }
 
 

@@ -266,7 +266,7 @@ class MultigridHook(StepPlan):
 
     def before_step(self, run: RunView) -> None:
         _k, frames, size = self.schedule.shape(run.state.epoch, run.state.iteration)
-        run.task.clip_shape = (frames, size)
+        run.task.set_step_shape((frames, size))
 
     def after_train(self, run: RunView) -> None:
-        run.task.clip_shape = None
+        run.task.set_step_shape(None)

@@ -92,34 +92,14 @@ class SuperResolutionTask:
             default = 2
         return cls(data=cfg.data, upscale=dict(cfg.model.overrides).get("upscale", default))
 
-    def _photos(self, split: str) -> list:
-        from nlnet.data.super_resolution.dataset import (
-            builtin_photos,
-            folder_photos,
-            self_similar_photos,
-        )
-
-        try:
-            if self.data.source == "builtin":
-                return builtin_photos(split)
-            if self.data.source == "self_similar":
-                return self_similar_photos(split)
-            return folder_photos(self.data.root, split)
-        except (ValueError, FileNotFoundError, OSError) as exc:
-            raise DataError(f"data (split {split!r}): {exc}") from None
-
     def build_dataset(self, split: str, mode: str = "train") -> Dataset:
-        """Training patches (``mode="train"``) or test tiles of ``split``."""
-        from nlnet.data.super_resolution.dataset import SRImages, SRPatches
+        """Training patches (``mode="train"``) or test tiles of ``split``
+        (:func:`~nlnet.data.super_resolution.builder.build_sr_dataset`)."""
+        from nlnet.data.super_resolution.builder import build_sr_dataset
 
-        photos, d = self._photos(split), self.data
         try:
-            if mode == "train":
-                return SRPatches(
-                    photos, self.upscale, d.patch, d.num_patches, augment=d.augment,
-                )  # fmt: skip
-            return SRImages(photos, self.upscale, d.eval_tile, d.eval_max_tiles)
-        except ValueError as exc:
+            return build_sr_dataset(self.data, split, mode, self.upscale)
+        except (ValueError, FileNotFoundError, OSError) as exc:
             raise DataError(f"data (split {split!r}): {exc}") from None
 
     def num_classes(self, dataset: Any) -> int | None:

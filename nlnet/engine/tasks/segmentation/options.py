@@ -15,8 +15,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from nlnet.engine.region_metrics import Evaluators, RegionEvaluator, mapped_regions
-from nlnet.engine.sliding_window import sliding_window_inference
+from nlnet.engine.tasks.segmentation.region_metrics import (
+    Evaluators,
+    RegionEvaluator,
+    mapped_regions,
+)
+from nlnet.engine.tasks.segmentation.sliding_window import sliding_window_inference
 
 __all__ = ["window_forward", "evaluator_with_regions"]
 

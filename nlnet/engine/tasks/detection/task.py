@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,9 +34,10 @@ from nlnet.engine.errors import DataError, MissingPackageError
 from nlnet.engine.evaluation import inference_on_dataset
 
 __all__ = [
-    "DetectionTask",
     "coco_evaluate",
+    "CocoEvaluator",
     "default_iou_types",
+    "DetectionTask",
     "outputs_to_coco",
     "STAT_NAMES",
 ]
@@ -144,17 +143,16 @@ def coco_evaluate(
 
 
 def default_iou_types(model_name: str | None) -> tuple[str, ...]:
-    """What a registered detector predicts: ``bbox`` + ``keypoints`` for a ``keypoints`` model,
-    ``bbox`` + ``segm`` for Mask R-CNN (and for unregistered names)."""
+    """What a registered detector predicts (its ``ModelCfg.outputs``: ``bbox`` + ``keypoints``
+    for Keypoint R-CNN, ``bbox`` alone for Faster R-CNN); ``bbox`` + ``segm`` (Mask R-CNN) for
+    an unregistered name."""
     from nlnet.models.registry import get_model_entry
 
     try:
-        task = get_model_entry(model_name).default_cfg.task if model_name else None
+        outputs = get_model_entry(model_name).default_cfg.outputs if model_name else ()
     except ValueError:
-        task = None
-    if task == "object_detection":  # Faster R-CNN: boxes only
-        return ("bbox",)
-    return ("bbox", "keypoints") if task == "keypoints" else ("bbox", "segm")
+        outputs = ()
+    return tuple(outputs) or ("bbox", "segm")
 
 
 class CocoEvaluator:
@@ -234,9 +232,6 @@ class DetectionTask:
                 f"iou_types: expected some of bbox, segm, keypoints, got {iou_types!r}"
             )
         self.iou_types = tuple(iou_types)
-        self.hflip = float(self.data.hflip)
-        self.keep_empty = bool(self.data.keep_empty)
-        self.images = self.data.images
         self.eval_batch_size = int(eval_batch_size)
         self.class_names: list[str] | None = None
         self._terms: dict[str, float] = {}
@@ -260,35 +255,22 @@ class DetectionTask:
             raise ConfigError(msg if msg.startswith("data") else f"data.{msg}") from None
 
     # -- data -----------------------------------------------------------------------------------
-    def dataset(self, root: str | os.PathLike, split: str, mode: str = "test") -> CocoDataset:
-        """The images of ``split`` with ``root/annotations/instances_<split>.json`` (or
-        ``person_keypoints_<split>.json`` for keypoints); flips only in ``train`` mode."""
-        root = Path(root)
-        kind = "person_keypoints" if "keypoints" in self.iou_types else "instances"
+    def build_dataset(self, split: str, mode: str = "train") -> CocoDataset:
+        """The :class:`CocoDataset` of ``split`` (:func:`~nlnet.data.detection.builder.build_coco_dataset`
+        with this task's ``iou_types``); a missing folder/file or an empty split is a
+        :class:`~nlnet.engine.errors.DataError`."""
+        from nlnet.data.detection.builder import build_coco_dataset
+
+        if self.data.root is None:
+            raise DataError("data.root: expected the dataset folder (COCO json + images)")
         try:
-            return CocoDataset(
-                root / self.images.format(split=split),
-                root / "annotations" / f"{kind}_{split}.json",
-                masks="segm" in self.iou_types,
-                keypoints="keypoints" in self.iou_types,
-                hflip=self.hflip if mode == "train" else 0.0,
-                keep_empty=self.keep_empty or mode != "train",
-            )
+            dataset = build_coco_dataset(self.data, split, mode, self.iou_types)
+        except (FileNotFoundError, ValueError) as exc:
+            raise DataError(f"data (split {split!r}): {exc}") from None
         except ModuleNotFoundError as exc:
             if exc.name != "pycocotools":
                 raise
             raise MissingPackageError(str(exc), name="pycocotools") from None
-
-    def build_dataset(self, split: str, mode: str = "train") -> CocoDataset:
-        """The :class:`CocoDataset` of ``split``; a missing folder/file or an empty split is a
-        :class:`~nlnet.engine.errors.DataError`."""
-        root = self.data.root
-        if root is None:
-            raise DataError("data.root: expected the dataset folder (COCO json + images)")
-        try:
-            dataset = self.dataset(root, split, mode)
-        except (FileNotFoundError, ValueError) as exc:
-            raise DataError(f"data (split {split!r}): {exc}") from None
         if len(dataset) == 0:
             raise DataError(f"data (split {split!r}): no image in {dataset.image_dir}")
         if self.class_names is None:

@@ -30,15 +30,17 @@ from nlnet.data.segmentation.volumes import VolumeFolder, collate_volumes
 from nlnet.engine.config.sections import data_section
 from nlnet.engine.errors import DataError, MissingPackageError
 from nlnet.engine.evaluation import inference_on_dataset
-from nlnet.engine.region_metrics import monai_hausdorff
-from nlnet.engine.tasks.seg_options import evaluator_with_regions, window_forward
+from nlnet.engine.tasks.segmentation.options import evaluator_with_regions, window_forward
+from nlnet.engine.tasks.segmentation.region_metrics import monai_hausdorff
 
 __all__ = [
-    "SegmentationTask",
     "confusion_matrix",
+    "ConfusionEvaluator",
     "dice_from_confusion",
+    "forward_padded",
     "iou_from_confusion",
     "segmentation_metrics",
+    "SegmentationTask",
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -11,9 +12,13 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from nlnet.data.video.config import VideoDataConfig
-from nlnet.engine.config.schema import EvalConfig
-from nlnet.engine.config.tool_sections import AugmentConfig
 from nlnet.engine.errors import DataError
+from nlnet.engine.tasks.video.config import (
+    AugmentConfig,
+    MultigridConfig,
+    VideoEvalConfig,
+    check_video_sections,
+)
 
 __all__ = ["VideoClassificationTask", "compute_loss", "resample_clip"]
 
@@ -69,8 +74,8 @@ class VideoClassificationTask:
 
     Batches are the dicts of :func:`nlnet.data.collate_skip_bad` (``clip`` (B, C, T, H, W),
     ``target``, ``index``, ``skipped``); evaluation is multi-clip testing (Section 4.1,
-    :mod:`nlnet.engine.tasks.video_eval`).  Training batches go through the ``augment``
-    section's MixUp / CutMix / RandAugment (:class:`~nlnet.engine.augment.ClipAugment`)
+    :mod:`nlnet.engine.tasks.video.evaluation`).  Training batches go through the ``augment``
+    section's MixUp / CutMix / RandAugment (:class:`~nlnet.engine.tasks.video.augment.ClipAugment`)
     and the loss takes ``augment.label_smoothing``.
 
     Built by :meth:`from_config` from the config's sections, or directly from them:
@@ -89,13 +94,23 @@ class VideoClassificationTask:
 
     name = "video_classification"
     data_config = VideoDataConfig
+    #: the task's own config sections (``eval`` extended with the test views)
+    sections = MappingProxyType(
+        {"eval": VideoEvalConfig, "augment": AugmentConfig, "multigrid": MultigridConfig}
+    )
+    #: the ``data`` keys that name files (made absolute in a run's saved config)
+    data_paths = ("root", "classes", "cache", "annotations")
+    #: the ``data`` keys taken from the model's ``ModelCfg`` when the config sets none of them
+    data_from_model = ("mean", "std")
+    classifies = True  # one class per item: a single class is refused
     words = ("clip", "video")  # a training item, its source (the loop's messages)
+    check_config = staticmethod(check_video_sections)
 
     def __init__(
         self,
         *,
         data: VideoDataConfig | Mapping[str, Any],
-        evaluation: EvalConfig | None = None,
+        evaluation: VideoEvalConfig | None = None,
         augment: AugmentConfig | None = None,
         loss: str = "ce",
         num_classes: int | None = None,
@@ -104,7 +119,7 @@ class VideoClassificationTask:
         from nlnet.data.video.builder import collate_skip_bad
 
         self.data = VideoDataConfig.from_mapping(data)
-        self.evaluation = evaluation if evaluation is not None else EvalConfig()
+        self.evaluation = evaluation if evaluation is not None else VideoEvalConfig()
         self.augment_config = augment if augment is not None else AugmentConfig()
         self.loss_name = loss
         self.class_names = tuple(class_names) if class_names else None
@@ -112,7 +127,7 @@ class VideoClassificationTask:
         self.label_smoothing = float(self.augment_config.label_smoothing)
         self.augment = None
         self.classes: int | None = None
-        self.clip_shape: tuple[int, int] | None = None  # (T, S) of a multigrid step
+        self.step_shape: tuple[int, int] | None = None  # (T, S) of a multigrid step
         if num_classes is not None:
             self.setup(num_classes)
 
@@ -129,10 +144,23 @@ class VideoClassificationTask:
             class_names=cfg.class_names,
         )
 
+    @classmethod
+    def hooks(cls, cfg: Any) -> list[Any]:
+        """The task's own hooks: multigrid training when the ``multigrid`` section asks."""
+        from nlnet.engine.tasks.video.multigrid import MultigridHook
+
+        m = cfg.multigrid
+        return [MultigridHook(cfg)] if m.long_cycle or m.short_cycle else []
+
+    def set_step_shape(self, shape: tuple[int, int] | None) -> None:
+        """The ``(T, S)`` every training clip is resampled to from the next step on (the
+        multigrid hook's schedule); ``None``: the data's own shape."""
+        self.step_shape = None if shape is None else (int(shape[0]), int(shape[1]))
+
     def setup(self, num_classes: int) -> None:
         """The training augmentation, once the class count is known (MixUp / CutMix targets
         are ``(B, num_classes)`` probabilities)."""
-        from nlnet.engine.augment import ClipAugment
+        from nlnet.engine.tasks.video.augment import ClipAugment
 
         self.classes = int(num_classes)
         data = self.data
@@ -164,7 +192,7 @@ class VideoClassificationTask:
     def loss(
         self, model: nn.Module, batch: Any, device: torch.device
     ) -> tuple[torch.Tensor | None, int]:
-        from nlnet.engine.tasks.video_eval import unpack_batch
+        from nlnet.engine.tasks.video.evaluation import unpack_batch
 
         clip, target, _index, _bad = unpack_batch(batch)
         if clip is None or clip.shape[0] == 0:
@@ -173,8 +201,8 @@ class VideoClassificationTask:
         target = torch.as_tensor(target).to(device, non_blocking=True)
         if self.augment is not None and model.training:
             clip, target = self.augment(clip, target)
-        if self.clip_shape is not None and model.training:
-            clip = resample_clip(clip, *self.clip_shape)
+        if self.step_shape is not None and model.training:
+            clip = resample_clip(clip, *self.step_shape)
         logits = model(clip)  # (B, num_classes)
         loss = compute_loss(logits, target, self.loss_name, self.label_smoothing)
         return loss, int(clip.shape[0])
@@ -192,7 +220,7 @@ class VideoClassificationTask:
     ) -> dict[str, Any]:
         """Multi-clip testing: clip- and video-level top-k (or mAP for ``train.loss=bce``);
         ``details``: also ``per_class_top1`` and ``confusion`` (videos)."""
-        from nlnet.engine.tasks.video_eval import build_eval_loader, run_evaluation
+        from nlnet.engine.tasks.video.evaluation import build_eval_loader, run_evaluation
 
         ev = self.evaluation
         from nlnet.data.video.batches import collate_eval, collate_skip_bad

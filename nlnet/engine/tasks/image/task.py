@@ -1,4 +1,4 @@
-"""Image classification as a training task (``task: image``): fine-tune ViT, Swin or a 2D
+"""Image classification as a training task (``task: image_classification``): fine-tune ViT, Swin or a 2D
 ResNet with a non-local block from ImageNet weights on a class-per-folder image set.
 
 The data follow torchvision's ``ImageFolder`` conventions (``root/<split>/<class>/<image>``,
@@ -13,7 +13,6 @@ Networks", Wang et al., CVPR 2018, arXiv:1711.07971) is the same block as in the
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,7 +22,6 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from nlnet.data.images.config import ImageDataConfig
-from nlnet.data.images.dataset import ImageItems, digits_images
 from nlnet.data.loader import usable_workers
 from nlnet.data.preprocessing import Preprocessing
 from nlnet.engine.config.schema import EvalConfig
@@ -47,7 +45,8 @@ class ImageClassificationTask:
         class_names: the names stored in checkpoints (default: the dataset's classes).
     """
 
-    name = "image"
+    name = "image_classification"
+    classifies = True  # one class per item: a single class is refused
     data_config = ImageDataConfig
 
     def __init__(
@@ -100,28 +99,14 @@ class ImageClassificationTask:
         return image_train_transform(d.size, d.min_scale, d.hflip, self.mean, self.std)
 
     def build_dataset(self, split: str, mode: str = "train") -> Dataset:
-        """The images of ``split`` (``root/<split>`` or the built-in digits split)."""
-        if self.data.builtin == "digits":
-            imgs, targets, classes = digits_images(split, self.seed)
-            return ImageItems(imgs, targets, classes, self.transform(mode))
-        from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
+        """The images of ``split`` (``root/<split>`` or the built-in digits split;
+        :func:`~nlnet.data.images.builder.build_image_dataset`)."""
+        from nlnet.data.images.builder import build_image_dataset
 
-        from nlnet.data.class_folders import split_classes, training_splits
-
-        root = os.path.expanduser(self.data.root)
-        folder = os.path.join(root, split)
         try:
-            classes = split_classes(root, split)  # the training splits' classes, checked
-            to_idx = {c: i for i, c in enumerate(classes)}
-            held_out = split not in training_splits(root)  # may lack some training classes
-            found = make_dataset(folder, to_idx, IMG_EXTENSIONS, allow_empty=held_out)
-        except (FileNotFoundError, OSError, ValueError) as exc:
-            raise DataError(f"data.root (split {split!r}): {exc} (expected "
-                            f"{folder}/<class>/<image>)") from None  # fmt: skip
-        if not found:
-            raise DataError(f"data.root (split {split!r}): no image in {folder}/<class>/")
-        paths, targets = zip(*found)
-        return ImageItems(paths, targets, classes, self.transform(mode))
+            return build_image_dataset(self.data, split, self.transform(mode), self.seed)
+        except ValueError as exc:
+            raise DataError(str(exc)) from None
 
     def num_classes(self, dataset: Any) -> int | None:
         n = getattr(dataset, "num_classes", None)

@@ -1,0 +1,18 @@
+"""Image classification: fine-tuning ViT, Swin or a 2D ResNet with non-local blocks.
+
+========  ======================================================================
+``task``  ``ImageClassificationTask``
+========  ======================================================================
+
+Its datasets are built by :mod:`nlnet.data.images`.
+"""
+
+from __future__ import annotations
+
+from nlnet.engine.tasks.image.task import (
+    ImageClassificationTask,
+)
+
+__all__ = [
+    "ImageClassificationTask",
+]

@@ -1,0 +1,33 @@
+"""Semantic segmentation of images and volumes: the task, its sliding-window forward and BraTS regions.
+
+==================  ======================================================================
+``task``            ``SegmentationTask``: per-pixel cross-entropy (or Dice), mIoU / mDice
+``options``         what the task builds from the data section's window and region keys
+``sliding_window``  sliding-window inference on inputs larger than the training crop
+``region_metrics``  BraTS's per-case region Dice and HD95
+==================  ======================================================================
+
+Its datasets are built by :mod:`nlnet.data.segmentation`.
+"""
+
+from __future__ import annotations
+
+from nlnet.engine.tasks.segmentation.task import (
+    ConfusionEvaluator,
+    SegmentationTask,
+    confusion_matrix,
+    dice_from_confusion,
+    forward_padded,
+    iou_from_confusion,
+    segmentation_metrics,
+)
+
+__all__ = [
+    "confusion_matrix",
+    "ConfusionEvaluator",
+    "dice_from_confusion",
+    "forward_padded",
+    "iou_from_confusion",
+    "segmentation_metrics",
+    "SegmentationTask",
+]
