@@ -133,8 +133,8 @@ def run(
         return run_unet_demo(
             seeds, out_dir=out, settings=settings, jobs=jobs, pictures=False, split=split
         )
+    from nlnet.data.digits.dense import DenseDigitsConfig
     from nlnet.demo.dense import run_dense_demo
-    from nlnet.demo.digits_dense import DenseDigitsConfig
 
     data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if quick else None
     return run_dense_demo(

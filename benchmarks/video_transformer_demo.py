@@ -20,7 +20,7 @@ import torch
 
 def main() -> None:
     from nlnet.analysis.cost import count_params
-    from nlnet.demo.digits_cache import default_cache_dir, prepare_digits
+    from nlnet.data.digits.cache import default_cache_dir, prepare_digits
     from nlnet.demo.pretrain import pretrain_2d
     from nlnet.demo.video import DemoSettings, load_split, top1, train_model
     from nlnet.models import create_model

@@ -76,7 +76,7 @@ def test_quick_demo_smoke_and_the_same_figures_with_jobs_side_by_side(tmp_path, 
         assert len(log["curve_train_top1"]) == len(log["curve_val_top1"]) == steps
     # the dataset the demo trained on is the cached one that a second run reuses (the reuse
     # itself is tested in tests/data/test_digits.py without a second demo run)
-    from nlnet.demo.digits_cache import prepare_digits
+    from nlnet.data.digits.cache import prepare_digits
     from nlnet.demo.video import DemoSettings
 
     manifests = list((tmp_path / "cache").glob("*/manifest.json"))
@@ -359,7 +359,7 @@ def test_order_task_is_invisible_to_c2d_and_non_local_but_not_to_the_time_model(
     import torch
 
     import nlnet.demo.models  # noqa: F401
-    from nlnet.demo.digits import DigitsTaskConfig, generate_split
+    from nlnet.data.digits.video import DigitsTaskConfig, generate_split
     from nlnet.demo.video import TIME_MODEL
     from nlnet.models.registry import create_model
 

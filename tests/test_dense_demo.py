@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from nlnet.data.digits.dense import DenseDigitsConfig
 from nlnet.demo.dense import SegDemoSettings, run_dense_demo
-from nlnet.demo.digits_dense import DenseDigitsConfig
 
 
 @pytest.fixture(scope="module")

@@ -108,8 +108,8 @@ def test_unet_pretraining_labels_each_digit_by_its_class_and_initialises_both_mo
     import numpy as np
     import torch
 
+    from nlnet.data.digits.dense import DenseDigitsConfig, digit_class_masks, seed_data
     from nlnet.data.segmentation.images import SegmentationFolder
-    from nlnet.demo.digits_dense import DenseDigitsConfig, digit_class_masks, seed_data
     from nlnet.demo.unet import UNetDemoSettings, fit_and_test, pretrain_unet
 
     s = replace(UNetDemoSettings.quick(), pretrain_epochs=1, freeze_encoder=False)

@@ -68,7 +68,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--task",
         choices=("same", "pointer", "match", "order", "segmentation", "super-resolution", "unet"),
         default="same",
-        help="which digits task (default: same; see nlnet.demo.digits); segmentation: the dense "
+        help="which digits task (default: same; see nlnet.data.digits.video); segmentation: the dense "
         "demo (nlnet.demo.dense)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")

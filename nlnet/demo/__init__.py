@@ -1,10 +1,8 @@
-"""nlnet.demo: the demos (``nlnet demo``), their built-in digits tasks and their tiny models.
+"""nlnet.demo: the demos (``nlnet demo``) and their tiny models; their built-in digits tasks
+are data (:mod:`nlnet.data.digits`).
 
 Outside the library core: nothing below this package imports it. Modules:
 
-* :mod:`nlnet.demo.digits` (+ :mod:`nlnet.demo.digits_cache`, its mp4 files) /
-  :mod:`nlnet.demo.digits_dense`: the generated digits video task and the dense (segmentation,
-  detection) digits task, written as real files;
 * :mod:`nlnet.demo.models`: the tiny C2D family (``c2d_tiny``, ``c2d_tiny_nl1``, ...), a plugin
   of the registry (entry point group ``nlnet.models`` in ``pyproject.toml``, loaded on the first
   lookup), also registered when this package is imported;

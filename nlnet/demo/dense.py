@@ -1,7 +1,7 @@
 """The dense demo: semantic segmentation with and without one non-local block, on real digit scans.
 
 ``run_dense_demo("segmentation", seeds)`` writes the dense digits task
-(:mod:`nlnet.demo.digits_dense`: PNG images, PNG masks and COCO json) into a cache, reads it back
+(:mod:`nlnet.data.digits.dense`: PNG images, PNG masks and COCO json) into a cache, reads it back
 with :class:`nlnet.data.segmentation.images.SegmentationFolder`, trains ``seg_tiny`` (the guide's head on
 a tiny dilated ResNet, receptive field 45 pixels) and ``seg_tiny_nl`` (the same with the head's
 non-local block) from the same initialisation seed, and reports test mIoU and per-class IoU.
@@ -32,8 +32,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from nlnet.data.digits.dense import CATEGORIES, DenseDigitsConfig, seed_data
 from nlnet.data.segmentation.images import SegmentationFolder
-from nlnet.demo.digits_dense import CATEGORIES, DenseDigitsConfig, seed_data
 from nlnet.demo.jobs import Jobs, write_summary
 from nlnet.engine.tasks.segmentation import SegmentationTask
 from nlnet.models import create_model
@@ -174,14 +174,14 @@ def pretrain_backbone(
     root: Path, seed_dir: Path, seed: int, s: SegDemoSettings, device: str
 ) -> dict[str, torch.Tensor]:
     """Pre-train ``seg_tiny`` to segment the training images' digits by their own class
-    (:func:`~nlnet.demo.digits_dense.digit_class_masks`) through the engine's loop, the U-Net
+    (:func:`~nlnet.data.digits.dense.digit_class_masks`) through the engine's loop, the U-Net
     demo's stand-in for the paper's ImageNet initialisation (Sec. 4.1). A job of
     :class:`nlnet.demo.jobs.Jobs`.
 
     Returns:
         The backbone's weights (CPU), the initialisation of both models.
     """
-    from nlnet.demo.digits_dense import PRETRAIN_CLASS_NAMES, digit_class_masks
+    from nlnet.data.digits.dense import PRETRAIN_CLASS_NAMES, digit_class_masks
 
     class DigitClasses(SegmentationFolder):
         by_name = digit_class_masks(root, "train")
@@ -310,8 +310,8 @@ def run_dense_demo(
         for r in seed_runs:
             log(f"seed {seed} {r['model']}: mIoU {r['metrics']['mIoU']:.1f} ({r['train_s']:.0f} s)")
             block = s.block if r["model"] == DENSE_MODELS[task][1] and s.block else None
-            models[r["model"]] = create_model(r["model"], **({"block": block} if block else {}))
-            models[r["model"]].load_state_dict(r.pop("state"))
+            options = {"block": block} if block else {}
+            models[r["model"]] = create_model(r["model"], weights=r.pop("state"), **options)
         if pictures and len(models) == 2:
             path = out / f"seed{seed}" / "predictions.png"
             seed_runs[-1]["pictures"] = _pictures(path, models, test_set)

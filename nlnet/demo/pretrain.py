@@ -39,7 +39,7 @@ def pretrain_2d(
     """
     import tempfile
 
-    from nlnet.demo.digits import generate_frames
+    from nlnet.data.digits.video import generate_frames
     from nlnet.engine.loop import train
     from nlnet.models.registry import create_model
 

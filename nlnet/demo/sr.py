@@ -234,8 +234,7 @@ def run_sr_demo(
         models: dict[str, nn.Module] = {}
         for r in runs[-len(MODELS) :]:
             cfg = sr_demo_config(r["model"], s, out, r["seed"], "cpu")
-            models[r["model"]] = create_model(r["model"], **cfg.model.overrides)
-            models[r["model"]].load_state_dict(r["state"])
+            models[r["model"]] = create_model(r["model"], weights=r["state"], **cfg.model.overrides)
         test = SuperResolutionTask.from_config(cfg).build_dataset(split, "test")
         _crops_figure(out / "crops.png", models, test, s.upscale)
     for r in runs:

@@ -3,7 +3,7 @@
 The practitioner's first use case puts a non-local block (reduction 2, sub-sampling 2) after the
 last block of a U-Net's encoder, so that a structure's label can use evidence far away in the
 image. ``run_unet_demo(seeds)`` tests that on the built-in dense digits task
-(:mod:`nlnet.demo.digits_dense`: 64x64 images of scikit-learn's real handwritten-digit scans,
+(:mod:`nlnet.data.digits.dense`: 64x64 images of scikit-learn's real handwritten-digit scans,
 no download), where a digit's label -- ``match`` or ``other`` -- depends on a boxed cue digit
 elsewhere in the image, up to ~60 pixels away.
 
@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from nlnet.demo.digits_dense import PRETRAIN_CLASS_NAMES, digit_class_masks
+from nlnet.data.digits.dense import PRETRAIN_CLASS_NAMES, digit_class_masks
 
 __all__ = ["UNetDemoSettings", "run_unet_demo", "format_unet_table"]
 
@@ -240,8 +240,8 @@ def run_unet_demo(
         ``{"settings", "split", "data_roots", "runs": [{"seed", "model", "params", "train_s",
         "metrics"}], "wall_s"}`` (``metrics`` on ``split``).
     """
+    from nlnet.data.digits.dense import DenseDigitsConfig, seed_data
     from nlnet.data.segmentation.images import SegmentationFolder
-    from nlnet.demo.digits_dense import DenseDigitsConfig, seed_data
     from nlnet.demo.jobs import Jobs, write_summary
     from nlnet.models import create_model
 
@@ -270,9 +270,9 @@ def run_unet_demo(
         models: dict[str, nn.Module] = {}
         for r in runs[-len(MODELS) :]:
             models[r["model"]] = create_model(
-                r["model"], num_classes=len(CLASS_NAMES), **_overrides(r["model"], s)
-            )
-            models[r["model"]].load_state_dict(r["state"])
+                r["model"], num_classes=len(CLASS_NAMES), weights=r["state"],
+                **_overrides(r["model"], s),
+            )  # fmt: skip
         test = SegmentationFolder(roots[seeds[-1]], split, num_classes=len(CLASS_NAMES))
         _picture(out / "predictions.png", models, test)
     for r in runs:

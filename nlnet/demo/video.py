@@ -3,7 +3,7 @@
 ``nlnet demo`` shows what the library is for, on data it brings itself
 ("Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971): Figures 1 and 3, Table 2d):
 
-1. it generates the long-range digits task of :mod:`nlnet.demo.digits` (real handwritten digits
+1. it generates the long-range digits task of :mod:`nlnet.data.digits.video` (real handwritten digits
    from scikit-learn) as mp4 files in a cache directory, and reads them back through the normal
    data pipeline (:class:`nlnet.data.video.builder.VideoFolderDataset`), decoding each clip once;
 2. it pre-trains the tiny 2D backbone on single-digit frames (the role of ImageNet in Section
@@ -29,16 +29,16 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from nlnet.data.digits.cache import read_manifest
+from nlnet.data.digits.video import DigitsTaskConfig
 from nlnet.data.seeding import ItemKey
-from nlnet.demo.digits import DigitsTaskConfig
-from nlnet.demo.digits_cache import read_manifest
 from nlnet.engine.config import replace as replace_config
 from nlnet.engine.hooks import HookBase
 from nlnet.engine.modeling import set_train_mode
 from nlnet.engine.runlog import MetricsLogger, line_prefix
 
 __all__ = ["TIME_MODEL", "VARIANT_MODELS", "CurveHook", "DemoSettings", "ClipTensorDataset",
-           "build_model", "clear_decoded", "decoded_splits", "demo_config", "inflate_state",
+           "build_model", "model_options", "clear_decoded", "decoded_splits", "demo_config", "inflate_state",
            "load_split", "top1", "train_job", "train_model"]  # fmt: skip
 
 
@@ -301,6 +301,18 @@ def inflate_state(
     return out
 
 
+def model_options(name: str, settings: DemoSettings) -> dict[str, Any]:
+    """The ``create_model`` options of the demo model ``name``: the task's classes, the
+    settings' width, dropout and (for a model with blocks) block options."""
+    from nlnet.models.registry import get_model_entry
+
+    extra = {}
+    if settings.block and get_model_entry(name).default_cfg.blocks:
+        extra["block"] = dict(settings.block)
+    return dict(num_classes=settings.task.num_classes, width=settings.width,
+                dropout=settings.dropout, **extra)  # fmt: skip
+
+
 def build_model(
     name: str, settings: DemoSettings, init: dict[str, torch.Tensor] | None = None
 ) -> torch.nn.Module:
@@ -315,15 +327,9 @@ def build_model(
     protocol's perturbation: the same seed, a different rounding of the start).
     """
     from nlnet.models.loading import load_partial
-    from nlnet.models.registry import create_model, get_model_entry
+    from nlnet.models.registry import create_model
 
-    extra = {}
-    if settings.block and get_model_entry(name).default_cfg.blocks:
-        extra["block"] = dict(settings.block)
-    model = create_model(
-        name, num_classes=settings.task.num_classes, width=settings.width,
-        dropout=settings.dropout, **extra,
-    )  # fmt: skip
+    model = create_model(name, **model_options(name, settings))
     if init is not None:
         init = inflate_state(init, model.state_dict())
         new = [k for k in model.state_dict() if k.startswith("fc.") or ".non_local." in k]

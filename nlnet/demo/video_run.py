@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from nlnet.demo.digits_cache import default_cache_dir, prepare_digits, read_manifest
+from nlnet.data.digits.cache import default_cache_dir, prepare_digits, read_manifest
 from nlnet.demo.jobs import Jobs, jobs_for, write_summary
 from nlnet.demo.pretrain import cached_pretrain_2d
 from nlnet.demo.video import (
@@ -26,12 +26,13 @@ from nlnet.demo.video import (
     TIME_MODEL,
     VARIANT_MODELS,
     DemoSettings,
-    build_model,
     clear_decoded,
     decoded_splits,
+    model_options,
     train_job,
 )
 from nlnet.demo.video_report import attention_outputs, plot_curves, plot_figure4, results_table
+from nlnet.models import create_model
 
 __all__ = [
     "cpu_seconds",
@@ -116,8 +117,7 @@ def train_all(
     models: dict[str, torch.nn.Module] = {}
     for name, future in futures.items():
         out = future.result()
-        model = build_model(name, settings)
-        model.load_state_dict(out["state"])
+        model = create_model(name, weights=out["state"], **model_options(name, settings))
         log = out["log"]
         cost = model_cost(
             name,

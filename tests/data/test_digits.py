@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from nlnet.demo.digits import (
+from nlnet.data.digits.cache import prepare_digits, read_manifest
+from nlnet.data.digits.video import (
     COLOR_NAMES,
     DigitsTaskConfig,
     generate_split,
     load_digit_bank,
     split_digit_indices,
 )
-from nlnet.demo.digits_cache import prepare_digits, read_manifest
 
 TINY = dict(num_frames=3, size=32, num_train=12, num_val=5, num_test=6, distractors=1)
 
@@ -181,7 +181,7 @@ def test_mp4_cache_roundtrip_and_reuse(tmp_path):
 
 
 def test_pretraining_frames():
-    from nlnet.demo.digits import generate_frames
+    from nlnet.data.digits.video import generate_frames
 
     cfg = DigitsTaskConfig(**TINY)
     frames, labels = generate_frames(cfg, 20, "train")

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from nlnet.data.detection.coco import CocoDataset
+from nlnet.data.digits.dense import CATEGORIES, DenseDigitsConfig, prepare_dense_digits
 from nlnet.data.segmentation.images import SegmentationFolder, collate_segmentation
-from nlnet.demo.digits_dense import CATEGORIES, DenseDigitsConfig, prepare_dense_digits
 
 CFG = DenseDigitsConfig(size=48, num_train=6, num_val=3, num_test=3, seed=1)
 

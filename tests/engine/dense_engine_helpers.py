@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
+from nlnet.data.digits.dense import DenseDigitsConfig, prepare_dense_digits
 
 #: the smallest dense digits task the models train on (64x64 images: the tiny detector's size)
 TINY_DATA = DenseDigitsConfig(size=64, num_train=8, num_val=2, num_test=2, seed=5)

@@ -13,7 +13,7 @@ from pycocotools.cocoeval import COCOeval
 from torch.utils.data import DataLoader
 
 from nlnet.data.detection.coco import CocoDataset, load_coco
-from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
+from nlnet.data.digits.dense import DenseDigitsConfig, prepare_dense_digits
 from nlnet.engine.tasks.detection import DetectionTask, coco_evaluate, outputs_to_coco
 from nlnet.models import create_model
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from nlnet.data.detection.coco import CocoDataset, import_pycocotools, load_coco
-from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
+from nlnet.data.digits.dense import DenseDigitsConfig, prepare_dense_digits
 from nlnet.engine.errors import MissingPackageError, UserError
 from nlnet.engine.tasks.detection import coco_evaluate, outputs_to_coco
 

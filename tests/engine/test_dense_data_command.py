@@ -30,7 +30,7 @@ def test_docs_and_config_comments_give_the_same_command():
 
 
 def test_the_command_writes_what_the_smoke_configs_read(tmp_path, monkeypatch):
-    import nlnet.demo.digits_dense as dd
+    import nlnet.data.digits.dense as dd
     from nlnet.engine.config import load_config
     from nlnet.engine.tasks import get_task
 

@@ -56,7 +56,7 @@ def test_defaults_keep_the_old_behaviour():
 
 
 def test_the_task_builds_the_augmentation_for_training_only(tmp_path):
-    from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
+    from nlnet.data.digits.dense import DenseDigitsConfig, prepare_dense_digits
 
     root = prepare_dense_digits(
         DenseDigitsConfig(size=48, num_train=4, num_val=2, num_test=2), tmp_path

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
+from nlnet.data.digits.dense import DenseDigitsConfig, prepare_dense_digits
 from nlnet.engine.tasks.segmentation import (
     SegmentationTask,
     confusion_matrix,

@@ -99,7 +99,7 @@ class WindowOnly(nn.Module):
 
 
 def test_segmentation_evaluation_uses_windows_when_the_image_exceeds_the_crop(tmp_path):
-    from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
+    from nlnet.data.digits.dense import DenseDigitsConfig, prepare_dense_digits
     from nlnet.engine.tasks.segmentation import SegmentationTask
 
     root = prepare_dense_digits(

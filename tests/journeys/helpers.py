@@ -164,7 +164,7 @@ def make_checkpoint(kind: str, tmp: Path) -> Path:
         cfg = engine_cfg("image_classification", "vit_tiny", {"root": str(image_tree(tmp / "images")),
                          "size": 32}, tmp / "run", **{"eval.split": "val"})  # fmt: skip
     elif kind in ("segmentation", "detection"):
-        from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
+        from nlnet.data.digits.dense import DenseDigitsConfig, prepare_dense_digits
 
         root = prepare_dense_digits(
             DenseDigitsConfig(size=64, num_train=4, num_val=2, num_test=2, seed=5), tmp / "dense"

@@ -12,7 +12,7 @@ import torch
 
 def test_deep_supervision_unet_from_config_to_every_command(tmp_path, capsys):
     from nlnet.cli import main
-    from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
+    from nlnet.data.digits.dense import DenseDigitsConfig, prepare_dense_digits
     from nlnet.engine.checkpoint import load_checkpoint
 
     root = prepare_dense_digits(

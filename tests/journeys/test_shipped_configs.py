@@ -58,7 +58,7 @@ def _tiny_data(cfg, tmp: Path) -> tuple[dict, dict]:
         over.update({"model.num_classes": 4, "class_names": None})
         return {"kind": "volume", "root": str(root), "patch": [16, 16, 16],
                 "label_map": {4: 3}}, over  # fmt: skip
-    from nlnet.demo.digits_dense import DenseDigitsConfig, prepare_dense_digits
+    from nlnet.data.digits.dense import DenseDigitsConfig, prepare_dense_digits
 
     root = prepare_dense_digits(
         DenseDigitsConfig(size=64, num_train=4, num_val=2, num_test=2, seed=5), tmp / "dense"

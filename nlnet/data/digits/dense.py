@@ -24,7 +24,7 @@ The images and labels are written as real files, read back by the normal loaders
 
 A digit's mask is its stroke pixels (intensity > 0.25) grown by one pixel; its box is the mask's
 tight bounding box. Digit images are split into disjoint train/val/test pools before any image
-is drawn (:func:`nlnet.demo.digits.split_digit_indices`), so test images contain only scans
+is drawn (:func:`nlnet.data.digits.video.split_digit_indices`), so test images contain only scans
 never seen in training. Generation is deterministic in the configuration.
 """
 
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from nlnet.demo.digits import draw_digit, load_digit_bank, place_squares, split_digit_indices
+from nlnet.data.digits.video import draw_digit, load_digit_bank, place_squares, split_digit_indices
 
 __all__ = [
     "CATEGORIES",

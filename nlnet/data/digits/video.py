@@ -37,7 +37,7 @@ with probability ``(m/n + 1 - m(m-1)/(n(n-1))) / 2``: 66.7% for ``n = 4``, 63.9%
 Generation is deterministic from ``seed``; the 1797 digit images are split by index into
 disjoint, class-stratified train/val/test pools *before* any clip is drawn, so test clips only
 contain digit images never seen in training. Labels are balanced (counts differ by at most one).
-:func:`nlnet.demo.digits_cache.prepare_digits` writes the clips as mp4 files that the normal
+:func:`nlnet.data.digits.cache.prepare_digits` writes the clips as mp4 files that the normal
 data pipeline reads back.
 :func:`generate_frames` draws single-digit frames for 2D pre-training.
 """

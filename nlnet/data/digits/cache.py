@@ -1,6 +1,6 @@
 """The digits video task on disk: ``root/<split>/<class>/*.mp4`` + ``manifest.json``.
 
-:func:`prepare_digits` writes the clips of :mod:`nlnet.demo.digits` as real mp4 files (H.264,
+:func:`prepare_digits` writes the clips of :mod:`nlnet.data.digits.video` as real mp4 files (H.264,
 ``yuv444p``, ``crf 0``: nearly lossless) in the class-per-folder layout read back by
 ``nlnet.data.video.builder.VideoFolderDataset``, with a manifest that lets a later call skip the work.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from nlnet.demo.digits import GENERATOR_VERSION, SPLITS, DigitsTaskConfig, generate_split
+from nlnet.data.digits.video import GENERATOR_VERSION, SPLITS, DigitsTaskConfig, generate_split
 
 __all__ = ["MANIFEST", "default_cache_dir", "prepare_digits", "read_manifest"]
 
@@ -105,7 +105,7 @@ def prepare_digits(
     tmp.mkdir(parents=True)
     names = cfg.class_names
     out: dict[str, Any] = {
-        "generator": "nlnet.demo.digits",
+        "generator": "nlnet.data.digits.video",
         "version": GENERATOR_VERSION,
         "fingerprint": cfg.fingerprint(),
         "config": cfg.to_dict(),
