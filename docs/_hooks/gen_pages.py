@@ -245,8 +245,9 @@ def _default(f: dataclasses.Field) -> str:
 
 
 def config_sections() -> list[tuple[str, type]]:
-    """``(prefix, dataclass)`` of the experiment config: ``Config`` and its nested sections, then
-    any other ``*Config`` dataclass of :mod:`nlnet.engine` (task sections)."""
+    """``(prefix, dataclass)`` of the experiment config: ``Config`` and its nested sections, each
+    task's own sections (``(video_classification) augment.``), then any other ``*Config``
+    dataclass of :mod:`nlnet.engine` and the tasks' typed data sections."""
 
     from nlnet.engine.config import Config
 
@@ -263,6 +264,13 @@ def config_sections() -> list[tuple[str, type]]:
                 walk(f"{prefix}{f.name}.", tp)
 
     walk("", Config)
+    from nlnet.engine.config.sections import task_sections
+    from nlnet.engine.tasks import task_names
+
+    for task in task_names():  # the tasks' own sections (the video task's augment, ...)
+        for name, cls in task_sections(task).items():
+            if cls not in seen:
+                walk(f"({task}) {name}.", cls)
     engine = importlib.import_module("nlnet.engine")
     modules = [i.name for i in pkgutil.walk_packages(engine.__path__, "nlnet.engine.")]
     data = importlib.import_module("nlnet.data")  # typed data sections: each task's config.py
