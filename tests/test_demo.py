@@ -18,7 +18,7 @@ def test_c2d_is_a_sum_over_frames_and_the_non_local_model_is_not():
     last frame cannot interact; a spacetime non-local block makes them interact."""
     import torch
 
-    import nlnet.demo.models  # noqa: F401
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.models.registry import create_model
 
     torch.manual_seed(0)
@@ -336,9 +336,9 @@ def test_recipe_overrides_are_typed_and_bad_ones_are_one_line(capsys):
 
 
 def test_residual_control_sits_where_the_block_does_with_about_its_parameters():
-    import nlnet.demo.models  # noqa: F401
-    from nlnet.demo.models import ResidualControl3d
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.models.registry import create_model
+    from nlnet.models.video.tiny import ResidualControl3d
 
     nl, res = (create_model(n, num_classes=2, width=8) for n in ("c2d_tiny_nl1", "c2d_tiny_res1"))
     nl_slots = {n for n, m in nl.named_modules() if n.endswith("non_local") and m is not None}
@@ -358,7 +358,7 @@ def test_order_task_is_invisible_to_c2d_and_non_local_but_not_to_the_time_model(
     the temporal control's logits change."""
     import torch
 
-    import nlnet.demo.models  # noqa: F401
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.data.digits.video import DigitsTaskConfig, generate_split
     from nlnet.demo.video import TIME_MODEL
     from nlnet.models.registry import create_model

@@ -16,7 +16,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     and without a block."""
     from PIL import Image
 
-    import nlnet.demo.models  # noqa: F401  (registers the tiny models)
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.data.video_io.backends import write_video
     from nlnet.engine.checkpoint import save_checkpoint
     from nlnet.models.registry import create_model

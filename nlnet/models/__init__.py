@@ -31,6 +31,7 @@ from nlnet.models.surgery import PLACEMENTS, insert_non_local, non_local_blocks,
 from nlnet.models.swin import SwinTransformer  # noqa: F401  (registers swin_*)
 from nlnet.models.unet import UNet  # noqa: F401  (registers unet2d*, unet3d*)
 from nlnet.models.video import resnets as _video_resnets  # noqa: F401  (c2d_r*, i3d*)
+from nlnet.models.video import tiny as _video_tiny  # noqa: F401  (c2d_tiny*, i3d_tiny*)
 from nlnet.models.video.resnet3d import BasicBlock3d, Bottleneck3d, ResNet3d, inflation_pattern
 from nlnet.models.video.transformer import VideoTransformer  # noqa: F401  (registers vivit_tiny)
 from nlnet.models.vit import VisionTransformer  # noqa: F401  (registers vit_*)

@@ -6,11 +6,10 @@ segmentation nets; ``vit.py``, ``swin.py``, ``video/transformer.py``, ``detectio
 ``segmentation.py``), so every name can be found with ``grep``.  Importing :mod:`nlnet.models`
 imports all of them; this module imports none.  Other packages register more models through
 entry points (group :data:`ENTRY_POINT_GROUP`, ``"nlnet.models"``), read on the first lookup
-(:func:`load_plugins`); nlnet's own demo models (``c2d_tiny*``, :mod:`nlnet.demo.models`) are
-one such plugin, declared in ``pyproject.toml``::
+(:func:`load_plugins`), declared in their own ``pyproject.toml``::
 
     [project.entry-points."nlnet.models"]
-    demo = "nlnet.demo.models"
+    my_models = "my_package.models"
 
 Register a new model with its typed default config (:class:`~nlnet.models.model_cfg.ModelCfg`)::
 
@@ -68,7 +67,7 @@ class ModelEntry:
 _REGISTRY: dict[str, ModelEntry] = {}
 
 #: Entry-point group of the plugins: packages that register more models declare their module
-#: under ``[project.entry-points."nlnet.models"]`` (nlnet's own demo models are one of them).
+#: under ``[project.entry-points."nlnet.models"]``.
 ENTRY_POINT_GROUP = "nlnet.models"
 _plugins_loaded = False
 

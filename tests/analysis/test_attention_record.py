@@ -11,7 +11,7 @@ from nlnet.models.registry import create_model
 
 
 def _tiny_nl_model():
-    import nlnet.demo.models  # noqa: F401  (registers the tiny family)
+    import nlnet.models  # noqa: F401  (registers the tiny models)
 
     torch.manual_seed(0)
     model = create_model("c2d_tiny_nl1", num_classes=3, width=2, dropout=0.0)

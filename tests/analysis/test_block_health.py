@@ -130,7 +130,7 @@ def test_inspect_command_weights_only_with_inputs_and_no_blocks(tmp_path, capsys
 
     import numpy as np
 
-    import nlnet.demo.models  # noqa: F401  (registers the tiny models)
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.cli import main
     from nlnet.data.video_io.backends import write_video
     from nlnet.engine.checkpoint import save_checkpoint
@@ -169,7 +169,7 @@ def test_the_demo_run_that_stayed_at_chance_is_flagged_and_the_one_that_learned_
     in float16 under fixtures/): with the paper's zero start the model stayed at chance (51.3%
     validation top-1), with ``gamma_init=0.1`` it learned the relation (98.7%). Measured on
     clips of the seed's validation split, generated in memory."""
-    import nlnet.demo.models  # noqa: F401  (registers the tiny models)
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.data.digits.video import DigitsTaskConfig, generate_split
     from nlnet.demo.video import MEAN, STD
     from nlnet.models.registry import create_model

@@ -69,7 +69,7 @@ def _write_checkpoint(path, name: str, **overrides):
 
 
 def test_cli_writes_pngs_for_a_video_model(tmp_path, capsys):
-    import nlnet.demo.models  # noqa: F401
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.data.video_io.backends import write_video
 
     _write_checkpoint(tmp_path / "m.pt", "c2d_tiny_nl1", width=2)
@@ -118,7 +118,7 @@ def test_cli_works_for_an_image_model(tmp_path):
 
 
 def test_recorded_attention_feeds_the_figures(tmp_path):
-    import nlnet.demo.models  # noqa: F401
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.models.registry import create_model
 
     model = create_model("c2d_tiny_nl1", num_classes=3, width=2).eval()

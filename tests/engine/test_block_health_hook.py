@@ -88,7 +88,7 @@ def test_a_checkpoint_of_a_users_own_network_says_so(tmp_path, capsys):
     """``train(cfg, model=...)``: the registered name only for that registered network; a
     network of the user's own class is marked as such, refused by the loaders in one line,
     and loads with ``load_model(path, model=...)``."""
-    import nlnet.demo.models  # noqa: F401  (registers c2d_tiny)
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.cli import main
     from nlnet.engine.checkpoint import CheckpointError, load_checkpoint
     from nlnet.models.registry import create_model

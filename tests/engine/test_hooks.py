@@ -68,7 +68,7 @@ def test_ema_equals_the_hand_computed_average_over_3_steps(tmp_path):
 
 
 def test_ema_weights_load_as_a_model(tmp_path):
-    import nlnet.demo.models  # noqa: F401  (registers c2d_tiny)
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.engine.errors import CheckpointError
     from nlnet.engine.hooks.ema import load_ema_model
 

@@ -5,10 +5,6 @@ Every ``import nlnet.X`` / ``from nlnet.X import`` in the package (function-leve
 read from the source with ``ast``; a module may import only from its own or a lower layer, and
 the graph of module imports has no cycle.  ``make lint`` runs this file.
 
-The registry's plugins (the ``nlnet.models`` entry points of ``pyproject.toml``, imported on the
-first model lookup: the demo's tiny models) are not ``import`` statements; they are checked here
-to load nothing above the models layer but the plugin module and its package.
-
 The top-level ``nlnet/__init__.py`` is the one exception: it re-exports names of every layer
 (``nlnet.create_model``, ``nlnet.predict``, ...) lazily, through its module ``__getattr__`` and for
 type checkers under ``if TYPE_CHECKING:``; it imports no nlnet module when ``import nlnet`` runs.
@@ -154,36 +150,9 @@ def _graph_with_submodules() -> dict[str, set[str]]:
     return graph
 
 
-def _registry_plugins() -> tuple[str, ...]:
-    """The modules of the ``nlnet.models`` entry points that ``pyproject.toml`` declares."""
-    import tomllib
-
-    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
-    group = project.get("entry-points", {}).get("nlnet.models", {})
-    return tuple(value.split(":")[0] for value in group.values())
-
-
-def test_registry_plugins_load_nothing_above_models():
-    """A plugin module and its packages may sit above models, but everything they import
-    (function-level imports too, transitively) is at the models layer or below."""
-    graph = _graph_with_submodules()
-    plugins = _registry_plugins()
-    assert plugins, "pyproject.toml declares no nlnet.models entry point"
-    for plugin in plugins:
-        assert plugin in graph, f"entry point {plugin!r} is not a module of the package"
-        parts = plugin.split(".")
-        own = {".".join(parts[:i]) for i in range(2, len(parts) + 1)}  # the packages + itself
-        seen, todo = set(), list(own)
-        while todo:
-            m = todo.pop()
-            if m not in seen:
-                seen.add(m)
-                todo += graph.get(m, ())
-        above = sorted(m for m in seen - own if _layer(m) > LAYERS["models"])
-        assert not above, f"{plugin} loads modules above models: {above}"
-
-
-def test_registry_plugin_registers_on_first_lookup():
+def test_the_registry_registers_the_tiny_family_without_the_engine():
+    """The tiny models (``c2d_tiny*``, a family of :mod:`nlnet.models`) are there on the first
+    lookup, and looking them up imports nothing above the models layer."""
     code = (
         "import sys\n"
         "from nlnet.models.registry import list_models\n"

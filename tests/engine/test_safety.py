@@ -305,7 +305,7 @@ def test_checkpoints_carry_the_training_preprocessing_used_everywhere(tmp_path):
 def test_cost_reads_the_model_from_a_checkpoint(tmp_path, capsys):
     import argparse
 
-    import nlnet.demo.models  # noqa: F401
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.commands import cost
     from nlnet.engine.checkpoint import build_model_from_checkpoint as load_model
     from nlnet.models.registry import create_model

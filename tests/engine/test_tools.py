@@ -90,7 +90,7 @@ def test_layer_wise_lr_decay_for_vit_and_swin():
 
 
 def test_non_local_lr_mult_scales_only_the_blocks_parameters():
-    import nlnet.demo.models  # noqa: F401  (registers c2d_tiny_nl1)
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.models.registry import create_model
 
     cfg = load_config(None, {"optim.lr": 0.5, "optim.non_local_lr_mult": 10.0,

@@ -262,7 +262,7 @@ def test_amp_is_cuda_only(tmp_path):
 def test_frozen_bn_keeps_non_local_norms_trainable(tmp_path):
     """Section 5.1 freezes BN; a new non-local block (BN gamma = 0, the identity) must still
     learn, so its norm stays trainable and in train mode (with a warning)."""
-    import nlnet.demo.models  # noqa: F401
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.engine.modeling import set_train_mode
     from nlnet.layers.nonlocal_block import NonLocalNd
     from nlnet.models.registry import create_model
@@ -291,7 +291,7 @@ def test_frozen_bn_freezes_blocks_that_start_from_model_init(tmp_path):
     model.init (the 32-frame model for the 128-frame one) freezes like every BN."""
     import warnings
 
-    import nlnet.demo.models  # noqa: F401
+    import nlnet.models  # noqa: F401  (registers the tiny models)
     from nlnet.engine.checkpoint import save_checkpoint
     from nlnet.layers.nonlocal_block import NonLocalNd
     from nlnet.models.registry import create_model

@@ -150,10 +150,11 @@ def test_a_broken_plugin_is_one_warning_naming_it(monkeypatch, tmp_path):
     assert "c2d_r50" in names  # the other models are still there
 
 
-def test_the_demo_models_are_an_installed_entry_point():
+def test_the_tiny_models_are_a_family_of_the_registry_not_a_plugin():
+    assert "c2d_tiny_nl1" in list_models("c2d_tiny*") and "i3d_tiny_nl1" in list_models("i3d*")
+    assert registry.get_model_entry("c2d_tiny_nl1").builder.__module__ == "nlnet.models.video.tiny"
     eps = importlib.metadata.entry_points(group=registry.ENTRY_POINT_GROUP)
-    assert "nlnet.demo.models" in {ep.value for ep in eps}
-    assert "c2d_tiny_nl1" in list_models("c2d_tiny*")
+    assert not any(ep.value.startswith("nlnet.") for ep in eps)  # nlnet declares no plugin
 
 
 # ---------------------------------------------------------------------------- one name filter

@@ -1,4 +1,4 @@
-"""A tiny C2D ResNet family for CPUs: the models of ``nlnet demo``.
+"""A tiny C2D ResNet family for CPUs: the models of ``nlnet demo`` and of a first run on your videos.
 
 The stage structure of the C2D baseline of Table 1 in "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) (a stem,
 four stages res2..res5 with only 2D ``1 x k x k`` kernels, global average pooling, dropout, a
