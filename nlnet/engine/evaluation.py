@@ -152,7 +152,7 @@ def evaluate(
                 f"{ckpt['num_classes']}"
             )
         amp = cfg.train.amp if info.device.type == "cuda" else "none"
-        classifies = task.name in ("video_classification", "image")
+        classifies = getattr(task, "classifies", False)  # one class per item
         extra = {"details": True} if details and classifies else {}
         metrics = task.evaluate(model, dataset, info.device, amp=amp,
                                 progress=use_progress_bar(cfg.train.progress) and info.is_main,

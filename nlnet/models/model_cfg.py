@@ -49,6 +49,13 @@ DENSE_TASKS: tuple[str, ...] = ("segmentation", "detection", "super_resolution")
 #: What a detector predicts (:attr:`ModelCfg.outputs`), in COCO's evaluation words.
 DETECTION_OUTPUTS: tuple[str, ...] = ("bbox", "segm", "keypoints")
 
+#: ``ModelCfg.task`` words of earlier releases, read as ``"detection"`` with these outputs.
+OLD_DETECTION_TASKS: dict[str, tuple[str, ...]] = {
+    "instance_segmentation": ("bbox", "segm"),
+    "keypoints": ("bbox", "keypoints"),
+    "object_detection": ("bbox",),
+}
+
 #: The classifier's module path in a network that is not registered (torchvision's ``fc``).
 DEFAULT_CLASSIFIER: tuple[str, ...] = ("fc",)
 
@@ -145,6 +152,14 @@ class ModelCfg:
     takes_dropout: bool = True
 
     def __post_init__(self) -> None:
+        if self.task in OLD_DETECTION_TASKS:  # a word of earlier releases: detection + outputs
+            import warnings
+
+            outputs = OLD_DETECTION_TASKS[self.task]
+            warnings.warn(f"ModelCfg.task {self.task!r} is deprecated; use task='detection', "
+                          f"outputs={outputs!r}", DeprecationWarning, stacklevel=3)  # fmt: skip
+            object.__setattr__(self, "task", "detection")
+            object.__setattr__(self, "outputs", tuple(self.outputs) or outputs)
         if not isinstance(self.task, str) or not self.task:
             raise ValueError(
                 f"ModelCfg.task: expected one of {', '.join(TASKS)} (or a plugin task's word), "

@@ -132,3 +132,30 @@ def test_the_loop_the_config_core_and_the_hook_base_never_mention_clips():
     for rel in core:
         text = re.sub(r"clip_grad_norm|clip the global gradient", "", (PACKAGE / rel).read_text())
         assert not re.search(r"clip", text, re.I), rel
+
+
+def test_a_plugin_task_that_cannot_load_does_not_break_other_configs(monkeypatch):
+    from nlnet.engine import tasks
+
+    monkeypatch.setitem(tasks._TASKS, "broken_plugin_task", "no_such_module_here:Task")
+    cfg = load_config(None, ["optim.lr=0.1", "eval.clips=2"])  # another task's config loads
+    assert cfg.eval.clips == 2
+
+
+def test_sections_is_not_a_key_and_a_task_change_drops_the_other_tasks_sections():
+    with pytest.raises(
+        ConfigError, match="unknown config key 'sections'; valid keys in config: .*augment"
+    ):
+        config_from_dict({"sections": {"augment": {"mixup_alpha": 0.5}}})
+    seg = dataclasses.replace(Config(), task="segmentation")
+    assert seg.sections == {} and type(seg.eval) is CORE_SECTIONS["eval"]
+    old = config_to_dict(load_config("smoke/seg_tiny_digits"))
+    assert config_from_dict({**old, "augment": None}).sections == {}  # empty: its defaults
+
+
+def test_detector_task_words_of_earlier_releases_read_as_detection():
+    from nlnet.models.model_cfg import ModelCfg
+
+    with pytest.warns(DeprecationWarning, match="'keypoints' is deprecated"):
+        cfg = ModelCfg(task="keypoints", num_classes=2, input_size=(3, 64, 64))
+    assert (cfg.task, cfg.outputs, cfg.takes_dropout) == ("detection", ("bbox", "keypoints"), False)

@@ -14,7 +14,7 @@ KINDS = ("video", "image", "segmentation", "detection", "caffe2")
 REFUSED = {("predict", "segmentation"), ("predict", "detection"), ("visualize", "detection"),
            ("export", "detection")}  # fmt: skip
 #: the default suite: one pass over every command and every kind; the rest is slow
-DEFAULT = {("eval", "video"), ("predict", "image"), ("predict", "detection"),
+DEFAULT = {("eval", "video"), ("eval", "image"), ("predict", "image"), ("predict", "detection"),
            ("visualize", "segmentation"), ("visualize", "detection"), ("cost", "detection"),
            ("cost", "caffe2"), ("export", "detection"), ("eval", "segmentation")}  # fmt: skip
 CASES = [
@@ -88,6 +88,8 @@ def test_every_checkpoint_kind_through_every_command(command, kind, checkpoints,
     if command in ("eval", "export"):
         report = json.loads(out[("\n" + out).rindex("\n{") :])  # after any training log
         assert report
+    if command == "eval" and kind in ("video", "image"):  # a classifier: per-class details
+        assert "worst classes" in out, out
     if command == "predict":
         assert json.loads(out.strip().splitlines()[-1])["top"]
     if command == "visualize":

@@ -296,7 +296,8 @@ def set_dotted(data: dict, key: str, value: Any) -> None:
         if init is not None or parts[1] != "reset_head":
             merge_init(model, init)
         return
-    node, task = data, RENAMED_TASKS.get(data.get("task"), data.get("task", Config.task))
+    task = data.get("task", Config.task)
+    node, task = data, RENAMED_TASKS.get(task, task) if isinstance(task, str) else None
     for depth, part in enumerate(parts):
         valid = _schema_keys(tuple(parts[:depth]), task)
         if valid is not None and part not in valid:

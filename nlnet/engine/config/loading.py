@@ -62,6 +62,7 @@ from nlnet.engine.config.sections import (
     plain,
     take_task_sections,
     task_class_or_none,
+    task_sections,
 )
 from nlnet.engine.config.tool_sections import (
     EMAConfig,
@@ -103,9 +104,9 @@ def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
     """
     data = migrate_moved_keys(dict(data or {}))
     raw_data = data.pop("data", None)
-    data.pop("sections", None)  # not a key of its own: the task's sections are top-level keys
     task = data.get("task", Config.task)
     own = take_task_sections(task, data, CORE_SECTIONS) if isinstance(task, str) else {}
+    _check_top_level_keys(data, own, task)
     cfg = build_config_section(Config, data, ())
     raw_data = _model_statistics(cfg, raw_data)
     core = {k: v for k, v in own.items() if k in CORE_SECTIONS}
@@ -114,6 +115,22 @@ def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
     cfg = dataclasses.replace(cfg, data=data_section, sections=sections, **core)
     validate_config(cfg)
     return cfg
+
+
+def _check_top_level_keys(data: Mapping[str, Any], own: Mapping[str, Any], task: Any) -> None:
+    """An unknown top-level key (``sections`` too: the task's sections are top-level keys) is
+    one line listing the valid ones: the core sections and the task's own."""
+    fields = [f.name for f in dataclasses.fields(Config) if f.name != "sections"]
+    try:
+        mine = [k for k in (task_sections(task) if isinstance(task, str) else {}) if k not in fields]
+    except ConfigError:
+        return  # an unknown task: the schema names it
+    valid = sorted({*fields, *mine})
+    unknown = [k for k in data if k not in valid and k not in own]
+    if unknown:
+        raise ConfigError(
+            f"unknown config key {unknown[0]!r}; valid keys in config: {', '.join(valid)}"
+        )
 
 
 def _model_statistics(cfg: Config, raw: Any) -> Any:

@@ -238,16 +238,20 @@ class Config:
     sections: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        """The task's sections at their defaults where not given; a core section the task
-        extends (``eval``) read into the task's class, its values kept."""
+        """The task's sections at their defaults where not given, another task's dropped (a
+        ``dataclasses.replace`` of ``task``); a core section the task extends (``eval``) read
+        into the task's class, its values kept."""
         from nlnet.engine.config.sections import task_sections
         from nlnet.engine.errors import ConfigError
 
         try:
             declared = task_sections(self.task)
         except ConfigError:
-            declared = {}  # an unknown task: the loader names it
-        sections = dict(self.sections)
+            return  # an unknown task: the loader names it
+        sections = {k: v for k, v in self.sections.items() if k in declared}  # another task's: gone
+        if "eval" not in declared and type(self.eval) is not EvalConfig:  # another task's eval
+            kept = {f.name: getattr(self.eval, f.name) for f in fields(EvalConfig)}
+            object.__setattr__(self, "eval", EvalConfig(**kept))
         for name, cls in declared.items():
             if name in CORE_SECTIONS:
                 value = getattr(self, name)

@@ -167,10 +167,14 @@ def _other_owners(task: str, name: str) -> list[tuple[str, type]]:
 
     out = []
     for other in task_names():
-        if other != task:
+        if other == task:
+            continue
+        try:
             cls = task_sections(other).get(name)
-            if cls is not None:
-                out.append((other, cls))
+        except (ImportError, ConfigError):  # a plugin task that cannot load: not this config's
+            continue
+        if cls is not None:
+            out.append((other, cls))
     return out
 
 
@@ -208,6 +212,8 @@ def _foreign(task: str, name: str, value: Any, core: type | None) -> set[str] | 
         own = {f.name for f in dataclasses.fields(core)}
         extra = {k: v for k, v in value.items() if k not in own}
         drop: set[str] = set()
+        if not extra:
+            return drop
         for other, cls in _other_owners(task, name):
             defaults = plain(cls())
             for key in set(extra) & set(defaults) - drop:
@@ -215,6 +221,7 @@ def _foreign(task: str, name: str, value: Any, core: type | None) -> set[str] | 
                     raise _foreign_error(task, f"{name}.{key}", other)
                 drop.add(key)
         return drop
+    value = {} if value is None else value  # ``augment:`` with nothing under it
     for other, cls in _other_owners(task, name):
         defaults = plain(cls())
         if isinstance(value, Mapping) and all(
