@@ -122,7 +122,9 @@ def _check_top_level_keys(data: Mapping[str, Any], own: Mapping[str, Any], task:
     one line listing the valid ones: the core sections and the task's own."""
     fields = [f.name for f in dataclasses.fields(Config) if f.name != "sections"]
     try:
-        mine = [k for k in (task_sections(task) if isinstance(task, str) else {}) if k not in fields]
+        mine = [
+            k for k in (task_sections(task) if isinstance(task, str) else {}) if k not in fields
+        ]
     except ConfigError:
         return  # an unknown task: the schema names it
     valid = sorted({*fields, *mine})
