@@ -250,5 +250,13 @@ def test_dense_seeds_set_changes_the_segmentation_block_and_models(tmp_path):
     # the paper's start is a BN scale of 0 (tests/layers); the guide's, 1: a step leaves it near 1
     state = torch.load(tmp_path / "w_z" / "seed0" / "seg_tiny_nl.pt")
     assert state["head.non_local.norm.weight"].abs().mean().item() > 0.5
-    with pytest.raises(ValueError, match="set pretrain_epochs=N before freeze_backbone"):
-        with_change(SegDemoSettings(), "freeze_backbone=true")
+    with pytest.raises(ValueError, match="or pretrain_epochs=N before freeze_backbone=true"):
+        with_change(
+            SegDemoSettings(pretrain_epochs=0, freeze_backbone=False), "freeze_backbone=true"
+        )
+    with pytest.raises(ValueError, match="set freeze_backbone=false before pretrain_epochs=0"):
+        with_change(SegDemoSettings(), "pretrain_epochs=0")
+    plain = with_change(
+        with_change(SegDemoSettings(), "freeze_backbone=false"), "pretrain_epochs=0"
+    )
+    assert (plain.pretrain_epochs, plain.freeze_backbone) == (0, False)
