@@ -9,20 +9,5 @@ Its datasets are built by :mod:`nlnet.data.detection`.
 
 from __future__ import annotations
 
-from nlnet.engine.tasks.detection.task import (
-    STAT_NAMES,
-    CocoEvaluator,
-    DetectionTask,
-    coco_evaluate,
-    default_iou_types,
-    outputs_to_coco,
-)
-
-__all__ = [
-    "coco_evaluate",
-    "CocoEvaluator",
-    "default_iou_types",
-    "DetectionTask",
-    "outputs_to_coco",
-    "STAT_NAMES",
-]
+from nlnet.engine.tasks.detection.task import *  # noqa: F403  (the task module's public names)
+from nlnet.engine.tasks.detection.task import __all__ as __all__

@@ -12,22 +12,5 @@ Its datasets are built by :mod:`nlnet.data.segmentation`.
 
 from __future__ import annotations
 
-from nlnet.engine.tasks.segmentation.task import (
-    ConfusionEvaluator,
-    SegmentationTask,
-    confusion_matrix,
-    dice_from_confusion,
-    forward_padded,
-    iou_from_confusion,
-    segmentation_metrics,
-)
-
-__all__ = [
-    "confusion_matrix",
-    "ConfusionEvaluator",
-    "dice_from_confusion",
-    "forward_padded",
-    "iou_from_confusion",
-    "segmentation_metrics",
-    "SegmentationTask",
-]
+from nlnet.engine.tasks.segmentation.task import *  # noqa: F403  (the task module's public names)
+from nlnet.engine.tasks.segmentation.task import __all__ as __all__

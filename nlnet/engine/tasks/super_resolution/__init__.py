@@ -9,14 +9,5 @@ Its datasets are built by :mod:`nlnet.data.super_resolution`.
 
 from __future__ import annotations
 
-from nlnet.engine.tasks.super_resolution.task import (
-    SuperResolutionTask,
-    rgb_to_y,
-    sr_metrics,
-)
-
-__all__ = [
-    "SuperResolutionTask",
-    "rgb_to_y",
-    "sr_metrics",
-]
+from nlnet.engine.tasks.super_resolution.task import *  # noqa: F403  (the task module's public names)
+from nlnet.engine.tasks.super_resolution.task import __all__ as __all__
