@@ -91,27 +91,10 @@ def gap_line(task: str, rows: list[dict[str, Any]], models: list[str]) -> str:
 
 
 def demo_settings(task: str, changes: list[str], quick: bool) -> Any:
-    """The settings of a dense demo (quick or not) with ``--set KEY=VALUE`` changes
-    (:func:`nlnet.demo.settings.with_change`).
+    """The demo's settings with the ``--set`` changes (:func:`nlnet.demo.settings.dense_settings`)."""
+    from nlnet.demo.settings import dense_settings
 
-    Raises:
-        ValueError: one line naming ``--set``: not ``KEY=VALUE``, an unknown key, a bad value.
-    """
-    from nlnet.demo.settings import with_change
-
-    if task == "segmentation":
-        from nlnet.demo.dense import SegDemoSettings as Settings
-    elif task == "super-resolution":
-        from nlnet.demo.sr import SRDemoSettings as Settings
-    else:
-        from nlnet.demo.unet import UNetDemoSettings as Settings  # type: ignore[assignment]
-    settings = Settings.quick() if quick else Settings()
-    for change in changes:
-        try:
-            settings = with_change(settings, change)
-        except ValueError as exc:
-            raise ValueError(f"--set {change}: {exc}") from None
-    return settings
+    return dense_settings(task, changes, quick)
 
 
 def run(

@@ -323,7 +323,7 @@ def test_recipe_overrides_are_typed_and_bad_ones_are_one_line(capsys):
             s.override(item)
     for args, message in ((["--set", "epochs=x"], "--set epochs=x: expected int"),
                           (["--split", "val"], "--split: needs --seeds"),
-                          (["--task", "unet", "--set", "lr=1"], "--set: for the video tasks")):  # fmt: skip
+                          (["--task", "unet", "--set", "lr=x"], "--set lr=x: expected float")):  # fmt: skip
         capsys.readouterr()
         assert main(["demo", "--quick", "--threads", "1", *args]) == 2
         err = capsys.readouterr().err

@@ -93,6 +93,28 @@ def test_nlnet_demo_segmentation_user_errors_are_one_line(tmp_path, capsys):
     assert main([*base, "--threads", "0"]) == 2
     err = capsys.readouterr().err
     assert "--threads" in err and "Traceback" not in err
+    for task, change, message in (("segmentation", "freez_backbone=false", "unknown key"),
+                                  ("segmentation", "pretrain_epochs=0", "freeze_backbone=false"),
+                                  ("unet", "lr=fast", "--set lr=fast: expected float"),
+                                  ("super-resolution", "step=3", "unknown key 'step'")):  # fmt: skip
+        argv = ["demo", "--task", task, "--quick", "--output-dir", str(tmp_path), "--set", change]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+
+
+def test_nlnet_demo_set_changes_a_dense_demos_recipe(tmp_path, capsys):
+    """``--set`` reaches the dense demos as the video demo's: the backbone trained too."""
+    from nlnet.cli import main
+
+    argv = ["demo", "--task", "segmentation", "--quick", "--output-dir", str(tmp_path),
+            "--cache-dir", str(tmp_path / "cache"), "--threads", "1",
+            "--set", "freeze_backbone=false", "--set", "pretrain_epochs=0"]  # fmt: skip
+    assert main(argv) == 0
+    (run,) = tmp_path.glob("dense-demo-*")
+    settings = json.loads((run / "summary.json").read_text())["settings"]
+    assert (settings["pretrain_epochs"], settings["freeze_backbone"]) == (0, False)
+    assert not (run / "seed0" / "pretrain").exists()  # no pre-training ran
 
 
 def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path, dense_seeds, capsys):

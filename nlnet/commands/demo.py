@@ -20,6 +20,7 @@ EXAMPLES = """examples:
   nlnet demo --seeds 100-129 --split val --report --perturb init_noise=1e-6  # rounding check
   nlnet demo --task order          # the order control: C2D + NL cannot tell, a temporal block can
   nlnet demo --task segmentation   # dense demo: seg_tiny vs. seg_tiny_nl on digit images (Sec. 5)
+  nlnet demo --task segmentation --set freeze_backbone=false  # the backbone trained too
   nlnet demo --task super-resolution  # EDSR + NL vs. equal-cost EDSR on self-similar photos
   nlnet demo --task unet           # U-Net vs. U-Net + bottleneck block on digit images
   nlnet demo --device cuda --output-dir runs
@@ -39,8 +40,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=None, help="override the number of epochs")
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-        help="change one recipe setting of the video demo (repeatable), e.g. --set lr=3e-3 "
-        "--set task.num_train=8000: how recipes are screened (docs/demo.md, Protocol)",
+        help="change one recipe setting of the demo (repeatable), e.g. --set lr=3e-3 "
+        "--set task.num_train=8000, or --task segmentation --set freeze_backbone=false: how "
+        "recipes are screened (docs/demo.md, Protocol)",
     )  # fmt: skip
     parser.add_argument(
         "--seeds", default=None, help="run these seeds (e.g. 0-9 or 0,2,5-7) and write the seed "
@@ -115,12 +117,13 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--prepare: needs --seeds (which seeds to prepare)")
     if getattr(args, "split", "test") != "test":
         raise UserError("--split: needs --seeds (the split of the seed table)")
-    if getattr(args, "overrides", None) and args.task in (
-        "segmentation",
-        "super-resolution",
-        "unet",
-    ):
-        raise UserError(f"--set: for the video tasks, not --task {args.task}")
+    if args.task in ("segmentation", "super-resolution", "unet"):  # --set: the one check
+        from nlnet.demo.settings import dense_settings
+
+        try:
+            args.dense_settings = dense_settings(args.task, args.overrides, args.quick)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     if args.task in ("super-resolution", "unet"):  # the practitioner's use cases
         from nlnet.demo.sr import cli_main
 

@@ -360,7 +360,9 @@ def cli_main(args: Any) -> int:
         raise UserError("--device cuda: CUDA is not available on this machine")
     torch.set_num_threads(1)  # one thread per job (nlnet.demo.jobs)
     data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if args.quick else None
-    settings = SegDemoSettings.quick() if args.quick else SegDemoSettings()
+    settings = getattr(args, "dense_settings", None) or (
+        SegDemoSettings.quick() if args.quick else SegDemoSettings()
+    )  # with the command's --set changes
     if args.epochs:
         settings = dataclasses.replace(settings, epochs=args.epochs)
     out = Path(args.output_dir) / f"dense-demo-{time.strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Collection
 from typing import Any, TypeVar
 
-__all__ = ["with_change"]
+__all__ = ["dense_settings", "with_change"]
 
 S = TypeVar("S")
 
@@ -66,3 +66,28 @@ def with_change(settings: S, item: str, *, fixed: Collection[str] = ()) -> S:
     if dot:
         return dataclasses.replace(settings, **{part: dataclasses.replace(target, **{name: value})})  # type: ignore[type-var]
     return dataclasses.replace(settings, **{name: value})  # type: ignore[type-var]
+
+
+def dense_settings(task: str, changes: Collection[str] = (), quick: bool = False) -> Any:
+    """The settings of a dense demo (``segmentation``, ``unet``, ``super-resolution``; quick or
+    not) with ``--set KEY=VALUE`` changes, one after the other (:func:`with_change`): the one
+    reading of ``--set`` for ``nlnet demo`` and ``benchmarks/dense_seeds.py``.
+
+    Raises:
+        ValueError: one line naming ``--set``: not ``KEY=VALUE``, an unknown key, a bad value.
+    """
+    if task == "segmentation":
+        from nlnet.demo.dense import SegDemoSettings as Settings
+    elif task == "super-resolution":
+        from nlnet.demo.sr import SRDemoSettings as Settings  # type: ignore[assignment]
+    elif task == "unet":
+        from nlnet.demo.unet import UNetDemoSettings as Settings  # type: ignore[assignment]
+    else:
+        raise ValueError(f"task: expected segmentation, unet or super-resolution, got {task!r}")
+    settings = Settings.quick() if quick else Settings()
+    for change in changes:
+        try:
+            settings = with_change(settings, change)
+        except ValueError as exc:
+            raise ValueError(f"--set {change}: {exc}") from None
+    return settings

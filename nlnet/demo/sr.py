@@ -275,7 +275,9 @@ def cli_main(args: Any) -> int:
     if args.task == "unet":
         from nlnet.demo.unet import UNetDemoSettings, run_unet_demo
 
-        s = UNetDemoSettings.quick() if args.quick else UNetDemoSettings()
+        s = getattr(args, "dense_settings", None) or (
+            UNetDemoSettings.quick() if args.quick else UNetDemoSettings()
+        )  # with the command's --set changes
         if args.epochs:
             s = UNetDemoSettings(**{**asdict(s), "epochs": args.epochs})
         root = Path(args.cache_dir) / "dense-unet" if args.cache_dir else None
@@ -283,7 +285,9 @@ def cli_main(args: Any) -> int:
             [args.seed], out_dir=out, settings=s, data_root=root, device=args.device, jobs=jobs
         )
     else:
-        s = SRDemoSettings.quick() if args.quick else SRDemoSettings()
+        s = getattr(args, "dense_settings", None) or (
+            SRDemoSettings.quick() if args.quick else SRDemoSettings()
+        )
         run_sr_demo([args.seed], out_dir=out, settings=s, device=args.device, jobs=jobs)
     print(f"outputs in {out}")
     return 0
