@@ -33,119 +33,28 @@ figures are refused, as by ``nlnet demo --seeds``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from nlnet.demo.dense_seeds import (
+    METRIC,
+    check_seeds,
+    gap_line,
+    merged_summary,
+    run_seed_table,
+    write_seed_table,
+)
 from nlnet.demo.jobs import jobs_for
-from nlnet.demo.video_seeds import SCREENING_SEEDS, dense_seed_rows, markdown_table, parse_seeds
+from nlnet.demo.settings import dense_settings
+from nlnet.demo.video_seeds import parse_seeds
 
-METRIC = {"segmentation": "mIoU", "unet": "mDice", "super-resolution": "psnr_y"}
-LABEL = {"psnr_y": "PSNR-Y (dB)"}
-#: The dense demos' bar (docs/demo.md, Protocol): the block's model gains at least this much on
-#: every seed (mIoU, mDice points); super-resolution has none (it is reported as it is).
-GAP_BAR = {"segmentation": 10.0, "unet": 10.0}
-
-
-def merged_summary(paths: list[str]) -> dict[str, Any]:
-    """One summary of several runs' ``summary.json`` (e.g. one seed each): their runs together.
-
-    Raises:
-        ValueError: one line naming ``--report``: a file unreadable, or runs of another recipe
-            (``settings``) or split than the first file's, or a seed in two files.
-    """
-    merged: dict[str, Any] = {}
-    for path in paths:
-        try:
-            summary = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"--report: cannot read {path}: {exc}") from None
-        if not merged:
-            merged = {**summary, "runs": list(summary["runs"])}
-            continue
-        for key in ("settings", "split"):
-            if summary.get(key) != merged.get(key):
-                raise ValueError(f"--report: {path} has another {key} than {paths[0]}: "
-                                 "one table holds one recipe")  # fmt: skip
-        seen = {r["seed"] for r in merged["runs"]}
-        if twice := sorted(seen & {r["seed"] for r in summary["runs"]}):
-            raise ValueError(f"--report: {path}: seed(s) {twice} are in an earlier file too")
-        merged["runs"] += summary["runs"]
-    return merged
-
-
-def gap_line(task: str, rows: list[dict[str, Any]], models: list[str]) -> str:
-    """The failure count of ``rows`` against :data:`GAP_BAR` with its 95% interval; ``""`` for a
-    task without a bar."""
-    from nlnet.demo.video_seeds import verdict_line
-
-    if task not in GAP_BAR or len(models) < 2:
-        return ""
-    bar = GAP_BAR[task]
-    verdicts = {r["seed"]: r["gap"] >= bar for r in rows}
-    return verdict_line(verdicts, f"{models[-1]} - {models[0]} >= +{bar:.0f} {METRIC[task]}")
+__all__ = ["demo_settings", "gap_line", "main", "merged_summary"]
 
 
 def demo_settings(task: str, changes: list[str], quick: bool) -> Any:
     """The demo's settings with the ``--set`` changes (:func:`nlnet.demo.settings.dense_settings`)."""
-    from nlnet.demo.settings import dense_settings
-
     return dense_settings(task, changes, quick)
-
-
-def run(
-    task: str, seeds: list[int], out: Path, jobs: int, quick: bool, split: str = "test",
-    changes: list[str] | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """Train both models of every seed (the demo's recipe, or its quick setting; ``changes``:
-    ``--set`` of the demo's settings); their figures on ``split``."""
-    torch.set_num_threads(1)
-    settings = demo_settings(task, changes or [], quick)
-    if task == "super-resolution":
-        from nlnet.demo.sr import run_sr_demo
-
-        return run_sr_demo(seeds, out_dir=out, settings=settings, jobs=jobs, pictures=False,
-                           split=split)  # fmt: skip
-    if task == "unet":
-        from nlnet.demo.unet import run_unet_demo
-
-        return run_unet_demo(
-            seeds, out_dir=out, settings=settings, jobs=jobs, pictures=False, split=split
-        )
-    from nlnet.data.digits.dense import DenseDigitsConfig
-    from nlnet.demo.dense import run_dense_demo
-
-    data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if quick else None
-    return run_dense_demo(
-        "segmentation",
-        seeds,
-        out_dir=out,
-        data=data,
-        settings=settings,
-        jobs=jobs,
-        pictures=False,
-        split=split,
-    )
-
-
-def cost_lines(summary: dict[str, Any]) -> str:
-    """The models' parameters and multiply-adds (``summary["cost"]``, super-resolution) and the
-    recipe's settings (``summary["settings"]``: which recipe the table is of), as lines under
-    the table ("" without either)."""
-    lines = []
-    if cost := summary.get("cost"):
-        lines = ["", "| model | params | MACs / training patch | MACs / test tile |",
-                 "| --- | --- | --- | --- |"]  # fmt: skip
-        for model, c in cost.items():
-            lines.append(f"| {model} | {c['params']:,} | {c['macs_patch'] / 1e6:.1f} M | "
-                         f"{c['macs_tile'] / 1e6:.1f} M |")  # fmt: skip
-    if (settings := summary.get("settings")) is not None:
-        lines += ["", f"settings: {settings}"]
-    return "\n".join(lines) + "\n" if lines else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,42 +73,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         seeds, jobs = parse_seeds(args.seeds), jobs_for(args.threads)
-        demo_settings(args.task, args.set, args.quick)  # the one check, before any work
+        dense_settings(args.task, args.set, args.quick)  # the one check, before any work
+        if args.report:
+            summary = merged_summary(args.report)
+            split = summary.get("split", "test")
+            path = write_seed_table(args.task, summary, split, Path(args.output_dir))
+        else:
+            check_seeds(seeds, args.split)
+            path = run_seed_table(args.task, seeds, Path(args.output_dir), jobs, quick=args.quick,
+                                  split=args.split, changes=args.set)  # fmt: skip
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    screening = [s for s in seeds if s in SCREENING_SEEDS]
-    if args.split == "test" and screening and not args.report:
-        print(f"error: --seeds: {screening} are screening seeds, whose test figures are never "
-              "reported; use --split val for them (docs/demo.md, Protocol)", file=sys.stderr)  # fmt: skip
-        return 2
-    out = Path(args.output_dir) / f"dense-seeds-{args.task}-{args.split}"
-    if args.report:
-        try:
-            summary = merged_summary(args.report)
-        except ValueError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        args.split = summary.get("split", "test")
-    else:
-        start = time.perf_counter()
-        summary = run(args.task, seeds, out, jobs, args.quick, args.split, args.set)
-        print(f"{len(seeds)} seed(s) in {time.perf_counter() - start:.0f} s", flush=True)
-    metric = METRIC[args.task]
-    models, rows = dense_seed_rows(summary, metric)
-    what = f"{args.split} {LABEL.get(metric, metric)}"
-    digits = 2 if metric == "psnr_y" else 1
-    table = markdown_table(models, rows, what, f"gap ({models[-1]} - {models[0]})", digits)
-    seeds_run = ", ".join(str(r["seed"]) for r in rows)
-    verdicts = gap_line(args.task, rows, models)
-    verdicts = f"\n{verdicts}\n" if verdicts else ""
-    text = (
-        f"{args.task} demo, seeds {seeds_run}: {what}\n\n{table}\n{verdicts}{cost_lines(summary)}"
-    )
-    Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-    path = Path(args.output_dir) / f"dense-seeds-{args.task}-{args.split}.md"
-    path.write_text(text)
-    print(f"{text}\nwritten to {path}")
+    print(f"{path.read_text()}\nwritten to {path}")
     return 0
 
 

@@ -136,9 +136,12 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path, dense_s
     assert table[-2].startswith(f"| std | 5.0 | {statistics.stdev([60, 55, 75]):.1f} | 12.6 |")
     assert table[-1].startswith("| min | 40.0 | 55.0 | +5.0 | 1 s |")
 
-    cmd = ["--task", "unet", "--quick", "--seeds", "0-1", "--threads", "1",
+    from nlnet.cli import main
+
+    # the one seed runner: nlnet demo --seeds trains (the script tables the same files below)
+    cmd = ["demo", "--task", "unet", "--quick", "--seeds", "0-1", "--threads", "1",
            "--output-dir", str(tmp_path)]  # fmt: skip
-    assert dense_seeds.main(cmd) == 0
+    assert main(cmd) == 0
     text = (tmp_path / "dense-seeds-unet-test.md").read_text()
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     assert [line.split("|")[1].strip() for line in lines[2:]] == ["0", "1", "mean", "std", "min"]
@@ -150,6 +153,10 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path, dense_s
     report = ["--task", "unet", "--output-dir", str(tmp_path),
               "--report", str(tmp_path / "dense-seeds-unet-test" / "summary.json")]  # fmt: skip
     assert dense_seeds.main(report) == 0
+    assert (tmp_path / "dense-seeds-unet-test.md").read_text() == text
+    (tmp_path / "dense-seeds-unet-test.md").unlink()  # the command's --report: the same table
+    assert main(["demo", "--task", "unet", "--seeds", "0-1", "--report", "--output-dir",
+                 str(tmp_path)]) == 0  # fmt: skip
     assert (tmp_path / "dense-seeds-unet-test.md").read_text() == text
     assert "failures (unet2d_nl - unet2d >= +10 mDice not met)" in text
     # several files of one recipe make one table; another recipe or a seed twice is refused
@@ -172,6 +179,14 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path, dense_s
         assert dense_seeds.main(["--task", "unet", *extra]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1
+    for extra, message in ((["--seeds", "100"], "are screening seeds"),
+                           (["--seeds", "0", "--split", "val", "--report"], "--report: no "),
+                           (["--seeds", "0", "--prepare"], "--prepare: for the video tasks")):  # fmt: skip
+        capsys.readouterr()
+        argv = ["demo", "--task", "segmentation", "--output-dir", str(tmp_path), *extra]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
 
 
 def test_dense_seeds_set_changes_the_unet_recipe_and_its_block(dense_seeds, capsys, tmp_path):
