@@ -119,19 +119,18 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--prepare: needs --seeds (which seeds to prepare)")
     if getattr(args, "split", "test") != "test":
         raise UserError("--split: needs --seeds (the split of the seed table)")
-    if args.task in ("segmentation", "super-resolution", "unet"):  # --set: the one check
+    if args.task in ("segmentation", "super-resolution", "unet"):
         from nlnet.demo.settings import dense_settings
 
-        try:
-            args.dense_settings = dense_settings(args.task, args.overrides, args.quick)
+        try:  # --quick and --set: the one reading, before any work
+            settings = dense_settings(args.task, args.overrides, args.quick)
         except ValueError as exc:
             raise UserError(str(exc)) from None
-    if args.task in ("super-resolution", "unet"):  # the practitioner's use cases
-        from nlnet.demo.sr import cli_main
-
-        return cli_main(args)
-    if args.task == "segmentation":
-        return _dense(args)
+        if args.task == "segmentation":
+            from nlnet.demo.dense import cli_main
+        else:  # the practitioner's use cases
+            from nlnet.demo.sr import cli_main  # type: ignore[assignment]
+        return cli_main(args, settings)
     from nlnet.demo.video_run import run_demo
 
     run_demo(args)
@@ -159,9 +158,3 @@ def _dense_seeds(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     print(f"{path.read_text()}\nwritten to {path}")
     return 0
-
-
-def _dense(args: argparse.Namespace) -> int:
-    from nlnet.demo.dense import cli_main
-
-    return cli_main(args)

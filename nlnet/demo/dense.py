@@ -346,7 +346,7 @@ def format_table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def cli_main(args: Any) -> int:
+def cli_main(args: Any, settings: SegDemoSettings) -> int:
     """``nlnet demo --task segmentation``: both models side by side, one thread each
     (``--threads`` jobs), into ``<output-dir>/dense-demo-<timestamp>-seed<k>/``."""
     from nlnet.demo.jobs import jobs_for
@@ -360,9 +360,6 @@ def cli_main(args: Any) -> int:
         raise UserError("--device cuda: CUDA is not available on this machine")
     torch.set_num_threads(1)  # one thread per job (nlnet.demo.jobs)
     data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if args.quick else None
-    settings = getattr(args, "dense_settings", None) or (
-        SegDemoSettings.quick() if args.quick else SegDemoSettings()
-    )  # with the command's --set changes
     if args.epochs:
         settings = dataclasses.replace(settings, epochs=args.epochs)
     out = Path(args.output_dir) / f"dense-demo-{time.strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"

@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -259,7 +259,7 @@ def format_sr_table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def cli_main(args: Any) -> int:
+def cli_main(args: Any, settings: Any) -> int:
     """``nlnet demo --task super-resolution`` (and ``--task unet``, :mod:`nlnet.demo.unet`)."""
     from nlnet.engine.errors import UserError
 
@@ -273,21 +273,16 @@ def cli_main(args: Any) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.output_dir) / f"{args.task}-demo-{stamp}-seed{args.seed}"
     if args.task == "unet":
-        from nlnet.demo.unet import UNetDemoSettings, run_unet_demo
+        from nlnet.demo.unet import run_unet_demo
 
-        s = getattr(args, "dense_settings", None) or (
-            UNetDemoSettings.quick() if args.quick else UNetDemoSettings()
-        )  # with the command's --set changes
         if args.epochs:
-            s = UNetDemoSettings(**{**asdict(s), "epochs": args.epochs})
+            settings = replace(settings, epochs=args.epochs)
         root = Path(args.cache_dir) / "dense-unet" if args.cache_dir else None
         run_unet_demo(
-            [args.seed], out_dir=out, settings=s, data_root=root, device=args.device, jobs=jobs
-        )
+            [args.seed], out_dir=out, settings=settings, data_root=root, device=args.device,
+            jobs=jobs,
+        )  # fmt: skip
     else:
-        s = getattr(args, "dense_settings", None) or (
-            SRDemoSettings.quick() if args.quick else SRDemoSettings()
-        )
-        run_sr_demo([args.seed], out_dir=out, settings=s, device=args.device, jobs=jobs)
+        run_sr_demo([args.seed], out_dir=out, settings=settings, device=args.device, jobs=jobs)
     print(f"outputs in {out}")
     return 0

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from nlnet.engine.config.schema import CORE_SECTIONS, Config
+from nlnet.engine.config.schema import Config, config_keys
 from nlnet.engine.config.sections import foreign_key_error, task_sections
 from nlnet.engine.errors import ConfigError
 
@@ -276,9 +276,7 @@ def _schema_keys(path: tuple[str, ...], task: Any) -> list[str] | None:
     except ConfigError:
         return None  # the loader names the unknown task
     if not path:
-        return [f.name for f in dataclasses.fields(Config) if f.name != "sections"] + [
-            k for k in own if k not in CORE_SECTIONS
-        ]
+        return config_keys(task)
     cls: Any = own.get(path[0]) or typing.get_type_hints(Config).get(path[0])
     for part in path[1:]:
         if not dataclasses.is_dataclass(cls):

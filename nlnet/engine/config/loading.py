@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +57,13 @@ from nlnet.engine.config.schema import (
     ModelConfig,
     OptimConfig,
     TrainConfig,
+    config_keys,
 )
 from nlnet.engine.config.sections import (
     build_data_section,
     plain,
     take_task_sections,
     task_class_or_none,
-    task_sections,
 )
 from nlnet.engine.config.tool_sections import (
     EMAConfig,
@@ -105,8 +106,16 @@ def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
     data = migrate_moved_keys(dict(data or {}))
     raw_data = data.pop("data", None)
     task = data.get("task", Config.task)
-    own = take_task_sections(task, data, CORE_SECTIONS) if isinstance(task, str) else {}
-    _check_top_level_keys(data, own, task)
+    keys = config_keys(task)
+    if isinstance(task, str):
+        own = take_task_sections(task, data, CORE_SECTIONS, [f.name for f in fields(Config)])
+    else:
+        own = {}
+    unknown = [k for k in data if k not in keys]
+    if unknown:  # the task's sections listed with the core keys (``sections`` is not a key)
+        raise ConfigError(
+            f"unknown config key {unknown[0]!r}; valid keys in config: {', '.join(sorted(keys))}"
+        )
     cfg = build_config_section(Config, data, ())
     raw_data = _model_statistics(cfg, raw_data)
     core = {k: v for k, v in own.items() if k in CORE_SECTIONS}
@@ -115,24 +124,6 @@ def config_from_dict(data: Mapping[str, Any] | None = None) -> Config:
     cfg = dataclasses.replace(cfg, data=data_section, sections=sections, **core)
     validate_config(cfg)
     return cfg
-
-
-def _check_top_level_keys(data: Mapping[str, Any], own: Mapping[str, Any], task: Any) -> None:
-    """An unknown top-level key (``sections`` too: the task's sections are top-level keys) is
-    one line listing the valid ones: the core sections and the task's own."""
-    fields = [f.name for f in dataclasses.fields(Config) if f.name != "sections"]
-    try:
-        mine = [
-            k for k in (task_sections(task) if isinstance(task, str) else {}) if k not in fields
-        ]
-    except ConfigError:
-        return  # an unknown task: the schema names it
-    valid = sorted({*fields, *mine})
-    unknown = [k for k in data if k not in valid and k not in own]
-    if unknown:
-        raise ConfigError(
-            f"unknown config key {unknown[0]!r}; valid keys in config: {', '.join(valid)}"
-        )
 
 
 def _model_statistics(cfg: Config, raw: Any) -> Any:

@@ -250,14 +250,11 @@ class Config:
             return  # an unknown task: the loader names it
         sections = {k: v for k, v in self.sections.items() if k in declared}  # another task's: gone
         if "eval" not in declared and type(self.eval) is not EvalConfig:  # another task's eval
-            kept = {f.name: getattr(self.eval, f.name) for f in fields(EvalConfig)}
-            object.__setattr__(self, "eval", EvalConfig(**kept))
+            object.__setattr__(self, "eval", _as(EvalConfig, self.eval))
         for name, cls in declared.items():
             if name in CORE_SECTIONS:
-                value = getattr(self, name)
-                if not isinstance(value, cls):
-                    kept = {f.name: getattr(value, f.name) for f in fields(value)}
-                    object.__setattr__(self, name, cls(**kept))
+                if not isinstance(getattr(self, name), cls):
+                    object.__setattr__(self, name, _as(cls, getattr(self, name)))
             elif name not in sections:
                 sections[name] = cls()
         object.__setattr__(self, "sections", sections)
@@ -274,6 +271,26 @@ class Config:
         )
 
 
+def _as(cls: type, value: Any) -> Any:
+    """``value`` (a section) as ``cls``, a subclass or base of its class: the fields both have."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{f.name: getattr(value, f.name) for f in fields(value) if f.name in names})
+
+
+def config_keys(task: Any) -> list[str]:
+    """The top-level keys of a config of ``task``: the core ones and the task's own sections
+    (``sections`` itself is not a key); an unknown task: the core ones."""
+    from nlnet.engine.config.sections import task_sections
+    from nlnet.engine.errors import ConfigError
+
+    core = [f.name for f in fields(Config) if f.name != "sections"]
+    try:
+        own = task_sections(task) if isinstance(task, str) else {}
+    except ConfigError:
+        own = {}
+    return core + [k for k in own if k not in core]
+
+
 #: The sections every config has, by name (a task may extend one with a subclass).
 CORE_SECTIONS: dict[str, type] = {
     "model": ModelConfig,
@@ -287,4 +304,12 @@ CORE_SECTIONS: dict[str, type] = {
 }
 
 
-__all__ = ["CORE_SECTIONS", "Config", "EvalConfig", "ModelConfig", "OptimConfig", "TrainConfig"]
+__all__ = [
+    "CORE_SECTIONS",
+    "Config",
+    "config_keys",
+    "EvalConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "TrainConfig",
+]

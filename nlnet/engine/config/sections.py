@@ -15,7 +15,7 @@ import copy
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from nlnet.engine.errors import ConfigError
@@ -199,28 +199,11 @@ def _foreign_error(task: str, where: str, other: str) -> ConfigError:
     )
 
 
-def _foreign(task: str, name: str, value: Any, core: type | None) -> set[str] | bool:
-    """A section (or, for a ``core`` section, its extra keys) of another task: dropped when it
-    holds that task's defaults (a config written when every config had every section), a
-    one-line :class:`ConfigError` naming both tasks when it sets anything.
-
-    Returns:
-        For a whole section, whether to drop it (``False``: no other task declares it, the
-        schema's "unknown config key" error follows); for a core section, the keys to drop.
-    """
-    if core is not None:
-        own = {f.name for f in dataclasses.fields(core)}
-        extra = {k: v for k, v in value.items() if k not in own}
-        drop: set[str] = set()
-        if not extra:
-            return drop
-        for other, cls in _other_owners(task, name):
-            defaults = plain(cls())
-            for key in set(extra) & set(defaults) - drop:
-                if defaults[key] != plain(extra[key]):
-                    raise _foreign_error(task, f"{name}.{key}", other)
-                drop.add(key)
-        return drop
+def _drop_foreign_section(task: str, name: str, value: Any) -> bool:
+    """A top-level section of another task: ``True`` (drop it) when it holds that task's
+    defaults (a config written when every config had every section), a one-line
+    :class:`ConfigError` naming both tasks when it sets anything, ``False`` when no other task
+    declares it (the schema's "unknown config key" error follows)."""
     value = {} if value is None else value  # ``augment:`` with nothing under it
     for other, cls in _other_owners(task, name):
         defaults = plain(cls())
@@ -232,15 +215,34 @@ def _foreign(task: str, name: str, value: Any, core: type | None) -> set[str] | 
     return False
 
 
-def take_task_sections(task: str, data: dict, core: Mapping[str, type]) -> dict[str, Any]:
+def _foreign_keys(task: str, name: str, value: Mapping[str, Any], core: type) -> set[str]:
+    """The keys of the core section ``name`` that another task's extension of it declares (the
+    video task's test views in ``eval``), to drop: at that task's defaults; set: a one-line
+    :class:`ConfigError` naming both tasks.  Keys nobody declares stay (an unknown key)."""
+    own = {f.name for f in dataclasses.fields(core)}
+    extra = {k: v for k, v in value.items() if k not in own}
+    drop: set[str] = set()
+    for other, cls in _other_owners(task, name) if extra else ():
+        defaults = plain(cls())
+        for key in set(extra) & set(defaults) - drop:
+            if defaults[key] != plain(extra[key]):
+                raise _foreign_error(task, f"{name}.{key}", other)
+            drop.add(key)
+    return drop
+
+
+def take_task_sections(
+    task: str, data: dict, core: Mapping[str, type], keys: Collection[str]
+) -> dict[str, Any]:
     """Pop the sections of ``task`` from the top-level config mapping ``data`` and build them;
-    another task's section is dropped at its defaults or refused (:func:`_foreign`).
+    another task's section is dropped at its defaults or refused.
 
     Args:
         task: the config's task.
         data: the top-level mapping (changed in place: the task's sections and the foreign
             sections at their defaults removed; a core section's foreign keys removed).
-        core: the core sections' classes by name (``Config``'s fields).
+        core: the core sections' classes by name.
+        keys: every top-level key of the core schema (sections and plain values).
 
     Returns:
         The built sections by name (a core section the task extends, e.g. ``eval``, included).
@@ -248,16 +250,14 @@ def take_task_sections(task: str, data: dict, core: Mapping[str, type]) -> dict[
     own = task_sections(task)
     out = {name: build_section(cls, data.pop(name) or {}, (name,))
            for name, cls in own.items() if name in data}  # fmt: skip
-    for name in [k for k in data if k not in core]:
-        if _foreign(task, name, data[name], None):
+    for name in [k for k in data if k not in keys]:
+        if _drop_foreign_section(task, name, data[name]):
             data.pop(name)
     for name, cls in core.items():
         value = data.get(name)
-        if name in own or not isinstance(value, Mapping) or not dataclasses.is_dataclass(cls):
-            continue
-        drop = _foreign(task, name, value, cls)
-        if drop:
-            data[name] = {k: v for k, v in value.items() if k not in drop}
+        if name not in own and isinstance(value, Mapping):
+            if drop := _foreign_keys(task, name, value, cls):
+                data[name] = {k: v for k, v in value.items() if k not in drop}
     return out
 
 
