@@ -113,4 +113,4 @@ def test_a_checkpoint_of_a_users_own_network_says_so(tmp_path, capsys):
     registered = create_model("c2d_tiny", num_classes=3, width=2, dropout=0.0)
     summary, _ = _train(tmp_path, registered, "registered", **over)
     assert load_checkpoint(summary["checkpoint"])["model_name"] == "c2d_tiny"
-    assert type(nlnet.load_model(summary["checkpoint"])).__name__ == "TinyC2D"
+    assert type(nlnet.load_model(summary["checkpoint"])).__name__ == "ResNet3d"

@@ -158,6 +158,10 @@ def test_bad_arguments_and_inputs():
         ResNet3d(temporal_strides=(2, 2))
     with pytest.raises(ValueError, match="conv1_t"):
         ResNet3d(conv1_t=4)
+    with pytest.raises(ValueError, match="stem_kernel: expected a positive odd int"):
+        ResNet3d(stem_kernel=4)
+    with pytest.raises(ValueError, match="stem_stride: expected a positive int"):
+        ResNet3d(stem_stride=0)
 
 
 def test_blocks_are_built_per_stage_with_per_stage_options():
@@ -186,7 +190,9 @@ def test_blocks_are_built_per_stage_with_per_stage_options():
         )
 
 
-@pytest.mark.parametrize("pooling, res2", [("padded", 56), ("caffe2", 55), ("pyslowfast", 56)])
+@pytest.mark.parametrize(
+    "pooling, res2", [("padded", 56), ("caffe2", 55), ("pyslowfast", 56), ("2x2", 56)]
+)
 def test_pooling_options_sizes(pooling, res2):
     from nlnet.models.registry import create_model
 
@@ -209,3 +215,25 @@ def test_fully_conv_head_is_the_global_head_at_one_position_and_averages_softmax
     probs = torch.softmax(m.fc(pooled.flatten(2).transpose(1, 2)), dim=-1).mean(1)
     torch.testing.assert_close(fully_conv_head(feats, m.fc.weight, m.fc.bias).exp(), probs)
     assert not torch.allclose(m.train().forward_head(feats), m.eval().forward_head(feats))
+
+
+def test_tiny_family_is_resnet3d_with_a_small_stem():
+    """The CPU models (``c2d_tiny*``, ``i3d_tiny*``) are ResNet3d with a 3x3 stride-1 stem and a
+    2x2 pool1: every stage's map is the one their layout documents, for 32 x 32 frames."""
+    from nlnet.models.registry import create_model
+
+    m = create_model("i3d_tiny_nl1", width=4).eval()
+    assert isinstance(m, ResNet3d)
+    assert m.conv1.kernel_size == (1, 3, 3) and m.conv1.stride == (1, 1, 1)
+    # I3D: the first kernel of blocks 0 of res2/res3/res5 and 0, 2 of res4 is 3 x 3 x 3
+    kernels = [b.conv1.kernel_size[0] for k in range(1, 5) for b in getattr(m, f"layer{k}")]
+    assert kernels == [3, 3, 1, 3, 1, 3, 3]
+    assert all(b.conv2.kernel_size == (1, 3, 3) for k in range(1, 5) for b in getattr(m, f"layer{k}"))
+    maps = m.forward_intermediates(torch.randn(1, 3, 8, 32, 32), intermediates_only=True)
+    assert [tuple(f.shape[1:]) for f in maps] == [
+        (4, 8, 32, 32), (4, 8, 16, 16), (8, 8, 8, 8), (16, 8, 4, 4), (32, 8, 2, 2)
+    ]  # fmt: skip
+    assert [i["reduction"] for i in m.feature_info] == [1, 2, 4, 8, 16]
+    pooled = create_model("c2d_tiny", width=4, temporal_pool=True)
+    x = torch.zeros(1, 4, 8, 32, 32)
+    assert tuple(pooled.pool2(pooled.maxpool(x)).shape[2:]) == (2, 16, 16)

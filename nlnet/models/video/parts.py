@@ -23,7 +23,7 @@ __all__ = ["POOLINGS", "HEADS", "stem_pools", "block_plan",
            "fully_conv_head"]  # fmt: skip
 
 #: ``pooling`` options of :class:`ResNet3d`.
-POOLINGS: tuple[str, ...] = ("padded", "caffe2", "pyslowfast", "none")
+POOLINGS: tuple[str, ...] = ("padded", "caffe2", "pyslowfast", "2x2", "none")
 #: ``head`` options of :class:`ResNet3d`.
 HEADS: tuple[str, ...] = ("global", "fully_conv")
 
@@ -36,7 +36,10 @@ def stem_pools(pooling: str, sp1: int, sp2: int) -> tuple[nn.Module, nn.Module]:
     if pooling == "caffe2":  # window = stride in time, no padding, floor (resnet_video*.py)
         return nn.MaxPool3d((sp1, 3, 3), stride=(sp1, 2, 2)), pool2
     pk1 = 3 if sp1 > 1 else 1
-    pool1 = nn.MaxPool3d((pk1, 3, 3), stride=(sp1, 2, 2), padding=(pk1 // 2, 1, 1))
+    if pooling == "2x2":  # small frames: a 2x2 window, no spatial padding
+        pool1 = nn.MaxPool3d((pk1, 2, 2), stride=(sp1, 2, 2), padding=(pk1 // 2, 0, 0))
+    else:
+        pool1 = nn.MaxPool3d((pk1, 3, 3), stride=(sp1, 2, 2), padding=(pk1 // 2, 1, 1))
     if pooling == "pyslowfast":  # PySlowFast: padded 1x3x3 stem pool, unpadded pathway0_pool
         return pool1, pool2
     if sp2 > 1:  # pool2: 3x1x1 max, stride (2, 1, 1) between res2 and res3

@@ -264,9 +264,13 @@ def _check_positive(name: str, value: object) -> None:
 def _checked(
     layers, num_classes, width, in_channels, inflate, temporal_kernel, conv1_t,
     temporal_strides, pooling, head, dropout, residual="bottleneck", stage_strides=(1, 1, 1, 1),
+    stem_kernel=7, stem_stride=2,
 ) -> tuple[tuple[int, ...], int, tuple[int, ...]]:  # fmt: skip
     """Validate :class:`ResNet3d`'s options; ``(layers, conv1_t, temporal_strides)`` resolved."""
     layers = tuple(layers)
+    _check_positive("stem_stride", stem_stride)
+    if not isinstance(stem_kernel, int) or stem_kernel < 1 or stem_kernel % 2 == 0:
+        raise ValueError(f"stem_kernel: expected a positive odd int, got {stem_kernel!r}")
     if residual not in RESIDUALS:
         raise ValueError(f"residual: expected one of {RESIDUALS}, got {residual!r}")
     if len(tuple(stage_strides)) != 4 or any(
@@ -332,8 +336,11 @@ class ResNet3d(ClassifierContract, nn.Module):
         zero_init_residual: initialise the last BN of each residual branch to zero.
         pooling: ``"padded"`` (Table 1 sizes), ``"caffe2"`` (the released code's unpadded
             floor pooling, needed by the released weights; see the module docstring),
-            ``"pyslowfast"`` (PySlowFast's C2D/I3D: padded ``pool1``, unpadded ``pool2``) or
-            ``"none"`` (no stem pooling: R3D's stem).
+            ``"pyslowfast"`` (PySlowFast's C2D/I3D: padded ``pool1``, unpadded ``pool2``),
+            ``"2x2"`` (``pool1`` a ``2x2`` spatial window without padding, for small frames;
+            in time as ``"padded"``) or ``"none"`` (no stem pooling: R3D's stem).
+        stem_kernel, stem_stride: spatial kernel and stride of ``conv1`` (7 and 2 in Table 1;
+            3 and 1 in the tiny models of :mod:`nlnet.models.video.tiny`, for 32 x 32 frames).
         residual: ``"bottleneck"`` (ResNet-50/101, the paper's) or ``"basic"``
             (:class:`BasicBlock3d`, ResNet-18/34).
         stage_temporal_strides: temporal stride of the first block of res2..res5 (R3D halves
@@ -381,11 +388,14 @@ class ResNet3d(ClassifierContract, nn.Module):
         head: str = "global",
         residual: str = "bottleneck",
         stage_temporal_strides: Sequence[int] = (1, 1, 1, 1),
+        stem_kernel: int = 7,
+        stem_stride: int = 2,
     ) -> None:
         super().__init__()
         layers, conv1_t, temporal_strides = _checked(
             layers, num_classes, width, in_channels, inflate, temporal_kernel, conv1_t,
             temporal_strides, pooling, head, dropout, residual, stage_temporal_strides,
+            stem_kernel, stem_stride,
         )  # fmt: skip
         self.pooling, self.head = pooling, head
         self.residual = BasicBlock3d if residual == "basic" else Bottleneck3d
@@ -400,14 +410,9 @@ class ResNet3d(ClassifierContract, nn.Module):
         blocks = block_plan(layers, Placement.of(placement), block)
         self.inplanes = width
         # Stem: conv1 (1 or 5) x 7 x 7, stride (s1, 2, 2) -> pool1 3x3 max, stride (sp1, 2, 2).
-        self.conv1 = nn.Conv3d(
-            in_channels,
-            width,
-            (conv1_t, 7, 7),
-            stride=(s1, 2, 2),
-            padding=(conv1_t // 2, 3, 3),
-            bias=False,
-        )
+        k, s = stem_kernel, stem_stride
+        self.conv1 = nn.Conv3d(in_channels, width, (conv1_t, k, k), stride=(s1, s, s),
+                               padding=(conv1_t // 2, k // 2, k // 2), bias=False)  # fmt: skip
         self.bn1 = nn.BatchNorm3d(width)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool, self.pool2 = stem_pools(pooling, sp1, sp2)
@@ -421,8 +426,8 @@ class ResNet3d(ClassifierContract, nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.fc = nn.Linear(self.num_features, num_classes)
         stages = [width * 2**k * expansion for k in range(4)]
-        r = 2 if pooling == "none" else 4  # res2's reduction: the stem conv, then pool1
-        self.feature_info = resnet_feature_info(width, stages, (2, r, 2 * r, 4 * r, 8 * r))
+        r = s if pooling == "none" else 2 * s  # res2's reduction: the stem conv, then pool1
+        self.feature_info = resnet_feature_info(width, stages, (s, r, 2 * r, 4 * r, 8 * r))
         self._init_weights(zero_init_residual)
 
     def _make_layer(

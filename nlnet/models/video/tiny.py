@@ -3,7 +3,8 @@
 The stage structure of the C2D baseline of Table 1 in "Non-local Neural Networks" (Wang et al., CVPR 2018, arXiv:1711.07971) (a stem,
 four stages res2..res5 with only 2D ``1 x k x k`` kernels, global average pooling, dropout, a
 linear classifier), scaled down for small clips (e.g. 8 x 32 x 32) so that it trains in a minute
-on a laptop CPU:
+on a laptop CPU. Every model is the library's
+:class:`~nlnet.models.video.resnet3d.ResNet3d` with these options (:func:`tiny_resnet`):
 
 * the ``7x7`` stride-2 stem becomes a ``1x3x3`` stride-1 convolution followed by the ``1x2x2``
   max pool (total stride 16 at res5 instead of 32, so a 32 x 32 frame keeps a 4 x 4 res4 grid);
@@ -33,24 +34,30 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-import torch.fx
 from torch import nn
 
-from nlnet.models.checks import check_input
-from nlnet.models.features import ClassifierContract, resnet_feature_info, resnet_intermediates
 from nlnet.models.placement import block_arguments, place_non_local
 from nlnet.models.registry import register_model
-from nlnet.models.video.resnet3d import BasicBlock3d, inflation_pattern
+from nlnet.models.video.resnet3d import ResNet3d
 
-__all__ = ["TinyC2D", "build_tiny"]
-
-torch.fx.wrap("check_input")  # traceable input check (models/checks.py)
+__all__ = ["build_tiny", "tiny_resnet"]
 
 TINY_LAYERS: tuple[int, int, int, int] = (1, 2, 3, 1)
 
 
-class TinyC2D(ClassifierContract, nn.Module):
-    """A narrow C2D ResNet (Table 1 stage structure, basic blocks) for tiny clips on a CPU.
+def tiny_resnet(
+    layers: Sequence[int] = TINY_LAYERS,
+    num_classes: int = 10,
+    *,
+    width: int = 16,
+    temporal_pool: bool = False,
+    dropout: float = 0.2,
+    in_channels: int = 3,
+    inflate_blocks: str | Sequence[Sequence[bool]] = "none",
+    temporal_kernel: int = 3,
+) -> ResNet3d:
+    """A narrow C2D :class:`~nlnet.models.video.resnet3d.ResNet3d` (Table 1 stage structure,
+    basic blocks) for tiny clips on a CPU.
 
     Layout for a ``T x 32 x 32`` clip (width ``w``)::
 
@@ -62,6 +69,10 @@ class TinyC2D(ClassifierContract, nn.Module):
         res4   [1x3x3, 4w  | 1x3x3, 4w ] x n4   -> 4w  x T x  4 x  4
         res5   [1x3x3, 8w  | 1x3x3, 8w ] x n5   -> 8w  x T x  2 x  2
         global average pool, dropout, fc
+
+    That is ``ResNet3d(residual="basic", stem_kernel=3, stem_stride=1, pooling="2x2")``; an
+    I3D's inflated block has its first kernel ``temporal_kernel x 3 x 3`` (``inflate="3x1x1"``,
+    which for a basic block inflates the first kernel only).
 
     Args:
         layers: residual blocks of res2..res5 (default ``(1, 2, 3, 1)``).
@@ -77,127 +88,38 @@ class TinyC2D(ClassifierContract, nn.Module):
             (:func:`nlnet.models.video.resnet3d.inflation_pattern`).
         temporal_kernel: temporal size of an inflated kernel (3 as in the paper's I3D).
 
-    Input ``(B, in_channels, T, H, W)``; output ``(B, num_classes)``. timm's contract
-    (:class:`~nlnet.models.features.ClassifierContract`, classifier ``fc``).
+    Input ``(B, in_channels, T, H, W)``; output ``(B, num_classes)``.
     """
-
-    classifier_name = "fc"
-    classifier_init_std = 0.01
-
-    def __init__(
-        self,
-        layers: Sequence[int] = TINY_LAYERS,
-        num_classes: int = 10,
-        *,
-        width: int = 16,
-        temporal_pool: bool = False,
-        dropout: float = 0.2,
-        in_channels: int = 3,
-        inflate_blocks: str | Sequence[Sequence[bool]] = "none",
-        temporal_kernel: int = 3,
-    ) -> None:
-        super().__init__()
-        layers = tuple(int(n) for n in layers)
-        if len(layers) != 4 or min(layers) < 1:
-            raise ValueError(f"layers: expected 4 positive stage lengths, got {layers!r}")
-        for name, v in (
-            ("num_classes", num_classes),
-            ("width", width),
-            ("in_channels", in_channels),
-            ("temporal_kernel", temporal_kernel),
-        ):
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}: expected a positive int, got {v!r}")
-        if not isinstance(temporal_pool, bool):
-            raise TypeError(f"temporal_pool: expected a bool, got {temporal_pool!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout: expected a ratio in [0, 1), got {dropout!r}")
-        self.layers_cfg = layers
-        self.num_classes = num_classes
-        self.temporal_pool = temporal_pool
-        self.conv1 = nn.Conv3d(in_channels, width, (1, 3, 3), padding=(0, 1, 1), bias=False)
-        self.bn1 = nn.BatchNorm3d(width)
-        self.relu = nn.ReLU(inplace=True)
-        if temporal_pool:
-            self.maxpool = nn.MaxPool3d((3, 2, 2), stride=(2, 2, 2), padding=(1, 0, 0))
-            self.pool2: nn.Module = nn.MaxPool3d((3, 1, 1), stride=(2, 1, 1), padding=(1, 0, 0))
-        else:
-            self.maxpool = nn.MaxPool3d((1, 2, 2), stride=(1, 2, 2))
-            self.pool2 = nn.Identity()
-        if temporal_kernel % 2 == 0:
-            raise ValueError(f"temporal_kernel: expected an odd size, got {temporal_kernel!r}")
-        inflate = inflation_pattern(layers, inflate_blocks)
-        self.inplanes = width
-        kts = [[temporal_kernel if on else 1 for on in stage] for stage in inflate]
-        self.layer1 = self._make_layer(width, kts[0], 1)
-        self.layer2 = self._make_layer(width * 2, kts[1], 2)
-        self.layer3 = self._make_layer(width * 4, kts[2], 2)
-        self.layer4 = self._make_layer(width * 8, kts[3], 2)
-        self.num_features = width * 8
-        self.dropout = nn.Dropout(dropout)
-        self.fc = nn.Linear(self.num_features, num_classes)
-        stages = [width * 2**k for k in range(4)]
-        self.feature_info = resnet_feature_info(width, stages, (1, 2, 4, 8, 16))
-        if not self.conv1.weight.is_meta:
-            for m in self.modules():
-                if isinstance(m, nn.Conv3d):
-                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-            nn.init.normal_(self.fc.weight, std=0.01)
-            nn.init.zeros_(self.fc.bias)
-
-    def _make_layer(self, planes: int, kts: Sequence[int], stride: int) -> nn.Sequential:
-        """One stage: a basic block per entry of ``kts`` (its ``conv1`` temporal size)."""
-        downsample = None
-        if stride != 1 or self.inplanes != planes:
-            downsample = nn.Sequential(
-                nn.Conv3d(self.inplanes, planes, 1, stride=(1, stride, stride), bias=False),
-                nn.BatchNorm3d(planes),
-            )
-        # the library's basic block with its first kernel kt x 3 x 3 (I3D inflates that one)
-        mods = [BasicBlock3d(self.inplanes, planes, stride, downsample, conv1_t=kts[0])]
-        self.inplanes = planes
-        mods += [BasicBlock3d(planes, planes, conv1_t=kt) for kt in kts[1:]]
-        return nn.Sequential(*mods)
-
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """The res5 feature map ``(B, 8w, T', H/16, W/16)``."""
-        check_input(x, 5, self.conv1.in_channels)
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        x = self.pool2(self.layer1(x))
-        return self.layer4(self.layer3(self.layer2(x)))
-
-    def _forward_intermediates(
-        self, x: torch.Tensor, indices: int | Sequence[int] | None, stop_early: bool
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The stem and the res2..res5 maps ``(B, C, T, H, W)`` (:attr:`feature_info`) and the
-        res5 map (or, ``stop_early``, the last map asked for)."""
-        check_input(x, 5, self.conv1.in_channels)
-        return resnet_intermediates(self, x, indices, stop_early)
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Global average pool, dropout and ``fc`` on the res5 map ``(B, 8w, T', H', W')``
-        (``pre_logits``: the pooled features ``(B, 8w)``, before ``fc``)."""
-        x = self.dropout(x.flatten(2).mean(dim=2))  # (B, 8w)
-        return x if pre_logits else self.fc(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
+    if not isinstance(temporal_pool, bool):
+        raise TypeError(f"temporal_pool: expected a bool, got {temporal_pool!r}")
+    sp = 2 if temporal_pool else 1
+    inflate = None if isinstance(inflate_blocks, str) and inflate_blocks == "none" else "3x1x1"
+    return ResNet3d(
+        layers, num_classes, inflate=inflate, inflate_blocks=inflate_blocks, conv1_t=1,
+        temporal_kernel=temporal_kernel, temporal_strides=(1, sp, sp), dropout=dropout,
+        width=width, in_channels=in_channels, pooling="2x2", residual="basic",
+        stem_kernel=3, stem_stride=1,
+    )  # fmt: skip
 
 
 def build_tiny(
     blocks: str | None = None, preset: Mapping[str, Any] | None = None, **kwargs: Any
 ) -> nn.Module:
-    """Build a :class:`TinyC2D` with non-local blocks at a placement preset.
+    """Build a :func:`tiny_resnet` with non-local blocks at a placement preset.
+
+    The blocks are placed after the network is built and initialised
+    (:func:`~nlnet.models.placement.place_non_local`), so a model with blocks has the weights
+    of the baseline built from the same seed.
 
     Args:
         blocks: ``None`` (the C2D baseline) or a preset (``"nl1"``, ``"nl5"``, ``"nl10"``,
             ``"res2"``..``"res5"``) or explicit module paths.
         preset: the variant's block options (``{"mode": "space"}``), under ``block``'s.
-        **kwargs: :class:`TinyC2D` options, ``placement`` (overrides ``blocks``) and ``block``
-            (:mod:`nlnet.models.placement`).
+        **kwargs: :func:`tiny_resnet` options, ``placement`` (overrides ``blocks``) and
+            ``block`` (:mod:`nlnet.models.placement`).
     """
     block, placement = block_arguments(kwargs, blocks)
-    return place_non_local(TinyC2D(**kwargs), placement, block, preset)
+    return place_non_local(tiny_resnet(**kwargs), placement, block, preset)
 
 
 def _cfg(blocks: str | None, arch: str = "c2d") -> dict[str, Any]:
