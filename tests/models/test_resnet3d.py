@@ -228,7 +228,9 @@ def test_tiny_family_is_resnet3d_with_a_small_stem():
     # I3D: the first kernel of blocks 0 of res2/res3/res5 and 0, 2 of res4 is 3 x 3 x 3
     kernels = [b.conv1.kernel_size[0] for k in range(1, 5) for b in getattr(m, f"layer{k}")]
     assert kernels == [3, 3, 1, 3, 1, 3, 3]
-    assert all(b.conv2.kernel_size == (1, 3, 3) for k in range(1, 5) for b in getattr(m, f"layer{k}"))
+    assert all(
+        b.conv2.kernel_size == (1, 3, 3) for k in range(1, 5) for b in getattr(m, f"layer{k}")
+    )
     maps = m.forward_intermediates(torch.randn(1, 3, 8, 32, 32), intermediates_only=True)
     assert [tuple(f.shape[1:]) for f in maps] == [
         (4, 8, 32, 32), (4, 8, 16, 16), (8, 8, 8, 8), (16, 8, 4, 4), (32, 8, 2, 2)
