@@ -23,10 +23,10 @@ Usage::
 Seed ``k`` draws its own images (segmentation, U-Net; the super-resolution photographs' bands are
 fixed), initialisation and data order. ``--set KEY=VALUE`` changes one setting of the
 super-resolution demo (:class:`nlnet.demo.sr.SRDemoSettings`, e.g. ``steps=600``,
-``photos=builtin``) or of the U-Net demo (:class:`nlnet.demo.unet.UNetDemoSettings`, e.g.
+``photos=builtin``) or of the U-Net demo (:class:`nlnet.demo.dense.UNetDemoSettings`, e.g.
 ``lr=3e-2``, ``"block={bias: true}"``), read as YAML; the super-resolution table also gives both
 models' parameters and multiply-adds. The screening seeds
-(:data:`nlnet.demo.video_seeds.SCREENING_SEEDS`) give validation figures only: their test
+(:data:`nlnet.demo.seeds.SCREENING_SEEDS`) give validation figures only: their test
 figures are refused, as by ``nlnet demo --seeds``.
 """
 
@@ -37,17 +37,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nlnet.demo.dense_seeds import (
-    METRIC,
-    check_seeds,
-    gap_line,
-    merged_summary,
-    run_seed_table,
-    write_seed_table,
-)
-from nlnet.demo.jobs import jobs_for
+from nlnet.analysis.seeds import merged_summary, parse_seeds
+from nlnet.demo.seeds import METRIC, check_seeds, gap_line, run_seed_table, write_seed_table
 from nlnet.demo.settings import dense_settings
-from nlnet.demo.video_seeds import parse_seeds
+from nlnet.engine.jobs import jobs_for
 
 __all__ = ["demo_settings", "gap_line", "main", "merged_summary"]
 

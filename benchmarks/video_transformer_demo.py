@@ -21,8 +21,10 @@ import torch
 def main() -> None:
     from nlnet.analysis.cost import count_params
     from nlnet.data.digits.cache import default_cache_dir, prepare_digits
+    from nlnet.data.digits.decoded import load_split
     from nlnet.demo.pretrain import pretrain_2d
-    from nlnet.demo.video import DemoSettings, load_split, top1, train_model
+    from nlnet.demo.video import DemoSettings, train_model
+    from nlnet.engine.hooks.curves import top1
     from nlnet.models import create_model
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

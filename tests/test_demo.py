@@ -56,7 +56,7 @@ def _run_demo(tmp_path: Path, *extra: str, timeout: int) -> dict:
 def test_quick_demo_smoke_and_the_same_figures_with_jobs_side_by_side(tmp_path, monkeypatch):
     """A quick run through ``python -m nlnet`` with ``--threads 2``, the path of ``make demo``
     on two cores: the models train side by side in worker processes, one thread each
-    (nlnet.demo.jobs); then the same command with one job, in this process: its weights and
+    (nlnet.engine.jobs); then the same command with one job, in this process: its weights and
     figures equal the side-by-side run's bit for bit."""
     import torch
 
@@ -102,7 +102,7 @@ def test_quick_demo_smoke_and_the_same_figures_with_jobs_side_by_side(tmp_path, 
 def test_jobs_run_inline_on_one_thread_and_deliver_errors():
     import torch
 
-    from nlnet.demo.jobs import Jobs
+    from nlnet.engine.jobs import Jobs
 
     before = torch.get_num_threads()
     with Jobs(1) as jobs:
@@ -130,7 +130,7 @@ def test_jobs_stop_the_other_workers_when_one_fails():
     not waited for."""
     import time
 
-    from nlnet.demo.jobs import Jobs
+    from nlnet.engine.jobs import Jobs
 
     start = time.perf_counter()
     with pytest.raises(ValueError, match="not a number"):
@@ -176,7 +176,8 @@ def _table_rows(table: str) -> dict[str, list[str]]:
 def test_seed_table_rows_and_statistics_from_fabricated_runs(tmp_path):
     import statistics
 
-    from nlnet.demo.video_seeds import collect_runs, parse_seeds, seed_table
+    from nlnet.analysis.seeds import parse_seeds
+    from nlnet.demo.seeds import collect_runs, seed_table
 
     assert parse_seeds("0-2,5,7-8") == [0, 1, 2, 5, 7, 8] and parse_seeds("3") == [3]
     for bad in ("a", "3-1", "-1", ""):
@@ -216,9 +217,9 @@ def test_seed_table_rows_and_statistics_from_fabricated_runs(tmp_path):
 def test_report_matches_runs_by_their_recipe_however_spelled(tmp_path):
     """A run with ``--set epochs=E`` (E the default) is a run of the default recipe; a run with
     another value is not."""
+    from nlnet.demo.seeds import collect_runs
     from nlnet.demo.video import DemoSettings
     from nlnet.demo.video_run import _settings_of
-    from nlnet.demo.video_seeds import collect_runs
 
     same = f"epochs={DemoSettings.default().epochs}"
     other = f"epochs={DemoSettings.default().epochs + 1}"
@@ -260,7 +261,7 @@ def test_perturbation_agreement_table(tmp_path, capsys):
 
 
 def test_seed_table_of_one_seed_has_no_std_and_old_runs_no_cpu(tmp_path):
-    from nlnet.demo.video_seeds import seed_table
+    from nlnet.demo.seeds import seed_table
 
     summary = {"results": {"c2d_tiny": {"test_top1": 0.5}, "c2d_tiny_nl1": {"test_top1": 0.9}},
                "total_time_s": 100.0}  # fmt: skip
@@ -383,15 +384,19 @@ def test_order_task_is_invisible_to_c2d_and_non_local_but_not_to_the_time_model(
         assert (white[0] > white[-1]) == (label == 0)
 
 
-def test_2d_kernels_inflate_to_temporal_ones_with_the_same_response_on_a_static_clip():
+def test_c2d_kernels_inflate_to_temporal_ones_with_the_same_response_on_a_static_clip():
+    """A C2D's ``1 x k x k`` kernels inflate like 2D ones (the demo's pre-trained backbone to an
+    I3D): each of the ``t`` planes is the kernel divided by ``t``."""
     import torch
 
-    from nlnet.demo.video import inflate_state
+    from nlnet.models.inflate import inflate_state_dict
 
     conv2d = torch.nn.Conv3d(2, 3, (1, 3, 3), padding=(0, 1, 1), bias=False)
     conv3d = torch.nn.Conv3d(2, 3, (3, 3, 3), padding=(1, 1, 1), bias=False)
-    state = inflate_state({"w.weight": conv2d.weight.detach()}, {"w.weight": conv3d.weight})
-    conv3d.weight.data.copy_(state["w.weight"])
+    state, report = inflate_state_dict({"weight": conv2d.weight.detach()}, conv3d)
+    assert report.converted["inflated"] == ["weight"]
+    assert torch.equal(state["weight"], conv2d.weight.detach().repeat(1, 1, 3, 1, 1) / 3)
+    conv3d.weight.data.copy_(state["weight"])
     frame = torch.randn(1, 2, 1, 8, 8)
     static = frame.expand(1, 2, 5, 8, 8)
     with torch.no_grad():  # inner frames (away from the zero padding in time): the 2D response

@@ -30,12 +30,10 @@ def test_dense_demo_tiny(tmp_path):
     cfg = DenseDigitsConfig(size=48, num_train=8, num_val=2, num_test=3)
     lines: list[str] = []
     summary = run_dense_demo(
-        "segmentation",
         [0],
+        SegDemoSettings(epochs=2, batch_size=4, pretrain_epochs=1, data=cfg),
         out_dir=tmp_path / "run",
-        data=cfg,
         data_root=tmp_path / "data",
-        settings=SegDemoSettings(epochs=2, batch_size=4, pretrain_epochs=1),
         log=lines.append,
     )
     assert [r["model"] for r in summary["runs"]] == ["seg_tiny", "seg_tiny_nl"]
@@ -50,8 +48,10 @@ def test_dense_demo_tiny(tmp_path):
 
 
 def test_dense_demo_errors(tmp_path):
-    with pytest.raises(ValueError, match="task"):
-        run_dense_demo("keypoints", [0], out_dir=tmp_path)
+    with pytest.raises(ValueError, match="split: expected 'test' or 'val'"):
+        run_dense_demo([0], out_dir=tmp_path, split="train")
+    with pytest.raises(ValueError, match="models: expected names among"):
+        SegDemoSettings(models=("unet2d",))
 
 
 def _quick_segmentation(tmp_path, threads: str) -> dict:
@@ -123,7 +123,8 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path, dense_s
     setting with two seeds, and ``--report`` giving the same table from its summary."""
     import statistics
 
-    from nlnet.demo.video_seeds import dense_seed_rows, markdown_table
+    from nlnet.analysis.seeds import markdown_table
+    from nlnet.analysis.seeds import seed_rows_of_runs as dense_seed_rows
 
     runs = [{"seed": s, "model": m, "train_s": 10.0 * s + (m == "b"), "metrics": {"mIoU": v}}
             for s, m, v in ((0, "a", 40.0), (0, "b", 60.0), (1, "a", 50.0), (1, "b", 55.0),
@@ -193,12 +194,12 @@ def test_dense_seeds_set_changes_the_unet_recipe_and_its_block(dense_seeds, caps
     """``--set`` of the U-Net demo: a setting (``lr``) and the options of ``unet2d_nl``'s block
     (``block={...}``, YAML) reach the training config and the model; the plain U-Net keeps its
     own; a bad change is one line before any work."""
-    from nlnet.demo.unet import MODELS, _config
+    from nlnet.demo.dense import demo_config
     from nlnet.models import create_model
 
     s = dense_seeds.demo_settings("unet", ["lr=3e-2", "block={bias: true}"], quick=True)
     assert s.lr == 3e-2 and s.block == {"bias": True}
-    plain, nl = (_config(m, s, tmp_path, tmp_path / m, 0, "cpu") for m in MODELS)
+    plain, nl = (demo_config(m, s, tmp_path, tmp_path / m, 0, "cpu") for m in s.pair)
     assert nl.model.overrides["block"] == {"bias": True} and "block" not in plain.model.overrides
     assert nl.optim.lr == 3e-2
     model = create_model("unet2d_nl", num_classes=4, **nl.model.overrides)
@@ -225,10 +226,10 @@ def test_dense_demos_give_validation_figures_for_screening(tmp_path):
     import numpy as np
     from PIL import Image
 
-    from nlnet.demo.unet import UNetDemoSettings, run_unet_demo
+    from nlnet.demo.dense import UNetDemoSettings, run_dense_demo
 
     kw = {"settings": UNetDemoSettings.quick(), "pictures": False, "data_root": tmp_path / "d"}
-    val = run_unet_demo([100], out_dir=tmp_path / "v", split="val", log=lambda _: None, **kw)
+    val = run_dense_demo([100], out_dir=tmp_path / "v", split="val", log=lambda _: None, **kw)
     assert val["split"] == "val" and {r["model"] for r in val["runs"]} == {"unet2d", "unet2d_nl"}
     assert all(0 <= r["metrics"]["mDice"] <= 100 for r in val["runs"])
     root = Path(val["data_roots"]["100"])
@@ -238,7 +239,7 @@ def test_dense_demos_give_validation_figures_for_screening(tmp_path):
     }
     assert not np.array_equal(first["val"], first["test"])
     with pytest.raises(ValueError, match="split"):
-        run_unet_demo([0], out_dir=tmp_path / "x", split="train", **kw)
+        run_dense_demo([0], out_dir=tmp_path / "x", split="train", **kw)
 
 
 def test_dense_seeds_super_resolution_table_end_to_end(tmp_path, dense_seeds, capsys):
@@ -282,6 +283,8 @@ def test_dense_seeds_set_changes_the_segmentation_block_and_models(tmp_path):
     """``--set`` of the segmentation demo: the block's options reach ``seg_tiny_nl`` (with
     ``init: w_z`` its BN scale starts at 1, where the paper's start is 0), ``models`` trains a
     part of the pair, and the summary records the recipe."""
+    import dataclasses
+
     from nlnet.demo.dense import SegDemoSettings
     from nlnet.demo.settings import with_change
 
@@ -289,8 +292,11 @@ def test_dense_seeds_set_changes_the_segmentation_block_and_models(tmp_path):
     for change in ("block={init: w_z}", "models=[seg_tiny_nl]"):
         s = with_change(s, change)
     cfg = DenseDigitsConfig(size=48, num_train=4, num_val=2, num_test=2)
-    kw = {"data": cfg, "data_root": tmp_path / "data", "pictures": False, "log": lambda _: None}
-    summary = run_dense_demo("segmentation", [0], out_dir=tmp_path / "w_z", settings=s, **kw)
+    s = with_change(with_change(s, "data.num_train=4"), "data.num_test=2")
+    s = dataclasses.replace(s, data=cfg)
+    kw = {"data_root": tmp_path / "data", "pictures": False, "log": lambda _: None}
+    summary = run_dense_demo([0], s, out_dir=tmp_path / "w_z", **kw)
+    assert summary["settings"]["data"]["num_train"] == 4
     assert [r["model"] for r in summary["runs"]] == ["seg_tiny_nl"]
     assert summary["settings"]["block"] == {"init": "w_z"}
     # the paper's start is a BN scale of 0 (tests/layers); the guide's, 1: a step leaves it near 1

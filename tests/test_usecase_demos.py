@@ -12,7 +12,7 @@ from nlnet.cli import main
 
 def _summary(tmp_path, task: str) -> tuple[dict, list]:
     (run,) = list(tmp_path.glob(f"{task}-demo-*"))
-    return json.loads((run / "summary.json").read_text()), list(run.iterdir())
+    return json.loads((run / "summary.json").read_text()), list(run.rglob("*"))
 
 
 def test_super_resolution_demo_quick(tmp_path, capsys):
@@ -90,7 +90,7 @@ def test_demo_threads_error_is_one_line(tmp_path, capsys, task):
 def test_jobs_auto_is_the_usable_cores_and_threads_auto_the_idle_ones(monkeypatch):
     import os
 
-    from nlnet.demo import jobs
+    from nlnet.engine import jobs
 
     monkeypatch.setattr(jobs, "usable_cores", lambda: 4)
     monkeypatch.setattr(os, "getloadavg", lambda: (2.6, 0.0, 0.0))
@@ -110,7 +110,7 @@ def test_unet_pretraining_labels_each_digit_by_its_class_and_initialises_both_mo
 
     from nlnet.data.digits.dense import DenseDigitsConfig, digit_class_masks, seed_data
     from nlnet.data.segmentation.images import SegmentationFolder
-    from nlnet.demo.unet import UNetDemoSettings, fit_and_test, pretrain_unet
+    from nlnet.demo.dense import UNetDemoSettings, fit_and_test, pretrain
 
     s = replace(UNetDemoSettings.quick(), pretrain_epochs=1, freeze_encoder=False)
     root = seed_data(DenseDigitsConfig(num_train=8, num_val=4, num_test=4), 0, tmp_path / "d")
@@ -122,7 +122,7 @@ def test_unet_pretraining_labels_each_digit_by_its_class_and_initialises_both_mo
         assert np.array_equal(task_mask > 0, digit_mask > 0)  # the same pixels, other labels
         coco_digits |= set(np.unique(digit_mask[task_mask == 1]).tolist())  # the cue's class
     assert coco_digits <= {1, 2, 3, 4} and coco_digits
-    init = pretrain_unet(s, root, tmp_path / "pre", 0, "cpu")
+    init = pretrain(s, root, tmp_path / "pre", 0, "cpu")
     assert init and not any(k.startswith("classifier.") for k in init)
     run = fit_and_test("unet2d_nl", s, root, tmp_path / "nl", 0, "cpu", "val", init)
     # the encoder starts from the pre-training: one epoch on 8 images moves it only a little
@@ -143,5 +143,5 @@ def test_unet_pretraining_labels_each_digit_by_its_class_and_initialises_both_mo
     assert encoder and all(torch.equal(frozen[k], init[k]) for k in encoder)
     assert not torch.equal(frozen["decoder.0.0.weight"], init["decoder.0.0.weight"])
     assert frozen["bottleneck.non_local.norm.weight"].abs().max() > 0  # starts at 0 (Sec. 4.1)
-    with pytest.raises(ValueError, match="freeze_encoder: needs a pre-trained encoder"):
+    with pytest.raises(ValueError, match="freeze_encoder: needs a pre-trained network"):
         fit_and_test("unet2d", replace(s, freeze_encoder=True), root, tmp_path / "x", 0, "cpu")

@@ -6,6 +6,7 @@ What it does and writes: :mod:`nlnet.demo.video`.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 EXAMPLES = """examples:
   nlnet demo                       # default setting (a few minutes on a 2-core CPU)
@@ -93,8 +94,8 @@ def main(args: argparse.Namespace) -> int:
     import sys
 
     from nlnet.commands.common import device_arg, output_dir_arg
-    from nlnet.demo.jobs import jobs_for
     from nlnet.engine.errors import UserError
+    from nlnet.engine.jobs import jobs_for
 
     # a bar redraws itself with "\r": only on a terminal, never in a log file or a pipe
     args.no_progress = args.no_progress or not sys.stderr.isatty()
@@ -126,25 +127,54 @@ def main(args: argparse.Namespace) -> int:
             settings = dense_settings(args.task, args.overrides, args.quick)
         except ValueError as exc:
             raise UserError(str(exc)) from None
-        if args.task == "segmentation":
-            from nlnet.demo.dense import cli_main
-        else:  # the practitioner's use cases
-            from nlnet.demo.sr import cli_main  # type: ignore[assignment]
-        return cli_main(args, settings)
+        return _dense_demo(args, settings)
     from nlnet.demo.video_run import run_demo
 
     run_demo(args)
     return 0
 
 
-def _dense_seeds(args: argparse.Namespace) -> int:
-    """``--seeds`` of a dense demo: the one seed runner (:mod:`nlnet.demo.dense_seeds`)."""
+def _dense_demo(args: argparse.Namespace, settings: Any) -> int:
+    """``--task segmentation|unet|super-resolution``: both models side by side, one thread each
+    (``--threads`` jobs), into ``<output-dir>/<task>-demo-<timestamp>-seed<k>/``."""
+    import dataclasses
+    import time
     from pathlib import Path
 
-    from nlnet.demo.dense_seeds import run_seed_table
-    from nlnet.demo.jobs import jobs_for
-    from nlnet.demo.video_seeds import parse_seeds
+    import torch
+
     from nlnet.engine.errors import UserError
+    from nlnet.engine.jobs import jobs_for
+
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError("--device cuda: CUDA is not available on this machine")
+    torch.set_num_threads(1)  # one thread per job (nlnet.engine.jobs)
+    if args.epochs and args.task != "super-resolution":
+        settings = dataclasses.replace(settings, epochs=args.epochs)
+    name = "dense" if args.task == "segmentation" else args.task
+    out = Path(args.output_dir) / f"{name}-demo-{time.strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"
+    run = dict(out_dir=out, device=args.device, jobs=jobs_for(args.threads))
+    if args.task == "super-resolution":
+        from nlnet.demo.sr import run_sr_demo
+
+        run_sr_demo([args.seed], settings=settings, **run)
+    else:
+        from nlnet.demo.dense import run_dense_demo
+
+        root = Path(args.cache_dir) / "dense" if args.cache_dir else None
+        run_dense_demo([args.seed], settings, data_root=root, **run)
+    print(f"outputs in {out}")
+    return 0
+
+
+def _dense_seeds(args: argparse.Namespace) -> int:
+    """``--seeds`` of a dense demo: the one seed runner (:mod:`nlnet.demo.seeds`)."""
+    from pathlib import Path
+
+    from nlnet.analysis.seeds import parse_seeds
+    from nlnet.demo.seeds import run_seed_table
+    from nlnet.engine.errors import UserError
+    from nlnet.engine.jobs import jobs_for
 
     for flag in ("prepare", "perturb"):
         if getattr(args, flag, None):

@@ -1,20 +1,27 @@
-"""The dense demo: semantic segmentation with and without one non-local block, on real digit scans.
+"""The dense demos: segmentation with and without one non-local block, on real digit scans.
 
-``run_dense_demo("segmentation", seeds)`` writes the dense digits task
-(:mod:`nlnet.data.digits.dense`: PNG images, PNG masks and COCO json) into a cache, reads it back
-with :class:`nlnet.data.segmentation.images.SegmentationFolder`, trains ``seg_tiny`` (the guide's head on
-a tiny dilated ResNet, receptive field 45 pixels) and ``seg_tiny_nl`` (the same with the head's
-non-local block) from the same initialisation seed, and reports test mIoU and per-class IoU.
+Both run on the dense digits task (:mod:`nlnet.data.digits.dense`: 64x64 images of
+scikit-learn's handwritten-digit scans, PNG masks and COCO json, no download), where whether a
+digit is ``match`` (the boxed cue's class) or ``other`` depends on a digit elsewhere in the
+image, up to ~60 pixels away. A convolution sees a bounded neighbourhood, the non-local block
+every position (Wang et al., "Non-local Neural Networks", CVPR 2018, arXiv:1711.07971, Sec. 3:
+non-local operations capture long-range dependencies directly). One runner, two recipes:
 
-Whether a digit is ``match`` (the boxed cue's class) or ``other`` depends on a digit elsewhere in
-the 64x64 image; the convolution-only model sees only 45 pixels around a position, the non-local
-block every position (Wang et al., "Non-local Neural Networks", CVPR 2018, arXiv:1711.07971,
-Sec. 3: non-local operations capture long-range dependencies directly). Outputs per seed in ``out_dir/seed<k>/``: ``<model>.pt``
-(weights), ``predictions.png`` (image, ground truth, both predictions and the block's attention
-from a pixel of a ``match`` digit); ``summary.json`` and the printed table cover all seeds.
+* :class:`SegDemoSettings` (``nlnet demo --task segmentation``): ``seg_tiny`` (the guide's
+  head on a tiny dilated ResNet, receptive field 45 pixels) and ``seg_tiny_nl`` (the same with
+  the head's non-local block); measured figures in docs/dense.md.
+* :class:`UNetDemoSettings` (``nlnet demo --task unet``): ``unet2d`` (2 poolings, receptive
+  field about 50 pixels) and ``unet2d_nl``, the practitioner's first use case (a block after
+  the encoder's bottleneck); figures in docs/usecases.md.
 
-Training is the engine's one loop (:func:`nlnet.engine.loop.train`, ``task: segmentation``) with
-the demo's recipe as a config: AdamW (weight decay 1e-4), one-cycle rate (10% warm-up).
+For each seed both models start from one network pre-trained to name each digit pixel by its
+own class (:func:`pretrain`, the paper's ImageNet initialisation in miniature, Sec. 4.1), keep
+its pre-trained part fixed (the engine's ``train.freeze``) and train the rest from the same
+seed through the engine's loop (``task: segmentation``, AdamW, one-cycle rate); they are tested
+on images whose digit scans were never seen in training (mIoU, mean Dice, per-class figures).
+Seed ``k`` draws its own images, initialisation and data order. Outputs in ``out_dir``:
+``summary.json``, per seed ``seed<k>/<model>.pt`` and ``predictions.png`` (image, truth, both
+predictions and the block's attention from a ``match`` pixel).
 """
 
 from __future__ import annotations
@@ -25,70 +32,56 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
-from nlnet.data.digits.dense import CATEGORIES, DenseDigitsConfig, seed_data
+from nlnet.data.digits.dense import (
+    CATEGORIES,
+    PRETRAIN_CLASS_NAMES,
+    DenseDigitsConfig,
+    digit_class_masks,
+    seed_data,
+)
 from nlnet.data.segmentation.images import SegmentationFolder
-from nlnet.demo.jobs import Jobs, write_summary
-from nlnet.engine.tasks.segmentation import SegmentationTask
+from nlnet.engine.jobs import Jobs, write_summary
 from nlnet.models import create_model
 
-__all__ = [
-    "DEMO_EPOCHS",
-    "DEMO_LR",
-    "DENSE_MODELS",
-    "SegDemoSettings",
-    "cli_main",
-    "dense_demo_config",
-    "engine_fit",
-    "fit_and_test",
-    "run_dense_demo",
-    "format_table",
-]
+__all__ = ["CLASS_NAMES", "DenseDemoSettings", "SegDemoSettings", "UNetDemoSettings", "demo_config", "fit_and_test", "format_table", "pretrain", "run_dense_demo"]  # fmt: skip
 
-#: Baseline and non-local model of each dense task.
-DENSE_MODELS: dict[str, tuple[str, str]] = {"segmentation": ("seg_tiny", "seg_tiny_nl")}
 CLASS_NAMES: list[str] = ["background", *(n for _, n in CATEGORIES)]
-#: The demo's schedule: one-cycle AdamW to a peak rate of 1e-2 over 16 epochs (docs/dense.md:
-#: the relation is learned after a plateau whose length depends on the seed; 12 epochs at 3e-3
-#: ended before two of seeds 0-4 left it).
-DEMO_EPOCHS: int = 16
-DEMO_LR: float = 1e-2
 
 
 @dataclass(frozen=True)
-class SegDemoSettings:
-    """The segmentation demo's recipe (measured figures: docs/dense.md).
+class DenseDemoSettings:
+    """What both dense demos' recipes have: one-cycle AdamW over ``epochs`` of the task's
+    training images at a peak rate ``lr``, from a network pre-trained ``pretrain_epochs`` to
+    name each digit (0: none). ``block`` holds options of the non-local model's block over the
+    guide's (:class:`nlnet.layers.BlockOptions` fields, e.g. ``{"init": "w_z"}``); ``models``
+    which of the pair train (a screening sweep of a block option can leave out the baseline).
 
-    One-cycle AdamW over ``epochs`` of the task's 2000 training images, peak rate ``lr``; both
-    models from the same initialisation seed. ``block`` holds options of ``seg_tiny_nl``'s
-    block over the guide's (:class:`nlnet.layers.BlockOptions` fields, e.g. ``{"init":
-    "w_z"}``); ``models`` which of the pair train (a screening sweep of a block option can
-    leave out the baseline, which the option does not touch).
+    A recipe class sets :attr:`task`, :attr:`pair`, which keys of the pre-trained network are
+    handed on (:attr:`handed_on`, or all but :attr:`heads`), the keys that keep their own
+    initialisation (:attr:`kept`) and the prefixes kept fixed (:meth:`frozen`).
     """
 
-    epochs: int = DEMO_EPOCHS
+    epochs: int = 16
     batch_size: int = 32
-    lr: float = DEMO_LR
+    lr: float = 1e-2
     block: dict[str, Any] = field(default_factory=dict)
-    models: tuple[str, ...] = ("seg_tiny", "seg_tiny_nl")
-    #: Pre-training of ``seg_tiny`` to name each digit pixel by its own class (the U-Net demo's
-    #: stand-in for the paper's ImageNet initialisation, Sec. 4.1), this many epochs (0: none);
-    #: both models start from its backbone.  The recipe since the 30-seed screening (docs/dense.md,
-    #: "The pre-trained, fixed backbone screened"): without it two of 13 screening seeds learned
-    #: the relation only partly or not at all.
+    models: tuple[str, ...] = ()
     pretrain_epochs: int = 4
     pretrain_lr: float = 1e-2
-    #: With ``pretrain_epochs``: keep the pre-trained backbone's weights fixed (the head and its
-    #: block train; the backbone's BatchNorm statistics still follow the task's images, as with
-    #: the U-Net demo's ``train.freeze``).  Trained too, the backbone lets the block's model fall
-    #: back to the plateau on some seeds (docs/dense.md).
-    freeze_backbone: bool = True
+    data: DenseDigitsConfig = field(default_factory=DenseDigitsConfig)
+
+    task: ClassVar[str] = ""
+    pair: ClassVar[tuple[str, str]] = ("", "")
+    handed_on: ClassVar[tuple[str, ...]] = ()
+    heads: ClassVar[tuple[str, ...]] = ()
+    kept: ClassVar[tuple[str, ...]] = ()
+    freeze_key: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
         from nlnet.layers import BlockOptions
@@ -97,95 +90,154 @@ class SegDemoSettings:
             raise ValueError("epochs, batch_size: expected >= 1; lr: expected > 0")
         if self.pretrain_epochs < 0 or self.pretrain_lr <= 0:
             raise ValueError("pretrain_epochs: expected >= 0; pretrain_lr: expected > 0")
+        BlockOptions.of(self.block)  # a typo or a bad value fails here, before any training
+        models = self.models or self.pair
+        if any(m not in self.pair for m in models):
+            raise ValueError(f"models: expected names among {list(self.pair)}, got {list(models)}")
+        object.__setattr__(self, "models", tuple(m for m in self.pair if m in models))
+
+    def model_options(self, name: str) -> dict[str, Any]:
+        """``create_model`` options of ``name`` besides its classes (the block's for the pair's
+        non-local model)."""
+        return {"block": dict(self.block)} if name == self.pair[1] and self.block else {}
+
+    def frozen(self) -> tuple[str, ...]:
+        """Key prefixes kept at their pre-trained values while the task trains."""
+        return ()
+
+    def hands_on(self, key: str) -> bool:
+        """Whether the pre-trained network's ``key`` initialises the task's models."""
+        return key.startswith(self.handed_on) if self.handed_on else not key.startswith(self.heads)
+
+
+@dataclass(frozen=True)
+class SegDemoSettings(DenseDemoSettings):
+    """The segmentation demo's recipe (measured figures: docs/dense.md): a peak rate of 1e-2
+    over 16 epochs of 2000 images; ``seg_tiny``'s backbone pre-trained 4 epochs and then kept
+    fixed (``freeze_backbone``; its BatchNorm statistics still follow the task's images). The
+    recipe since the 30-seed screening (docs/dense.md, "The pre-trained, fixed backbone
+    screened"): without the pre-training two of 13 screening seeds learned the relation only
+    partly or not at all; with the backbone trained too, the block's model falls back to the
+    plateau on some seeds.
+    """
+
+    freeze_backbone: bool = True
+
+    task: ClassVar[str] = "segmentation"
+    pair: ClassVar[tuple[str, str]] = ("seg_tiny", "seg_tiny_nl")
+    handed_on: ClassVar[tuple[str, ...]] = ("backbone.",)
+    kept: ClassVar[tuple[str, ...]] = ("head.",)
+    freeze_key: ClassVar[str] = "freeze_backbone"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.freeze_backbone and self.pretrain_epochs < 1:
             raise ValueError(
                 "freeze_backbone: needs pretrain_epochs >= 1 (a backbone to keep); set "
                 "freeze_backbone=false before pretrain_epochs=0, or pretrain_epochs=N before "
                 "freeze_backbone=true"
             )
-        BlockOptions.of(self.block)  # a typo or a bad value fails here, before any training
-        pair = DENSE_MODELS["segmentation"]
-        if not self.models or any(m not in pair for m in self.models):
-            raise ValueError(f"models: expected names among {list(pair)}, got {list(self.models)}")
-        object.__setattr__(self, "models", tuple(m for m in pair if m in self.models))
+
+    def frozen(self) -> tuple[str, ...]:
+        return ("backbone.",) if self.freeze_backbone else ()
 
     @classmethod
     def quick(cls) -> SegDemoSettings:
         """Seconds: a smoke test (its numbers mean nothing)."""
-        return cls(epochs=1, batch_size=4, pretrain_epochs=1)
+        data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8)
+        return cls(epochs=1, batch_size=4, pretrain_epochs=1, data=data)
 
 
-def dense_demo_config(
-    name: str, root: Path, run_dir: Path, *, num_classes: int, epochs: int, batch_size: int,
-    lr: float, seed: int, device: str = "cpu", class_names: Sequence[str] = tuple(CLASS_NAMES),
-    freeze: Sequence[str] = (),
+@dataclass(frozen=True)
+class UNetDemoSettings(DenseDemoSettings):
+    """The U-Net demo's recipe (measured figures and times: docs/usecases.md).
+
+    The segmentation demo's schedule with a peak rate of 2e-2, deep supervision at the
+    bottleneck (nnU-Net's practice), and both models starting from one U-Net pre-trained to
+    name each digit whose **encoder stays fixed** (``freeze_encoder``). Relating a digit to the
+    cue needs features that say which digit is where; nothing in the task's labels asks for them
+    (every cue is "cue", whatever its digit), so training from scratch sat on a plateau on most
+    seeds, and pre-trained features fine-tuned at this rate were lost within the first epochs (a
+    linear probe of the bottleneck names a digit's class 99% right after the pre-training, 60-65%
+    after the task's training). Chosen on validation figures of screening seeds 100-109.
+    """
+
+    lr: float = 2e-2
+    base_channels: int = 8
+    depth: int = 2
+    #: Keep the pre-trained encoder fixed (its levels and the bottleneck's convolutions; the
+    #: block, decoder and classifiers train).
+    freeze_encoder: bool = True
+    #: A second classifier on the bottleneck's output in the training loss (nnU-Net's deep
+    #: supervision, ``UNet(deep_supervision=True)``).
+    deep_supervision: bool = True
+
+    task: ClassVar[str] = "unet"
+    pair: ClassVar[tuple[str, str]] = ("unet2d", "unet2d_nl")
+    heads: ClassVar[tuple[str, ...]] = ("classifier.", "aux_classifier.")
+    kept: ClassVar[tuple[str, ...]] = ("classifier.", "aux_classifier.", "bottleneck.non_local.")
+    freeze_key: ClassVar[str] = "freeze_encoder"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.freeze_encoder and self.pretrain_epochs < 1:
+            raise ValueError(
+                "freeze_encoder: needs pretrain_epochs >= 1 (a pre-trained encoder to keep); "
+                "set freeze_encoder=false first to train the U-Net from scratch"
+            )
+
+    def model_options(self, name: str) -> dict[str, Any]:
+        return {"base_channels": self.base_channels, "depth": self.depth,
+                "deep_supervision": self.deep_supervision, **super().model_options(name)}  # fmt: skip
+
+    def frozen(self) -> tuple[str, ...]:
+        return ("encoder.", "bottleneck.") if self.freeze_encoder else ()
+
+    @classmethod
+    def quick(cls) -> UNetDemoSettings:
+        """Seconds: a smoke test (its numbers mean nothing)."""
+        data = DenseDigitsConfig(num_train=8, num_val=4, num_test=4)
+        return cls(base_channels=4, epochs=1, batch_size=4, pretrain_epochs=1, data=data)
+
+
+def demo_config(
+    name: str, s: DenseDemoSettings, root: Path, run_dir: Path, seed: int, device: str,
+    pretrain: bool = False,
 ) -> Any:  # fmt: skip
-    """The dense demo's recipe as an engine config (``task: segmentation``)."""
+    """The recipe as an engine config (``task: segmentation``); ``pretrain``: the digit-naming
+    pre-training's (its classes, rate and epochs, nothing frozen)."""
     from nlnet.engine.config import config_from_dict
 
+    classes = PRETRAIN_CLASS_NAMES if pretrain else CLASS_NAMES
+    lr, epochs = (s.pretrain_lr, s.pretrain_epochs) if pretrain else (s.lr, s.epochs)
     return config_from_dict({
         "task": "segmentation",
-        "class_names": list(class_names),
-        "model": {"name": name, "num_classes": num_classes},
+        "class_names": list(classes),
+        "model": {"name": name, "num_classes": len(classes), "overrides": s.model_options(name)},
         "data": {"root": str(root)},
         "optim": {"optimizer": "adamw", "schedule": "onecycle", "lr": lr, "weight_decay": 1e-4,
                   "epochs": epochs, "steps": [], "pct_start": 0.1},
-        "train": {"batch_size": batch_size, "seed": seed, "workers": 0, "log_every": 10_000,
+        "train": {"batch_size": s.batch_size, "seed": seed, "workers": 0, "log_every": 10_000,
                   "ckpt_every": 0, "sync_bn": False, "device": device, "progress": False,
-                  "val_split": None, "freeze": list(freeze)},
+                  "val_split": None, "freeze": [] if pretrain else list(s.frozen())},
         "eval": {"batch_size": 64, "workers": 0},
         "output_dir": str(run_dir),
     })  # fmt: skip
 
 
-def engine_fit(
-    model: nn.Module, name: str, train_set: SegmentationFolder, run_dir: Path, **recipe: Any
-) -> dict[str, Any]:
-    """Train ``model`` in place through the engine's loop; return the loop's summary."""
-    from nlnet.engine.loop import train
-
-    cfg = dense_demo_config(name, train_set.root, run_dir, **recipe)
-    return train(cfg, model=model, train_dataset=train_set, force=True)
-
-
-def _pictures(
-    path: Path, models: dict[str, nn.Module], test: SegmentationFolder, index: int = 0
-) -> dict[str, Any]:
-    from nlnet.analysis.dense_visualize import pixel_attention, save_segmentation_figure
-
-    item = test[index]
-    image, truth = item["image"], item["mask"]
-    ys, xs = np.nonzero(truth.numpy() == 2)  # a pixel of a "match" digit
-    pixel = (int(ys[len(ys) // 2]), int(xs[len(xs) // 2]))
-    preds = {}
-    for name, model in models.items():
-        model.cpu().eval()
-        with torch.no_grad():
-            preds[name] = model(image[None]).argmax(1)[0].numpy()
-    nl_name = list(models)[-1]
-    _, attention = pixel_attention(models[nl_name], image, pixel)
-    save_segmentation_figure(
-        path, test.read_image(index), truth.numpy(), preds, attention, pixel, CLASS_NAMES
-    )
-    return {"picture": str(path), "query_pixel": pixel}
-
-
-#: The part of ``seg_tiny`` a pre-training hands on (its head's classes are not the task's).
-_BACKBONE = "backbone."
-
-
-def pretrain_backbone(
-    root: Path, seed_dir: Path, seed: int, s: SegDemoSettings, device: str
+def pretrain(
+    s: DenseDemoSettings, root: Path, run_dir: Path, seed: int, device: str
 ) -> dict[str, torch.Tensor]:
-    """Pre-train ``seg_tiny`` to segment the training images' digits by their own class
-    (:func:`~nlnet.data.digits.dense.digit_class_masks`) through the engine's loop, the U-Net
-    demo's stand-in for the paper's ImageNet initialisation (Sec. 4.1). A job of
-    :class:`nlnet.demo.jobs.Jobs`.
+    """Pre-train the pair's baseline to segment the training images' digits by their own class
+    (:func:`~nlnet.data.digits.dense.digit_class_masks`) through the engine's loop: the demo's
+    stand-in for the paper's ImageNet initialisation (Sec. 4.1), which gives both models
+    features that name a digit before they learn its relation to the cue. A job of
+    :class:`nlnet.engine.jobs.Jobs`.
 
     Returns:
-        The backbone's weights (CPU), the initialisation of both models.
+        The weights handed on (CPU; :meth:`DenseDemoSettings.hands_on`).
     """
-    from nlnet.data.digits.dense import PRETRAIN_CLASS_NAMES, digit_class_masks
+    from nlnet.engine.loop import train
 
     class DigitClasses(SegmentationFolder):
         by_name = digit_class_masks(root, "train")
@@ -193,178 +245,155 @@ def pretrain_backbone(
         def read_mask(self, index: int) -> np.ndarray:
             return self.by_name[self.images[index].name]
 
+    name = s.pair[0]
     data = DigitClasses(root, "train", num_classes=len(PRETRAIN_CLASS_NAMES))
+    cfg = demo_config(name, s, root, run_dir, seed + 1, device, pretrain=True)
     torch.manual_seed(seed + 1)
-    model = create_model("seg_tiny", num_classes=len(PRETRAIN_CLASS_NAMES))
-    engine_fit(model, "seg_tiny", data, seed_dir / "pretrain", num_classes=len(PRETRAIN_CLASS_NAMES),
-               epochs=s.pretrain_epochs, batch_size=s.batch_size, lr=s.pretrain_lr, seed=seed + 1,
-               device=device, class_names=PRETRAIN_CLASS_NAMES)  # fmt: skip
-    return {k: v.detach().cpu() for k, v in model.state_dict().items() if k.startswith(_BACKBONE)}
+    model = create_model(name, num_classes=len(PRETRAIN_CLASS_NAMES), **s.model_options(name))
+    train(cfg, model=model, train_dataset=data, force=True)
+    return {k: v.detach().cpu() for k, v in model.state_dict().items() if s.hands_on(k)}
 
 
 def fit_and_test(
-    name: str, root: Path, seed_dir: Path, seed: int, recipe: dict[str, Any], split: str = "test",
-    init: dict[str, torch.Tensor] | None = None,
+    name: str, s: DenseDemoSettings, root: Path, seed_dir: Path, seed: int, device: str,
+    split: str = "test", init: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """One model of one seed: train through the engine's loop, test mIoU, save its weights to
-    ``seed_dir/<name>.pt``. A job of :class:`nlnet.demo.jobs.Jobs` (one thread, side by side).
-    ``init``: the pre-trained backbone (:func:`pretrain_backbone`); the head keeps its own
-    initialisation. ``recipe``: :func:`dense_demo_config`'s keywords and ``block`` (the block's
-    options).
+    """One model of one seed: train on ``root``'s train split through the engine's loop, test on
+    its ``split`` split, save the weights to ``seed_dir/<name>.pt``. A job of
+    :class:`nlnet.engine.jobs.Jobs` (one thread, side by side). ``init``: the pre-trained
+    weights (:func:`pretrain`); the keys under :attr:`DenseDemoSettings.kept` keep their own
+    initialisation.
 
     Returns:
         ``{"seed", "model", "params", "train_s", "metrics", "state"}`` (``state`` on the CPU).
     """
+    from torch.utils.data import DataLoader
+
+    from nlnet.engine.loop import train
+    from nlnet.engine.tasks.segmentation import SegmentationTask
+    from nlnet.models.loading import load_partial
+
+    if s.frozen() and init is None:
+        raise ValueError(f"{s.freeze_key}: needs a pre-trained network (pretrain_epochs > 0)")
     seg = SegmentationTask(len(CLASS_NAMES), CLASS_NAMES, data={"root": str(root)})
     train_set = seg.build_dataset("train")
-    test_loader = DataLoader(
-        SegmentationFolder(root, split, num_classes=len(CLASS_NAMES)), batch_size=64,
-        collate_fn=seg.collate,
-    )  # fmt: skip
-    recipe = dict(recipe)
-    block = recipe.pop("block", None)  # the block's options (the non-local model only)
+    test = SegmentationFolder(root, split, num_classes=len(CLASS_NAMES))
+    loader = DataLoader(test, batch_size=64, collate_fn=seg.collate)
+    cfg = demo_config(name, s, root, seed_dir / name, seed, device)
     torch.manual_seed(seed)
-    model = create_model(name, **({"block": block} if block else {}))
+    model = create_model(name, num_classes=len(CLASS_NAMES), **s.model_options(name))
     if init is not None:
-        from nlnet.models.loading import load_partial
-
-        load_partial(model, init, ("head.",), what=f"init of {name}")
+        load_partial(model, init, s.kept, what=f"init of {name}")
     start = time.perf_counter()
-    engine_fit(model, name, train_set, seed_dir / name, num_classes=len(CLASS_NAMES), seed=seed,
-               **recipe)  # fmt: skip
+    train(cfg, model=model, train_dataset=train_set, force=True)
     train_s = time.perf_counter() - start
-    metrics = seg.evaluate(model, test_loader, device=torch.device(recipe["device"]))
-    seed_dir.mkdir(parents=True, exist_ok=True)
+    metrics = seg.evaluate(model, loader, device=torch.device(device))
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    seed_dir.mkdir(parents=True, exist_ok=True)
     torch.save(state, seed_dir / f"{name}.pt")
-    return {"seed": seed, "model": name, "params": sum(p.numel() for p in model.parameters()),
-            "train_s": train_s, "metrics": metrics, "state": state}  # fmt: skip
+    return {"seed": seed, "model": name, "train_s": train_s, "metrics": metrics,
+            "params": sum(p.numel() for p in model.parameters()), "state": state}  # fmt: skip
+
+
+def _picture(path: Path, models: dict[str, nn.Module], test: SegmentationFolder) -> dict[str, Any]:
+    """Image, truth, both predictions and the block's attention from a ``match`` pixel."""
+    from nlnet.analysis.dense_visualize import pixel_attention, save_segmentation_figure
+
+    item = test[0]
+    image, truth = item["image"], item["mask"]
+    ys, xs = np.nonzero(truth.numpy() == 2)  # a pixel of a "match" digit
+    pixel = (int(ys[len(ys) // 2]), int(xs[len(xs) // 2]))
+    preds = {}
+    for name, model in models.items():
+        with torch.no_grad():
+            preds[name] = model.cpu().eval()(image[None]).argmax(1)[0].numpy()
+    _, attention = pixel_attention(list(models.values())[-1], image, pixel)
+    save_segmentation_figure(
+        path, test.read_image(0), truth.numpy(), preds, attention, pixel, CLASS_NAMES
+    )
+    return {"picture": str(path), "query_pixel": pixel}
 
 
 def run_dense_demo(
-    task: str = "segmentation",
-    seeds: Sequence[int] = (0, 1, 2),
+    seeds: Sequence[int] = (0,),
+    settings: DenseDemoSettings | None = None,
     *,
     out_dir: str | os.PathLike = "runs/dense-demo",
-    data: DenseDigitsConfig | None = None,
     data_root: str | os.PathLike | None = None,
-    settings: SegDemoSettings | None = None,
     pictures: bool = True,
     device: str = "cpu",
     jobs: int = 1,
     log: Callable[[str], None] = print,
     split: str = "test",
 ) -> dict[str, Any]:
-    """Train the baseline and the non-local model for each seed; test mIoU and per-class IoU.
-
-    Seed ``k`` draws its own images (``DenseDigitsConfig(seed=k)``) and its own initialisation
-    and data order, as the video demo does.
-
-    ``jobs`` trainings run side by side, one PyTorch thread each
-    (:class:`nlnet.demo.jobs.Jobs`, like the video and U-Net demos): the figures do not
-    depend on it.
+    """Train the recipe's pair (the baseline and the non-local model) for each seed; test mIoU,
+    mean Dice and per-class IoU and Dice.
 
     Args:
-        task: ``"segmentation"`` (the detection demo is not available yet).
         seeds: data, initialisation and shuffling seeds.
-        out_dir: where checkpoints, pictures and ``summary.json`` go.
-        data: the task's configuration (default :class:`DenseDigitsConfig`; its ``seed`` is
-            replaced by each seed).
-        data_root: the folder of the PNG/COCO folders, one per seed (default: a cache folder).
         settings: the recipe (default :class:`SegDemoSettings`; ``settings.models`` train).
-        pictures: write ``predictions.png`` per seed.
+        out_dir: where checkpoints, pictures and ``summary.json`` go.
+        data_root: the folder of the PNG/COCO folders, one per seed (default: a cache folder).
+        pictures: write ``seed<k>/predictions.png`` (with both models).
         device: ``cpu``, ``cuda`` or ``cuda:N`` (training and evaluation).
-        jobs: trainings side by side (CPU; one on a GPU).
+        jobs: trainings side by side, one PyTorch thread each (CPU; one on a GPU): the figures
+            do not depend on it.
         log: where progress lines go.
         split: the figures' split: ``"test"`` (reported seeds) or ``"val"`` (screening seeds:
             docs/demo.md, Protocol).
 
     Returns:
-        ``{"runs": [{"seed", "model", "params", "train_s", "metrics"}...], "data_roots": ...}``
-        (``metrics`` on ``split``).
+        ``{"task", "split", "settings", "data_roots", "runs": [{"seed", "model", "params",
+        "train_s", "metrics"}...], "wall_s", "jobs"}`` (``metrics`` on ``split``).
     """
-    if task not in DENSE_MODELS:
-        raise ValueError(
-            f"task: expected one of {sorted(DENSE_MODELS)} (the detection demo is not "
-            f"available yet), got {task!r}"
-        )
     if split not in ("test", "val"):
         raise ValueError(f"split: expected 'test' or 'val', got {split!r}")
+    s = settings or SegDemoSettings()
     t0 = time.perf_counter()
-    roots = {seed: seed_data(data or DenseDigitsConfig(), seed, data_root) for seed in seeds}
+    roots = {seed: seed_data(s.data, seed, data_root) for seed in seeds}
     log(f"data: {', '.join(map(str, roots.values()))} ({time.perf_counter() - t0:.0f} s)")
     out = Path(out_dir)
     jobs = jobs if device == "cpu" else 1
-    s = settings or SegDemoSettings()
-    recipe = {"epochs": s.epochs, "batch_size": s.batch_size, "lr": s.lr, "device": device,
-              "freeze": (_BACKBONE,) if s.freeze_backbone else ()}  # fmt: skip
     with Jobs(jobs) as pool:
         inits = dict.fromkeys(seeds)
         if s.pretrain_epochs:
-            calls = [(roots[seed], out / f"seed{seed}", seed, s, device) for seed in seeds]
-            inits = dict(zip(seeds, pool.starmap(pretrain_backbone, calls)))
-        calls = [(name, roots[seed], out / f"seed{seed}", seed,
-                  {**recipe, "block": s.block if name == DENSE_MODELS[task][1] else None}, split,
-                  inits[seed]) for seed in seeds for name in s.models]  # fmt: skip
+            calls = [(s, roots[seed], out / f"seed{seed}" / "pretrain", seed, device)
+                     for seed in seeds]  # fmt: skip
+            inits = dict(zip(seeds, pool.starmap(pretrain, calls)))
+        calls = [(name, s, roots[seed], out / f"seed{seed}", seed, device, split, inits[seed])
+                 for seed in seeds for name in s.models]  # fmt: skip
         runs = pool.starmap(fit_and_test, calls)
+    for r in runs:
+        m = r["metrics"]
+        log(f"seed {r['seed']} {r['model']}: mIoU {m['mIoU']:.1f}, mDice {m['mDice']:.1f} "
+            f"({r['train_s']:.0f} s)")  # fmt: skip
     for seed in seeds:
-        test_set = SegmentationFolder(roots[seed], split, num_classes=len(CLASS_NAMES))
-        models: dict[str, nn.Module] = {}
         seed_runs = [r for r in runs if r["seed"] == seed]
-        for r in seed_runs:
-            log(f"seed {seed} {r['model']}: mIoU {r['metrics']['mIoU']:.1f} ({r['train_s']:.0f} s)")
-            block = s.block if r["model"] == DENSE_MODELS[task][1] and s.block else None
-            options = {"block": block} if block else {}
-            models[r["model"]] = create_model(r["model"], weights=r.pop("state"), **options)
+        models = {r["model"]: create_model(r["model"], num_classes=len(CLASS_NAMES),
+                                           weights=r.pop("state"), **s.model_options(r["model"]))
+                  for r in seed_runs}  # fmt: skip
         if pictures and len(models) == 2:
-            path = out / f"seed{seed}" / "predictions.png"
-            seed_runs[-1]["pictures"] = _pictures(path, models, test_set)
+            test = SegmentationFolder(roots[seed], split, num_classes=len(CLASS_NAMES))
+            seed_runs[-1]["pictures"] = _picture(
+                out / f"seed{seed}" / "predictions.png", models, test
+            )
     summary = write_summary(out, {
-        "task": task,
-        "split": split,
-        "settings": dataclasses.asdict(s),
-        "data_roots": {str(k): str(v) for k, v in roots.items()},
-        "runs": runs,
-        "wall_s": time.perf_counter() - t0,
-        "jobs": jobs,
+        "task": s.task, "split": split, "settings": dataclasses.asdict(s),
+        "data_roots": {str(k): str(v) for k, v in roots.items()}, "runs": runs,
+        "wall_s": time.perf_counter() - t0, "jobs": jobs,
     })  # fmt: skip
     log(format_table(runs))
     return summary
 
 
 def format_table(runs: Sequence[dict[str, Any]]) -> str:
-    """A text table: seed, model, mIoU and per-class IoU, training time."""
+    """A text table: seed, model, mIoU, mean Dice, per-class IoU, training time."""
     keys = [f"iou_{n}" for n in CLASS_NAMES]
-    head = f"{'seed':>4} {'model':<12} {'mIoU':>6} " + " ".join(f"{k[4:]:>10}" for k in keys)
-    lines = [head + f" {'train s':>8}"]
+    head = f"{'seed':>4} {'model':<12} {'mIoU':>6} {'mDice':>6} "
+    lines = [head + " ".join(f"{k[4:]:>10}" for k in keys) + f" {'train s':>8}"]
     for r in runs:
         m = r["metrics"]
         cells = " ".join(f"{m[k]:>10.1f}" for k in keys)
-        lines.append(
-            f"{r['seed']:>4} {r['model']:<12} {m['mIoU']:>6.1f} {cells} {r['train_s']:>8.0f}"
-        )
+        lines.append(f"{r['seed']:>4} {r['model']:<12} {m['mIoU']:>6.1f} {m['mDice']:>6.1f} "
+                     f"{cells} {r['train_s']:>8.0f}")  # fmt: skip
     return "\n".join(lines)
-
-
-def cli_main(args: Any, settings: SegDemoSettings) -> int:
-    """``nlnet demo --task segmentation``: both models side by side, one thread each
-    (``--threads`` jobs), into ``<output-dir>/dense-demo-<timestamp>-seed<k>/``."""
-    from nlnet.demo.jobs import jobs_for
-    from nlnet.engine.errors import UserError
-
-    try:
-        jobs = jobs_for(args.threads)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError("--device cuda: CUDA is not available on this machine")
-    torch.set_num_threads(1)  # one thread per job (nlnet.demo.jobs)
-    data = DenseDigitsConfig(size=48, num_train=16, num_val=4, num_test=8) if args.quick else None
-    if args.epochs:
-        settings = dataclasses.replace(settings, epochs=args.epochs)
-    out = Path(args.output_dir) / f"dense-demo-{time.strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"
-    run_dense_demo(
-        "segmentation", [args.seed], out_dir=out, data=data, settings=settings, jobs=jobs,
-        data_root=Path(args.cache_dir) / "dense" if args.cache_dir else None, device=args.device,
-    )  # fmt: skip
-    return 0

@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
-from nlnet.demo.video import MEAN, STD, ClipTensorDataset, DemoSettings, demo_config, top1
+from nlnet.data.digits.decoded import MEAN, STD, ClipTensorDataset
+from nlnet.demo.video import DemoSettings, demo_config
+from nlnet.engine.hooks.curves import top1
 
 __all__ = ["PRETRAIN_FIELDS", "cached_pretrain_2d", "pretrain_2d", "pretrain_key"]
 
@@ -101,8 +103,7 @@ def cached_pretrain_2d(
     same, so the reused weights are those a fresh run gives (tested); the key holds the PyTorch
     version and the device type. Written atomically; an unreadable file is computed again.
     """
-    import os
-    import tempfile
+    from nlnet.data.atomic import atomic_path
 
     path = Path(cache) / "pretrain-2d" / f"{pretrain_key(settings, seed, device)}.pt"
     if path.is_file():
@@ -112,13 +113,6 @@ def cached_pretrain_2d(
         except Exception:  # a damaged file: computed again below and replaced
             pass
     state, log = pretrain_2d(settings, device, seed, False, run_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"state": state, "log": log}, f)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp:
+        torch.save({"state": state, "log": log}, tmp)
     return state, log

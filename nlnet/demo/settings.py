@@ -81,7 +81,7 @@ def dense_settings(task: str, changes: Collection[str] = (), quick: bool = False
     elif task == "super-resolution":
         from nlnet.demo.sr import SRDemoSettings as Settings  # type: ignore[assignment]
     elif task == "unet":
-        from nlnet.demo.unet import UNetDemoSettings as Settings  # type: ignore[assignment]
+        from nlnet.demo.dense import UNetDemoSettings as Settings  # type: ignore[assignment]
     else:
         raise ValueError(f"task: expected segmentation, unet or super-resolution, got {task!r}")
     settings = Settings.quick() if quick else Settings()

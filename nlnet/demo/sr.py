@@ -31,15 +31,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from nlnet.demo.jobs import jobs_for
 
 __all__ = ["PHOTOS", "SRDemoSettings", "fit_and_test", "format_sr_table", "run_sr_demo",
            "sr_demo_config", "sr_model_cost"]  # fmt: skip
@@ -158,7 +156,7 @@ def fit_and_test(
 ) -> dict[str, Any]:
     """One model of one seed: train through the engine's loop, test on the tiles of ``split``.
 
-    A job of :class:`nlnet.demo.jobs.Jobs` (one thread; the models train side by side).
+    A job of :class:`nlnet.engine.jobs.Jobs` (one thread; the models train side by side).
 
     Returns:
         ``{"seed", "model", "params", "train_s", "cpu_s", "metrics", "state"}`` (``state`` on the
@@ -196,7 +194,7 @@ def run_sr_demo(
     """Train both models for each seed; test PSNR/SSIM on Y against bicubic.
 
     ``jobs`` runs (seed, model) trainings side by side, one PyTorch thread each
-    (:class:`nlnet.demo.jobs.Jobs`): the figures do not depend on it. Seed ``k`` draws the
+    (:class:`nlnet.engine.jobs.Jobs`): the figures do not depend on it. Seed ``k`` draws the
     initialisation and the training patches (the bands are fixed); ``split="val"`` gives the
     validation figures of the screening seeds (docs/demo.md, Protocol).
 
@@ -209,7 +207,7 @@ def run_sr_demo(
         ValueError: ``split`` not ``"test"`` or ``"val"``, or ``"val"`` with the built-in
             photographs (which have none).
     """
-    from nlnet.demo.jobs import Jobs, write_summary
+    from nlnet.engine.jobs import Jobs, write_summary
     from nlnet.models import create_model
 
     s = settings or SRDemoSettings()
@@ -257,32 +255,3 @@ def format_sr_table(runs: Sequence[dict[str, Any]]) -> str:
         lines.append(f"{r['seed']:>4} {r['model']:<17} {m['psnr_y']:>7.2f} {m['ssim_y']:>7.4f} "
                      f"{m['bicubic_psnr_y']:>7.2f} {gain:>+6.2f} {r['train_s']:>7.0f}")  # fmt: skip
     return "\n".join(lines)
-
-
-def cli_main(args: Any, settings: Any) -> int:
-    """``nlnet demo --task super-resolution`` (and ``--task unet``, :mod:`nlnet.demo.unet`)."""
-    from nlnet.engine.errors import UserError
-
-    try:
-        jobs = jobs_for(args.threads)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    torch.set_num_threads(1)  # one thread per job (nlnet.demo.jobs)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError("--device cuda: CUDA is not available on this machine")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    out = Path(args.output_dir) / f"{args.task}-demo-{stamp}-seed{args.seed}"
-    if args.task == "unet":
-        from nlnet.demo.unet import run_unet_demo
-
-        if args.epochs:
-            settings = replace(settings, epochs=args.epochs)
-        root = Path(args.cache_dir) / "dense-unet" if args.cache_dir else None
-        run_unet_demo(
-            [args.seed], out_dir=out, settings=settings, data_root=root, device=args.device,
-            jobs=jobs,
-        )  # fmt: skip
-    else:
-        run_sr_demo([args.seed], out_dir=out, settings=settings, device=args.device, jobs=jobs)
-    print(f"outputs in {out}")
-    return 0

@@ -27,19 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset
 
-from nlnet.data.digits.cache import read_manifest
+from nlnet.data.digits.decoded import MEAN, STD, ClipTensorDataset, decoded_splits
 from nlnet.data.digits.video import DigitsTaskConfig
-from nlnet.data.seeding import ItemKey
 from nlnet.engine.config import replace as replace_config
-from nlnet.engine.hooks import HookBase
-from nlnet.engine.modeling import set_train_mode
+from nlnet.engine.hooks.curves import CurveHook, top1
 from nlnet.engine.runlog import MetricsLogger, line_prefix
 
-__all__ = ["TIME_MODEL", "VARIANT_MODELS", "CurveHook", "DemoSettings", "ClipTensorDataset",
-           "build_model", "model_options", "clear_decoded", "decoded_splits", "demo_config", "inflate_state",
-           "load_split", "top1", "train_job", "train_model"]  # fmt: skip
+__all__ = ["TIME_MODEL", "VARIANT_MODELS", "DemoSettings", "build_model", "demo_config",
+           "model_options", "train_job", "train_model"]  # fmt: skip
 
 
 TASK_TEXT = {
@@ -60,10 +56,6 @@ TIME_MODEL = "c2d_tiny_tconv1"
 #: The models ``--variants`` adds: the space-only and time-only blocks (Table 2d) and the plain
 #: residual block of about the same parameters at the same place (Sec. 4.1's control).
 VARIANT_MODELS: tuple[str, ...] = ("c2d_tiny_nl1_space", "c2d_tiny_nl1_time", "c2d_tiny_res1")
-
-#: Normalisation of the digits clips (intensities are mostly black with bright strokes).
-MEAN = (0.1, 0.1, 0.1)
-STD = (0.25, 0.25, 0.25)
 
 
 @dataclasses.dataclass
@@ -148,83 +140,6 @@ class DemoSettings:
         )  # fmt: skip
 
 
-# --------------------------------------------------------------------------------------------
-# data
-# --------------------------------------------------------------------------------------------
-
-
-def load_split(
-    root: Path, split: str, task: DigitsTaskConfig, progress: bool = True
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Decode one split through :class:`VideoFolderDataset` into memory.
-
-    The dataset's disk clip cache (``root/.decoded``, :mod:`nlnet.data.video_io.clip_cache`) keeps the decoded
-    frames, so a later run with the same data (or a demo job in a worker process) reads them
-    instead of the mp4 files.
-
-    Returns:
-        ``(clips, targets)``: float ``(N, 3, T, H, W)`` normalised and int64 ``(N,)``, in the
-        manifest's order (so that item ``i`` matches ``manifest["splits"][split][i]``).
-    """
-    from tqdm import tqdm
-
-    from nlnet.data.loader import make_loader
-    from nlnet.data.video.builder import VideoFolderDataset, build_parts, collate_skip_bad
-    from nlnet.data.video.config import VideoDataConfig
-
-    data = VideoDataConfig(
-        num_frames=task.num_frames, stride=1, test_scale=task.size, test_crop=None, mean=MEAN,
-        std=STD, clip_cache="disk", clip_cache_dir=str(root / ".decoded"), clip_cache_mb=4096,
-    )  # fmt: skip
-    ds = VideoFolderDataset(root, split, cache=False, **build_parts(data, False, clips=1))
-    manifest = read_manifest(root)
-    order = {str((root / r["file"]).resolve()): i for i, r in enumerate(manifest["splits"][split])}
-    clips = torch.empty(len(ds), 3, task.num_frames, task.size, task.size)
-    targets = torch.empty(len(ds), dtype=torch.long)
-    loader = make_loader(ds, batch_size=50, collate_fn=collate_skip_bad)
-    bar = tqdm(total=len(ds), desc=f"decoding {split}", unit="clip", leave=False,
-               disable=not progress)  # fmt: skip
-    for batch in loader:
-        if batch["skipped"]:
-            raise RuntimeError(f"could not decode every clip of {split}; delete the cache {root}")
-        for clip, target, video in zip(batch["clip"], batch["target"], batch["index"]):
-            i = order[str(Path(ds.videos[int(video)]).resolve())]
-            clips[i], targets[i] = clip, int(target)
-        bar.update(len(batch["clip"]))
-    bar.close()
-    return clips, targets
-
-
-# --------------------------------------------------------------------------------------------
-# training
-# --------------------------------------------------------------------------------------------
-
-
-class ClipTensorDataset(Dataset):
-    """Decoded clips held in memory, as dataset items ``{"clip", "target", "index"}``.
-
-    It draws nothing at random, so it takes the training sampler's
-    :class:`~nlnet.data.seeding.ItemKey` as it is (``takes_item_key``) and reads its index: no
-    global generator is seeded and restored around each fetch.
-    """
-
-    takes_item_key = True
-
-    def __init__(self, clips: torch.Tensor, targets: torch.Tensor, classes: list[str]) -> None:
-        self.clips, self.targets, self.classes = clips, targets, list(classes)
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
-
-    def __len__(self) -> int:
-        return len(self.clips)
-
-    def __getitem__(self, i: int | ItemKey) -> dict[str, Any]:
-        i = i.index if isinstance(i, ItemKey) else i
-        return {"clip": self.clips[i], "target": int(self.targets[i]), "index": i}
-
-
 def demo_config(
     settings: DemoSettings,
     name: str,
@@ -267,40 +182,6 @@ def demo_config(
     })  # fmt: skip
 
 
-@torch.no_grad()
-def top1(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, device, bs: int = 100) -> float:
-    """Top-1 accuracy (in [0, 1]) of ``model`` on ``(x, y)`` in eval mode, counted by the engine's
-    :func:`nlnet.engine.metrics.topk_correct`."""
-    from nlnet.engine.metrics import topk_correct
-
-    if len(x) == 0:
-        return 0.0
-    model.eval()
-    logits = torch.cat([model(x[i : i + bs].to(device)).cpu() for i in range(0, len(x), bs)])
-    return topk_correct(logits, y, ks=(1,))[1] / len(x)
-
-
-def inflate_state(
-    state: dict[str, torch.Tensor], target: dict[str, torch.Tensor]
-) -> dict[str, torch.Tensor]:
-    """2D (``1 x k x k``) kernels of ``state`` inflated to the ``t x k x k`` kernels of ``target``
-    where their shapes differ only there: each of the ``t`` planes is the 2D kernel divided by
-    ``t`` (Sec. 4.1, I3D initialised from the 2D model), so a static clip gives the 2D response."""
-    out = dict(state)
-    for key, value in state.items():
-        want = target.get(key)
-        if want is None or want.shape == value.shape or value.dim() != 5 or value.shape[2] != 1:
-            continue
-        if (
-            want.dim() == 5
-            and want.shape[:2] == value.shape[:2]
-            and want.shape[3:] == value.shape[3:]
-        ):
-            t = want.shape[2]
-            out[key] = value.repeat(1, 1, t, 1, 1) / t
-    return out
-
-
 def model_options(name: str, settings: DemoSettings) -> dict[str, Any]:
     """The ``create_model`` options of the demo model ``name``: the task's classes, the
     settings' width, dropout and (for a model with blocks) block options."""
@@ -318,22 +199,20 @@ def build_model(
 ) -> torch.nn.Module:
     """A registered demo model of ``settings``' width and classes, from the pre-trained backbone.
 
-    ``init`` is loaded non-strictly (2D kernels inflated where the model has temporal ones:
-    :func:`inflate_state`): the classifier and the blocks in the ``non_local`` slots keep their
-    initialisation. With ``settings.theta_init_std`` (default None: the block's own
+    ``init`` is loaded by :func:`nlnet.models.inflate.load_pretrained_2d` (a ``1 x k x k`` kernel
+    inflated where the model has a temporal one): the classifier and the blocks in the
+    ``non_local`` slots keep their initialisation. With ``settings.theta_init_std`` (default None: the block's own
     initialisation) the ``theta`` embedding of every non-local block is drawn with that standard
     deviation instead (small: nearly uniform attention at the start). With
     ``settings.init_noise`` every parameter gets seeded noise of that standard deviation (the
     protocol's perturbation: the same seed, a different rounding of the start).
     """
-    from nlnet.models.loading import load_partial
+    from nlnet.models.inflate import load_pretrained_2d
     from nlnet.models.registry import create_model
 
     model = create_model(name, **model_options(name, settings))
     if init is not None:
-        init = inflate_state(init, model.state_dict())
-        new = [k for k in model.state_dict() if k.startswith("fc.") or ".non_local." in k]
-        load_partial(model, init, new, what=f"pre-trained weights for {name}")
+        load_pretrained_2d(model, init, new_keys=("non_local.", "fc."))
     if settings.init_noise:
         g = torch.Generator().manual_seed(1_000_003 * settings.task.seed + 7)
         with torch.no_grad():
@@ -346,53 +225,6 @@ def build_model(
             if block.theta is not None:
                 torch.nn.init.normal_(block.theta.weight, std=settings.theta_init_std)
     return model
-
-
-class CurveHook(HookBase):
-    """Figure 4's curves: top-1 on a fixed set of training clips and on the validation clips
-    (eval mode), ``points_per_epoch`` times per epoch.
-
-    At the epoch ends (the engine's own validations) the points are measured beside the
-    engine's; in between, by this hook, which restores the random state and the training mode
-    afterwards, so the extra points leave the training (dropout masks) exactly as it was.
-
-    Args:
-        train: training clips and targets to measure (a fixed subset).
-        val: the validation clips and targets.
-        steps_per_epoch: iterations of an epoch.
-        points_per_epoch: measurements per epoch (the epoch's end included).
-    """
-
-    events = ("after_step", "eval_extra")
-
-    def __init__(
-        self,
-        train: tuple[torch.Tensor, torch.Tensor],
-        val: tuple[torch.Tensor, torch.Tensor],
-        steps_per_epoch: int,
-        points_per_epoch: int,
-    ) -> None:
-        self.train, self.val, self.steps = train, val, steps_per_epoch
-        p = max(1, points_per_epoch)
-        self.offsets = {round(k * steps_per_epoch / p) for k in range(1, p)} - {0, steps_per_epoch}
-        self.points: list[dict[str, float]] = []
-
-    def _measure(self, run: Any) -> dict[str, float]:
-        model, device = run.state.model, run.device
-        point = {"iter": run.state.iteration, "train_top1": top1(model, *self.train, device),
-                 "val_top1": top1(model, *self.val, device)}  # fmt: skip
-        self.points = [q for q in self.points if q["iter"] != point["iter"]] + [point]
-        return point
-
-    def after_step(self, run: Any) -> None:
-        if run.state.iteration % self.steps in self.offsets and not run.state.at_end:
-            rng = torch.get_rng_state()
-            self._measure(run)
-            torch.set_rng_state(rng)
-            set_train_mode(run.state.model, run.cfg.train.freeze_bn)
-
-    def eval_extra(self, run: Any) -> dict[str, Any]:
-        return {"train_top1": 100 * self._measure(run)["train_top1"]}
 
 
 def train_model(
@@ -457,24 +289,6 @@ def train_model(
     return model, log
 
 
-_SPLITS: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
-
-
-def decoded_splits(
-    root: Path, task: DigitsTaskConfig, progress: bool = False
-) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """The three splits of ``root`` decoded into memory (:func:`load_split`), once per process."""
-    key = f"{Path(root).resolve()}:{task.fingerprint()}"
-    if key not in _SPLITS:
-        _SPLITS[key] = {s: load_split(root, s, task, progress) for s in ("train", "val", "test")}
-    return _SPLITS[key]
-
-
-def clear_decoded() -> None:
-    """Forget the splits :func:`decoded_splits` holds (between the seeds of one process)."""
-    _SPLITS.clear()
-
-
 def train_job(
     name: str,
     settings: DemoSettings,
@@ -485,7 +299,7 @@ def train_job(
     run_dir: Path,
     class_names: list[str],
 ) -> dict[str, Any]:
-    """One model's training and test top-1, as a job of :class:`nlnet.demo.jobs.Jobs`.
+    """One model's training and test top-1, as a job of :class:`nlnet.engine.jobs.Jobs`.
 
     It reads the clips of ``root`` itself (in a worker process: from the dataset's decoded-clip
     cache, filled by the main process), so only paths and the small backbone travel.

@@ -1,5 +1,5 @@
-"""The video demo's report: learning curves, the Figure-3-style attention picture, attention
-statistics and the results table ("Non-local Neural Networks" (Wang et al., CVPR 2018,
+"""The video demo's report: the Figure-3-style attention picture, attention statistics and the
+results table (the learning curves: :mod:`nlnet.analysis.curves`) ("Non-local Neural Networks" (Wang et al., CVPR 2018,
 arXiv:1711.07971): Figure 3, Figure 4, Table 2d).
 
 Figures are drawn with the package's one matplotlib set-up (:func:`nlnet.analysis.plotting.pyplot`).
@@ -13,58 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from nlnet.demo.video import MEAN, STD, DemoSettings
+from nlnet.data.digits.decoded import MEAN, STD
+from nlnet.demo.video import DemoSettings
 
-__all__ = ["plot_curves", "plot_figure4", "plot_attention", "attention_statistics", "results_table",
-           "attention_outputs"]  # fmt: skip
-
-
-def plot_curves(logs: dict[str, dict[str, Any]], path: Path) -> None:
-    """Training loss and validation top-1 per epoch for every model (Figure 4 style)."""
-    from nlnet.analysis.plotting import pyplot
-
-    plt = pyplot()
-
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.4))
-    for name, log in logs.items():
-        a1.plot(log["epoch"], log["train_loss"], marker="o", label=name)
-        a2.plot(log["epoch"], [100 * v for v in log["val_top1"]], marker="o", label=name)
-    a1.set_xlabel("epoch")
-    a1.set_ylabel("training loss")
-    a2.set_xlabel("epoch")
-    a2.set_ylabel("validation top-1 (%)")
-    a2.set_ylim(0, 100)
-    for a in (a1, a2):
-        a.grid(alpha=0.3)
-    a2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_figure4(logs: dict[str, dict[str, Any]], path: Path) -> None:
-    """Figure 4 of the paper for the demo: training error (dashed) and validation error (solid)
-    of every model against iterations, several points per epoch (``curve_*`` of the logs)."""
-    from nlnet.analysis.plotting import pyplot
-
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for i, (name, log) in enumerate(logs.items()):
-        colour = f"C{i}"
-        it = log["curve_iter"]
-        ax.plot(it, [100 * (1 - v) for v in log["curve_train_top1"]], "--", color=colour,
-                label=f"{name} train")  # fmt: skip
-        ax.plot(it, [100 * (1 - v) for v in log["curve_val_top1"]], "-", color=colour,
-                label=f"{name} val")  # fmt: skip
-    ax.set_xlabel("iterations")
-    ax.set_ylabel("error (%)")
-    ax.set_ylim(0, 100)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title("training (dashed) and validation (solid) error", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+__all__ = ["plot_attention", "attention_statistics", "results_table", "attention_outputs"]
 
 
 def plot_attention(

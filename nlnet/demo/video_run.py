@@ -18,20 +18,20 @@ from typing import Any
 
 import torch
 
+from nlnet.analysis.curves import plot_curves, plot_figure4
 from nlnet.data.digits.cache import default_cache_dir, prepare_digits, read_manifest
-from nlnet.demo.jobs import Jobs, jobs_for, write_summary
+from nlnet.data.digits.decoded import clear_decoded, decoded_splits
 from nlnet.demo.pretrain import cached_pretrain_2d
 from nlnet.demo.video import (
     TASK_TEXT,
     TIME_MODEL,
     VARIANT_MODELS,
     DemoSettings,
-    clear_decoded,
-    decoded_splits,
     model_options,
     train_job,
 )
-from nlnet.demo.video_report import attention_outputs, plot_curves, plot_figure4, results_table
+from nlnet.demo.video_report import attention_outputs, results_table
+from nlnet.engine.jobs import Jobs, jobs_for, write_summary
 from nlnet.models import create_model
 
 __all__ = [
@@ -192,7 +192,7 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
     """Run the demo; returns the summary that is also written to ``summary.json``.
 
     Every job (2D pre-training, each model) has one PyTorch thread; ``--threads`` jobs run side by
-    side (:class:`nlnet.demo.jobs.Jobs`), so the figures are the same on any machine.
+    side (:class:`nlnet.engine.jobs.Jobs`), so the figures are the same on any machine.
     """
     t_start, cpu_start = time.perf_counter(), cpu_seconds()
     settings = settings_from_args(args)
@@ -251,11 +251,12 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 def run_seeds(args: argparse.Namespace) -> str:
     """``nlnet demo --seeds A-B [--report] [--split val]``: run the demo on every seed (or, with
     ``--report``, take each seed's newest run in ``--output-dir``) and write the seed table
-    (:func:`nlnet.demo.video_seeds.seed_table`) to ``<output-dir>/demo-seeds-<task>-<split>.md``.
+    (:func:`nlnet.demo.seeds.seed_table`) to ``<output-dir>/demo-seeds-<task>-<split>.md``.
 
     Test figures of the screening seeds are refused: they are never reported (docs/demo.md).
     """
-    from nlnet.demo.video_seeds import SCREENING_SEEDS, collect_runs, parse_seeds, seed_table
+    from nlnet.analysis.seeds import parse_seeds
+    from nlnet.demo.seeds import SCREENING_SEEDS, collect_runs, seed_table
     from nlnet.engine.errors import UserError
 
     try:
@@ -302,8 +303,8 @@ def run_seeds(args: argparse.Namespace) -> str:
 
 def _agreement(args: argparse.Namespace, seeds: list[int], split: str, task: str, out: Path) -> str:
     """``--report --perturb KEY=VALUE``: each seed's pass/fail without and with the change
-    (:func:`nlnet.demo.video_seeds.agreement_table`), written beside the seed tables."""
-    from nlnet.demo.video_seeds import agreement_table, collect_runs
+    (:func:`nlnet.demo.seeds.agreement_table`), written beside the seed tables."""
+    from nlnet.demo.seeds import agreement_table, collect_runs
     from nlnet.engine.errors import UserError
 
     if not args.report:

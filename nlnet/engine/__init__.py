@@ -15,6 +15,7 @@
 ``runlog``         metrics.jsonl/csv, curves, console lines
 ``rundir``         run-directory lock and refusal to mix runs
 ``distributed``    torchrun/DDP helpers, resumable samplers
+``jobs``           independent trainings side by side, one thread each (seed sweeps)
 ``errors``         user errors (one line, exit status 2 on the command line)
 ``lazy``           the lazy namespaces of these packages
 =================  ==============================================================

@@ -107,6 +107,13 @@ def _fmt(keys: list[str], limit: int = 8) -> str:
     return ", ".join(keys[:limit]) + more
 
 
+def _kernel_2d(weight: torch.Tensor) -> tuple[int, ...] | None:
+    """``(O, I, kh, kw)`` of a 2D kernel or of a temporally 1-wide 3D one; None otherwise."""
+    if weight.dim() == 5 and weight.shape[2] == 1:
+        return (*weight.shape[:2], *weight.shape[3:])
+    return tuple(weight.shape) if weight.dim() == 4 else None
+
+
 def inflate_state_dict(
     state_dict_2d: Mapping[str, torch.Tensor],
     model: nn.Module,
@@ -118,8 +125,8 @@ def inflate_state_dict(
     """Map a 2D ResNet state dict onto ``model``'s state dict, inflating kernels where needed.
 
     For every key of ``model.state_dict()``: a source tensor of the same shape is copied; a 4D
-    source kernel whose target is 5D ``(O, I, t, kh, kw)`` is inflated with
-    :func:`inflate_conv_weight`; keys under ``new_keys`` (non-local blocks) keep their
+    source kernel (or a C2D's ``(O, I, 1, kh, kw)`` one) whose target is 5D ``(O, I, t, kh, kw)``
+    is inflated with :func:`inflate_conv_weight`; keys under ``new_keys`` (non-local blocks) keep their
     initialisation; keys under ``head_keys`` (the classifier) are copied when the shapes agree and
     kept otherwise (e.g. 1000 ImageNet classes vs 400 Kinetics classes).
 
@@ -161,8 +168,10 @@ def inflate_state_dict(
         if tuple(s.shape) == tuple(tgt.shape):
             out[key] = s.to(dtype=tgt.dtype)
             report.loaded.append(key)
-        elif s.dim() == 4 and tgt.dim() == 5 and (*tgt.shape[:2], *tgt.shape[3:]) == s.shape:
-            out[key] = inflate_conv_weight(s.to(dtype=tgt.dtype), int(tgt.shape[2]))
+        elif tgt.dim() == 5 and (*tgt.shape[:2], *tgt.shape[3:]) == _kernel_2d(s):
+            # a 2D kernel, or a C2D's 1 x k x k one (a C2D inflated to an I3D)
+            s2d = s if s.dim() == 4 else s[:, :, 0]
+            out[key] = inflate_conv_weight(s2d.to(dtype=tgt.dtype), int(tgt.shape[2]))
             report.convert("inflated", key)
         elif is_head:
             report.kept.append(key)

@@ -170,8 +170,8 @@ def test_the_demo_run_that_stayed_at_chance_is_flagged_and_the_one_that_learned_
     validation top-1), with ``gamma_init=0.1`` it learned the relation (98.7%). Measured on
     clips of the seed's validation split, generated in memory."""
     import nlnet.models  # noqa: F401  (registers the tiny models)
+    from nlnet.data.digits.decoded import MEAN, STD
     from nlnet.data.digits.video import DigitsTaskConfig, generate_split
-    from nlnet.demo.video import MEAN, STD
     from nlnet.models.registry import create_model
 
     state = torch.load(Path(__file__).parent / "fixtures" / f"demo_seed116_{start}.pt",

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -35,6 +34,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from nlnet.data.atomic import atomic_path
 
 __all__ = ["CACHE_KINDS", "ClipCache", "DiskClipCache", "MemoryClipCache", "build_clip_cache",
            "clip_key"]  # fmt: skip
@@ -180,13 +181,10 @@ class DiskClipCache(ClipCache):
         size = frames.numel() + 128  # the .npy header
         if self.nbytes + size > self.max_bytes:
             return False
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".npy")
         try:
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, frames.numpy(), allow_pickle=False)
-            os.replace(tmp, path)
+            with atomic_path(path, suffix=".npy") as tmp:
+                np.save(tmp, frames.numpy(), allow_pickle=False)
         except OSError:
-            Path(tmp).unlink(missing_ok=True)
             return False
         self.nbytes += size
         return True

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -18,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from nlnet.data.atomic import atomic_path
 from nlnet.data.video_io.backends import VideoDecodeError, probe_video, resolve_backend
 
 __all__ = ["INDEX_FILE_NAME", "build_frame_index", "clear_memory_index", "index_file_for"]
@@ -72,11 +72,8 @@ def _save_index_file(path: Path, entries: Mapping[str, Any]) -> bool:
     try:
         merged = _load_index_file(path)
         merged.update(entries)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".nlnet_index.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
             json.dump({"version": _INDEX_VERSION, "entries": merged}, f)
-        os.replace(tmp, path)
         return True
     except OSError:
         return False

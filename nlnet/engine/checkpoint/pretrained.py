@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nlnet.data.atomic import atomic_path
 from nlnet.data.preprocessing import Preprocessing
 from nlnet.engine.errors import CheckpointError
 
@@ -31,17 +31,6 @@ _KEYS = ("model_name", "num_classes", "model_options", "class_names", "preproces
 def is_pretrained_dir(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a folder with ``model.safetensors``."""
     return Path(path).is_dir() and (Path(path) / WEIGHTS_FILE).is_file()
-
-
-def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def save_pretrained(ckpt: Mapping[str, Any], directory: str | os.PathLike) -> Path:
@@ -72,9 +61,11 @@ def save_pretrained(ckpt: Mapping[str, Any], directory: str | os.PathLike) -> Pa
     config["eval"] = (ckpt.get("config") or {}).get("eval") or {}
     # safetensors stores plain tensors: contiguous, no shared storage
     weights = {k: v.detach().cpu().contiguous().clone() for k, v in ckpt["model"].items()}
-    _atomic_write(out / WEIGHTS_FILE, lambda p: save_file(weights, p, metadata={"format": "pt"}))
+    with atomic_path(out / WEIGHTS_FILE) as tmp:
+        save_file(weights, tmp, metadata={"format": "pt"})
     text = json.dumps(config, indent=2) + "\n"
-    _atomic_write(out / CONFIG_FILE, lambda p: Path(p).write_text(text))
+    with atomic_path(out / CONFIG_FILE) as tmp:
+        tmp.write_text(text)
     return out
 
 

@@ -202,13 +202,12 @@ def absolute_paths(cfg: Config) -> Config:
 
 def save_config(cfg: Config, path: str | os.PathLike) -> Path:
     """Write the resolved configuration as YAML (the run directory's ``config.yaml``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from nlnet.data.atomic import atomic_path
+
     text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=None)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return path
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)
 
 
 def load_config(

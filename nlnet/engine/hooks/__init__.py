@@ -10,6 +10,7 @@
 ``precise_bn``         BatchNorm statistics recomputed before validation
 ``external_loggers``   TensorBoard / Weights & Biases
 ``block_health``       the non-local blocks' health at every validation (on by default)
+``curves``             Figure 4's training and validation top-1, several times per epoch
 =====================  ==========================================================
 
 A task's own hooks live in its package (the video task's multigrid hook:
@@ -31,6 +32,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "build_hooks": "build",
         "BlockHealthHook": "block_health",
         "CheckpointHook": "checkpointing",
+        "CurveHook": "curves",
         "EMAHook": "ema",
         "EvalHook": "validation",
         "ExternalLoggersHook": "external_loggers",

@@ -1,10 +1,10 @@
-"""How the demos run their jobs: one PyTorch thread per job, side by side, and the record of the
+"""Independent trainings side by side: one PyTorch thread per job, and the record of the
 machine's load (so the figures do not depend on the cores, and their conditions are written down).
 
-A demo trains small models whose CPU kernels gain little from a second thread, and whose results
-change with the thread count (float sums are reduced in another order). So the demos give every
-job -- the 2D pre-training, each model's training -- exactly one thread, and use the machine's
-other cores by running jobs side by side in spawned processes
+Small models (the demos', a seed sweep's) gain little from a second CPU thread, and their
+results change with the thread count (float sums are reduced in another order). So each job --
+a pre-training, one model's training of one seed -- gets exactly one thread, and the machine's
+other cores run jobs side by side in spawned processes
 (:class:`concurrent.futures.ProcessPoolExecutor`). With one core, or on a GPU, the same jobs run
 one after the other in this process; either way each job computes the same numbers.
 
