@@ -91,6 +91,11 @@ class DenseDemoSettings:
         if self.pretrain_epochs < 0 or self.pretrain_lr <= 0:
             raise ValueError("pretrain_epochs: expected >= 0; pretrain_lr: expected > 0")
         BlockOptions.of(self.block)  # a typo or a bad value fails here, before any training
+        key = self.freeze_key
+        if key and getattr(self, key) and self.pretrain_epochs < 1:
+            raise ValueError(f"{key}: needs pretrain_epochs >= 1 (a pre-trained network to keep); "
+                             f"set {key}=false before pretrain_epochs=0, or pretrain_epochs=N "
+                             f"before {key}=true")  # fmt: skip
         models = self.models or self.pair
         if any(m not in self.pair for m in models):
             raise ValueError(f"models: expected names among {list(self.pair)}, got {list(models)}")
@@ -128,15 +133,6 @@ class SegDemoSettings(DenseDemoSettings):
     handed_on: ClassVar[tuple[str, ...]] = ("backbone.",)
     kept: ClassVar[tuple[str, ...]] = ("head.",)
     freeze_key: ClassVar[str] = "freeze_backbone"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.freeze_backbone and self.pretrain_epochs < 1:
-            raise ValueError(
-                "freeze_backbone: needs pretrain_epochs >= 1 (a backbone to keep); set "
-                "freeze_backbone=false before pretrain_epochs=0, or pretrain_epochs=N before "
-                "freeze_backbone=true"
-            )
 
     def frozen(self) -> tuple[str, ...]:
         return ("backbone.",) if self.freeze_backbone else ()
@@ -177,14 +173,6 @@ class UNetDemoSettings(DenseDemoSettings):
     heads: ClassVar[tuple[str, ...]] = ("classifier.", "aux_classifier.")
     kept: ClassVar[tuple[str, ...]] = ("classifier.", "aux_classifier.", "bottleneck.non_local.")
     freeze_key: ClassVar[str] = "freeze_encoder"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.freeze_encoder and self.pretrain_epochs < 1:
-            raise ValueError(
-                "freeze_encoder: needs pretrain_epochs >= 1 (a pre-trained encoder to keep); "
-                "set freeze_encoder=false first to train the U-Net from scratch"
-            )
 
     def model_options(self, name: str) -> dict[str, Any]:
         return {"base_channels": self.base_channels, "depth": self.depth,
