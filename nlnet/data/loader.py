@@ -19,7 +19,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-__all__ = ["DevicePrefetcher", "make_loader", "to_device", "usable_cores", "usable_workers"]
+__all__ = ["DevicePrefetcher", "make_loader", "skipped_count", "to_device", "usable_cores",
+           "usable_workers"]  # fmt: skip
 
 
 def usable_cores() -> int:
@@ -82,6 +83,12 @@ def make_loader(
         drop_last=drop_last, worker_init_fn=worker_init_fn, generator=generator,
         prefetch_factor=prefetch if workers > 0 else None,
     )  # fmt: skip
+
+
+def skipped_count(batch: Any) -> int:
+    """How many items of ``batch`` its collate function dropped as unreadable (the ``skipped``
+    entry of a dict batch, as the package's collate functions write it; 0 otherwise)."""
+    return int(batch.get("skipped", 0) or 0) if isinstance(batch, dict) else 0
 
 
 def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from nlnet.data.digits.video import GENERATOR_VERSION, SPLITS, DigitsTaskConfig, generate_split
+from nlnet.data.video_io.writer import write_video
 
 __all__ = ["MANIFEST", "default_cache_dir", "prepare_digits", "read_manifest"]
 
@@ -23,31 +24,8 @@ MANIFEST = "manifest.json"
 
 
 def _write_mp4(path: Path, clip: np.ndarray, fps: int = 8) -> None:
-    """Write a uint8 (T, H, W, 3) clip as a (near-)lossless H.264 mp4."""
-    try:
-        from nlnet.data.video_io.writer import write_video  # the data pipeline's writer
-    except ImportError:  # pragma: no cover - only without nlnet.data.video_io
-        write_video = None
-    if write_video is not None:
-        try:
-            write_video(
-                path, clip, fps=fps, codec="libx264", crf=0, pix_fmt="yuv444p", preset="ultrafast"
-            )
-            return
-        except TypeError:
-            pass
-    import av
-
-    with av.open(str(path), mode="w") as container:
-        stream = container.add_stream("libx264", rate=fps)
-        stream.width, stream.height = clip.shape[2], clip.shape[1]
-        stream.pix_fmt = "yuv444p"
-        stream.options = {"crf": "0", "preset": "ultrafast"}
-        for frame in clip:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+    """Write a uint8 (T, H, W, 3) clip as a (near-)lossless H.264 mp4 (``crf`` 0, ``yuv444p``)."""
+    write_video(path, clip, fps=fps, codec="libx264", crf=0, pix_fmt="yuv444p", preset="ultrafast")
 
 
 def default_cache_dir() -> Path:

@@ -9,7 +9,6 @@ format is described in :mod:`nlnet.engine.checkpoint`.
 from __future__ import annotations
 
 import os
-import tempfile
 import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from nlnet.data.atomic import atomic_path
 from nlnet.data.preprocessing import Preprocessing
 from nlnet.engine.checkpoint.rng import get_rng_state
 from nlnet.engine.errors import CheckpointError
@@ -40,26 +40,6 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 # --------------------------------------------------------------------------------------------
 # save / load
 # --------------------------------------------------------------------------------------------
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. Windows
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def _user_file_mode() -> int:
-    """``0o666`` minus the process umask: the mode ``open()`` gives a new file."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
 def clean_orphan_temp_files(directory: str | os.PathLike) -> list[Path]:
     """Delete ``.<name>.*.tmp`` files left by a write that was killed (SIGKILL, power loss).
 
@@ -155,19 +135,8 @@ def save_checkpoint(
         payload["scheduler"] = scheduler.state_dict()
     if scaler is not None:
         payload["scaler"] = scaler.state_dict()
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, _user_file_mode())  # mkstemp creates 0o600
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
-        raise
-    _fsync_dir(path.parent)
+    with atomic_path(path, durable=True) as tmp:
+        torch.save(payload, tmp)
     return path
 
 

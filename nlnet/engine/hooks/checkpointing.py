@@ -4,9 +4,9 @@ invocation stops early, ``final.pt`` at the end; the path written is handed over
 
 from __future__ import annotations
 
-import os
 import shutil
 
+from nlnet.data.atomic import atomic_path
 from nlnet.engine.checkpoint.paths import CHECKPOINT_DIR, FINAL, LAST
 from nlnet.engine.hooks.base import HookBase, RunView
 
@@ -34,6 +34,5 @@ class CheckpointHook(HookBase):
         run.state.events.put("checkpoint", final)
         last = run.run_dir / CHECKPOINT_DIR / LAST
         if run.main and (last.exists() or run.cfg.train.ckpt_every):
-            tmp = last.with_name(f".{LAST}.final.tmp")
-            shutil.copyfile(final, tmp)
-            os.replace(tmp, last)
+            with atomic_path(last) as tmp:
+                shutil.copyfile(final, tmp)

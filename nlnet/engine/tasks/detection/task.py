@@ -27,6 +27,7 @@ from nlnet.data.detection.coco import (
     quiet_pycocotools,
 )
 from nlnet.data.detection.config import DetectionDataConfig
+from nlnet.data.loader import skipped_count
 from nlnet.data.preprocessing import Preprocessing
 from nlnet.engine.checkpoint import unwrap_model
 from nlnet.engine.config.sections import data_section
@@ -295,9 +296,7 @@ class DetectionTask:
         many items were dropped (:func:`~nlnet.data.detection.coco.collate_detection`)."""
         return collate_detection(batch)
 
-    @staticmethod
-    def skipped(batch: Mapping[str, Any]) -> int:
-        return int(batch.get("skipped", 0))
+    skipped = staticmethod(skipped_count)  # the collate function's count of bad items
 
     # -- training -------------------------------------------------------------------------------
     def loss(

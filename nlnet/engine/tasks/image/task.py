@@ -22,7 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from nlnet.data.images.config import ImageDataConfig
-from nlnet.data.loader import usable_workers
+from nlnet.data.loader import skipped_count, usable_workers
 from nlnet.data.preprocessing import Preprocessing
 from nlnet.engine.config.schema import EvalConfig
 from nlnet.engine.config.sections import data_section
@@ -112,8 +112,7 @@ class ImageClassificationTask:
         n = getattr(dataset, "num_classes", None)
         return n if isinstance(n, int) else None
 
-    def skipped(self, batch: Any) -> int:
-        return int(batch.get("skipped", 0) or 0) if isinstance(batch, dict) else 0
+    skipped = staticmethod(skipped_count)  # the collate function's count of bad items
 
     def loss(self, model: nn.Module, batch: Any, device: torch.device
              ) -> tuple[torch.Tensor | None, int]:  # fmt: skip

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from nlnet.data.loader import usable_workers
+from nlnet.data.loader import skipped_count, usable_workers
 from nlnet.data.preprocessing import Preprocessing
 from nlnet.data.segmentation.builder import image_folder
 from nlnet.data.segmentation.config import SegmentationDataConfig
@@ -360,9 +360,7 @@ class SegmentationTask:
             return collate_volumes(batch, self.ignore_index)
         return collate_segmentation(batch)
 
-    @staticmethod
-    def skipped(batch: Mapping[str, Any]) -> int:
-        return int(batch.get("skipped", 0))
+    skipped = staticmethod(skipped_count)  # the collate function's count of bad items
 
     def loss(
         self, model: nn.Module, batch: Mapping[str, Any], device: torch.device | None = None

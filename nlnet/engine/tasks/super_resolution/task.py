@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
+from nlnet.data.loader import skipped_count
 from nlnet.data.preprocessing import Preprocessing
 from nlnet.data.super_resolution.config import SuperResolutionData
 from nlnet.engine.config.sections import data_section
@@ -115,9 +116,7 @@ class SuperResolutionTask:
             "skipped": 0,
         }
 
-    @staticmethod
-    def skipped(batch: Any) -> int:
-        return 0
+    skipped = staticmethod(skipped_count)  # the collate function's count of bad items
 
     def loss(
         self, model: nn.Module, batch: Any, device: torch.device

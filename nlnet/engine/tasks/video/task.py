@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
+from nlnet.data.loader import skipped_count
 from nlnet.data.video.config import VideoDataConfig
 from nlnet.engine.errors import DataError
 from nlnet.engine.tasks.video.config import (
@@ -186,8 +187,7 @@ class VideoClassificationTask:
         n = getattr(dataset, "num_classes", None)
         return n if isinstance(n, int) else None
 
-    def skipped(self, batch: Any) -> int:
-        return int(batch.get("skipped", 0) or 0) if isinstance(batch, dict) else 0
+    skipped = staticmethod(skipped_count)  # the collate function's count of bad items
 
     def loss(
         self, model: nn.Module, batch: Any, device: torch.device
