@@ -2,12 +2,12 @@
 
 The protocol of docs/demo.md for the dense demos: the reported figures are the test figures of
 seeds 0-4, all of them. This script trains both models of each seed side by side (one PyTorch
-thread per job, ``--threads`` jobs), then writes ``<output-dir>/dense-seeds-<task>.md``:
+thread per job, ``--threads`` jobs), then writes ``<output-dir>/dense-seeds-<task>-<split>.md``:
 per seed the test metric of the model without and with the block, the gap, and the training
 wall time of the slower model; or, with ``--report``, writes it from an existing run's
 ``summary.json`` without training (several files of one recipe, e.g. one seed each, make one
 table). Under the table of the segmentation and U-Net demos: the seeds whose gap misses the bar
-(:data:`GAP_BAR`, +10 points) with the 95% interval of the failure rate.
+(:data:`nlnet.demo.seeds.GAP_BAR`, +10 points) with the 95% interval of the failure rate.
 
 Usage::
 
@@ -35,19 +35,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from nlnet.analysis.seeds import merged_summary, parse_seeds
-from nlnet.demo.seeds import METRIC, check_seeds, gap_line, run_seed_table, write_seed_table
+from nlnet.demo.seeds import METRIC, run_seed_table, write_seed_table
 from nlnet.demo.settings import dense_settings
 from nlnet.engine.jobs import jobs_for
 
-__all__ = ["demo_settings", "gap_line", "main", "merged_summary"]
-
-
-def demo_settings(task: str, changes: list[str], quick: bool) -> Any:
-    """The demo's settings with the ``--set`` changes (:func:`nlnet.demo.settings.dense_settings`)."""
-    return dense_settings(task, changes, quick)
+__all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,15 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         seeds, jobs = parse_seeds(args.seeds), jobs_for(args.threads)
-        dense_settings(args.task, args.set, args.quick)  # the one check, before any work
+        settings = dense_settings(args.task, args.set, args.quick)  # the one reading of --set
         if args.report:
             summary = merged_summary(args.report)
             split = summary.get("split", "test")
             path = write_seed_table(args.task, summary, split, Path(args.output_dir))
         else:
-            check_seeds(seeds, args.split)
-            path = run_seed_table(args.task, seeds, Path(args.output_dir), jobs, quick=args.quick,
-                                  split=args.split, changes=args.set)  # fmt: skip
+            path = run_seed_table(args.task, seeds, Path(args.output_dir), jobs, settings,
+                                  split=args.split)  # fmt: skip
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -101,6 +101,14 @@ def test_nlnet_demo_segmentation_user_errors_are_one_line(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
+    for task, extra, message in (
+        ("super-resolution", ["--epochs", "2"], "--epochs: the super-resolution demo trains for steps"),
+        ("unet", ["--epochs", "0", "--set", "epochs=0"], "epochs: expected >= 1, got 0"),
+        ("segmentation", ["--set", "lr=-1"], "lr: expected > 0, got -1"),
+    ):  # fmt: skip
+        assert main(["demo", "--task", task, "--quick", "--output-dir", str(tmp_path), *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
 
 
 def test_nlnet_demo_set_changes_a_dense_demos_recipe(tmp_path, capsys):
@@ -123,8 +131,9 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path, dense_s
     setting with two seeds, and ``--report`` giving the same table from its summary."""
     import statistics
 
-    from nlnet.analysis.seeds import markdown_table
+    from nlnet.analysis.seeds import markdown_table, merged_summary
     from nlnet.analysis.seeds import seed_rows_of_runs as dense_seed_rows
+    from nlnet.demo.seeds import gap_line
 
     runs = [{"seed": s, "model": m, "train_s": 10.0 * s + (m == "b"), "metrics": {"mIoU": v}}
             for s, m, v in ((0, "a", 40.0), (0, "b", 60.0), (1, "a", 50.0), (1, "b", 55.0),
@@ -141,7 +150,7 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path, dense_s
 
     # the one seed runner: nlnet demo --seeds trains (the script tables the same files below)
     cmd = ["demo", "--task", "unet", "--quick", "--seeds", "0-1", "--threads", "1",
-           "--output-dir", str(tmp_path)]  # fmt: skip
+           "--output-dir", str(tmp_path), "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
     assert main(cmd) == 0
     text = (tmp_path / "dense-seeds-unet-test.md").read_text()
     lines = [line for line in text.splitlines() if line.startswith("| ")]
@@ -150,15 +159,24 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path, dense_s
     first = next(r for r in summary["runs"] if r["seed"] == 0 and r["model"] == "unet2d_nl")
     assert f"| {first['metrics']['mDice']:.1f} |" in lines[2]
     assert summary["split"] == "test" and len(set(summary["data_roots"].values())) == 2
+    assert all(Path(r).is_relative_to(tmp_path / "cache") for r in summary["data_roots"].values())
     (tmp_path / "dense-seeds-unet-test.md").unlink()
     report = ["--task", "unet", "--output-dir", str(tmp_path),
               "--report", str(tmp_path / "dense-seeds-unet-test" / "summary.json")]  # fmt: skip
     assert dense_seeds.main(report) == 0
     assert (tmp_path / "dense-seeds-unet-test.md").read_text() == text
     (tmp_path / "dense-seeds-unet-test.md").unlink()  # the command's --report: the same table
-    assert main(["demo", "--task", "unet", "--seeds", "0-1", "--report", "--output-dir",
-                 str(tmp_path)]) == 0  # fmt: skip
+    report = ["demo", "--task", "unet", "--report", "--output-dir", str(tmp_path)]
+    assert main([*report, "--quick", "--seeds", "0-1"]) == 0
     assert (tmp_path / "dense-seeds-unet-test.md").read_text() == text
+    # the runs in the folder are of this recipe and these seeds, or it is one line
+    for extra, message in ((["--seeds", "0-1"], "holds runs of another recipe"),
+                           (["--quick", "--seeds", "0-1", "--set", "lr=0.1"], "another recipe"),
+                           (["--quick", "--seeds", "0-2"], "no run of seed(s) [2]")):  # fmt: skip
+        capsys.readouterr()
+        assert main([*report, *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
     assert "failures (unet2d_nl - unet2d >= +10 mDice not met)" in text
     # several files of one recipe make one table; another recipe or a seed twice is refused
     one = {"settings": {"lr": 1}, "split": "val", "runs": runs[:2]}
@@ -166,12 +184,12 @@ def test_dense_seed_table_statistics_and_the_script_end_to_end(tmp_path, dense_s
     for path, summary in zip(paths, (one, {**one, "runs": runs[2:]},
                                      {**one, "settings": {"lr": 2}, "runs": runs[4:]}, one)):  # fmt: skip
         path.write_text(json.dumps(summary))
-    merged = dense_seeds.merged_summary([str(p) for p in paths[:2]])
+    merged = merged_summary([str(p) for p in paths[:2]])
     assert merged["runs"] == runs and merged["split"] == "val"
     for bad, message in ((paths[2], "another settings"), (paths[3], "seed(s) [0]")):
         with pytest.raises(ValueError, match=re.escape(message)):
-            dense_seeds.merged_summary([str(paths[0]), str(bad)])
-    gap = dense_seeds.gap_line("unet", rows, models)
+            merged_summary([str(paths[0]), str(bad)])
+    gap = gap_line("unet", rows, models)
     assert gap.startswith("failures (b - a >= +10 mDice not met): 1 of 3 seeds: seed(s) 1;")
     # screening seeds: validation figures only; a missing summary is one line
     for extra, message in ((["--seeds", "100"], "are screening seeds"),
@@ -195,9 +213,10 @@ def test_dense_seeds_set_changes_the_unet_recipe_and_its_block(dense_seeds, caps
     (``block={...}``, YAML) reach the training config and the model; the plain U-Net keeps its
     own; a bad change is one line before any work."""
     from nlnet.demo.dense import demo_config
+    from nlnet.demo.settings import dense_settings
     from nlnet.models import create_model
 
-    s = dense_seeds.demo_settings("unet", ["lr=3e-2", "block={bias: true}"], quick=True)
+    s = dense_settings("unet", ["lr=3e-2", "block={bias: true}"], quick=True)
     assert s.lr == 3e-2 and s.block == {"bias": True}
     plain, nl = (demo_config(m, s, tmp_path, tmp_path / m, 0, "cpu") for m in s.pair)
     assert nl.model.overrides["block"] == {"bias": True} and "block" not in plain.model.overrides
@@ -205,7 +224,7 @@ def test_dense_seeds_set_changes_the_unet_recipe_and_its_block(dense_seeds, caps
     model = create_model("unet2d_nl", num_classes=4, **nl.model.overrides)
     assert model.bottleneck[-1].theta.bias is not None
     # the U-Net from scratch: the frozen encoder goes first, then the pre-training
-    s = dense_seeds.demo_settings("unet", ["freeze_encoder=false", "pretrain_epochs=0"], True)
+    s = dense_settings("unet", ["freeze_encoder=false", "pretrain_epochs=0"], True)
     assert (s.freeze_encoder, s.pretrain_epochs) == (False, 0)
     for extra, message in ((["--set", "block=true"], "--set block=true: expected dict"),
                            (["--set", "lr"], "--set lr: expected KEY=VALUE"),

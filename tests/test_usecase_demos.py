@@ -87,7 +87,7 @@ def test_demo_threads_error_is_one_line(tmp_path, capsys, task):
     assert not list(tmp_path.iterdir())  # refused before any work
 
 
-def test_jobs_auto_is_the_usable_cores_and_threads_auto_the_idle_ones(monkeypatch):
+def test_jobs_auto_is_the_usable_cores(monkeypatch):
     import os
 
     from nlnet.engine import jobs
@@ -95,7 +95,8 @@ def test_jobs_auto_is_the_usable_cores_and_threads_auto_the_idle_ones(monkeypatc
     monkeypatch.setattr(jobs, "usable_cores", lambda: 4)
     monkeypatch.setattr(os, "getloadavg", lambda: (2.6, 0.0, 0.0))
     assert jobs.jobs_for("auto") == 4 and jobs.jobs_for("3") == 3
-    assert jobs.threads_for("auto") == 1 and jobs.threads_for("2") == 2
+    with pytest.raises(ValueError, match="--threads: expected a positive integer or 'auto'"):
+        jobs.jobs_for("0")
 
 
 def test_unet_pretraining_labels_each_digit_by_its_class_and_initialises_both_models(tmp_path):

@@ -15,7 +15,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-__all__ = ["markdown_table", "merged_summary", "parse_seeds", "seed_rows_of_runs", "verdict_line"]
+__all__ = ["format_cell", "markdown_table", "merged_summary", "parse_seeds", "seed_rows_of_runs",
+           "verdict_line"]  # fmt: skip
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -39,7 +40,9 @@ def parse_seeds(text: str) -> list[int]:
     return sorted(seeds)
 
 
-def _cell(value: float, digits: int = 1, unit: str = "", sign: str = "") -> str:
+def format_cell(value: float, digits: int = 1, unit: str = "", sign: str = "") -> str:
+    """A table cell: ``value`` with ``digits`` decimals, a ``sign`` format and a ``unit``; ``–``
+    for NaN (a model missing, a figure not recorded)."""
     return "–" if math.isnan(value) else f"{value:{sign}.{digits}f}{unit}"
 
 
@@ -101,7 +104,7 @@ def markdown_table(
 
     def cell(c: str, value: float, signed: bool = True) -> str:
         sign = "+" if c == "gap" and signed else ""  # a spread has no sign
-        return _cell(value, places.get(c, digits), units.get(c, ""), sign)
+        return format_cell(value, places.get(c, digits), units.get(c, ""), sign)
 
     lines = ["| seed | " + " | ".join(heads) + " |", "| --- " * (len(cols) + 1) + "|"]
     for row in rows:

@@ -105,9 +105,11 @@ def main(args: argparse.Namespace) -> int:
         jobs_for(args.threads)  # the one check of --threads, before any work
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    if args.task in DENSE_TASKS:
+        settings = _dense_settings(args)
+        if getattr(args, "seeds", None) is not None:
+            return _dense_seeds(args, settings)
     if getattr(args, "seeds", None) is not None:
-        if args.task in ("segmentation", "super-resolution", "unet"):
-            return _dense_seeds(args)
         from nlnet.demo.video_run import run_seeds
 
         run_seeds(args)
@@ -120,13 +122,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--prepare: needs --seeds (which seeds to prepare)")
     if getattr(args, "split", "test") != "test":
         raise UserError("--split: needs --seeds (the split of the seed table)")
-    if args.task in ("segmentation", "super-resolution", "unet"):
-        from nlnet.demo.settings import dense_settings
-
-        try:  # --quick and --set: the one reading, before any work
-            settings = dense_settings(args.task, args.overrides, args.quick)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
+    if args.task in DENSE_TASKS:
         return _dense_demo(args, settings)
     from nlnet.demo.video_run import run_demo
 
@@ -134,23 +130,42 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The demos of :mod:`nlnet.demo.dense` and :mod:`nlnet.demo.sr`.
+DENSE_TASKS = ("segmentation", "super-resolution", "unet")
+
+
+def _dense_settings(args: argparse.Namespace) -> Any:
+    """A dense demo's settings from ``--quick``, ``--set`` and ``--epochs``: the one reading,
+    before any work (:func:`nlnet.demo.settings.dense_settings`)."""
+    from nlnet.demo.settings import dense_settings
+    from nlnet.engine.errors import UserError
+
+    changes = list(args.overrides)
+    if args.epochs and args.task == "super-resolution":
+        raise UserError("--epochs: the super-resolution demo trains for steps; use --set steps=N")
+    if args.epochs:
+        changes.append(f"epochs={args.epochs}")
+    try:
+        return dense_settings(args.task, changes, args.quick)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _data_root(args: argparse.Namespace) -> Any:
+    """The dense digits folders under ``--cache-dir`` (None: the default cache)."""
+    from pathlib import Path
+
+    return Path(args.cache_dir) / "dense" if args.cache_dir else None
+
+
 def _dense_demo(args: argparse.Namespace, settings: Any) -> int:
     """``--task segmentation|unet|super-resolution``: both models side by side, one thread each
     (``--threads`` jobs), into ``<output-dir>/<task>-demo-<timestamp>-seed<k>/``."""
-    import dataclasses
     import time
     from pathlib import Path
 
-    import torch
-
-    from nlnet.engine.errors import UserError
     from nlnet.engine.jobs import jobs_for
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError("--device cuda: CUDA is not available on this machine")
-    torch.set_num_threads(1)  # one thread per job (nlnet.engine.jobs)
-    if args.epochs and args.task != "super-resolution":
-        settings = dataclasses.replace(settings, epochs=args.epochs)
     name = "dense" if args.task == "segmentation" else args.task
     out = Path(args.output_dir) / f"{name}-demo-{time.strftime('%Y%m%d-%H%M%S')}-seed{args.seed}"
     run = dict(out_dir=out, device=args.device, jobs=jobs_for(args.threads))
@@ -161,13 +176,12 @@ def _dense_demo(args: argparse.Namespace, settings: Any) -> int:
     else:
         from nlnet.demo.dense import run_dense_demo
 
-        root = Path(args.cache_dir) / "dense" if args.cache_dir else None
-        run_dense_demo([args.seed], settings, data_root=root, **run)
+        run_dense_demo([args.seed], settings, data_root=_data_root(args), **run)
     print(f"outputs in {out}")
     return 0
 
 
-def _dense_seeds(args: argparse.Namespace) -> int:
+def _dense_seeds(args: argparse.Namespace, settings: Any) -> int:
     """``--seeds`` of a dense demo: the one seed runner (:mod:`nlnet.demo.seeds`)."""
     from pathlib import Path
 
@@ -182,7 +196,8 @@ def _dense_seeds(args: argparse.Namespace) -> int:
     try:
         path = run_seed_table(
             args.task, parse_seeds(args.seeds), Path(args.output_dir), jobs_for(args.threads),
-            quick=args.quick, split=args.split, changes=args.overrides, report=args.report,
+            settings, split=args.split, report=args.report, device=args.device,
+            data_root=_data_root(args),
         )  # fmt: skip
     except ValueError as exc:
         raise UserError(str(exc)) from None

@@ -12,18 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "user_file_mode"]
-
-
-def user_file_mode() -> int:
-    """``0o666`` minus the process umask: the mode ``open()`` gives a new file."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return 0o666 & ~mask
+__all__ = ["atomic_path"]
 
 
 def _fsync(path: Path) -> None:
@@ -38,6 +31,20 @@ def _fsync(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _new_temp_file(path: Path, suffix: str) -> Path:
+    """An empty new file ``.<name>.<random><suffix>`` beside ``path``, with the mode ``open()``
+    gives a new file (``0o666`` minus the umask, applied by the system: ``mkstemp``'s files
+    are ``0o600``, and reading the umask would change it for every thread)."""
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}{suffix}")
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            return tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")  # pragma: no cover
 
 
 @contextlib.contextmanager
@@ -60,12 +67,9 @@ def atomic_path(
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = _new_temp_file(path, suffix)
     try:
         yield tmp
-        os.chmod(tmp, user_file_mode())  # mkstemp creates 0o600
         if durable:
             _fsync(tmp)
         os.replace(tmp, path)

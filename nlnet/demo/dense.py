@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from nlnet.data.atomic import atomic_path
 from nlnet.data.digits.dense import (
     CATEGORIES,
     PRETRAIN_CLASS_NAMES,
@@ -64,7 +65,8 @@ class DenseDemoSettings:
 
     A recipe class sets :attr:`task`, :attr:`pair`, which keys of the pre-trained network are
     handed on (:attr:`handed_on`, or all but :attr:`heads`), the keys that keep their own
-    initialisation (:attr:`kept`) and the prefixes kept fixed (:meth:`frozen`).
+    initialisation (:attr:`kept`), and the setting (:attr:`freeze_key`) that keeps the prefixes
+    :attr:`freezes` fixed (:meth:`frozen`).
     """
 
     epochs: int = 16
@@ -82,17 +84,20 @@ class DenseDemoSettings:
     heads: ClassVar[tuple[str, ...]] = ()
     kept: ClassVar[tuple[str, ...]] = ()
     freeze_key: ClassVar[str] = ""
+    freezes: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         from nlnet.layers import BlockOptions
 
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise ValueError("epochs, batch_size: expected >= 1; lr: expected > 0")
-        if self.pretrain_epochs < 0 or self.pretrain_lr <= 0:
-            raise ValueError("pretrain_epochs: expected >= 0; pretrain_lr: expected > 0")
+        for name, low in (("epochs", 1), ("batch_size", 1), ("pretrain_epochs", 0)):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name}: expected >= {low}, got {getattr(self, name)!r}")
+        for name in ("lr", "pretrain_lr"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}: expected > 0, got {getattr(self, name)!r}")
         BlockOptions.of(self.block)  # a typo or a bad value fails here, before any training
         key = self.freeze_key
-        if key and getattr(self, key) and self.pretrain_epochs < 1:
+        if self.frozen() and self.pretrain_epochs < 1:
             raise ValueError(f"{key}: needs pretrain_epochs >= 1 (a pre-trained network to keep); "
                              f"set {key}=false before pretrain_epochs=0, or pretrain_epochs=N "
                              f"before {key}=true")  # fmt: skip
@@ -107,8 +112,9 @@ class DenseDemoSettings:
         return {"block": dict(self.block)} if name == self.pair[1] and self.block else {}
 
     def frozen(self) -> tuple[str, ...]:
-        """Key prefixes kept at their pre-trained values while the task trains."""
-        return ()
+        """Key prefixes kept at their pre-trained values while the task trains (:attr:`freezes`
+        when the recipe's :attr:`freeze_key` setting is on)."""
+        return self.freezes if self.freeze_key and getattr(self, self.freeze_key) else ()
 
     def hands_on(self, key: str) -> bool:
         """Whether the pre-trained network's ``key`` initialises the task's models."""
@@ -133,9 +139,7 @@ class SegDemoSettings(DenseDemoSettings):
     handed_on: ClassVar[tuple[str, ...]] = ("backbone.",)
     kept: ClassVar[tuple[str, ...]] = ("head.",)
     freeze_key: ClassVar[str] = "freeze_backbone"
-
-    def frozen(self) -> tuple[str, ...]:
-        return ("backbone.",) if self.freeze_backbone else ()
+    freezes: ClassVar[tuple[str, ...]] = ("backbone.",)
 
     @classmethod
     def quick(cls) -> SegDemoSettings:
@@ -173,13 +177,11 @@ class UNetDemoSettings(DenseDemoSettings):
     heads: ClassVar[tuple[str, ...]] = ("classifier.", "aux_classifier.")
     kept: ClassVar[tuple[str, ...]] = ("classifier.", "aux_classifier.", "bottleneck.non_local.")
     freeze_key: ClassVar[str] = "freeze_encoder"
+    freezes: ClassVar[tuple[str, ...]] = ("encoder.", "bottleneck.")
 
     def model_options(self, name: str) -> dict[str, Any]:
         return {"base_channels": self.base_channels, "depth": self.depth,
                 "deep_supervision": self.deep_supervision, **super().model_options(name)}  # fmt: skip
-
-    def frozen(self) -> tuple[str, ...]:
-        return ("encoder.", "bottleneck.") if self.freeze_encoder else ()
 
     @classmethod
     def quick(cls) -> UNetDemoSettings:
@@ -265,8 +267,7 @@ def fit_and_test(
         raise ValueError(f"{s.freeze_key}: needs a pre-trained network (pretrain_epochs > 0)")
     seg = SegmentationTask(len(CLASS_NAMES), CLASS_NAMES, data={"root": str(root)})
     train_set = seg.build_dataset("train")
-    test = SegmentationFolder(root, split, num_classes=len(CLASS_NAMES))
-    loader = DataLoader(test, batch_size=64, collate_fn=seg.collate)
+    loader = DataLoader(seg.build_dataset(split, "test"), batch_size=64, collate_fn=seg.collate)
     cfg = demo_config(name, s, root, seed_dir / name, seed, device)
     torch.manual_seed(seed)
     model = create_model(name, num_classes=len(CLASS_NAMES), **s.model_options(name))
@@ -277,8 +278,8 @@ def fit_and_test(
     train_s = time.perf_counter() - start
     metrics = seg.evaluate(model, loader, device=torch.device(device))
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    seed_dir.mkdir(parents=True, exist_ok=True)
-    torch.save(state, seed_dir / f"{name}.pt")
+    with atomic_path(seed_dir / f"{name}.pt") as tmp:
+        torch.save(state, tmp)
     return {"seed": seed, "model": name, "train_s": train_s, "metrics": metrics,
             "params": sum(p.numel() for p in model.parameters()), "state": state}  # fmt: skip
 
@@ -341,8 +342,7 @@ def run_dense_demo(
     roots = {seed: seed_data(s.data, seed, data_root) for seed in seeds}
     log(f"data: {', '.join(map(str, roots.values()))} ({time.perf_counter() - t0:.0f} s)")
     out = Path(out_dir)
-    jobs = jobs if device == "cpu" else 1
-    with Jobs(jobs) as pool:
+    with Jobs(jobs, device) as pool:
         inits = dict.fromkeys(seeds)
         if s.pretrain_epochs:
             calls = [(s, roots[seed], out / f"seed{seed}" / "pretrain", seed, device)
@@ -355,20 +355,19 @@ def run_dense_demo(
         m = r["metrics"]
         log(f"seed {r['seed']} {r['model']}: mIoU {m['mIoU']:.1f}, mDice {m['mDice']:.1f} "
             f"({r['train_s']:.0f} s)")  # fmt: skip
-    for seed in seeds:
-        seed_runs = [r for r in runs if r["seed"] == seed]
-        models = {r["model"]: create_model(r["model"], num_classes=len(CLASS_NAMES),
-                                           weights=r.pop("state"), **s.model_options(r["model"]))
-                  for r in seed_runs}  # fmt: skip
-        if pictures and len(models) == 2:
-            test = SegmentationFolder(roots[seed], split, num_classes=len(CLASS_NAMES))
-            seed_runs[-1]["pictures"] = _picture(
-                out / f"seed{seed}" / "predictions.png", models, test
-            )
+    states = [r.pop("state") for r in runs]  # the weights are in seed<k>/<model>.pt
+    for seed in seeds if pictures and len(s.models) == 2 else ():
+        seed_runs = [(r, state) for r, state in zip(runs, states) if r["seed"] == seed]
+        models = {r["model"]: create_model(r["model"], num_classes=len(CLASS_NAMES), weights=state,
+                                           **s.model_options(r["model"]))
+                  for r, state in seed_runs}  # fmt: skip
+        test = SegmentationFolder(roots[seed], split, num_classes=len(CLASS_NAMES))
+        picture = out / f"seed{seed}" / "predictions.png"
+        seed_runs[-1][0]["pictures"] = _picture(picture, models, test)
     summary = write_summary(out, {
         "task": s.task, "split": split, "settings": dataclasses.asdict(s),
         "data_roots": {str(k): str(v) for k, v in roots.items()}, "runs": runs,
-        "wall_s": time.perf_counter() - t0, "jobs": jobs,
+        "wall_s": time.perf_counter() - t0, "jobs": pool.n,
     })  # fmt: skip
     log(format_table(runs))
     return summary

@@ -22,21 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from nlnet.analysis.seeds import (
+    format_cell,
     markdown_table,
     merged_summary,
     seed_rows_of_runs,
     verdict_line,
 )
-from nlnet.demo.settings import dense_settings
 
-__all__ = ["C2D_BAR", "GAP_BAR", "METRIC", "NL_BAR", "SCREENING_SEEDS", "agreement_table",
-           "check_seeds", "collect_runs", "failure_line", "gap_line", "passes", "run_dense_seeds",
-           "run_seed_table", "seed_rows", "seed_table", "seed_table_text",
-           "write_seed_table"]  # fmt: skip
-
-
-def _cell(value: float) -> str:
-    return "–" if math.isnan(value) else f"{value:.1f}"
+__all__ = ["GAP_BAR", "METRIC", "SCREENING_SEEDS", "agreement_table", "check_seeds",
+           "collect_runs", "gap_line", "run_seed_table", "seed_table", "write_seed_table"]  # fmt: skip
 
 
 #: Seeds on which recipes are chosen (validation figures only); never reported. 100-104 at
@@ -173,7 +167,7 @@ def agreement_table(
         pa, pb = passes(a), passes(b)
         agree += pa == pb
         word = {True: "pass", False: "FAIL", None: "–"}
-        lines.append(f"| {a['seed']} | {_cell(a[NON_LOCAL])} | {_cell(b[NON_LOCAL])} | "
+        lines.append(f"| {a['seed']} | {format_cell(a[NON_LOCAL])} | {format_cell(b[NON_LOCAL])} | "
                      f"{word[pa]} / {word[pb]} | {'yes' if pa == pb else 'NO'} |")  # fmt: skip
     lines.append(f"\nthe same pass/fail on {agree} of {len(rows_a)} seeds")
     return "\n".join(lines)
@@ -197,23 +191,20 @@ def gap_line(task: str, rows: list[dict[str, Any]], models: list[str]) -> str:
 
 
 def run_dense_seeds(
-    task: str, seeds: list[int], out: Path, jobs: int, quick: bool, split: str = "test",
-    changes: list[str] | None = None,
+    task: str, seeds: list[int], out: Path, jobs: int, settings: Any, split: str = "test",
+    device: str = "cpu", data_root: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Train both models of every seed (the demo's recipe, or its quick setting; ``changes``:
-    ``--set`` of the demo's settings); their figures on ``split``."""
-    import torch
-
-    torch.set_num_threads(1)
-    settings = dense_settings(task, changes or [], quick)
+    """Train both models of every seed with ``settings`` (the demo's recipe with its ``--set``
+    changes: :func:`nlnet.demo.settings.dense_settings`); their figures on ``split``."""
     if task == "super-resolution":
         from nlnet.demo.sr import run_sr_demo
 
         return run_sr_demo(seeds, out_dir=out, settings=settings, jobs=jobs, pictures=False,
-                           split=split)  # fmt: skip
+                           split=split, device=device)  # fmt: skip
     from nlnet.demo.dense import run_dense_demo
 
-    return run_dense_demo(seeds, settings, out_dir=out, jobs=jobs, pictures=False, split=split)
+    return run_dense_demo(seeds, settings, out_dir=out, jobs=jobs, pictures=False, split=split,
+                          device=device, data_root=data_root)  # fmt: skip
 
 
 def cost_lines(summary: dict[str, Any]) -> str:
@@ -268,26 +259,41 @@ def check_seeds(seeds: list[int], split: str) -> None:
 
 
 def run_seed_table(
-    task: str, seeds: list[int], output_dir: Path, jobs: int, *, quick: bool = False,
-    split: str = "test", changes: list[str] | None = None, report: bool = False,
+    task: str, seeds: list[int], output_dir: Path, jobs: int, settings: Any, *,
+    split: str = "test", report: bool = False, device: str = "cpu", data_root: Path | None = None,
 ) -> Path:  # fmt: skip
-    """Train every seed (or, ``report``, read the runs already in ``output_dir``) and write the
-    table; returns its path.
+    """Train every seed with ``settings`` (or, ``report``, read the runs already in
+    ``output_dir``: those of these seeds and this recipe) and write the table; returns its path.
 
     Raises:
-        ValueError: one line: a screening seed's test figures, a bad ``--set``, or (``report``)
-            no summary of ``task`` and ``split`` in ``output_dir``.
+        ValueError: one line: a screening seed's test figures, or (``report``) no summary of
+            ``task`` and ``split`` in ``output_dir``, one of another recipe, or a seed missing.
     """
     check_seeds(seeds, split)
-    dense_settings(task, changes or [], quick)  # the one check, before any work
     out = Path(output_dir) / f"dense-seeds-{task}-{split}"
     if report:
-        path = out / "summary.json"
-        if not path.is_file():
-            raise ValueError(f"--report: no {path}; run the seeds first (without --report)")
-        summary = merged_summary([str(path)])
+        summary = _recorded(out / "summary.json", seeds, settings)
     else:
         start = time.perf_counter()
-        summary = run_dense_seeds(task, seeds, out, jobs, quick, split, changes)
+        summary = run_dense_seeds(task, seeds, out, jobs, settings, split, device, data_root)
         print(f"{len(seeds)} seed(s) in {time.perf_counter() - start:.0f} s", flush=True)
     return write_seed_table(task, summary, split, Path(output_dir))
+
+
+def _recorded(path: Path, seeds: list[int], settings: Any) -> dict[str, Any]:
+    """The runs of ``seeds`` in the summary at ``path``, which must hold ``settings``' recipe.
+
+    Raises:
+        ValueError: one line naming ``--report``.
+    """
+    import dataclasses
+
+    if not path.is_file():
+        raise ValueError(f"--report: no {path}; run the seeds first (without --report)")
+    summary = merged_summary([str(path)])
+    if summary.get("settings") != _as_json(dataclasses.asdict(settings)):
+        raise ValueError(f"--report: {path} holds runs of another recipe (its settings: "
+                         f"{summary.get('settings')}); run these seeds with this one first")  # fmt: skip
+    if missing := sorted(set(seeds) - {r["seed"] for r in summary["runs"]}):
+        raise ValueError(f"--report: no run of seed(s) {missing} in {path}")
+    return {**summary, "runs": [r for r in summary["runs"] if r["seed"] in seeds]}

@@ -218,7 +218,7 @@ def run_sr_demo(
     out = Path(out_dir)
     t0 = time.perf_counter()
     cost = {name: sr_model_cost(name, s) for name in MODELS}
-    with Jobs(jobs if device == "cpu" else 1) as pool:
+    with Jobs(jobs, device) as pool:
         calls = [(name, s, seed, out / f"seed{seed}" / name, device, split)
                  for seed in seeds for name in MODELS]  # fmt: skip
         runs = pool.starmap(fit_and_test, calls)
@@ -237,10 +237,9 @@ def run_sr_demo(
         _crops_figure(out / "crops.png", models, test, s.upscale)
     for r in runs:
         del r["state"]
-    jobs = jobs if device == "cpu" else 1
     wall = time.perf_counter() - t0
     summary = write_summary(out, {"settings": asdict(s), "split": split, "cost": cost,
-                                  "runs": runs, "wall_s": wall, "jobs": jobs})  # fmt: skip
+                                  "runs": runs, "wall_s": wall, "jobs": pool.n})  # fmt: skip
     log(format_sr_table(runs))
     return summary
 

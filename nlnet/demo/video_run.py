@@ -256,7 +256,7 @@ def run_seeds(args: argparse.Namespace) -> str:
     Test figures of the screening seeds are refused: they are never reported (docs/demo.md).
     """
     from nlnet.analysis.seeds import parse_seeds
-    from nlnet.demo.seeds import SCREENING_SEEDS, collect_runs, seed_table
+    from nlnet.demo.seeds import check_seeds, collect_runs, seed_table
     from nlnet.engine.errors import UserError
 
     try:
@@ -264,14 +264,12 @@ def run_seeds(args: argparse.Namespace) -> str:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     split, task = getattr(args, "split", "test"), getattr(args, "task", "same")
-    screening = [s for s in seeds if s in SCREENING_SEEDS]
     if getattr(args, "prepare", False):  # data and pre-training only: no figure of any split
         return _prepare(args, seeds)
-    if split == "test" and screening:
-        raise UserError(
-            f"--seeds: {screening} are screening seeds, whose test figures are never reported; "
-            "use --split val for them (docs/demo.md, Protocol)"
-        )
+    try:
+        check_seeds(seeds, split)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     out = Path(args.output_dir)
     if getattr(args, "perturb", None):
         return _agreement(args, seeds, split, task, out)

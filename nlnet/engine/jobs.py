@@ -8,12 +8,13 @@ other cores run jobs side by side in spawned processes
 (:class:`concurrent.futures.ProcessPoolExecutor`). With one core, or on a GPU, the same jobs run
 one after the other in this process; either way each job computes the same numbers.
 
-``--threads`` of the demos is a number or ``auto`` (:func:`jobs_for`, :func:`threads_for`);
+``--threads`` of the demos is a number or ``auto`` (:func:`jobs_for`);
 ``summary.json`` of a run carries the load average (:func:`write_summary`).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import multiprocessing
 import os
@@ -24,9 +25,10 @@ from typing import Any, TypeVar
 
 import torch
 
+from nlnet.data.atomic import atomic_path
 from nlnet.data.loader import usable_cores  # the one reading of the CPU affinity
 
-__all__ = ["Jobs", "jobs_for", "threads_for", "usable_cores", "load_average", "write_summary"]
+__all__ = ["Jobs", "jobs_for", "load_average", "write_summary"]
 
 T = TypeVar("T")
 
@@ -49,18 +51,20 @@ class Jobs:
     Args:
         n: how many jobs may run at once (``jobs_for(--threads)``); 1 runs everything in this
             process when its result is asked for.
+        device: where the jobs compute: on a GPU they run one after the other here (``n`` is
+            then 1: one device, and its kernels use the whole of it).
     """
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, device: str | torch.device = "cpu") -> None:
         if n < 1:
             raise ValueError(f"n: expected a positive number of jobs, got {n}")
-        self.n = n
+        self.n = n if torch.device(device).type == "cpu" else 1
         self._pool: ProcessPoolExecutor | None = None
-        if n > 1:
-            import torch.multiprocessing  # noqa: F401  (registers the tensor pickler)
+        if self.n > 1:
+            importlib.import_module("torch.multiprocessing")  # registers the tensor pickler
 
             context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(n, mp_context=context, initializer=_worker_init)
+            self._pool = ProcessPoolExecutor(self.n, mp_context=context, initializer=_worker_init)
 
     @property
     def parallel(self) -> bool:
@@ -117,26 +121,6 @@ def _positive(arg: str) -> int:
     return n
 
 
-def threads_for(arg: str) -> int:
-    """``--threads`` as PyTorch threads of one process: a positive int, or ``auto`` = the idle
-    cores (at least 1).
-
-    On a shared machine more threads than idle cores make PyTorch's CPU kernels far slower, so
-    ``auto`` subtracts the 1-minute load average from the core count.
-
-    Raises:
-        ValueError: neither a positive integer nor ``auto``.
-    """
-    if arg != "auto":
-        return _positive(arg)
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = 0.0
-    cores = usable_cores()
-    return max(1, min(cores, int(cores - load + 0.5)))
-
-
 def jobs_for(arg: str) -> int:
     """``--threads`` as one-thread jobs side by side (:class:`Jobs`): a
     positive int, or ``auto`` = the usable cores.
@@ -163,6 +147,6 @@ def load_average() -> list[float] | None:
 def write_summary(out: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """Add ``loadavg_end`` and write ``out/summary.json`` (non-JSON numbers as floats)."""
     summary = {**summary, "loadavg_end": load_average()}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
+    with atomic_path(Path(out) / "summary.json") as tmp:
+        tmp.write_text(json.dumps(summary, indent=1, default=float))
     return summary

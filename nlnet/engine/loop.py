@@ -39,6 +39,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from nlnet.data.atomic import atomic_path
 from nlnet.data.loader import make_loader
 from nlnet.data.seeding import ItemKey, SeededDataset, seed_all, seed_worker
 from nlnet.engine import distributed as du
@@ -464,8 +465,8 @@ class Run:
             if name.startswith("summary."):
                 summary[name.removeprefix("summary.")] = st.events.latest(name)
         if self.main:
-            with open(self.run_dir / "summary.json", "w") as f:
-                json.dump(jsonable(summary), f, indent=2)
+            with atomic_path(self.run_dir / "summary.json") as tmp:
+                tmp.write_text(json.dumps(jsonable(summary), indent=2))
         return summary
 
 

@@ -28,6 +28,8 @@ from nlnet.engine.checkpoint.model_loading import (
     load_backbone,
     takes_dropout,
 )
+from nlnet.engine.runlog import say
+from nlnet.models.inflate import inflate_temporal_kernels
 from nlnet.models.loading import load_partial
 
 __all__ = [
@@ -178,7 +180,8 @@ def head_names(cfg: Any) -> tuple[str, ...]:
 def init_from_pretrained(model: nn.Module, cfg: Any, ckpt: Mapping[str, Any] | None = None) -> None:
     """Start ``model`` from the file of ``model.init`` (``ckpt``: already read): every tensor
     but the classifier, which stays fresh where its size differs or with ``reset_head``
-    (:func:`nlnet.models.loading.load_partial`); nothing without ``model.init`` or for a
+    (:func:`nlnet.models.loading.load_partial`), a C2D's ``1 x k x k`` kernel inflated where
+    the model has a temporal one (:func:`nlnet.models.inflate.inflate_temporal_kernels`); nothing without ``model.init`` or for a
     weights name, which ``create_model`` applies when it builds the model (a network passed to
     ``train(model=...)`` is used as it is)."""
     source, reset = init_source(cfg)
@@ -187,6 +190,10 @@ def init_from_pretrained(model: nn.Module, cfg: Any, ckpt: Mapping[str, Any] | N
     ckpt = ckpt if ckpt is not None else init_state(cfg)
     if ckpt is None:  # a weights name: create_model applied it (a network passed in is as given)
         return
+    state, inflated = inflate_temporal_kernels(ckpt["model"], unwrap_model(model))
+    if inflated:  # a C2D's 1 x k x k kernels where this model has t x k x k ones (Sec. 4)
+        say(f"model.init: {len(inflated)} kernel(s) inflated in time, e.g. {inflated[0]}")
+        ckpt = {**ckpt, "model": state}
     heads = head_names(cfg)
     if reset:
         load_backbone(model, ckpt, exclude=heads)

@@ -83,12 +83,12 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- registry
+_MASKS, _KEYPOINTS, _BOXES = ("bbox", "segm"), ("bbox", "keypoints"), ("bbox",)
 _HEADS = {  # the class-count-dependent layers of each kind of detector, by what it predicts
-    ("bbox", "segm"): ("roi_heads.box_predictor", "roi_heads.mask_predictor.mask_fcn_logits"),
-    ("bbox", "keypoints"): ("roi_heads.box_predictor", "roi_heads.keypoint_predictor"),
-    ("bbox",): ("roi_heads.box_predictor",),
+    _MASKS: ("roi_heads.box_predictor", "roi_heads.mask_predictor.mask_fcn_logits"),
+    _KEYPOINTS: ("roi_heads.box_predictor", "roi_heads.keypoint_predictor"),
+    _BOXES: ("roi_heads.box_predictor",),
 }
-_MASKS, _KEYPOINTS, _BOXES = _HEADS
 
 
 def _cfg(outputs: tuple[str, ...], depth: int, blocks: str | None, num_classes: int) -> ModelCfg:

@@ -30,6 +30,7 @@ from nlnet.models.loading import LoadReport
 __all__ = [
     "inflate_conv_weight",
     "inflate_state_dict",
+    "inflate_temporal_kernels",
     "load_pretrained_2d",
     "read_state_dict",
 ]
@@ -107,11 +108,38 @@ def _fmt(keys: list[str], limit: int = 8) -> str:
     return ", ".join(keys[:limit]) + more
 
 
-def _kernel_2d(weight: torch.Tensor) -> tuple[int, ...] | None:
-    """``(O, I, kh, kw)`` of a 2D kernel or of a temporally 1-wide 3D one; None otherwise."""
-    if weight.dim() == 5 and weight.shape[2] == 1:
-        return (*weight.shape[:2], *weight.shape[3:])
-    return tuple(weight.shape) if weight.dim() == 4 else None
+def _inflatable(weight: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
+    """The 2D kernel ``(O, I, kh, kw)`` of ``weight`` (a 2D kernel, or a C2D's temporally
+    1-wide one) when ``target`` is that kernel with a temporal size ``(O, I, t, kh, kw)``."""
+    kernel = weight[:, :, 0] if weight.dim() == 5 and weight.shape[2] == 1 else weight
+    fits = (
+        kernel.dim() == 4
+        and target.dim() == 5
+        and kernel.shape == (*target.shape[:2], *target.shape[3:])
+    )
+    return kernel if fits else None
+
+
+def inflate_temporal_kernels(
+    state: Mapping[str, torch.Tensor], model: nn.Module
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """``state`` (the model's own key names) with each temporally 1-wide kernel
+    ``(O, I, 1, kh, kw)`` whose ``model`` counterpart is ``(O, I, t, kh, kw)`` inflated with
+    :func:`inflate_conv_weight`: a trained C2D starts an I3D of the same layout (Section 4).
+
+    Returns:
+        ``(state, inflated keys)``; every other tensor as it was.
+    """
+    target = model.state_dict()
+    out, inflated = dict(state), []
+    for key, value in state.items():
+        want = target.get(key)
+        if want is None or value.dim() != 5 or value.shape == want.shape:
+            continue
+        if (kernel := _inflatable(value, want)) is not None:
+            out[key] = inflate_conv_weight(kernel.to(want.dtype), int(want.shape[2]))
+            inflated.append(key)
+    return out, inflated
 
 
 def inflate_state_dict(
@@ -168,10 +196,8 @@ def inflate_state_dict(
         if tuple(s.shape) == tuple(tgt.shape):
             out[key] = s.to(dtype=tgt.dtype)
             report.loaded.append(key)
-        elif tgt.dim() == 5 and (*tgt.shape[:2], *tgt.shape[3:]) == _kernel_2d(s):
-            # a 2D kernel, or a C2D's 1 x k x k one (a C2D inflated to an I3D)
-            s2d = s if s.dim() == 4 else s[:, :, 0]
-            out[key] = inflate_conv_weight(s2d.to(dtype=tgt.dtype), int(tgt.shape[2]))
+        elif (kernel := _inflatable(s, tgt)) is not None:  # 2D, or a C2D's 1 x k x k (to I3D)
+            out[key] = inflate_conv_weight(kernel.to(dtype=tgt.dtype), int(tgt.shape[2]))
             report.convert("inflated", key)
         elif is_head:
             report.kept.append(key)

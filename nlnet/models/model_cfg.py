@@ -160,6 +160,7 @@ class ModelCfg:
                           f"outputs={outputs!r}", DeprecationWarning, stacklevel=3)  # fmt: skip
             object.__setattr__(self, "task", "detection")
             object.__setattr__(self, "outputs", tuple(self.outputs) or outputs)
+        object.__setattr__(self, "outputs", tuple(self.outputs))  # a list of a dict default_cfg
         if not isinstance(self.task, str) or not self.task:
             raise ValueError(
                 f"ModelCfg.task: expected one of {', '.join(TASKS)} (or a plugin task's word), "

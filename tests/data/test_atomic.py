@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from nlnet.data.atomic import atomic_path, user_file_mode
+from nlnet.data.atomic import atomic_path
 
 
 @pytest.mark.parametrize("durable", [False, True])
@@ -14,7 +14,9 @@ def test_atomic_path_replaces_whole_or_keeps_the_old_file(tmp_path, durable):
         assert tmp.parent == path.parent and not path.exists()
         tmp.write_text("new")
     assert path.read_text() == "new"
-    assert os.stat(path).st_mode & 0o777 == user_file_mode()  # not mkstemp's 0o600
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask  # open()'s mode, not mkstemp's 0o600
     with pytest.raises(RuntimeError, match="killed"):
         with atomic_path(path, durable=durable) as tmp:
             tmp.write_text("half")

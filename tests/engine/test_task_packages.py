@@ -159,3 +159,18 @@ def test_detector_task_words_of_earlier_releases_read_as_detection():
     with pytest.warns(DeprecationWarning, match="'keypoints' is deprecated"):
         cfg = ModelCfg(task="keypoints", num_classes=2, input_size=(3, 64, 64))
     assert (cfg.task, cfg.outputs, cfg.takes_dropout) == ("detection", ("bbox", "keypoints"), False)
+
+
+def test_one_word_list_for_what_a_detector_predicts():
+    """A model's ``outputs`` and the detection data's ``iou_types`` are COCO's words, one list
+    (models cannot import data: the two constants must agree), and a task, a ``default_cfg``
+    dict and a model's facts hold them as tuples."""
+    from nlnet.data.detection.config import IOU_TYPES
+    from nlnet.engine.tasks.detection import DetectionTask
+    from nlnet.models.model_cfg import DETECTION_OUTPUTS, ModelCfg
+
+    assert DETECTION_OUTPUTS == IOU_TYPES
+    cfg = ModelCfg(num_classes=2, input_size=(3, 64, 64), task="detection", outputs=["bbox"])
+    assert cfg.outputs == ("bbox",)
+    with pytest.raises(ValueError, match="iou_types: expected some of bbox, segm, keypoints"):
+        DetectionTask(data={"root": "x"}, iou_types=("boxes",))

@@ -94,6 +94,21 @@ def test_a_registered_class_is_built_by_its_from_config(monkeypatch):
     assert task.data.num_frames == 4  # the task's data_config read the section
 
 
+def test_a_task_built_by_a_plain_function_declares_no_sections(monkeypatch):
+    """A factory function (no class) is a task without sections: ``task_class`` says None,
+    and its config loads with the core sections only."""
+
+    def build(cfg):
+        return VideoClassificationTask.from_config(
+            config_from_dict({"task": "video_classification"})
+        )
+
+    monkeypatch.setitem(tasks._TASKS, "function_task", build)
+    assert tasks.task_class("function_task") is None
+    cfg = config_from_dict({"task": "function_task", "data": {"root": "x"}})
+    assert cfg.sections == {} and isinstance(get_task(cfg), VideoClassificationTask)
+
+
 def _write_videos(root) -> None:
     """Classes ``left``/``right`` (a bright bar on that side): 2 training and 1 test video
     each, 8 frames of 16x16."""

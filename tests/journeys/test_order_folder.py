@@ -138,3 +138,31 @@ def test_the_first_run_and_folder_configs_do_not_flip(order_folder):
     assert train.transform.transform.flip is False
     flipping = build_dataset({**data, "flip": True}, "train")
     assert flipping.transform.transform.flip is True  # the switch reaches the transform
+
+
+def test_an_i3d_starts_from_a_trained_c2d_by_model_init(order_folder, tmp_path, capsys):
+    """``model.init`` of a trained C2D checkpoint starts the I3D of the same layout (Section 4:
+    a ``1 x k x k`` kernel inflated to ``3 x k x k``, each plane divided by 3), from the command
+    line to the I3D's evaluation; the order-blind C2D is what a user has first."""
+    from nlnet.engine.checkpoint import load_checkpoint
+    from nlnet.engine.modeling import build_model
+
+    common = [f"data.root={order_folder}", "optim.epochs=1"]
+    c2d_dir, i3d_dir = tmp_path / "c2d", tmp_path / "i3d"
+    assert main(["train", "--config", "smoke/folder_tiny_c2d", *common,
+                 "--output-dir", str(c2d_dir)]) == 0  # fmt: skip
+    c2d = load_checkpoint(c2d_dir / "checkpoints" / "final.pt")["model"]
+    init = f"model.init={c2d_dir / 'checkpoints' / 'final.pt'}"
+    capsys.readouterr()
+    assert main(["train", "--config", "smoke/folder_tiny", *common, init,
+                 "--output-dir", str(i3d_dir)]) == 0  # fmt: skip
+    assert "kernel(s) inflated in time" in capsys.readouterr().out
+    assert main(["eval", "--checkpoint", str(i3d_dir / "checkpoints" / "final.pt")]) == 0
+    model = build_model(load_config("smoke/folder_tiny", [*common, init, "model.num_classes=4"]))
+    inflated = [
+        k for k, v in model.state_dict().items() if v.dim() == 5 and v.shape != c2d[k].shape
+    ]
+    assert inflated and all(model.state_dict()[k].shape[2] == 3 for k in inflated)
+    for k, v in model.state_dict().items():
+        want = c2d[k].repeat(1, 1, 3, 1, 1) / 3 if k in inflated else c2d[k]
+        assert torch.equal(v, want), k

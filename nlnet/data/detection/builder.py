@@ -4,7 +4,6 @@ for keypoints)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,7 +18,6 @@ def build_coco_dataset(
     split: str,
     mode: str,
     iou_types: Sequence[str],
-    root: str | os.PathLike | None = None,
 ) -> CocoDataset:
     """The :class:`CocoDataset` of ``split`` with what ``iou_types`` evaluates (masks for
     ``segm``, keypoints for ``keypoints``); flips only in ``train`` mode, images without an
@@ -29,10 +27,9 @@ def build_coco_dataset(
         ValueError: ``data.root`` not set; FileNotFoundError: a missing folder or file;
         ModuleNotFoundError: pycocotools is not installed.
     """
-    root = root if root is not None else data.root
-    if root is None:
+    if data.root is None:
         raise ValueError("data.root: expected the dataset folder (COCO json + images)")
-    root = Path(root)
+    root = Path(data.root)
     kind = "person_keypoints" if "keypoints" in iou_types else "instances"
     return CocoDataset(
         root / data.images.format(split=split),

@@ -144,10 +144,9 @@ def task_class_or_none(task: str) -> type | None:
     from nlnet.engine.tasks import task_class
 
     try:
-        cls = task_class(task)
+        return task_class(task)
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from None
-    return cls if isinstance(cls, type) else None
 
 
 def data_config_class(task: str) -> type | None:
@@ -205,14 +204,16 @@ def _drop_foreign_section(task: str, name: str, value: Any) -> bool:
     :class:`ConfigError` naming both tasks when it sets anything, ``False`` when no other task
     declares it (the schema's "unknown config key" error follows)."""
     value = {} if value is None else value  # ``augment:`` with nothing under it
-    for other, cls in _other_owners(task, name):
-        defaults = plain(cls())
-        if isinstance(value, Mapping) and all(
-            k in defaults and defaults[k] == plain(v) for k, v in value.items()
-        ):
-            return True
-        raise _foreign_error(task, name, other)
-    return False
+    owners = _other_owners(task, name)
+    if not owners:
+        return False
+    other, cls = owners[0]  # the first task (by name) that declares it
+    defaults = plain(cls())
+    if isinstance(value, Mapping) and all(
+        k in defaults and defaults[k] == plain(v) for k, v in value.items()
+    ):
+        return True
+    raise _foreign_error(task, name, other)
 
 
 def _foreign_keys(task: str, name: str, value: Mapping[str, Any], core: type) -> set[str]:

@@ -34,5 +34,5 @@ class CheckpointHook(HookBase):
         run.state.events.put("checkpoint", final)
         last = run.run_dir / CHECKPOINT_DIR / LAST
         if run.main and (last.exists() or run.cfg.train.ckpt_every):
-            with atomic_path(last) as tmp:
+            with atomic_path(last, durable=True) as tmp:
                 shutil.copyfile(final, tmp)

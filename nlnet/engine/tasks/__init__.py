@@ -118,15 +118,16 @@ def _factory(name: str) -> Callable[..., Task]:
     return factory
 
 
-def task_class(name: str) -> type:
-    """The class of the task registered as ``name`` (``KeyError`` naming the known tasks).
+def task_class(name: str) -> type | None:
+    """The class of the task registered as ``name`` (``KeyError`` naming the known tasks);
+    ``None`` for a task built by a plain factory function (it declares no sections).
 
     Its ``data_config`` attribute, when present, is the frozen dataclass of the config's
     ``data`` section (read and checked when the config loads).
     """
     factory = _factory(name)
     owner = getattr(factory, "__self__", factory)  # "Class.from_config": the class
-    return owner if isinstance(owner, type) else type(owner)
+    return owner if isinstance(owner, type) else None
 
 
 def get_task(cfg: Any, collate_fn: Callable | None = None) -> Task:

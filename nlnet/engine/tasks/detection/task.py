@@ -26,7 +26,7 @@ from nlnet.data.detection.coco import (
     import_pycocotools,
     quiet_pycocotools,
 )
-from nlnet.data.detection.config import DetectionDataConfig
+from nlnet.data.detection.config import IOU_TYPES, DetectionDataConfig
 from nlnet.data.loader import skipped_count
 from nlnet.data.preprocessing import Preprocessing
 from nlnet.engine.checkpoint import unwrap_model
@@ -227,10 +227,10 @@ class DetectionTask:
         self.data = data_section(DetectionDataConfig, data)
         if iou_types is None:
             iou_types = self.data.iou_types or ("bbox", "segm")
-        bad = [t for t in iou_types if t not in _PREFIX]
+        bad = [t for t in iou_types if t not in IOU_TYPES]
         if bad or not iou_types:
             raise ValueError(
-                f"iou_types: expected some of bbox, segm, keypoints, got {iou_types!r}"
+                f"iou_types: expected some of {', '.join(IOU_TYPES)}, got {iou_types!r}"
             )
         self.iou_types = tuple(iou_types)
         self.eval_batch_size = int(eval_batch_size)
@@ -262,8 +262,6 @@ class DetectionTask:
         :class:`~nlnet.engine.errors.DataError`."""
         from nlnet.data.detection.builder import build_coco_dataset
 
-        if self.data.root is None:
-            raise DataError("data.root: expected the dataset folder (COCO json + images)")
         try:
             dataset = build_coco_dataset(self.data, split, mode, self.iou_types)
         except (FileNotFoundError, ValueError) as exc:
