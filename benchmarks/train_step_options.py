@@ -1,8 +1,14 @@
 """A training step with the field's speed options against the plain eager step, in one run.
 
-The options of ``train:`` that change speed but not numbers (docs/training.md, "Speed"):
-``channels_last`` (weights, and so activations, in ``torch.channels_last_3d``) and ``compile``
-(``torch.compile`` of the forward, backward by AOTAutograd). Each variant is a copy of the same
+The options that change speed but not numbers beyond float rounding (docs/training.md,
+"Speed"): ``optim.implementation: fused`` (variant ``fused_sgd``: PyTorch's fused SGD kernel),
+``train.subsample_1x1`` (the strided 1x1 shortcut convolutions as subsampling + 1x1
+convolution), ``train.channels_last`` (weights, and so activations, in
+``torch.channels_last_3d``) and ``train.compile`` (``torch.compile`` of the forward, backward by
+AOTAutograd). The variant ``reference`` is the straightforward step the others are measured
+against: the same model with PyTorch's own ``nn.MaxPool3d`` for its stem pools (nlnet's
+default pools compute the same bits faster on the CPU, :mod:`nlnet.layers.pooling`) and
+PyTorch's default SGD, the step of PySlowFast's and torchvision's training code. Each variant is a copy of the same
 model (same seed) stepping with SGD on the same batch; the rounds are interleaved (one step of
 each variant per round) so that the machine's load falls on all of them alike. Printed per
 variant: the median step time, the ratio plain / variant (> 1: faster), the one-time compile
@@ -11,6 +17,7 @@ compute the same thing within float rounding), the relative difference of the wh
 after that one update, and the loss difference after the last step.
 
     python benchmarks/train_step_options.py                               # c2d_r50_nl5, CPU
+    python benchmarks/train_step_options.py --variants reference eager compile channels_last
     python benchmarks/train_step_options.py --model c2d_tiny_nl1 --size 32 --rounds 10
     python benchmarks/train_step_options.py --device cuda --batch 8 --frames 32 --size 224
 
@@ -27,17 +34,35 @@ the same run (``--variants torchvision eager channels_last``: ratios against tor
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 VARIANTS = {
+    # the model with PyTorch's own stem pools (nn.MaxPool3d) and SGD: the straightforward step
+    "reference": {"reference": True},
     "eager": {},
+    "fused_sgd": {"implementation": "fused"},
+    "subsample_1x1": {"subsample_1x1": True},
+    "fused_sgd+subsample_1x1": {"implementation": "fused", "subsample_1x1": True},
+    "fused_sgd+subsample_1x1+compile": {
+        "implementation": "fused",
+        "subsample_1x1": True,
+        "compile": "inductor",
+    },
     "channels_last": {"channels_last": True},
     "compile": {"compile": "inductor"},
     "compile+channels_last": {"channels_last": True, "compile": "inductor"},
+    # bf16 autocast (a GPU's; on this CPU bf16 matmuls are ~300x slower: not for CPU timing)
+    "bf16": {"bf16": True},
+    "channels_last+bf16": {"channels_last": True, "bf16": True},
     "torchvision": {"torchvision": True},  # --model r3d_18 only
     # fine-tuning with frozen BatchNorm (Sec. 5.1): plain, and folded into the convolutions
     "freeze_bn": {"freeze_bn": True},
@@ -45,7 +70,34 @@ VARIANTS = {
 }
 
 
-def build(name: str, options: dict, device: torch.device, width: int | None, x: torch.Tensor):
+def hugepages_both(args: argparse.Namespace, argv: list[str]) -> int:
+    """The variants in child processes without / with huge pages for large CPU tensors, in
+    alternation; every median against the first variant's without them."""
+    child = [a for a in argv if not a.startswith("--hugepages") and a != "both"]
+    runs: dict[str, list[dict[str, float]]] = {"0": [], "1": []}
+    for _ in range(args.repeats):
+        for thp in runs:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp, "medians.json")
+                env = {**os.environ, "THP_MEM_ALLOC_ENABLE": thp}
+                subprocess.run([sys.executable, __file__, *child, "--json", str(out)], env=env,
+                               check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+                runs[thp].append(json.loads(out.read_text()))
+    med = {thp: {v: statistics.median(r[v] for r in rs) for v in rs[0]} for thp, rs in runs.items()}
+    base = med["0"][args.variants[0]]
+    print(f"\n{args.model} ({args.layout}), batch {args.batch} x 3 x {args.frames} x {args.size} x "
+          f"{args.size}: median over {args.repeats} processes each of the per-process medians "
+          f"({args.rounds} interleaved rounds)")  # fmt: skip
+    print(f"{'variant':<34}{'THP off s':>10}{'ratio':>7}{'THP on s':>10}{'ratio':>7}")
+    for v in med["0"]:
+        off, on = med["0"][v], med["1"][v]
+        print(f"{v:<34}{off:>10.3f}{base / off:>7.2f}{on:>10.3f}{base / on:>7.2f}")
+    print(f"(ratio: {args.variants[0]}'s step without huge pages / the variant's)")
+    return 0
+
+
+def build(name: str, options: dict, device: torch.device, width: int | None, x: torch.Tensor,
+          layout: str = "registered"):  # fmt: skip
     """The model of ``name`` (seed 0) with ``options`` as the engine applies them, its SGD and
     the module the step calls."""
     from nlnet.engine.modeling import compiled_for_training, to_channels_last
@@ -54,10 +106,25 @@ def build(name: str, options: dict, device: torch.device, width: int | None, x: 
     torch.manual_seed(0)
     # no dropout: each variant would draw other masks from the one generator
     kwargs = {"width": width, "dropout": 0.0} if width else {"dropout": 0.0}
+    if layout == "pyslowfast":
+        from nlnet.models.pyslowfast import PYSLOWFAST_OPTIONS
+
+        kwargs.update(PYSLOWFAST_OPTIONS)
     model = create_model(name, num_classes=400, **kwargs)
     if options.get("torchvision"):
         model = torchvision_twin(model)
     model = model.to(device).train()
+    if options.get("reference"):
+        from nlnet.layers.pooling import MaxPool3d
+
+        for m in model.modules():
+            if isinstance(m, MaxPool3d):
+                m.__class__ = torch.nn.MaxPool3d
+    if options.get("subsample_1x1"):
+        from nlnet.engine.subsampling import subsample_strided_pointwise
+
+        print(f"  subsampled {subsample_strided_pointwise(model)} strided 1x1 convolutions",
+              file=sys.stderr)  # fmt: skip
     if options.get("channels_last"):
         to_channels_last(model)
     if options.get("freeze_bn"):
@@ -77,7 +144,8 @@ def build(name: str, options: dict, device: torch.device, width: int | None, x: 
             freeze_batchnorm(model)
         if options.get("fold_frozen_bn"):
             print(f"  folded {fold_frozen_batchnorm(model)} BatchNorm layers", file=sys.stderr)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    kernel = {"fused": {"fused": True}}.get(options.get("implementation"), {})
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4, **kernel)
     return model, opt, compiled_for_training(model, options.get("compile", "none"))
 
 
@@ -98,7 +166,9 @@ def torchvision_twin(ours: torch.nn.Module) -> torch.nn.Module:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="c2d_r50_nl5")
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--variants", nargs="+", choices=list(VARIANTS),
+                   default=["reference", "eager", "fused_sgd", "subsample_1x1",
+                            "fused_sgd+subsample_1x1"])  # fmt: skip
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--frames", type=int, default=8)
@@ -106,7 +176,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=int, default=0, help="model width (0: the model's own)")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+    p.add_argument("--layout", choices=["registered", "pyslowfast"], default="registered",
+                   help="pyslowfast: the C2D/I3D in PySlowFast's 8x8 layout (its pooling and "
+                        "temporal strides, nlnet.models.pyslowfast)")  # fmt: skip
+    p.add_argument("--hugepages", choices=["inherit", "both"], default="inherit",
+                   help="both: run the variants in child processes without and with "
+                        "THP_MEM_ALLOC_ENABLE=1 (the nlnet command line's default), alternating "
+                        "--repeats times, and compare every median with the reference's "
+                        "without")  # fmt: skip
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--json", help=argparse.SUPPRESS)  # a child's medians, for --hugepages both
     args = p.parse_args(argv)
+    if args.hugepages == "both":
+        return hugepages_both(args, list(sys.argv[1:] if argv is None else argv))
     if "torchvision" in args.variants and args.model != "r3d_18":
         p.error("--variants torchvision: only with --model r3d_18")
     if args.threads:
@@ -122,12 +204,15 @@ def main(argv: list[str] | None = None) -> int:
 
     runs = {}
     for v in args.variants:
-        model, opt, fwd = build(args.model, VARIANTS[v], device, args.width or None, x)
-        runs[v] = {"model": model, "opt": opt, "fwd": fwd, "times": [], "losses": []}
+        model, opt, fwd = build(args.model, VARIANTS[v], device, args.width or None, x,
+                                args.layout)  # fmt: skip
+        runs[v] = {"model": model, "opt": opt, "fwd": fwd, "times": [], "losses": [],
+                   "bf16": bool(VARIANTS[v].get("bf16"))}  # fmt: skip
 
     def step(r: dict) -> float:
         r["opt"].zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(r["fwd"](x), y)
+        with torch.autocast(device.type, torch.bfloat16, enabled=r["bf16"]):
+            loss = torch.nn.functional.cross_entropy(r["fwd"](x), y)
         loss.backward()
         r["opt"].step()
         return float(loss.detach())
@@ -147,8 +232,12 @@ def main(argv: list[str] | None = None) -> int:
             r["times"].append(time.perf_counter() - t)
     ref = runs[args.variants[0]]
     ref_s = statistics.median(ref["times"])
-    print(f"\n{args.model}, SGD step, batch {args.batch} x 3 x {args.frames} x {args.size} x "
-          f"{args.size}, device {args.device}, threads {torch.get_num_threads()}, "
+    if args.json:
+        medians = {v: statistics.median(r["times"]) for v, r in runs.items()}
+        Path(args.json).write_text(json.dumps(medians))
+    print(f"\n{args.model} ({args.layout}), SGD step, batch {args.batch} x 3 x {args.frames} x "
+          f"{args.size} x {args.size}, device {args.device}, threads {torch.get_num_threads()}, "
+          f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', '(unset)')}, "
           f"median of {args.rounds} interleaved rounds")  # fmt: skip
     print(f"{'variant':<24}{'step s':>8}{'ratio':>8}{'first step s':>14}{'|dloss| 1st':>13}"
           f"{'rel dstate 1st':>15}{'|dloss| last':>14}")  # fmt: skip

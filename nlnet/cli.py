@@ -9,12 +9,20 @@ Each sub-command is a module of :mod:`nlnet.commands`, imported only when used, 
 A user error (:class:`nlnet.engine.errors.UserError`: bad config, data, checkpoint, occupied run
 directory) is printed as one line on stderr with exit status 2; any other exception is a bug and
 keeps its traceback.  ``nlnet --debug COMMAND ...`` shows the traceback of user errors too.
+
+On Linux the command line puts PyTorch's large CPU tensors (2 MB and more) on transparent huge
+pages (``THP_MEM_ALLOC_ENABLE=1``, PyTorch's own switch, read at its first allocation), unless
+the environment already sets it: a tensor above glibc's 32 MB ``mmap`` limit is otherwise mapped
+afresh and faulted in 4 KB page by page at every allocation, which took two thirds of the time
+of a 1x1 convolution's forward and backward at 8 x 56 x 56 (docs/benchmarks/training_step.md).
+The numbers computed are the same; ``THP_MEM_ALLOC_ENABLE=0 nlnet ...`` turns it off.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 #: name -> (module, one-line summary). Order is the order shown by ``nlnet --help``.
@@ -84,12 +92,20 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"nlnet: unknown command {command!r}\n\n{usage_text()}", file=sys.stderr)
         return 2
+    cpu_allocation_defaults()
     # Options and KEY=VALUE overrides may come in any order.
     try:
         args = build_parser(command).parse_intermixed_args(rest)
     except SystemExit as exc:  # --help (0) or a usage error (2, one line on stderr)
         return int(exc.code or 0)
     return _run(command, args, debug)
+
+
+def cpu_allocation_defaults() -> None:
+    """``THP_MEM_ALLOC_ENABLE=1`` on Linux unless set (module docstring); only before torch is
+    imported, since PyTorch reads it once, at its first allocation."""
+    if sys.platform.startswith("linux") and "torch" not in sys.modules:
+        os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 
 def _run(command: str, args: argparse.Namespace, debug: bool) -> int:

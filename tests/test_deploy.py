@@ -5,7 +5,8 @@ At tiny widths (the registry's ``test_overrides``) each model must
 * trace with ``torch.fx.symbolic_trace`` (and torchvision's ``create_feature_extractor``) into a
   graph that computes the same outputs and still contains its non-local blocks;
 * compile with ``torch.compile(fullgraph=True)`` (no graph break on the inference path; the cheap
-  ``eager`` backend checks the capture, the slow sweep also runs inductor once);
+  ``eager`` backend checks the capture, the slow sweep also runs inductor once), and for training
+  (forward and backward captured whole by ``aot_eager``, as ``train.compile`` runs them);
 * export with ``torch.export``;
 * export to ONNX (opset 18, the dynamo exporter) and run in onnxruntime with outputs equal to
   PyTorch's within 1e-4 (float32, absolute plus relative).
@@ -162,6 +163,28 @@ def _check_onnx(model: nn.Module, x: torch.Tensor, path) -> None:
 @pytest.mark.parametrize("name", CHEAP + SLOW_REST)
 def test_compile_fullgraph(name):
     _check_compile(_tiny_model(name), _tiny_input(name))
+
+
+@pytest.mark.parametrize(
+    "name",
+    CHEAP[:1] + [pytest.param(n, marks=pytest.mark.slow) for n in TRACEABLE if n != CHEAP[0]],
+)
+def test_compile_fullgraph_training_step(name):
+    """``train.compile``'s graph: the training forward (BatchNorm on batch statistics, the
+    blocks' training paths) and its backward captured whole (AOTAutograd), same loss and
+    gradients as eager."""
+    model = _tiny_model(name).train()
+    x = _tiny_input(name)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")  # graph break -> error
+    twin = _tiny_model(name).train()
+    for net in (compiled, twin):
+        torch.manual_seed(1)  # the same dropout masks
+        net(x).float().square().mean().backward()
+    for (k, p), q in zip(model.named_parameters(), twin.parameters()):
+        if q.grad is not None:
+            scale = q.grad.abs().max().item() or 1.0
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-4 * scale, msg=k)
 
 
 @pytest.mark.parametrize("name", CHEAP + SLOW_REST)

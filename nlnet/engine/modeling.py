@@ -342,7 +342,8 @@ def build_train_model(cfg: Any, device: torch.device, model: nn.Module | None = 
     """The network of a training run on ``device``: ``cfg.model`` (or ``model``, initialised
     from ``model.init``) built after seeding with ``train.seed`` (the same initial weights
     on every rank); BatchNorm frozen (``train.freeze_bn``, Sec. 5.1 of Wang et al., CVPR 2018;
-    blocks initialised from ``model.init`` freeze too) or synchronised (``train.sync_bn``).
+    blocks initialised from ``model.init`` freeze too) or synchronised (``train.sync_bn``); the
+    speed options ``train.channels_last``, ``fold_frozen_bn`` and ``subsample_1x1`` applied.
     """
     tc = cfg.train
     if tc.deterministic:
@@ -369,4 +370,8 @@ def build_train_model(cfg: Any, device: torch.device, model: nn.Module | None = 
             fold_frozen_batchnorm(model)
     elif tc.sync_bn:
         model = du.convert_sync_batchnorm(model, device)
+    if tc.subsample_1x1:
+        from nlnet.engine.subsampling import subsample_strided_pointwise
+
+        subsample_strided_pointwise(model)
     return model

@@ -21,6 +21,20 @@ from nlnet.engine.checkpoint.rng import get_rng_state, set_rng_state
 from nlnet.engine.events import EventStorage
 from nlnet.engine.metrics import ThroughputMeter
 
+#: Optimizer group flags that choose PyTorch's update kernel (``optim.implementation``).
+_KERNEL_KEYS = ("fused", "foreach")
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(state)`` keeping this run's update kernel: loading copies each
+    group's ``fused``/``foreach`` flags from the writer, whose ``optim.implementation`` (or
+    device) may have been another."""
+    kernels = [{k: g[k] for k in _KERNEL_KEYS if k in g} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, kept in zip(optimizer.param_groups, kernels):
+        group.update(kept)
+
+
 __all__ = ["Counters", "TrainState"]
 
 
@@ -151,7 +165,7 @@ class TrainState:
 
     def restore(self, ckpt: dict[str, Any]) -> None:
         """Optimizer, scheduler, scaler and position from a checkpoint (weights loaded before)."""
-        self.optimizer.load_state_dict(ckpt["optimizer"])
+        load_optimizer_state(self.optimizer, ckpt["optimizer"])
         self.scheduler.load_state_dict(ckpt["scheduler"])
         if ckpt.get("scaler"):
             self.scaler.load_state_dict(ckpt["scaler"])

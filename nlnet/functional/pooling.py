@@ -1,4 +1,5 @@
-"""Max pooling with kernel = stride (floor mode), the subsampling of keys and values (Sec. 3.3).
+"""Max pooling on the CPU: kernel = stride for the block's keys and values (Sec. 3.3), and the
+overlapping windows of a video network's stem (``pool1``/``pool2`` of Table 1).
 
 ``max_pool(x, kernel)`` returns exactly what ``F.max_pool{1,2,3}d(x, kernel, kernel)`` returns (the
 same values, NaN included, and the same gradient: to the first maximum of each window in
@@ -10,6 +11,17 @@ as a 1x1 convolution of the block at 14x14. In training a custom ``autograd.Func
 flat index of each maximum (what ``return_indices=True`` gives) and scatters the gradient with it.
 One difference: in a window that holds a NaN, PyTorch's kernels send the gradient to the NaN and
 this function to the window's first entry (the output is NaN either way).
+
+``max_pool3d(x, kernel, stride, padding)`` is ``F.max_pool3d`` with overlapping windows and
+padding (the stem's ``3 x 3 x 3`` / ``1 x 3 x 3`` pool and the ``3 x 1 x 1`` temporal pool after
+res2). PyTorch's CPU kernel for channel-first input is slow here too (6.4 ms for a
+``(2, 64, 4, 56, 56)`` map with two threads) while its channels-last kernel, vectorised over
+channels, takes 1.6 ms with the layout changes; both pick the same maximum of each window (the
+first in row-major order, or a NaN), so the forward runs channels-last and the backward through
+PyTorch's channel-first kernel with those indices: the same values, indices and gradient, bit
+for bit (2.6x faster forward and backward at that size). Used on the CPU for maps of at least
+``FAST_MIN_NUMEL`` elements and 16 channels; elsewhere, and while tracing, compiling or
+exporting, it is ``F.max_pool3d``.
 """
 
 from __future__ import annotations
@@ -18,7 +30,11 @@ import itertools
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+#: Smallest input (elements) for which :func:`max_pool3d` takes its channels-last path.
+FAST_MIN_NUMEL = 1 << 16
 
 
 def _views(x: Tensor, kernel: tuple[int, ...]) -> list[Tensor]:
@@ -96,3 +112,64 @@ def max_pool(x: Tensor, kernel: tuple[int, ...]) -> Tensor:
     if torch.is_grad_enabled() and x.requires_grad:
         return _MaxPool.apply(x, kernel)
     return _maximum(_views(x, kernel))
+
+
+class _ChannelsLastMaxPool3d(torch.autograd.Function):
+    """Forward with PyTorch's channels-last kernel, backward with its channel-first one."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, kernel, stride, padding) -> Tensor:
+        x_cl = x.contiguous(memory_format=torch.channels_last_3d)
+        out, index = torch.ops.aten.max_pool3d_with_indices(x_cl, kernel, stride, padding)
+        out, index = out.contiguous(), index.contiguous()  # (B, C, T', H', W'), channel-first
+        ctx.save_for_backward(x, index)
+        ctx.window = (kernel, stride, padding)
+        ctx.mark_non_differentiable(index)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        x, index = ctx.saved_tensors
+        kernel, stride, padding = ctx.window
+        grad = torch.ops.aten.max_pool3d_with_indices_backward(
+            grad_out.contiguous(), x, kernel, stride, padding, [1, 1, 1], False, index
+        )  # the indices are positions in each (T, H, W) grid: the same in either layout
+        return grad, None, None, None
+
+
+def _traced(x: Tensor) -> bool:
+    return (
+        isinstance(x, torch.fx.Proxy)
+        or torch.compiler.is_compiling()
+        or torch.jit.is_tracing()
+        or torch.jit.is_scripting()
+    )
+
+
+def max_pool3d(
+    x: Tensor,
+    kernel: tuple[int, int, int],
+    stride: tuple[int, int, int],
+    padding: tuple[int, int, int] = (0, 0, 0),
+) -> Tensor:
+    """``F.max_pool3d(x, kernel, stride, padding)`` (floor mode, no dilation), value and
+    gradient bit for bit, faster on the CPU (module docstring).
+
+    Args:
+        x: ``(B, C, T, H, W)``.
+        kernel, stride, padding: per dim ``(t, h, w)``, as for ``F.max_pool3d``.
+
+    Returns:
+        ``(B, C, T', H', W')``.
+    """
+    if (
+        _traced(x)
+        or x.device.type != "cpu"
+        or x.dim() != 5
+        or x.shape[1] < 16
+        or x.numel() < FAST_MIN_NUMEL
+        or not x.is_floating_point()
+        or x.is_contiguous(memory_format=torch.channels_last_3d) and not x.is_contiguous()
+    ):  # channels-last input: PyTorch's own kernel is the fast one already
+        return F.max_pool3d(x, kernel, stride, padding)
+    return _ChannelsLastMaxPool3d.apply(x, tuple(kernel), tuple(stride), tuple(padding))

@@ -66,6 +66,7 @@ from torch import Tensor, nn
 
 from nlnet.layers.block_spec import BlockLike
 from nlnet.layers.nonlocal_block import NonLocal3d
+from nlnet.layers.pooling import MaxPool3d
 from nlnet.models.checks import check_input
 from nlnet.models.features import ClassifierContract, feature_info_of, feature_take_indices
 from nlnet.models.placement import (
@@ -115,7 +116,7 @@ class Stem(nn.Module):
         self.conv = nn.Conv3d(cin, cout, (t, 7, 7), (1, 2, 2), (t // 2, 3, 3), bias=False)
         self.bn = nn.BatchNorm3d(cout)
         self.relu = nn.ReLU(inplace=True)
-        self.pool_layer = nn.MaxPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1))
+        self.pool_layer = MaxPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.pool_layer(self.relu(self.bn(self.conv(x))))

@@ -107,6 +107,56 @@ def test_non_local_lr_mult_scales_only_the_blocks_parameters():
         load_config(None, {"optim.non_local_lr_mult": 0.0})
 
 
+def _updated(
+    impl: str, optimizer: str = "sgd", steps: int = 4, **over
+) -> tuple[list, torch.optim.Optimizer]:
+    """A small model's weights after ``steps`` updates with random gradients (same draws)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.Flatten(), nn.Linear(8, 5))
+    cfg = load_config(None, {"optim.implementation": impl, "optim.optimizer": optimizer,
+                             "optim.weight_decay_bn": 0.0, **over})  # fmt: skip
+    opt = build_optimizer(model, cfg.optim)
+    g = torch.Generator().manual_seed(1)
+    for i in range(steps):
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=g)
+        if i == 2:  # a schedule's change of rate
+            for group in opt.param_groups:
+                group["lr"] *= 0.1
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()], opt
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("impl", ["fused", "foreach", "for-loop"])
+def test_optimizer_implementations_update_alike(optimizer, impl):
+    default, opt = _updated("default", optimizer, **{"optim.nesterov": optimizer == "sgd"})
+    assert not any(g["fused"] for g in opt.param_groups)  # PyTorch's own choice
+    other, opt = _updated(impl, optimizer, **{"optim.nesterov": optimizer == "sgd"})
+    assert all(bool(g["fused"]) == (impl == "fused") for g in opt.param_groups)
+    assert all(g["foreach"] is {"foreach": True, "for-loop": False}.get(impl)
+               for g in opt.param_groups)  # fmt: skip
+    for a, b in zip(default, other):  # the same update, to float rounding
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_optimizer_implementation_error_is_one_line():
+    with pytest.raises(ConfigError, match="optim.implementation.*fused"):
+        load_config(None, {"optim.implementation": "fast"})
+
+
+def test_resume_keeps_this_runs_optimizer_kernel():
+    from nlnet.engine.state import load_optimizer_state
+
+    _, fused = _updated("fused")
+    _, loop = _updated("for-loop", steps=0)
+    load_optimizer_state(loop, fused.state_dict())
+    assert not any(g["fused"] for g in loop.param_groups)  # load_state_dict alone sets it
+    assert all(g["foreach"] is False for g in loop.param_groups)
+    assert loop.param_groups[0]["lr"] == fused.param_groups[0]["lr"] == pytest.approx(1e-3)
+    assert len(loop.state) == len(fused.state)  # the momentum buffers came across
+
+
 def _augment(**over) -> ClipAugment:
     cfg = load_config(None, {f"augment.{k}": v for k, v in over.items()}).augment
     return ClipAugment(cfg, num_classes=5, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nlnet.layers.block_spec import BlockLike
+from nlnet.layers.pooling import MaxPool3d
 from nlnet.models.placement import Placement, check_no_block, family_block
 from nlnet.models.resnet_layout import STAGE_NAMES
 
@@ -32,18 +33,18 @@ def stem_pools(pooling: str, sp1: int, sp2: int) -> tuple[nn.Module, nn.Module]:
     """``pool1`` and ``pool2`` for temporal strides ``sp1``/``sp2`` (Table 1 or released code)."""
     if pooling == "none":  # R3D's stem: no pooling
         return nn.Identity(), nn.Identity()
-    pool2 = nn.MaxPool3d((sp2, 1, 1), stride=(sp2, 1, 1)) if sp2 > 1 else nn.Identity()
+    pool2 = MaxPool3d((sp2, 1, 1), stride=(sp2, 1, 1)) if sp2 > 1 else nn.Identity()
     if pooling == "caffe2":  # window = stride in time, no padding, floor (resnet_video*.py)
-        return nn.MaxPool3d((sp1, 3, 3), stride=(sp1, 2, 2)), pool2
+        return MaxPool3d((sp1, 3, 3), stride=(sp1, 2, 2)), pool2
     pk1 = 3 if sp1 > 1 else 1
     if pooling == "2x2":  # small frames: a 2x2 window, no spatial padding
-        pool1 = nn.MaxPool3d((pk1, 2, 2), stride=(sp1, 2, 2), padding=(pk1 // 2, 0, 0))
+        pool1 = MaxPool3d((pk1, 2, 2), stride=(sp1, 2, 2), padding=(pk1 // 2, 0, 0))
     else:
-        pool1 = nn.MaxPool3d((pk1, 3, 3), stride=(sp1, 2, 2), padding=(pk1 // 2, 1, 1))
+        pool1 = MaxPool3d((pk1, 3, 3), stride=(sp1, 2, 2), padding=(pk1 // 2, 1, 1))
     if pooling == "pyslowfast":  # PySlowFast: padded 1x3x3 stem pool, unpadded pathway0_pool
         return pool1, pool2
     if sp2 > 1:  # pool2: 3x1x1 max, stride (2, 1, 1) between res2 and res3
-        return pool1, nn.MaxPool3d((3, 1, 1), stride=(sp2, 1, 1), padding=(1, 0, 0))
+        return pool1, MaxPool3d((3, 1, 1), stride=(sp2, 1, 1), padding=(1, 0, 0))
     return pool1, nn.Identity()
 
 
