@@ -181,10 +181,12 @@ def test_compile_fullgraph_training_step(name):
     for net in (compiled, twin):
         torch.manual_seed(1)  # the same dropout masks
         net(x).float().square().mean().backward()
+    # one scale for all: a gradient that is zero in exact arithmetic (the key projection's bias
+    # under a softmax over keys) is float noise on both sides
+    scale = max(q.grad.abs().max().item() for q in twin.parameters() if q.grad is not None)
     for (k, p), q in zip(model.named_parameters(), twin.parameters()):
         if q.grad is not None:
-            scale = q.grad.abs().max().item() or 1.0
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-4 * scale, msg=k)
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-5 * scale, msg=k)
 
 
 @pytest.mark.parametrize("name", CHEAP + SLOW_REST)

@@ -21,6 +21,8 @@ from nlnet.engine.checkpoint.rng import get_rng_state, set_rng_state
 from nlnet.engine.events import EventStorage
 from nlnet.engine.metrics import ThroughputMeter
 
+__all__ = ["Counters", "TrainState", "load_optimizer_state"]
+
 #: Optimizer group flags that choose PyTorch's update kernel (``optim.implementation``).
 _KERNEL_KEYS = ("fused", "foreach")
 
@@ -33,9 +35,6 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
     optimizer.load_state_dict(state)
     for group, kept in zip(optimizer.param_groups, kernels):
         group.update(kept)
-
-
-__all__ = ["Counters", "TrainState"]
 
 
 @dataclass

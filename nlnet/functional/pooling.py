@@ -169,7 +169,8 @@ def max_pool3d(
         or x.shape[1] < 16
         or x.numel() < FAST_MIN_NUMEL
         or not x.is_floating_point()
-        or x.is_contiguous(memory_format=torch.channels_last_3d) and not x.is_contiguous()
+        or x.is_contiguous(memory_format=torch.channels_last_3d)
+        and not x.is_contiguous()
     ):  # channels-last input: PyTorch's own kernel is the fast one already
         return F.max_pool3d(x, kernel, stride, padding)
     return _ChannelsLastMaxPool3d.apply(x, tuple(kernel), tuple(stride), tuple(padding))
