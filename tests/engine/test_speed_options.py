@@ -1,5 +1,6 @@
 """The training options of the field that change speed, not numbers: channels-last weights
-(``train.channels_last``) and ``torch.compile`` of the training forward (``train.compile``)."""
+(``train.channels_last``) and ``torch.compile`` of the training forward (``train.compile``);
+the training-step benchmark that measures them."""
 
 from __future__ import annotations
 
@@ -47,3 +48,24 @@ def test_channels_last_takes_each_weight_by_its_rank():
     )
     assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert model[1].weight.is_contiguous(memory_format=torch.channels_last_3d)
+
+
+def test_the_training_step_benchmark_runs_its_variants(capsys):
+    """``benchmarks/train_step_options.py`` on a tiny model: every variant steps, and the ones
+    that compute the same thing say so (the first step's loss equal, the state after it close)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "train_step_options.py"
+    spec = importlib.util.spec_from_file_location("train_step_options", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    variants = ["reference", "eager", "fused_sgd+subsample_1x1"]
+    assert bench.main(["--model", "c2d_tiny_nl1", "--size", "32", "--frames", "4",
+                       "--rounds", "1", "--threads", "1", "--variants", *variants]) == 0  # fmt: skip
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()
+            if line.split() and line.split()[0] in variants}  # fmt: skip
+    assert list(rows) == variants
+    for name, (_, step, ratio, _first, dloss, dstate, _last) in rows.items():
+        assert float(step) > 0 and float(ratio) > 0, name
+        assert float(dloss) < 1e-5 and float(dstate) < 1e-3, name
