@@ -163,7 +163,7 @@ def torchvision_twin(ours: torch.nn.Module) -> torch.nn.Module:
     return theirs
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="c2d_r50_nl5")
     p.add_argument("--variants", nargs="+", choices=list(VARIANTS),
@@ -186,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
                         "without")  # fmt: skip
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--json", help=argparse.SUPPRESS)  # a child's medians, for --hugepages both
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     if args.hugepages == "both":
         return hugepages_both(args, list(sys.argv[1:] if argv is None else argv))
@@ -239,14 +244,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.size} x {args.size}, device {args.device}, threads {torch.get_num_threads()}, "
           f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', '(unset)')}, "
           f"median of {args.rounds} interleaved rounds")  # fmt: skip
-    print(f"{'variant':<24}{'step s':>8}{'ratio':>8}{'first step s':>14}{'|dloss| 1st':>13}"
+    print(f"{'variant':<32}{'step s':>8}{'ratio':>8}{'first step s':>14}{'|dloss| 1st':>13}"
           f"{'rel dstate 1st':>15}{'|dloss| last':>14}")  # fmt: skip
     for v, r in runs.items():
         med = statistics.median(r["times"])
         pairs = [(a, b) for a, b in zip(r["first"], ref["first"]) if a.is_floating_point()]
         dw = (sum(float((a - b).double().norm()) ** 2 for a, b in pairs)
               / sum(float(b.double().norm()) ** 2 for _, b in pairs)) ** 0.5  # fmt: skip
-        print(f"{v:<24}{med:>8.3f}{ref_s / med:>8.2f}{r['first_s']:>14.1f}"
+        print(f"{v:<32}{med:>8.3f}{ref_s / med:>8.2f}{r['first_s']:>14.1f}"
               f"{abs(r['losses'][0] - ref['losses'][0]):>13.2e}{dw:>15.2e}"
               f"{abs(r['losses'][-1] - ref['losses'][-1]):>14.2e}")  # fmt: skip
     print(

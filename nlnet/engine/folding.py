@@ -85,8 +85,22 @@ _FOLDED_BN: dict[type, type] = {}  # BatchNorm class -> its folded-away subclass
 
 def _folded_bn_class(cls: type) -> type:
     if cls not in _FOLDED_BN:
-        _FOLDED_BN[cls] = type(f"FoldedAway{cls.__name__}", (_FoldedAwayBN, cls), {})
+        _FOLDED_BN[cls] = type(f"FoldedAway{cls.__name__}", (_FoldedAwayBN, cls),
+                               {"__module__": __name__})  # fmt: skip
     return _FOLDED_BN[cls]
+
+
+def __getattr__(name: str) -> type:
+    """``FoldedAway<BatchNorm class of torch.nn>`` by name (PEP 562): what a pickled folded
+    model (``torch.save(model)``) asks this module for when it is loaded."""
+    base = (
+        getattr(nn, name.removeprefix("FoldedAway"), None)
+        if name.startswith("FoldedAway")
+        else None
+    )
+    if isinstance(base, type) and issubclass(base, _BN):
+        return _folded_bn_class(base)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _pairs(model: nn.Module) -> list[tuple[str, str]]:

@@ -28,13 +28,13 @@ _KERNEL_KEYS = ("fused", "foreach")
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """``optimizer.load_state_dict(state)`` keeping this run's update kernel: loading copies each
+    """``optimizer.load_state_dict(state)`` with this run's update kernel: loading takes each
     group's ``fused``/``foreach`` flags from the writer, whose ``optim.implementation`` (or
-    device) may have been another."""
+    device) may have been another, and places the state (AdamW's ``step``) by those flags; so
+    the saved groups get this run's flags before they are loaded."""
     kernels = [{k: g[k] for k in _KERNEL_KEYS if k in g} for g in optimizer.param_groups]
-    optimizer.load_state_dict(state)
-    for group, kept in zip(optimizer.param_groups, kernels):
-        group.update(kept)
+    groups = [{**saved, **kept} for saved, kept in zip(state["param_groups"], kernels)]
+    optimizer.load_state_dict({**state, "param_groups": groups})
 
 
 @dataclass

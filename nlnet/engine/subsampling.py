@@ -20,10 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["subsample_strided_pointwise", "is_strided_pointwise"]
+from nlnet.engine.folding import FoldedConv1d, FoldedConv2d, FoldedConv3d
+
+__all__ = ["subsample_strided_pointwise", "is_strided_pointwise", "SubsampledConv1d",
+           "SubsampledConv2d", "SubsampledConv3d", "SubsampledFoldedConv1d",
+           "SubsampledFoldedConv2d", "SubsampledFoldedConv3d"]  # fmt: skip
 
 _CONV_FN = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-_SUBSAMPLED: dict[type, type] = {}  # convolution class -> its subsampling subclass
 
 
 def is_strided_pointwise(conv: nn.Module) -> bool:
@@ -46,18 +49,45 @@ class _Subsampled:
         return _CONV_FN[nd](x, weight, bias, 1, 0, self.dilation, self.groups)
 
 
-def _subsampled_class(cls: type) -> type:
-    if cls not in _SUBSAMPLED:
-        _SUBSAMPLED[cls] = type(f"Subsampled{cls.__name__}", (_Subsampled, cls), {})
-    return _SUBSAMPLED[cls]
+# Named module-level classes (a pickled model finds them by name).
+class SubsampledConv1d(_Subsampled, nn.Conv1d):
+    """``nn.Conv1d`` with a strided 1x1 kernel, computed on the subsampled input."""
+
+
+class SubsampledConv2d(_Subsampled, nn.Conv2d):
+    """``nn.Conv2d`` with a strided 1x1 kernel, computed on the subsampled input."""
+
+
+class SubsampledConv3d(_Subsampled, nn.Conv3d):
+    """``nn.Conv3d`` with a strided 1x1x1 kernel, computed on the subsampled input."""
+
+
+class SubsampledFoldedConv1d(_Subsampled, FoldedConv1d):
+    """:class:`~nlnet.engine.folding.FoldedConv1d`, computed on the subsampled input."""
+
+
+class SubsampledFoldedConv2d(_Subsampled, FoldedConv2d):
+    """:class:`~nlnet.engine.folding.FoldedConv2d`, computed on the subsampled input."""
+
+
+class SubsampledFoldedConv3d(_Subsampled, FoldedConv3d):
+    """:class:`~nlnet.engine.folding.FoldedConv3d`, computed on the subsampled input."""
+
+
+_SUBSAMPLED: dict[type, type] = {
+    nn.Conv1d: SubsampledConv1d, nn.Conv2d: SubsampledConv2d, nn.Conv3d: SubsampledConv3d,
+    FoldedConv1d: SubsampledFoldedConv1d, FoldedConv2d: SubsampledFoldedConv2d,
+    FoldedConv3d: SubsampledFoldedConv3d,
+}  # fmt: skip
 
 
 def subsample_strided_pointwise(model: nn.Module) -> int:
     """Compute every strided 1x1 convolution of ``model`` as subsampling + 1x1 convolution
-    (module docstring), in place. Returns how many convolutions changed."""
+    (module docstring), in place. Returns how many convolutions changed (a convolution of
+    another class, e.g. a user's subclass, is left as it is)."""
     count = 0
     for m in model.modules():
-        if is_strided_pointwise(m) and not isinstance(m, _Subsampled):
-            m.__class__ = _subsampled_class(type(m))
+        if is_strided_pointwise(m) and type(m) in _SUBSAMPLED:
+            m.__class__ = _SUBSAMPLED[type(m)]
             count += 1
     return count

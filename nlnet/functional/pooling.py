@@ -32,6 +32,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.modules.utils import _triple
 
 #: Smallest input (elements) for which :func:`max_pool3d` takes its channels-last path.
 FAST_MIN_NUMEL = 1 << 16
@@ -124,7 +125,6 @@ class _ChannelsLastMaxPool3d(torch.autograd.Function):
         out, index = out.contiguous(), index.contiguous()  # (B, C, T', H', W'), channel-first
         ctx.save_for_backward(x, index)
         ctx.window = (kernel, stride, padding)
-        ctx.mark_non_differentiable(index)
         return out
 
     @staticmethod
@@ -148,16 +148,16 @@ def _traced(x: Tensor) -> bool:
 
 def max_pool3d(
     x: Tensor,
-    kernel: tuple[int, int, int],
-    stride: tuple[int, int, int],
-    padding: tuple[int, int, int] = (0, 0, 0),
+    kernel: int | tuple[int, int, int],
+    stride: int | tuple[int, int, int],
+    padding: int | tuple[int, int, int] = 0,
 ) -> Tensor:
     """``F.max_pool3d(x, kernel, stride, padding)`` (floor mode, no dilation), value and
     gradient bit for bit, faster on the CPU (module docstring).
 
     Args:
         x: ``(B, C, T, H, W)``.
-        kernel, stride, padding: per dim ``(t, h, w)``, as for ``F.max_pool3d``.
+        kernel, stride, padding: an int or per dim ``(t, h, w)``, as for ``F.max_pool3d``.
 
     Returns:
         ``(B, C, T', H', W')``.
@@ -173,4 +173,4 @@ def max_pool3d(
         and not x.is_contiguous()
     ):  # channels-last input: PyTorch's own kernel is the fast one already
         return F.max_pool3d(x, kernel, stride, padding)
-    return _ChannelsLastMaxPool3d.apply(x, tuple(kernel), tuple(stride), tuple(padding))
+    return _ChannelsLastMaxPool3d.apply(x, _triple(kernel), _triple(stride), _triple(padding))

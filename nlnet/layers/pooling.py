@@ -23,4 +23,4 @@ class MaxPool3d(nn.MaxPool3d):
         if self.ceil_mode or self.return_indices or _triple(self.dilation) != (1, 1, 1):
             return super().forward(x)
         stride = self.stride if self.stride is not None else self.kernel_size
-        return max_pool3d(x, _triple(self.kernel_size), _triple(stride), _triple(self.padding))
+        return max_pool3d(x, self.kernel_size, stride, self.padding)

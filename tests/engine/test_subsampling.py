@@ -4,6 +4,7 @@ convolution; the same forward and gradients, the same state dict, the same train
 from __future__ import annotations
 
 import copy
+import pickle
 
 import pytest
 import torch
@@ -65,6 +66,9 @@ def test_a_resnets_shortcuts_are_subsampled_with_frozen_bn_folded():
     x = torch.randn(2, 3, 4, 32, 32, dtype=torch.float64)
     torch.testing.assert_close(fast(x), plain(x), rtol=1e-10, atol=1e-12)
     assert list(fast.state_dict()) == list(plain.state_dict())
+    twin = pickle.loads(pickle.dumps(fast))  # torch.save(model): the classes are found by name
+    assert type(twin.layer2[0].downsample[0]) is type(shortcut)
+    torch.testing.assert_close(twin(x), fast(x), rtol=0, atol=0)
 
 
 def test_training_with_subsampled_shortcuts_keeps_the_numbers(tmp_path):

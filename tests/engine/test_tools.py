@@ -141,6 +141,10 @@ def test_optimizer_implementations_update_alike(optimizer, impl):
 
 
 def test_optimizer_implementation_error_is_one_line():
+    from nlnet.engine.config.checks import _CHOICES
+    from nlnet.engine.optim import IMPLEMENTATIONS
+
+    assert _CHOICES["optim", "implementation"] == IMPLEMENTATIONS  # the config's words
     with pytest.raises(ConfigError, match="optim.implementation.*fused"):
         load_config(None, {"optim.implementation": "fast"})
 
@@ -155,6 +159,17 @@ def test_resume_keeps_this_runs_optimizer_kernel():
     assert all(g["foreach"] is False for g in loop.param_groups)
     assert loop.param_groups[0]["lr"] == fused.param_groups[0]["lr"] == pytest.approx(1e-3)
     assert len(loop.state) == len(fused.state)  # the momentum buffers came across
+    _, adamw = _updated("default", "adamw")
+    saved = adamw.state_dict()
+    _, fused_adamw = _updated("fused", "adamw", steps=0)
+    load_optimizer_state(fused_adamw, saved)  # the state placed as the fused kernel wants it
+    assert all(g["fused"] for g in fused_adamw.param_groups)
+    assert not any(g["fused"] for g in saved["param_groups"])  # the checkpoint is not changed
+    params = [p for g in fused_adamw.param_groups for p in g["params"]]
+    assert all(fused_adamw.state[p]["step"].device == p.device for p in params)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    fused_adamw.step()
 
 
 def _augment(**over) -> ClipAugment:

@@ -15,14 +15,13 @@ from typing import Any
 from nlnet.engine.config.schema import Config, ModelConfig, OptimConfig
 from nlnet.engine.config.sections import build_section, task_class_or_none
 from nlnet.engine.errors import ConfigError
-from nlnet.engine.optim import IMPLEMENTATIONS
 
 _CHOICES = {
     ("train", "amp"): ("none", "bf16", "fp16"),
     ("train", "loss"): ("ce", "bce"),
     ("train", "compile"): ("none", "inductor", "aot_eager", "eager"),
     ("optim", "optimizer"): ("sgd", "adamw"),
-    ("optim", "implementation"): IMPLEMENTATIONS,
+    ("optim", "implementation"): ("default", "fused", "foreach", "for-loop"),
     ("optim", "schedule"): ("multistep", "onecycle", "cosine", "poly"),
 }
 
