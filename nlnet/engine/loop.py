@@ -394,6 +394,10 @@ class Run:
             n_items = self.step(batches)
             st.items_seen += n_items
             st.train_time += time.perf_counter() - t_step
+            if self.cfg.train.compile != "none" and st.iteration == st.start_iteration + 1:
+                say(f"train.compile={self.cfg.train.compile}: the first step took "
+                    f"{time.perf_counter() - t_step:.1f} s (compiling); the later steps and "
+                    "epochs reuse the graphs", self.main)  # fmt: skip
             st.speed.update(n_items * self.info.world_size)
             if self.bar is not None:
                 self.bar.update(1)

@@ -22,9 +22,12 @@ def _run(tmp_path, name: str, **over):
 
 
 @pytest.mark.parametrize("option", [{"train.channels_last": True}, {"train.compile": "eager"}])
-def test_a_speed_option_trains_the_same_numbers(tmp_path, option):
+def test_a_speed_option_trains_the_same_numbers(tmp_path, option, capsys):
     plain, s0 = _run(tmp_path, "plain")
+    capsys.readouterr()
     fast, s1 = _run(tmp_path, "fast", **option)
+    compiled = "train.compile=eager: the first step took" in capsys.readouterr().out
+    assert compiled == ("train.compile" in option)  # the compile time is reported
     assert s1["iterations"] == s0["iterations"] == 3
     assert s1["train_loss"] == pytest.approx(s0["train_loss"], rel=1e-4)
     for (name, a), (_, b) in zip(plain.state_dict().items(), fast.state_dict().items()):
