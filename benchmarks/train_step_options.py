@@ -101,6 +101,7 @@ def build(name: str, options: dict, device: torch.device, width: int | None, x: 
     """The model of ``name`` (seed 0) with ``options`` as the engine applies them, its SGD and
     the module the step calls."""
     from nlnet.engine.modeling import compiled_for_training, to_channels_last
+    from nlnet.engine.optim import KERNELS
     from nlnet.models.registry import create_model
 
     torch.manual_seed(0)
@@ -144,7 +145,7 @@ def build(name: str, options: dict, device: torch.device, width: int | None, x: 
             freeze_batchnorm(model)
         if options.get("fold_frozen_bn"):
             print(f"  folded {fold_frozen_batchnorm(model)} BatchNorm layers", file=sys.stderr)
-    kernel = {"fused": {"fused": True}}.get(options.get("implementation"), {})
+    kernel = KERNELS[options.get("implementation", "default")]  # optim.implementation
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4, **kernel)
     return model, opt, compiled_for_training(model, options.get("compile", "none"))
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -12,25 +13,29 @@ import pytest
 
 from nlnet import cli
 
-#: Whether the memory of a fresh 64 MB tensor may sit on huge pages (``THPeligible`` of its
-#: mapping in ``/proc/self/smaps``: 1 once PyTorch has ``madvise``-d it; whether the kernel then
-#: finds free huge pages depends on the machine's load, this does not).
-_ELIGIBLE = """
-def eligible(t):
+
+def _eligible(t) -> int:
+    """Whether the memory of tensor ``t`` may sit on huge pages (``THPeligible`` of its mapping
+    in ``/proc/self/smaps``: 1 once PyTorch has ``madvise``-d it; whether the kernel then finds
+    free huge pages depends on the machine's load, this does not)."""
     inside = False
-    for line in open("/proc/self/smaps"):
-        head = line.split()[0]
-        if "-" in head and head.replace("-", "").isalnum() and ":" not in head:
-            lo, hi = (int(v, 16) for v in head.split("-"))
-            inside = lo <= t.data_ptr() < hi
-        elif inside and head == "THPeligible:":
-            return int(line.split()[1])
-"""
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and head.replace("-", "").isalnum() and ":" not in head:
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= t.data_ptr() < hi
+            elif inside and head == "THPeligible:":
+                return int(line.split()[1])
+    raise AssertionError("the tensor's mapping is not in /proc/self/smaps")
+
+
+#: a fresh process through the command line's default, then a 64 MB tensor
 _PROBE = (
     "from nlnet.cli import cpu_allocation_defaults; cpu_allocation_defaults()\n"
     "import os, torch\n"
-    + _ELIGIBLE
-    + "print(os.environ.get('THP_MEM_ALLOC_ENABLE'), eligible(torch.empty(1 << 24)))\n"
+    + inspect.getsource(_eligible)
+    + "print(os.environ.get('THP_MEM_ALLOC_ENABLE'), _eligible(torch.empty(1 << 24)))\n"
 )
 _THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
@@ -53,9 +58,7 @@ def test_large_cpu_tensors_go_on_huge_pages():
 
     assert _probe() == ("1", 1)
     if os.environ.get("THP_MEM_ALLOC_ENABLE") in (None, "0"):  # this process: PyTorch's default
-        scope: dict = {}
-        exec(_ELIGIBLE, scope)
-        assert scope["eligible"](torch.empty(1 << 24)) == 0
+        assert _eligible(torch.empty(1 << 24)) == 0
 
 
 def test_the_users_setting_wins(monkeypatch):

@@ -36,14 +36,17 @@ from torch.optim.lr_scheduler import (
     SequentialLR,
 )
 
-__all__ = ["IMPLEMENTATIONS", "NORM_TYPES", "build_optimizer", "build_scheduler", "layer_ids"]
+__all__ = ["IMPLEMENTATIONS", "KERNELS", "NORM_TYPES", "build_optimizer", "build_scheduler",
+           "layer_ids", "load_optimizer_state"]  # fmt: skip
 
 #: ``optim.implementation``: the keyword arguments that pick PyTorch's update kernel.
-_KERNELS: dict[str, dict[str, bool]] = {
+KERNELS: dict[str, dict[str, bool]] = {
     "default": {}, "fused": {"fused": True}, "foreach": {"foreach": True},
     "for-loop": {"foreach": False},
 }  # fmt: skip
-IMPLEMENTATIONS = tuple(_KERNELS)
+IMPLEMENTATIONS = tuple(KERNELS)
+#: the optimizer-group flags those keyword arguments set
+_KERNEL_FLAGS = tuple(sorted({flag for kind in KERNELS.values() for flag in kind}))
 
 NORM_TYPES = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm)
 _EMBED = ("cls_token", "pos_embed", "patch_embed", "patch_norm", "dist_token")
@@ -143,12 +146,22 @@ def build_optimizer(model: nn.Module, optim: Any) -> torch.optim.Optimizer:
     groups = _param_groups(model, optim)
     for g in groups:
         g["lr"] = optim.lr * g["lr_scale"]
-    kind = _KERNELS[getattr(optim, "implementation", "default")]
+    kind = KERNELS[getattr(optim, "implementation", "default")]
     if optim.optimizer == "adamw":
         return torch.optim.AdamW(groups, lr=optim.lr, **kind)
     return torch.optim.SGD(
         groups, lr=optim.lr, momentum=optim.momentum, nesterov=optim.nesterov, **kind
     )
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(state)`` with this run's update kernel: loading takes each
+    group's ``fused``/``foreach`` flags from the writer, whose ``optim.implementation`` (or
+    device) may have been another, and places the state (AdamW's ``step``) by those flags; so
+    the saved groups get this run's flags before they are loaded."""
+    kernels = [{k: g[k] for k in _KERNEL_FLAGS if k in g} for g in optimizer.param_groups]
+    groups = [{**saved, **kept} for saved, kept in zip(state["param_groups"], kernels)]
+    optimizer.load_state_dict({**state, "param_groups": groups})
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, optim: Any, max_iters: int) -> LRScheduler:

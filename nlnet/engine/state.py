@@ -20,21 +20,9 @@ from torch import nn
 from nlnet.engine.checkpoint.rng import get_rng_state, set_rng_state
 from nlnet.engine.events import EventStorage
 from nlnet.engine.metrics import ThroughputMeter
+from nlnet.engine.optim import load_optimizer_state
 
-__all__ = ["Counters", "TrainState", "load_optimizer_state"]
-
-#: Optimizer group flags that choose PyTorch's update kernel (``optim.implementation``).
-_KERNEL_KEYS = ("fused", "foreach")
-
-
-def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
-    """``optimizer.load_state_dict(state)`` with this run's update kernel: loading takes each
-    group's ``fused``/``foreach`` flags from the writer, whose ``optim.implementation`` (or
-    device) may have been another, and places the state (AdamW's ``step``) by those flags; so
-    the saved groups get this run's flags before they are loaded."""
-    kernels = [{k: g[k] for k in _KERNEL_KEYS if k in g} for g in optimizer.param_groups]
-    groups = [{**saved, **kept} for saved, kept in zip(state["param_groups"], kernels)]
-    optimizer.load_state_dict({**state, "param_groups": groups})
+__all__ = ["Counters", "TrainState"]
 
 
 @dataclass

@@ -173,4 +173,7 @@ def max_pool3d(
         and not x.is_contiguous()
     ):  # channels-last input: PyTorch's own kernel is the fast one already
         return F.max_pool3d(x, kernel, stride, padding)
+    if not (torch.is_grad_enabled() and x.requires_grad):  # no indices to keep for a backward
+        x_cl = x.contiguous(memory_format=torch.channels_last_3d)
+        return F.max_pool3d(x_cl, kernel, stride, padding).contiguous()
     return _ChannelsLastMaxPool3d.apply(x, _triple(kernel), _triple(stride), _triple(padding))

@@ -150,7 +150,7 @@ def test_optimizer_implementation_error_is_one_line():
 
 
 def test_resume_keeps_this_runs_optimizer_kernel():
-    from nlnet.engine.state import load_optimizer_state
+    from nlnet.engine.optim import load_optimizer_state
 
     _, fused = _updated("fused")
     _, loop = _updated("for-loop", steps=0)

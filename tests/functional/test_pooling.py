@@ -91,6 +91,10 @@ def test_stem_max_pool_is_torchs_bit_for_bit(shape, kernel, stride, padding, dat
     ours.backward(grad)
     theirs.backward(grad)
     assert torch.equal(a.grad, b.grad)
+    with torch.no_grad():  # inference: the channels-last kernel without the index bookkeeping
+        fast = max_pool3d(x, kernel, stride, padding)
+    assert fast.is_contiguous()
+    torch.testing.assert_close(fast, theirs.detach(), rtol=0, atol=0, equal_nan=True)
 
 
 def test_stem_max_pool_falls_back_where_torch_is_fast_or_traced():

@@ -143,9 +143,17 @@ def test_the_first_run_and_folder_configs_do_not_flip(order_folder):
 def test_an_i3d_starts_from_a_trained_c2d_by_model_init(order_folder, tmp_path, capsys):
     """``model.init`` of a trained C2D checkpoint starts the I3D of the same layout (Section 4:
     a ``1 x k x k`` kernel inflated to ``3 x k x k``, each plane divided by 3), from the command
-    line to the I3D's evaluation; the order-blind C2D is what a user has first."""
+    line to the I3D's evaluation; the order-blind C2D is what a user has first. The I3D trains
+    with the speed options as a user sets them (``optim.implementation=fused``,
+    ``train.subsample_1x1=true``), is stopped and resumed (the fused kernel kept through the
+    checkpoint), and is evaluated from its checkpoint by a plain model (the options change no
+    state-dict key), which gives the trained model's logits."""
+    import copy
+
+    import nlnet
     from nlnet.engine.checkpoint import load_checkpoint
     from nlnet.engine.modeling import build_model
+    from nlnet.engine.subsampling import subsample_strided_pointwise
 
     common = [f"data.root={order_folder}", "optim.epochs=1"]
     c2d_dir, i3d_dir = tmp_path / "c2d", tmp_path / "i3d"
@@ -153,11 +161,24 @@ def test_an_i3d_starts_from_a_trained_c2d_by_model_init(order_folder, tmp_path, 
                  "--output-dir", str(c2d_dir)]) == 0  # fmt: skip
     c2d = load_checkpoint(c2d_dir / "checkpoints" / "final.pt")["model"]
     init = f"model.init={c2d_dir / 'checkpoints' / 'final.pt'}"
+    speed = ["optim.implementation=fused", "train.subsample_1x1=true"]
     capsys.readouterr()
-    assert main(["train", "--config", "smoke/folder_tiny", *common, init,
-                 "--output-dir", str(i3d_dir)]) == 0  # fmt: skip
+    assert main(["train", "--config", "smoke/folder_tiny", *common, init, *speed,
+                 "train.stop_after=4", "--output-dir", str(i3d_dir)]) == 0  # fmt: skip
     assert "kernel(s) inflated in time" in capsys.readouterr().out
-    assert main(["eval", "--checkpoint", str(i3d_dir / "checkpoints" / "final.pt")]) == 0
+    final = i3d_dir / "checkpoints" / "final.pt"
+    assert not final.exists()
+    assert main(["train", "--output-dir", str(i3d_dir), "--resume"]) == 0
+    ckpt = load_checkpoint(final)
+    assert ckpt["iteration"] == 10  # 80 videos, batch 8: one epoch
+    assert all(g["fused"] for g in ckpt["optimizer"]["param_groups"])
+    assert main(["eval", "--checkpoint", str(final)]) == 0
+    plain = nlnet.load_model(final).eval()
+    trained = copy.deepcopy(plain)
+    assert subsample_strided_pointwise(trained) >= 1  # the tiny I3D's projection shortcuts
+    clip = torch.randn(2, 3, 8, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(trained(clip), plain(clip), rtol=1e-5, atol=1e-5)
     model = build_model(load_config("smoke/folder_tiny", [*common, init, "model.num_classes=4"]))
     inflated = [
         k for k, v in model.state_dict().items() if v.dim() == 5 and v.shape != c2d[k].shape
