@@ -7,6 +7,10 @@ Kinetics-like size are written into a class folder, and then
 * ``loader clips/s``: training clips per second of the config's dataset (decode, the paper's
   scale jitter, crop and flip) through a ``DataLoader`` with 0 and with ``--workers`` worker
   processes, batches of the config's ``train.batch_size``, nothing else running in the process;
+* with the config's own decoded-clip cache (``data.clip_cache``; the first-run config keeps
+  whole videos in memory, ``clip_cache_unit: video``): ``fill clips/s``, the first pass over
+  every video (each decoded once, whole) and ``cached clips/s``, the batches after it (every
+  later epoch), 0 workers: the memory cache lives in the main process;
 * ``step clips/s``: clips per second of the training step alone (the config's model, SGD,
   cross-entropy, BatchNorm trained) on a batch of random clips of the same shape;
 
@@ -33,13 +37,13 @@ from decode import make_video  # noqa: E402  (benchmarks/decode.py: a moving tex
 CONFIGS = ("smoke/folder_tiny", "kinetics/c2d_r50_nl5")
 
 
-def loader_rate(cfg, workers: int, batches: int) -> float:
-    """Training clips/s of ``cfg``'s dataset through a DataLoader with ``workers``."""
+def loader_rate(cfg, workers: int, batches: int, data=None) -> float:
+    """Training clips/s of ``cfg``'s dataset (or ``data``) through a DataLoader with ``workers``."""
     from torch.utils.data import DataLoader, RandomSampler
 
     from nlnet.data.video.builder import build_dataset
 
-    data = build_dataset(cfg.data, "train")
+    data = build_dataset(cfg.data, "train") if data is None else data
     b = cfg.train.batch_size
     sampler = RandomSampler(data, replacement=True, num_samples=b * (batches + 1))
     loader = DataLoader(data, batch_size=b, sampler=sampler, num_workers=workers,
@@ -51,6 +55,19 @@ def loader_rate(cfg, workers: int, batches: int) -> float:
         batch = next(it)
         n += len(batch["clip"]) if isinstance(batch, dict) else len(batch[0])
     return n / (time.perf_counter() - t)
+
+
+def cache_rates(cfg, batches: int) -> tuple[float, float]:
+    """Clips/s of the first pass over every video through the config's clip cache (filling it),
+    then of ``batches`` batches read from it (in this process: 0 workers)."""
+    from nlnet.data.video.builder import build_dataset
+
+    data = build_dataset(cfg.data, "train")
+    t = time.perf_counter()
+    for i in range(len(data)):
+        data[i]
+    fill = len(data) / (time.perf_counter() - t)
+    return fill, loader_rate(cfg, 0, batches, data)
 
 
 def step_rate(cfg, steps: int) -> float:
@@ -101,21 +118,31 @@ def main(argv: list[str] | None = None) -> int:
             over = [f"data.root={tmp}", "data.type=folder", "data.cache=false"]
             over += [f"train.batch_size={args.batch}"] if args.batch else []
             cfg = load_config(name, over)
-            rates = {w: loader_rate(cfg, w, args.batches) for w in (0, args.workers)}
+            plain = load_config(name, [*over, "data.clip_cache=null"])
+            rates = {w: loader_rate(plain, w, args.batches) for w in (0, args.workers)}
+            cached = cache_rates(cfg, args.batches) if cfg.data.clip_cache else None
             step = step_rate(cfg, args.steps)
-            rows.append((name, cfg, rates, step))
+            rows.append((name, cfg, rates, cached, step))
             print(f"  {name}: done", file=sys.stderr, flush=True)
     print(f"\n{args.videos} synthetic videos of {args.frames} frames, {args.height}x{args.width}, "
           f"H.264; {torch.get_num_threads()} threads")  # fmt: skip
-    print(f"{'config':<24}{'clip':>14}{'batch':>6}{'loader w=0':>12}"
-          f"{f'loader w={args.workers}':>12}{'step':>9}{'keeps up':>10}")  # fmt: skip
-    for name, cfg, rates, step in rows:
+    print(f"{'config':<24}{'clip':>10}{'batch':>6}{'loader w=0':>12}"
+          f"{f'loader w={args.workers}':>12}{'fill':>8}{'cached':>9}{'step':>9}"
+          f"{'keeps up':>10}")  # fmt: skip
+    for name, cfg, rates, cached, step in rows:
         d = cfg.data
         clip = f"{d.num_frames}x{d.stride} {d.crop}"
-        best = max(rates.values())
-        print(f"{name:<24}{clip:>14}{cfg.train.batch_size:>6}{rates[0]:>12.1f}"
-              f"{rates[args.workers]:>12.1f}{step:>9.2f}{'yes' if best >= step else 'no':>10}")  # fmt: skip
-    print("(clips/s; keeps up: the faster loader delivers at least the step's clips/s)")
+        best = max(rates.values()) if cached is None else cached[1]
+        fill, hit = ("-", "-") if cached is None else (f"{cached[0]:.1f}", f"{cached[1]:.1f}")
+        print(f"{name:<24}{clip:>10}{cfg.train.batch_size:>6}{rates[0]:>12.1f}"
+              f"{rates[args.workers]:>12.1f}{fill:>8}{hit:>9}{step:>9.2f}"
+              f"{'yes' if best >= step else 'no':>10}")  # fmt: skip
+    print(
+        "(clips/s, loader columns without the clip cache; fill / cached: the config's clip "
+        "cache, first pass / later epochs; keeps up: the loader a run uses (the cached one "
+        "after the first epoch where the config caches, else the faster of the two) delivers "
+        "at least the step's clips/s)"
+    )
     return 0
 
 

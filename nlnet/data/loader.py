@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-__all__ = ["DevicePrefetcher", "make_loader", "skipped_count", "to_device", "usable_cores",
-           "usable_workers"]  # fmt: skip
+__all__ = ["DevicePrefetcher", "TimedBatches", "WorkerTuner", "make_loader", "skipped_count",
+           "to_device", "usable_cores", "usable_workers"]  # fmt: skip
 
 
 def usable_cores() -> int:
@@ -45,6 +45,87 @@ def usable_workers(workers: int) -> int:
                       f"core(s); using {cores}", RuntimeWarning, stacklevel=3)  # fmt: skip
         return cores
     return workers
+
+
+class WorkerTuner:
+    """``train.workers: auto``: the loader's worker count chosen epoch by epoch from what the
+    training loop measured.
+
+    It starts with 0 workers: decoding in the training process, with no process start-up each
+    epoch, and an in-process clip cache (``data.clip_cache: memory``) that stays filled. After
+    each full epoch, :meth:`update` gets its items/s and the fraction of its time spent waiting
+    for batches; the first epoch is only a warm-up (it fills caches, opens every file the first
+    time, compiles) and decides nothing. While the wait is above ``keep_up`` (the loader does not
+    keep up), the count grows (0 -> 2 -> 4 -> 8 ..., at most the usable cores); a count whose
+    epoch was slower than the best one so far (by more than ``tolerance``) is undone and the
+    search ends there, as it does once the loader keeps up. The count never changes a run's numbers: every item's clip and
+    augmentation is seeded by ``(seed, epoch, index)`` (:mod:`nlnet.data.seeding`).
+
+    Args:
+        cores: the most workers to try (default: :func:`usable_cores`).
+        keep_up: the largest waiting fraction taken as keeping up.
+        tolerance: relative items/s below the best that counts as slower.
+    """
+
+    def __init__(self, cores: int | None = None, keep_up: float = 0.05,
+                 tolerance: float = 0.05) -> None:  # fmt: skip
+        self.cores = usable_cores() if cores is None else int(cores)
+        self.keep_up, self.tolerance = float(keep_up), float(tolerance)
+        self.workers = 0
+        self.best: tuple[float, int] | None = None  # (items/s, workers)
+        self.warm = False  # the first epoch seen
+        self.done = False
+
+    def update(self, items_per_s: float, wait_fraction: float) -> int:
+        """The count for the next epoch after one of ``self.workers`` workers ran at
+        ``items_per_s``, waiting ``wait_fraction`` of its time for batches."""
+        if self.done or not self.warm:
+            self.warm = True
+            return self.workers
+        if self.best is not None and items_per_s < self.best[0] * (1 - self.tolerance):
+            self.workers, self.done = self.best[1], True  # more workers made it slower: undo
+            return self.workers
+        if self.best is None or items_per_s > self.best[0]:
+            self.best = (items_per_s, self.workers)
+        grown = min(max(2, 2 * self.workers), self.cores)
+        if wait_fraction <= self.keep_up or grown == self.workers:
+            self.done = True
+            return self.workers
+        self.workers = grown
+        return grown
+
+    def after_epoch(self, items: int, busy_s: float, wait_s: float, epoch: int) -> str | None:
+        """:meth:`update` from an epoch's ``items`` trained in ``busy_s`` seconds of steps, of
+        which ``wait_s`` waiting for batches; the log line of a change (``epoch``: the next)."""
+        if busy_s <= 0:
+            return None
+        before = self.workers
+        rate, wait = items / busy_s, wait_s / busy_s
+        if self.update(rate, wait) == before:
+            return None
+        return (f"train.workers=auto: {self.workers} loader worker(s) from epoch {epoch} (epoch "
+                f"{epoch - 1} with {before}: {rate:.1f} items/s, {100 * wait:.0f}% of the steps' "
+                "time waiting for data)")  # fmt: skip
+
+
+class TimedBatches:
+    """An iterator of batches that adds up the time spent waiting in ``next`` (``wait_s``)."""
+
+    def __init__(self, batches: Iterable[Any]) -> None:
+        self._it = iter(batches)
+        self.wait_s = 0.0
+
+    def __iter__(self) -> TimedBatches:
+        return self
+
+    def __next__(self) -> Any:
+        import time
+
+        t = time.perf_counter()
+        try:
+            return next(self._it)
+        finally:
+            self.wait_s += time.perf_counter() - t
 
 
 def make_loader(

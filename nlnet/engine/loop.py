@@ -40,7 +40,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from nlnet.data.atomic import atomic_path
-from nlnet.data.loader import make_loader
+from nlnet.data.loader import TimedBatches, WorkerTuner, make_loader
 from nlnet.data.seeding import ItemKey, SeededDataset, seed_all, seed_worker
 from nlnet.engine import distributed as du
 from nlnet.engine.checkpoint.file_io import load_checkpoint, save_checkpoint
@@ -110,6 +110,8 @@ class Run:
         self.ddp_model: nn.Module | None = None
         self.stop_request: StopRequest | None = None
         self.bar: Any = None  # tqdm progress bar of fit
+        # train.workers: auto: the loader's workers chosen epoch by epoch (nlnet.data.loader)
+        self.tuner = WorkerTuner() if cfg.train.workers == "auto" else None
         self.view: RunView | None = None  # what the hooks read (fit)
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -292,7 +294,8 @@ class Run:
         gen.manual_seed(tc.seed * 1_000_003 + st.epoch)
         return make_loader(
             SeededDataset(self.train_dataset), batch_size=tc.batch_size, sampler=self.sampler,
-            workers=tc.workers, prefetch=tc.prefetch, collate_fn=self.task.collate,
+            workers=tc.workers if self.tuner is None else self.tuner.workers,
+            prefetch=tc.prefetch, collate_fn=self.task.collate,
             device=self.device, drop_last=True, worker_init_fn=seed_worker, generator=gen,
         )  # fmt: skip
 
@@ -382,8 +385,9 @@ class Run:
     def run_epoch(self) -> bool:
         """Train until the epoch ends, the run ends or ``stop_after``; True when stopped."""
         st = self.state
-        batches = iter(self.loader())
+        batches = TimedBatches(self.loader())
         t_epoch = time.perf_counter()
+        started = (st.items_seen, st.train_time)
         while st.batch_in_epoch + self.micro_batches(st.epoch, st.iteration) <= self.usable_batches:
             if st.iteration >= st.max_iters:
                 break
@@ -402,9 +406,20 @@ class Run:
             if self.bar is not None:
                 self.bar.update(1)
             outcome = self.after_step(t_epoch)
+            if outcome == "epoch" and self.tuner is not None:
+                self.tune_workers(batches.wait_s, *started)
             if outcome is not None:
                 return outcome == "stop"
         return False
+
+    def tune_workers(self, wait_s: float, items0: int, train_time0: float) -> None:
+        """``train.workers: auto``: the next epoch's workers from this epoch's steps (hooks not
+        counted); a change is one line of the log."""
+        st = self.state
+        busy = st.train_time - train_time0
+        change = self.tuner.after_epoch(st.items_seen - items0, busy, wait_s, st.epoch)
+        if change:
+            say(change, self.main)
 
     def fit(self) -> float:
         """Epochs of steps until the run ends or stops; returns the loop's time in seconds."""

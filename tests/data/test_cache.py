@@ -148,3 +148,73 @@ def test_disk_cache_with_dataloader_workers_matches_the_uncached_batches(root, t
 def test_unknown_cache_kind_is_a_config_error(root):
     with pytest.raises(ValueError, match="clip_cache"):
         build_dataset({**TINY, "root": str(root), "clip_cache": "ssd"}, "train")
+
+
+@pytest.fixture(scope="module")
+def gops(tmp_path_factory):
+    """Two 40-frame videos with keyframes every 8 frames and B-frames (seeks land mid-video)."""
+    base = tmp_path_factory.mktemp("gops")
+    rng = np.random.default_rng(1)
+    for name in ("a/1", "b/2"):
+        frames = rng.integers(0, 255, (40, 24, 28, 3), dtype=np.uint8)
+        write_video(base / "train" / f"{name}.mp4", frames, fps=10, gop_size=8, bframes=2)
+    return base
+
+
+@pytest.mark.parametrize("kind", ["memory", "disk"])
+def test_video_unit_decodes_each_video_once_with_equal_clips(gops, tmp_path, monkeypatch, kind):
+    clear_memory_index()
+    cfg = {**TINY, "root": str(gops), "num_frames": 8, "sampling": "segments"}
+    plain = build_dataset(cfg, "train")
+    cached = build_dataset({**cfg, "clip_cache": kind, "clip_cache_unit": "video",
+                            "clip_cache_dir": str(tmp_path)}, "train")  # fmt: skip
+    opened = _count_opens(monkeypatch)
+    for epoch in range(3):  # other random segment frames every epoch: never the same indices
+        for i in range(len(plain)):
+            key = ItemKey.of(5, epoch, i)
+            torch.testing.assert_close(cached[key]["clip"], plain[key]["clip"], rtol=0, atol=0)
+    assert opened.count(plain.videos[0]) == 3 + 1  # the plain dataset's 3, the cache's 1
+    assert cached.clip_cache.misses == 2 and cached.clip_cache.hits == 4
+    if kind == "disk":
+        assert len(list(tmp_path.glob("*.npy"))) == 2  # one entry per video
+
+
+def test_video_unit_cuts_any_indices_as_the_decoder_reads_them(gops, tmp_path):
+    from nlnet.data.video_io.decoder import ClipDecoder
+
+    video = str(next((gops / "train" / "a").glob("*.mp4")))
+    plain = ClipDecoder()
+    for cache in (MemoryClipCache(2**24), DiskClipCache(tmp_path, 2**24)):
+        whole = ClipDecoder(cache=cache, unit="video")
+        for idx in ([0], [9, 3, 3, 39], list(range(17, 25)), [38, 40, 45]):  # past the end: last
+            idx = torch.tensor(idx)
+            assert torch.equal(whole(video, idx), plain(video, idx))
+        assert cache.misses == 1 and cache.hits == 3
+    with pytest.raises(ValueError, match="unit"):
+        ClipDecoder(unit="frame")
+
+
+def test_video_unit_decodes_clip_by_clip_where_the_cache_has_no_room(gops, tmp_path):
+    from nlnet.data.video_io.decoder import ClipDecoder
+
+    videos = sorted(str(p) for p in gops.rglob("*.mp4"))
+    one = 40 * 24 * 28 * 3  # bytes of one decoded video
+    memory = MemoryClipCache(max_bytes=one + 10)  # room for the first video only
+    disk = DiskClipCache(tmp_path, max_bytes=one + 200)
+    idx = torch.tensor([1, 11, 21, 31])
+    for cache in (memory, disk):
+        whole = ClipDecoder(cache=cache, unit="video")
+        for _ in range(2):
+            for v in videos:
+                assert torch.equal(whole(v, idx), ClipDecoder()(v, idx))
+        assert cache.nbytes in (one, one + 128) and cache.hits == 1 and cache.misses == 3
+    assert len(memory) == 1  # nothing evicted: the first video stays, the second is not stored
+    key = clip_key(videos[0], None)
+    assert key not in {clip_key(videos[0], list(range(40))), clip_key(videos[1], None)}
+    (tmp_path / f"{key}.npy").write_bytes(b"\x93NUMPY damaged")
+    assert disk.get_frames(key, idx) is None  # a damaged whole-video entry is a miss
+
+
+def test_unknown_cache_unit_is_a_config_error(root):
+    with pytest.raises(ValueError, match="data.clip_cache_unit: expected 'clip' or 'video'"):
+        build_dataset({**TINY, "root": str(root), "clip_cache_unit": "frame"}, "train")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from nlnet.data.loader import DevicePrefetcher, make_loader, to_device
+from nlnet.data.loader import DevicePrefetcher, TimedBatches, WorkerTuner, make_loader, to_device
 
 
 def _data(n: int = 10) -> TensorDataset:
@@ -64,3 +64,33 @@ def test_workers_beyond_the_usable_cores_are_cut_once_with_a_warning():
         loader = make_loader(_data(), batch_size=4, workers=cores + 2)
     assert loader.num_workers == cores
     assert make_loader(_data(), batch_size=4, workers=cores).num_workers == cores
+
+
+def test_worker_tuner_grows_while_the_loader_lags_and_undoes_a_slower_count():
+    t = WorkerTuner(cores=16)
+    assert t.workers == 0 and t.update(5.0, 0.9) == 0  # the first epoch only warms up
+    assert t.update(10.0, 0.8) == 2  # waiting 80% of the time: workers
+    assert t.update(20.0, 0.5) == 4 and t.update(30.0, 0.2) == 8
+    assert t.update(25.0, 0.2) == 4 and t.done  # slower than with 4 (beyond 5%): back, stop
+    assert t.update(100.0, 0.9) == 4  # decided: later epochs keep it
+    keeps_up = WorkerTuner(cores=16)
+    keeps_up.update(1.0, 0.0)
+    assert keeps_up.update(50.0, 0.04) == 0 and keeps_up.done  # waits < 5%: no workers
+    few = WorkerTuner(cores=2)
+    few.update(1.0, 0.9)
+    assert few.update(10.0, 0.9) == 2 and few.update(10.2, 0.9) == 2 and few.done  # all cores
+    noisy = WorkerTuner(cores=8)
+    noisy.update(1.0, 0.9)
+    assert noisy.update(10.0, 0.5) == 2 and noisy.update(9.8, 0.5) == 4  # within 5%: go on
+
+
+def test_timed_batches_add_up_the_waiting():
+    import time
+
+    def slow():
+        for i in range(3):
+            time.sleep(0.02)
+            yield i
+
+    batches = TimedBatches(slow())
+    assert list(batches) == [0, 1, 2] and 0.05 < batches.wait_s < 1.0

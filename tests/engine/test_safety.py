@@ -249,7 +249,8 @@ def test_checkpoints_have_the_normal_file_mode_and_orphans_are_removed(tmp_path)
     "key, value",
     [("optim.lr", ".nan"), ("optim.lr", "-0.1"), ("optim.lr", "0"), ("optim.weight_decay", ".inf"),
      ("optim.momentum", "1.5"), ("optim.momentum", ".nan"), ("optim.gamma", "0"),
-     ("optim.clip_grad_norm", "-1"), ("optim.warmup_factor", "2")],
+     ("optim.clip_grad_norm", "-1"), ("optim.warmup_factor", "2"), ("train.workers", "-1"),
+     ("train.workers", "many")],
 )  # fmt: skip
 def test_non_finite_or_out_of_range_numbers_are_config_errors(key, value):
     with pytest.raises(ConfigError, match=key):

@@ -66,6 +66,30 @@ def test_runs_are_deterministic_and_workers_do_not_change_the_result(tmp_path):
         assert torch.equal(x, y)
 
 
+class _SlowClips(TinyClipDataset):
+    """Items that take 5 ms each: the loader, not the tiny step, bounds the run."""
+
+    def __getitem__(self, i):
+        import time
+
+        time.sleep(0.005)
+        return super().__getitem__(i)
+
+
+def test_workers_auto_adds_workers_to_a_slow_loader_without_changing_the_result(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr("nlnet.data.loader.usable_cores", lambda: 2)  # as on the CI machine
+    common = {"optim.max_iters": 12, "optim.steps": [9]}  # 3 epochs of 4 steps
+    plain, _ = _run(tiny_run_config(tmp_path, "plain", **common), dataset=_SlowClips())
+    auto, _ = _run(tiny_run_config(tmp_path, "auto", **common, **{"train.workers": "auto"}),
+                   dataset=_SlowClips())  # fmt: skip
+    # epoch 0 warms up, epoch 1 (0 workers) waits for data: epoch 2 decodes in workers
+    assert "train.workers=auto: 2 loader worker(s) from epoch 2" in capsys.readouterr().out
+    for x, y in zip(plain.state_dict().values(), auto.state_dict().values()):
+        assert torch.equal(x, y)
+
+
 def test_gradient_accumulation_matches_the_large_batch(tmp_path):
     common = {"optim.max_iters": 6, "model.dropout": 0.0}
     big, _ = _run(tiny_run_config(tmp_path, "big", **common), model=_model(bn=False))

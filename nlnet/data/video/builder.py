@@ -141,7 +141,9 @@ def build_parts(
         transform = TestTransform(c.test_scale, c.test_crop, crops, mean=c.mean, std=c.std)
     return {
         "sampler": sampler,
-        "decoder": ClipDecoder(c.backend, c.decode_threads, cache, c.index_workers),
+        "decoder": ClipDecoder(
+            c.backend, c.decode_threads, cache, c.index_workers, unit=c.clip_cache_unit
+        ),
         "transform": ClipTransform(transform),
         "policy": BadVideoPolicy(c.min_frames),
     }

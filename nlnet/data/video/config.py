@@ -76,6 +76,8 @@ class VideoDataConfig:
             process) or ``"disk"`` (shared by loader workers and DDP ranks).
         clip_cache_mb: the clip cache's size bound in MiB.
         clip_cache_dir: the disk cache's folder (``None``: ``$NLNET_CACHE/clips``).
+        clip_cache_unit: ``"clip"`` (an entry per decoded clip) or ``"video"`` (an entry per
+            whole video, each clip cut from it: for ``sampling: segments``).
 
     Test-time clip and crop counts are not data keys: they are ``eval.clips``/``eval.crops``.
     """
@@ -105,11 +107,16 @@ class VideoDataConfig:
     clip_cache: str | None = None
     clip_cache_mb: float = 1024
     clip_cache_dir: str | None = None
+    clip_cache_unit: str = "clip"
 
     def __post_init__(self) -> None:
         if self.clip_cache not in (None, "memory", "disk"):
             raise ValueError(
                 f"data.clip_cache: expected null, 'memory' or 'disk', got {self.clip_cache!r}"
+            )
+        if self.clip_cache_unit not in ("clip", "video"):
+            raise ValueError(
+                f"data.clip_cache_unit: expected 'clip' or 'video', got {self.clip_cache_unit!r}"
             )
         if not self.clip_cache_mb > 0:
             raise ValueError(f"data.clip_cache_mb: expected > 0, got {self.clip_cache_mb!r}")

@@ -6,6 +6,10 @@ with the same ``test_clips`` views every epoch (Section 4.1's fixed multi-clip t
 cache stores the decoder's output, the ``(T, H, W, C)`` uint8 frames, so augmentation stays
 random per epoch; it helps when the same frames are asked for again (clips that fill the whole
 video, test views); a training clip drawn at a random offset of a long video rarely repeats.
+With ``data.clip_cache_unit: video`` the decoder stores every frame of a video under one key and
+cuts each later clip out of it (:class:`nlnet.data.video_io.decoder.ClipDecoder`): the unit for
+clips that span their video at random positions (``data.sampling: segments``), which decode
+most of the video anyway and never repeat their frame indices.
 
 * ``kind="memory"``: a per-process LRU dictionary bounded by ``max_bytes``. DataLoader workers
   each hold their own (the cache is emptied when a dataset is pickled for a ``spawn`` worker;
@@ -18,8 +22,8 @@ video, test views); a training clip drawn at a random offset of a long video rar
   exceed ``max_bytes``; concurrent writers can overshoot by their in-flight clips.
 
 The key covers everything the frames depend on: the file's absolute path, size and
-modification time (an edited file is a miss), the decoder backend, the frame indices and the
-decode size (``None``: the file's own resolution).
+modification time (an edited file is a miss), the decoder backend, the frame indices (``None``:
+the whole video) and the decode size (``None``: the file's own resolution).
 """
 
 from __future__ import annotations
@@ -37,28 +41,34 @@ import torch
 
 from nlnet.data.atomic import atomic_path
 
-__all__ = ["CACHE_KINDS", "ClipCache", "DiskClipCache", "MemoryClipCache", "build_clip_cache",
+__all__ = ["CACHE_KINDS", "CACHE_UNITS", "ClipCache", "DiskClipCache", "MemoryClipCache", "build_clip_cache",
            "clip_key"]  # fmt: skip
 
 #: Accepted values of ``data.clip_cache`` (``None``: no cache).
 CACHE_KINDS: tuple[str, ...] = ("memory", "disk")
+#: Accepted values of ``data.clip_cache_unit``: one entry per clip, or per whole video.
+CACHE_UNITS: tuple[str, ...] = ("clip", "video")
 
 
 def clip_key(
     path: str | os.PathLike,
-    indices: Sequence[int] | torch.Tensor,
+    indices: Sequence[int] | torch.Tensor | None,
     *,
     backend: str = "",
     size: Sequence[int] | int | None = None,
 ) -> str:
-    """The cache key of the frames ``indices`` of ``path`` decoded by ``backend`` at ``size``.
+    """The cache key of the frames ``indices`` of ``path`` (``None``: every frame) decoded by
+    ``backend`` at ``size``.
 
     Raises:
         OSError: ``path`` cannot be stat'ed.
     """
     p = os.path.abspath(os.fspath(path))
     st = os.stat(p)
-    idx = [int(i) for i in (indices.tolist() if isinstance(indices, torch.Tensor) else indices)]
+    if indices is None:
+        idx: list[int] | str = "all"
+    else:
+        idx = [int(i) for i in (indices.tolist() if isinstance(indices, torch.Tensor) else indices)]
     text = f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0{backend}\0{idx}\0{size}"
     return hashlib.sha1(text.encode()).hexdigest()
 
@@ -84,6 +94,16 @@ class ClipCache:
             self.hits += 1
         return frames
 
+    def get_frames(self, key: str, indices: torch.Tensor) -> torch.Tensor | None:
+        """The frames ``indices`` of the cached entry ``key`` (an index past its end repeats its
+        last frame), or ``None``; a hit or a miss as :meth:`get`."""
+        frames = self.get(key)
+        return None if frames is None else _take(frames, indices)
+
+    def room_for(self, nbytes: int) -> bool:
+        """Whether an entry of ``nbytes`` would be kept by :meth:`put` now."""
+        return nbytes <= self.max_bytes
+
     def put(self, key: str, frames: torch.Tensor) -> bool:
         """Store ``frames`` (uint8); returns whether they were kept (False: over the bound)."""
         if frames.dtype != torch.uint8:
@@ -98,6 +118,15 @@ class ClipCache:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(max_bytes={self.max_bytes}, hits={self.hits}, misses={self.misses})"
+
+
+def _take(frames: Any, indices: torch.Tensor) -> torch.Tensor:
+    """Rows ``indices`` of ``frames`` (a tensor or a memory-mapped array), clamped to its end,
+    as a new tensor."""
+    idx = indices.clamp(max=len(frames) - 1)
+    if isinstance(frames, torch.Tensor):
+        return frames[idx]
+    return torch.from_numpy(np.ascontiguousarray(frames[idx.numpy()]))
 
 
 class MemoryClipCache(ClipCache):
@@ -120,6 +149,12 @@ class MemoryClipCache(ClipCache):
             if frames is not None:
                 self._items.move_to_end(key)
             return frames
+
+    def room_for(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` fit beside what is held, without evicting anything: a whole video is
+        stored only into free room (a random pass over more videos than the bound holds would
+        otherwise evict each before its next use and decode every video whole each time)."""
+        return self.nbytes + nbytes <= self.max_bytes
 
     def _put(self, key: str, frames: torch.Tensor) -> bool:
         size = frames.numel()
@@ -162,17 +197,39 @@ class DiskClipCache(ClipCache):
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.npy"
 
-    def _get(self, key: str) -> torch.Tensor | None:
-        path = self._path(key)
+    def _load(self, key: str, mmap: bool) -> np.ndarray | None:
         try:
-            array = np.load(path, allow_pickle=False)
+            array = np.load(self._path(key), mmap_mode="r" if mmap else None, allow_pickle=False)
         except FileNotFoundError:
             return None
         except (OSError, ValueError, EOFError):  # damaged (e.g. a disk-full write): a miss
             return None
-        if array.dtype != np.uint8 or array.ndim != 4:
+        if array.dtype != np.uint8 or array.ndim != 4 or not len(array):
             return None
-        return torch.from_numpy(array)
+        return array
+
+    def _get(self, key: str) -> torch.Tensor | None:
+        array = self._load(key, mmap=False)
+        return None if array is None else torch.from_numpy(array)
+
+    def get_frames(self, key: str, indices: torch.Tensor) -> torch.Tensor | None:
+        """The frames ``indices`` of entry ``key``, read through a memory map: only their bytes
+        (a whole video's entry is not loaded for one clip)."""
+        array = self._load(key, mmap=True)
+        if array is None:
+            self.misses += 1
+            return None
+        try:
+            frames = _take(array, indices)
+        except (OSError, ValueError):  # truncated after its header was read: a miss
+            self.misses += 1
+            return None
+        self.hits += 1
+        return frames
+
+    def room_for(self, nbytes: int) -> bool:
+        """Whether this process may still write ``nbytes`` (the bound stops writes)."""
+        return self.nbytes + nbytes + 128 <= self.max_bytes
 
     def _put(self, key: str, frames: torch.Tensor) -> bool:
         path = self._path(key)

@@ -3,7 +3,10 @@
 ``ClipDecoder(backend, threads, cache)(path, indices)`` returns the frames ``indices`` of ``path``
 as uint8 ``(T, H, W, 3)``; indices past the end repeat the last frame (a clip of a video that
 is a little shorter than expected). With a cache (:mod:`nlnet.data.video_io.clip_cache`) a repeated request
-reads no file. Failures raise :class:`nlnet.data.video_io.backends.VideoDecodeError` or the backend's error;
+reads no file. The cache's unit is the clip (a request with the same frame indices hits) or the
+whole video (``unit="video"``: a miss decodes and stores every frame of the video, and every
+later clip of that video, whatever its indices, is cut from the stored frames; the decoder
+returns the same frames either way, tested bit for bit). Failures raise :class:`nlnet.data.video_io.backends.VideoDecodeError` or the backend's error;
 the dataset's bad-video policy (:class:`nlnet.data.video.policy.BadVideoPolicy`) decides what follows.
 """
 
@@ -18,7 +21,7 @@ import torch
 
 import nlnet.data.video_io.backends as _video
 from nlnet.data.video_io.backends import BACKENDS, resolve_backend
-from nlnet.data.video_io.clip_cache import ClipCache, clip_key
+from nlnet.data.video_io.clip_cache import CACHE_UNITS, ClipCache, clip_key
 from nlnet.data.video_io.frame_index import build_frame_index
 
 __all__ = ["ClipDecoder"]
@@ -32,6 +35,9 @@ class ClipDecoder:
         threads: FFmpeg threads per decoder (``data.decode_threads``).
         cache: a :class:`nlnet.data.video_io.clip_cache.ClipCache` or None.
         index_workers: threads probing frame counts in :meth:`index` (0: sequential).
+        unit: what one cache entry holds (``data.clip_cache_unit``): ``"clip"``, the frames of
+            one request, or ``"video"``, every frame of the video. A video whose frames the cache
+            could not keep (over its bound) is decoded clip by clip, uncached.
     """
 
     def __init__(
@@ -40,9 +46,13 @@ class ClipDecoder:
         threads: int = 1,
         cache: ClipCache | None = None,
         index_workers: int = 0,
+        unit: str = "clip",
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if unit not in CACHE_UNITS:
+            raise ValueError(f"unit: expected one of {CACHE_UNITS}, got {unit!r}")
+        self.unit = unit
         self.backend = resolve_backend(backend)
         self.threads = int(threads)
         self.cache = cache
@@ -57,6 +67,8 @@ class ClipDecoder:
         return build_frame_index(list(videos), self.backend, path, self.index_workers)
 
     def __call__(self, path: str | os.PathLike, indices: torch.Tensor) -> torch.Tensor:
+        if self.cache is not None and self.unit == "video":
+            return self._through_video_cache(self.cache, path, indices)
         key = None
         if self.cache is not None:
             key = clip_key(path, indices, backend=self.backend)
@@ -70,5 +82,23 @@ class ClipDecoder:
             self.cache.put(key, frames)
         return frames
 
+    def _through_video_cache(
+        self, cache: ClipCache, path: str | os.PathLike, indices: torch.Tensor
+    ) -> torch.Tensor:
+        """The frames ``indices`` cut from the cached whole video, decoded and stored on a miss."""
+        key = clip_key(path, None, backend=self.backend)
+        frames = cache.get_frames(key, indices)
+        if frames is not None:
+            return frames
+        with _video.open_video(path, self.backend, self.threads) as reader:
+            info = reader.info
+            n = info.num_frames
+            if not cache.room_for(n * info.height * info.width * 3):
+                return reader.get_frames(indices.clamp(max=n - 1))
+            video = reader.read_all()  # (N, H, W, C) uint8
+        cache.put(key, video)
+        return video[indices.clamp(max=n - 1)]
+
     def __repr__(self) -> str:
-        return f"ClipDecoder({self.backend!r}, threads={self.threads}, cache={self.cache!r})"
+        unit = "" if self.unit == "clip" else f", unit={self.unit!r}"
+        return f"ClipDecoder({self.backend!r}, threads={self.threads}, cache={self.cache!r}{unit})"

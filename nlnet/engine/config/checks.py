@@ -90,8 +90,11 @@ def validate_config(cfg: Config) -> None:
     t = cfg.train
     for key in ("batch_size", "accum_steps", "log_every", "prefetch"):
         check_number(f"train.{key}", getattr(t, key), 1)
+    if isinstance(t.workers, str) and t.workers != "auto":
+        raise ConfigError(f"train.workers: expected an int >= 0 or 'auto', got {t.workers!r}")
     for key in ("workers", "ckpt_every", "eval_every", "eval_times", "stop_after"):
-        check_number(f"train.{key}", getattr(t, key), 0)
+        if getattr(t, key) != "auto":
+            check_number(f"train.{key}", getattr(t, key), 0)
     check_number("model.dropout", cfg.model.dropout, 0, 1)
     check_number("eval.batch_size", cfg.eval.batch_size, 1)
     check_number("eval.workers", cfg.eval.workers, 0)

@@ -127,7 +127,9 @@ class TrainConfig:
         sync_bn: convert BatchNorm to SyncBatchNorm under DDP on CUDA.
         loss: ``ce`` (softmax cross-entropy) or ``bce`` (per-category sigmoid, Section 5.2).
         seed: seed of model init, data order and augmentation.
-        workers: DataLoader worker processes (decoding overlaps the training steps).
+        workers: DataLoader worker processes (decoding overlaps the training steps), or
+            ``auto``: chosen epoch by epoch from the measured waiting for data
+            (:class:`nlnet.data.loader.WorkerTuner`; the count never changes the numbers).
         prefetch: batches each worker keeps ready (``prefetch_factor``; ignored without workers).
         log_every: iterations between metric records.
         ckpt_every: iterations between checkpoints (0: only at the end).
@@ -167,7 +169,7 @@ class TrainConfig:
     sync_bn: bool = True
     loss: str = "ce"
     seed: int = 0
-    workers: int = 4
+    workers: int | str = 4
     prefetch: int = 2
     log_every: int = 20
     ckpt_every: int = 1000

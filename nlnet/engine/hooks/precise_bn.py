@@ -99,9 +99,10 @@ class PreciseBNHook(HookBase):
         gen = torch.Generator().manual_seed(tc.seed * 7_919 + run.state.iteration + run.info.rank)
         order = torch.randperm(len(run.train_dataset), generator=gen)[:n_items].tolist()
         seeds = torch.randint(0, 2**62, (n_items,), generator=gen).tolist()
+        workers = usable_workers(0 if tc.workers == "auto" else tc.workers)  # auto: in-process
         loader = DataLoader(
             SeededDataset(run.train_dataset), batch_size=tc.batch_size,
-            sampler=[ItemKey(i, s) for i, s in zip(order, seeds)], num_workers=usable_workers(tc.workers),
+            sampler=[ItemKey(i, s) for i, s in zip(order, seeds)], num_workers=workers,
             collate_fn=run.task.collate, worker_init_fn=seed_worker,
             generator=torch.Generator().manual_seed(0),
         )  # fmt: skip

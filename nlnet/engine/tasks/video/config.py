@@ -134,3 +134,22 @@ def check_video_sections(cfg: Any) -> None:
         check_number(f"eval.{key}", getattr(cfg.eval, key), 1)
     _check_augment(cfg.augment, cfg.train.loss)
     _check_multigrid(cfg.multigrid, cfg.optim.epochs)
+    _check_clip_cache(cfg.data, cfg.train.workers)
+
+
+def _check_clip_cache(data: Any, workers: int | str) -> None:
+    """A memory clip cache is per process, and the training loader's workers are started anew
+    every epoch: with workers, what they decode is gone at the epoch's end (a warning; ``auto``
+    starts in the training process, whose filled cache later workers inherit)."""
+    if getattr(data, "clip_cache", None) == "memory" and workers != "auto" and workers > 0:
+        import warnings
+
+        unit = getattr(data, "clip_cache_unit", "clip")
+        warnings.warn(
+            f"data.clip_cache=memory with train.workers={workers}: each epoch's workers start "
+            f"with an empty cache, so nothing decoded is kept across epochs"
+            + (" and every video is decoded whole" if unit == "video" else "")
+            + "; use data.clip_cache=disk (shared by the workers) or train.workers=0",
+            RuntimeWarning,
+            stacklevel=2,
+        )
