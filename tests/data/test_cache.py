@@ -179,13 +179,18 @@ def test_video_unit_decodes_each_video_once_with_equal_clips(gops, tmp_path, mon
         assert len(list(tmp_path.glob("*.npy"))) == 2  # one entry per video
 
 
-def test_video_unit_cuts_any_indices_as_the_decoder_reads_them(gops, tmp_path):
+@pytest.mark.parametrize("backend", ["pyav", "torchcodec"])
+def test_video_unit_cuts_any_indices_as_the_decoder_reads_them(
+    gops, tmp_path, backend, require_torchcodec
+):
     from nlnet.data.video_io.decoder import ClipDecoder
 
+    if backend == "torchcodec":
+        require_torchcodec()
     video = str(next((gops / "train" / "a").glob("*.mp4")))
-    plain = ClipDecoder()
+    plain = ClipDecoder(backend)
     for cache in (MemoryClipCache(2**24), DiskClipCache(tmp_path, 2**24)):
-        whole = ClipDecoder(cache=cache, unit="video")
+        whole = ClipDecoder(backend, cache=cache, unit="video")
         for idx in ([0], [9, 3, 3, 39], list(range(17, 25)), [38, 40, 45]):  # past the end: last
             idx = torch.tensor(idx)
             assert torch.equal(whole(video, idx), plain(video, idx))
