@@ -13,6 +13,7 @@ timm's ``PrefetchLoader`` and PySlowFast's loader (``DATA_LOADER.PIN_MEMORY``,
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 __all__ = ["DevicePrefetcher", "TimedBatches", "WorkerTuner", "make_loader", "skipped_count",
-           "to_device", "usable_cores", "usable_workers"]  # fmt: skip
+           "to_device", "usable_cores", "usable_workers", "worker_tuner"]  # fmt: skip
 
 
 def usable_cores() -> int:
@@ -58,11 +59,14 @@ class WorkerTuner:
     time, compiles) and decides nothing. While the wait is above ``keep_up`` (the loader does not
     keep up), the count grows (0 -> 2 -> 4 -> 8 ..., at most the usable cores); a count whose
     epoch was slower than the best one so far (by more than ``tolerance``) is undone and the
-    search ends there, as it does once the loader keeps up. The count never changes a run's numbers: every item's clip and
-    augmentation is seeded by ``(seed, epoch, index)`` (:mod:`nlnet.data.seeding`).
+    search ends there, as it does once the loader keeps up. The count does not change the
+    numbers of data that decodes: every item's clip and augmentation is seeded by
+    ``(seed, epoch, index)`` (:mod:`nlnet.data.seeding`); a video whose decoding fails is
+    marked bad only in the process that met it (in a worker: for its epoch).
 
     Args:
-        cores: the most workers to try (default: :func:`usable_cores`).
+        cores: the most workers to try (default: :func:`usable_cores`; a DDP run passes its
+            share per process on the node).
         keep_up: the largest waiting fraction taken as keeping up.
         tolerance: relative items/s below the best that counts as slower.
     """
@@ -108,21 +112,35 @@ class WorkerTuner:
                 "time waiting for data)")  # fmt: skip
 
 
+def worker_tuner(workers: int | str, world_size: int = 1) -> WorkerTuner | None:
+    """The :class:`WorkerTuner` of ``train.workers: auto`` (``None`` for a fixed count); with
+    ``world_size`` processes (``LOCAL_WORLD_SIZE`` of them on this node where torchrun says so)
+    each process may use its share of the cores."""
+    import os
+
+    if workers != "auto":
+        return None
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size) or 1)
+    return WorkerTuner(cores=max(1, usable_cores() // max(1, local)))
+
+
 class TimedBatches:
-    """An iterator of batches that adds up the time spent waiting in ``next`` (``wait_s``)."""
+    """An iterator of batches that adds up the time spent waiting in ``next`` (``wait_s``),
+    the start of the loader's workers included (the loader is iterated at the first ``next``)."""
 
     def __init__(self, batches: Iterable[Any]) -> None:
-        self._it = iter(batches)
+        self._batches = batches
+        self._it: Iterator[Any] | None = None
         self.wait_s = 0.0
 
     def __iter__(self) -> TimedBatches:
         return self
 
     def __next__(self) -> Any:
-        import time
-
         t = time.perf_counter()
         try:
+            if self._it is None:
+                self._it = iter(self._batches)
             return next(self._it)
         finally:
             self.wait_s += time.perf_counter() - t

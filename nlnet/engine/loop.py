@@ -40,7 +40,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from nlnet.data.atomic import atomic_path
-from nlnet.data.loader import TimedBatches, WorkerTuner, make_loader
+from nlnet.data.loader import TimedBatches, make_loader, worker_tuner
 from nlnet.data.seeding import ItemKey, SeededDataset, seed_all, seed_worker
 from nlnet.engine import distributed as du
 from nlnet.engine.checkpoint.file_io import load_checkpoint, save_checkpoint
@@ -111,7 +111,7 @@ class Run:
         self.stop_request: StopRequest | None = None
         self.bar: Any = None  # tqdm progress bar of fit
         # train.workers: auto: the loader's workers chosen epoch by epoch (nlnet.data.loader)
-        self.tuner = WorkerTuner() if cfg.train.workers == "auto" else None
+        self.tuner = worker_tuner(cfg.train.workers, info.world_size)
         self.view: RunView | None = None  # what the hooks read (fit)
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -294,7 +294,7 @@ class Run:
         gen.manual_seed(tc.seed * 1_000_003 + st.epoch)
         return make_loader(
             SeededDataset(self.train_dataset), batch_size=tc.batch_size, sampler=self.sampler,
-            workers=tc.workers if self.tuner is None else self.tuner.workers,
+            workers=self.tuner.workers if self.tuner is not None else int(tc.workers),
             prefetch=tc.prefetch, collate_fn=self.task.collate,
             device=self.device, drop_last=True, worker_init_fn=seed_worker, generator=gen,
         )  # fmt: skip
@@ -415,10 +415,12 @@ class Run:
     def tune_workers(self, wait_s: float, items0: int, train_time0: float) -> None:
         """``train.workers: auto``: the next epoch's workers from this epoch's steps (hooks not
         counted); a change is one line of the log."""
-        st = self.state
-        busy = st.train_time - train_time0
-        change = self.tuner.after_epoch(st.items_seen - items0, busy, wait_s, st.epoch)
-        if change:
+        st, tuner = self.state, self.tuner
+        if tuner is None or st.iteration >= st.max_iters:  # no next epoch to choose for
+            return
+        change = tuner.after_epoch(st.items_seen - items0, st.train_time - train_time0, wait_s,
+                                   st.epoch)  # fmt: skip
+        if change:  # each rank chooses its own count; the main process says its choice
             say(change, self.main)
 
     def fit(self) -> float:

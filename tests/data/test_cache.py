@@ -223,3 +223,71 @@ def test_video_unit_decodes_clip_by_clip_where_the_cache_has_no_room(gops, tmp_p
 def test_unknown_cache_unit_is_a_config_error(root):
     with pytest.raises(ValueError, match="data.clip_cache_unit: expected 'clip' or 'video'"):
         build_dataset({**TINY, "root": str(root), "clip_cache_unit": "frame"}, "train")
+
+
+def test_video_unit_falls_back_to_the_clip_where_the_whole_video_fails(gops, monkeypatch):
+    from nlnet.data.video_io.decoder import ClipDecoder
+    from nlnet.data.video_io.reader import VideoDecodeError, VideoReader
+
+    video = str(next((gops / "train" / "a").glob("*.mp4")))
+    idx = torch.tensor([2, 5, 9])
+    expected = ClipDecoder()(video, idx)
+    calls = []
+
+    def damaged_tail(self):  # frames past the clips cannot be decoded
+        calls.append(1)
+        raise VideoDecodeError(self.path, "decoding failed: invalid data")
+
+    monkeypatch.setattr(VideoReader, "read_all", damaged_tail)
+    whole = ClipDecoder(cache=MemoryClipCache(2**24), unit="video")
+    for _ in range(2):
+        assert torch.equal(whole(video, idx), expected)  # the clip itself decodes
+    assert len(calls) == 1 and len(whole.cache) == 0  # tried whole once, then clip by clip
+
+
+def test_a_damaged_disk_entry_is_a_miss_removed_and_written_again(tmp_path):
+    cache = DiskClipCache(tmp_path, max_bytes=2**20)
+    frames = _frames()
+    assert cache.put("k", frames)
+    good = (tmp_path / "k.npy").read_bytes()
+    newline = good.index(b"\n")  # the end of the .npy header: numpy's parser fails oddly on it
+    (tmp_path / "k.npy").write_bytes(good[:newline] + b"X" + good[newline + 1 :])
+    assert cache.get_frames("k", torch.tensor([0, 1])) is None
+    assert not (tmp_path / "k.npy").exists()  # gone, so that it is written again
+    assert cache.put("k", frames) and torch.equal(cache.get("k"), frames)
+
+
+def test_video_unit_in_a_loader_worker_reads_the_memory_cache_and_stores_nothing(gops, monkeypatch):
+    import torch.utils.data as tud
+
+    from nlnet.data.video_io.decoder import ClipDecoder
+    from nlnet.data.video_io.reader import VideoReader
+
+    videos = sorted(str(p) for p in gops.rglob("*.mp4"))
+    idx = torch.tensor([3, 13, 23])
+    decoder = ClipDecoder(cache=MemoryClipCache(2**24), unit="video")
+    first = decoder(videos[0], idx)  # stored by the training process
+    whole = []
+    real = VideoReader.read_all
+    monkeypatch.setattr(VideoReader, "read_all", lambda r: whole.append(1) or real(r))
+    monkeypatch.setattr(tud, "get_worker_info", lambda: object())  # as in a worker
+    assert torch.equal(decoder(videos[0], idx), first)  # a hit on what the parent stored
+    assert torch.equal(decoder(videos[1], idx), ClipDecoder()(videos[1], idx))
+    assert not whole and len(decoder.cache) == 1  # the miss decoded its clip only
+
+
+def test_video_unit_with_an_unknown_frame_size_stores_nothing_that_does_not_fit(gops, monkeypatch):
+    from nlnet.data.video_io.decoder import ClipDecoder
+    from nlnet.data.video_io.pyav import PyAVReader
+    from nlnet.data.video_io.reader import VideoInfo
+
+    videos = sorted(str(p) for p in gops.rglob("*.mp4"))
+    monkeypatch.setattr(PyAVReader, "info",
+                        property(lambda r: VideoInfo(r.num_frames, 10.0, 0, 0)))  # fmt: skip
+    one = 40 * 24 * 28 * 3
+    cache = MemoryClipCache(max_bytes=one + 10)
+    decoder = ClipDecoder(cache=cache, unit="video")
+    idx = torch.tensor([0, 20, 39])
+    for v in videos * 2:
+        assert torch.equal(decoder(v, idx), ClipDecoder()(v, idx))
+    assert len(cache) == 0 and cache.hits == 0  # size unknown: decoded clip by clip

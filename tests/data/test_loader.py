@@ -8,7 +8,14 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from nlnet.data.loader import DevicePrefetcher, TimedBatches, WorkerTuner, make_loader, to_device
+from nlnet.data.loader import (
+    DevicePrefetcher,
+    TimedBatches,
+    WorkerTuner,
+    make_loader,
+    to_device,
+    worker_tuner,
+)
 
 
 def _data(n: int = 10) -> TensorDataset:
@@ -94,3 +101,12 @@ def test_timed_batches_add_up_the_waiting():
 
     batches = TimedBatches(slow())
     assert list(batches) == [0, 1, 2] and 0.05 < batches.wait_s < 1.0
+
+
+def test_worker_tuner_of_a_config_shares_the_cores_between_the_processes(monkeypatch):
+    monkeypatch.setattr("nlnet.data.loader.usable_cores", lambda: 8)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert worker_tuner(4) is None and worker_tuner(0) is None  # a fixed count
+    assert worker_tuner("auto").cores == 8 and worker_tuner("auto", world_size=2).cores == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun: 4 processes on this node
+    assert worker_tuner("auto", world_size=8).cores == 2

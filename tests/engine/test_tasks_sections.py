@@ -164,13 +164,17 @@ def test_a_task_built_from_sections_alone_trains_and_evaluates(tmp_path):
 
 def test_a_memory_clip_cache_with_loader_workers_is_warned_about():
     base = {"model": {"num_classes": 3}, "data": {"type": "folder", "clip_cache": "memory",
-                                                  "clip_cache_unit": "video"}}  # fmt: skip
-    with pytest.warns(RuntimeWarning, match="data.clip_cache=memory with train.workers=2.*whole"):
+                                                  "clip_cache_unit": "video"},
+            "eval": {"workers": 0}}  # fmt: skip
+    with pytest.warns(RuntimeWarning, match="data.clip_cache=memory with train.workers=2: "):
         config_from_dict({**base, "train": {"workers": 2}})
+    with pytest.warns(RuntimeWarning, match="data.clip_cache=memory with eval.workers=1: "):
+        config_from_dict({**base, "train": {"workers": 0}, "eval": {"workers": 1}})
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         config_from_dict({**base, "train": {"workers": 0}})  # in-process: kept across epochs
+        config_from_dict({**base, "train": {"workers": "auto"}})  # workers only read it
         config_from_dict({**base, "data": {"type": "folder", "clip_cache": "disk"},
-                          "train": {"workers": 2}})  # fmt: skip
+                          "train": {"workers": 2}, "eval": {"workers": 2}})  # fmt: skip

@@ -198,15 +198,24 @@ class DiskClipCache(ClipCache):
         return self.directory / f"{key}.npy"
 
     def _load(self, key: str, mmap: bool) -> np.ndarray | None:
+        path = self._path(key)
         try:
-            array = np.load(self._path(key), mmap_mode="r" if mmap else None, allow_pickle=False)
+            array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, EOFError):  # damaged (e.g. a disk-full write): a miss
+        except Exception:  # noqa: BLE001  (any damage, e.g. a disk-full write: numpy's header
+            # parser raises several kinds) a miss, and the file goes so that it is written again
+            self._discard(path)
             return None
         if array.dtype != np.uint8 or array.ndim != 4 or not len(array):
             return None
         return array
+
+    def _discard(self, path: Path) -> None:
+        try:
+            path.unlink()
+        except OSError:
+            pass
 
     def _get(self, key: str) -> torch.Tensor | None:
         array = self._load(key, mmap=False)
@@ -221,7 +230,8 @@ class DiskClipCache(ClipCache):
             return None
         try:
             frames = _take(array, indices)
-        except (OSError, ValueError):  # truncated after its header was read: a miss
+        except Exception:  # noqa: BLE001  (truncated after its header was read) a miss
+            self._discard(self._path(key))
             self.misses += 1
             return None
         self.hits += 1

@@ -6,8 +6,10 @@ is a little shorter than expected). With a cache (:mod:`nlnet.data.video_io.clip
 reads no file. The cache's unit is the clip (a request with the same frame indices hits) or the
 whole video (``unit="video"``: a miss decodes and stores every frame of the video, and every
 later clip of that video, whatever its indices, is cut from the stored frames; the decoder
-returns the same frames either way, tested bit for bit). Failures raise :class:`nlnet.data.video_io.backends.VideoDecodeError` or the backend's error;
-the dataset's bad-video policy (:class:`nlnet.data.video.policy.BadVideoPolicy`) decides what follows.
+returns the same frames either way, tested bit for bit, for streams that decode without errors:
+FFmpeg conceals a damaged stretch differently depending on where decoding started). Failures
+raise :class:`nlnet.data.video_io.backends.VideoDecodeError` or the backend's error; the
+dataset's bad-video policy (:class:`nlnet.data.video.policy.BadVideoPolicy`) decides what follows.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import nlnet.data.video_io.backends as _video
 from nlnet.data.video_io.backends import BACKENDS, resolve_backend
 from nlnet.data.video_io.clip_cache import CACHE_UNITS, ClipCache, clip_key
 from nlnet.data.video_io.frame_index import build_frame_index
+from nlnet.data.video_io.reader import VideoDecodeError
 
 __all__ = ["ClipDecoder"]
 
@@ -53,6 +56,7 @@ class ClipDecoder:
         if unit not in CACHE_UNITS:
             raise ValueError(f"unit: expected one of {CACHE_UNITS}, got {unit!r}")
         self.unit = unit
+        self._partly_decodable: set[str] = set()  # unit "video": whole decode failed
         self.backend = resolve_backend(backend)
         self.threads = int(threads)
         self.cache = cache
@@ -92,12 +96,31 @@ class ClipDecoder:
             return frames
         with _video.open_video(path, self.backend, self.threads) as reader:
             info = reader.info
-            n = info.num_frames
-            if not cache.room_for(n * info.height * info.width * 3):
-                return reader.get_frames(indices.clamp(max=n - 1))
-            video = reader.read_all()  # (N, H, W, C) uint8
-        cache.put(key, video)
-        return video[indices.clamp(max=n - 1)]
+            clip = indices.clamp(max=info.num_frames - 1)
+            nbytes = info.num_frames * info.height * info.width * 3  # 0: a size not known
+            if not (nbytes and cache.room_for(nbytes)) or not self._may_store(cache, key):
+                return reader.get_frames(clip)
+            try:
+                video = reader.read_all()  # (N, H, W, C) uint8
+            except VideoDecodeError:  # a damaged stretch outside this clip must not fail it
+                self._partly_decodable.add(key)  # decoded clip by clip from now on
+                return reader.get_frames(clip)
+        if cache.room_for(video.numel()):  # the header's size may have been wrong
+            cache.put(key, video)
+        return video[clip]
+
+    def _may_store(self, cache: ClipCache, key: str) -> bool:
+        """Whether a miss may decode the whole video to store it: not for a video whose whole
+        decode failed, nor into a memory cache of a DataLoader worker (the worker's copy of
+        the cache ends with its epoch: it reads what the training process stored, and decodes
+        the rest clip by clip)."""
+        if key in self._partly_decodable:
+            return False
+        if cache.kind == "memory":
+            from torch.utils.data import get_worker_info
+
+            return get_worker_info() is None
+        return True
 
     def __repr__(self) -> str:
         unit = "" if self.unit == "clip" else f", unit={self.unit!r}"

@@ -129,7 +129,8 @@ class TrainConfig:
         seed: seed of model init, data order and augmentation.
         workers: DataLoader worker processes (decoding overlaps the training steps), or
             ``auto``: chosen epoch by epoch from the measured waiting for data
-            (:class:`nlnet.data.loader.WorkerTuner`; the count never changes the numbers).
+            (:class:`nlnet.data.loader.WorkerTuner`; the count does not change the numbers of data
+            that decodes).
         prefetch: batches each worker keeps ready (``prefetch_factor``; ignored without workers).
         log_every: iterations between metric records.
         ckpt_every: iterations between checkpoints (0: only at the end).

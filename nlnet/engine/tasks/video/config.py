@@ -134,22 +134,23 @@ def check_video_sections(cfg: Any) -> None:
         check_number(f"eval.{key}", getattr(cfg.eval, key), 1)
     _check_augment(cfg.augment, cfg.train.loss)
     _check_multigrid(cfg.multigrid, cfg.optim.epochs)
-    _check_clip_cache(cfg.data, cfg.train.workers)
+    _check_clip_cache(cfg.data, "train.workers", cfg.train.workers)
+    _check_clip_cache(cfg.data, "eval.workers", cfg.eval.workers)
 
 
-def _check_clip_cache(data: Any, workers: int | str) -> None:
-    """A memory clip cache is per process, and the training loader's workers are started anew
-    every epoch: with workers, what they decode is gone at the epoch's end (a warning; ``auto``
-    starts in the training process, whose filled cache later workers inherit)."""
-    if getattr(data, "clip_cache", None) == "memory" and workers != "auto" and workers > 0:
+def _check_clip_cache(data: Any, key: str, workers: int | str) -> None:
+    """A memory clip cache is per process, and a loader's workers are started anew every epoch
+    (every validation): with a fixed count of workers, what they decode is gone when they end (a
+    warning; ``auto`` starts in the training process and only reads what it stored)."""
+    if getattr(data, "clip_cache", None) != "memory" or not isinstance(workers, int):
+        return
+    if workers > 0:
         import warnings
 
-        unit = getattr(data, "clip_cache_unit", "clip")
         warnings.warn(
-            f"data.clip_cache=memory with train.workers={workers}: each epoch's workers start "
-            f"with an empty cache, so nothing decoded is kept across epochs"
-            + (" and every video is decoded whole" if unit == "video" else "")
-            + "; use data.clip_cache=disk (shared by the workers) or train.workers=0",
+            f"data.clip_cache=memory with {key}={workers}: the loader's workers start with an "
+            "empty cache each time and keep nothing; use data.clip_cache=disk (shared by the "
+            f"workers) or {key}=0",
             RuntimeWarning,
             stacklevel=2,
         )
