@@ -406,7 +406,7 @@ class Run:
             if self.bar is not None:
                 self.bar.update(1)
             outcome = self.after_step(t_epoch)
-            if outcome == "epoch" and self.tuner is not None:
+            if outcome == "epoch":
                 self.tune_workers(batches.wait_s, *started)
             if outcome is not None:
                 return outcome == "stop"

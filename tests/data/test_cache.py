@@ -221,6 +221,12 @@ def test_video_unit_decodes_clip_by_clip_where_the_cache_has_no_room(gops, tmp_p
 
 
 def test_unknown_cache_unit_is_a_config_error(root):
+    from nlnet.data.video.config import VideoDataConfig
+    from nlnet.data.video_io.clip_cache import CACHE_UNITS
+
+    # the config's literal choices (it imports no torch) are the decoder's units
+    assert CACHE_UNITS == ("clip", "video")
+    assert all(VideoDataConfig(clip_cache_unit=u).clip_cache_unit == u for u in CACHE_UNITS)
     with pytest.raises(ValueError, match="data.clip_cache_unit: expected 'clip' or 'video'"):
         build_dataset({**TINY, "root": str(root), "clip_cache_unit": "frame"}, "train")
 
