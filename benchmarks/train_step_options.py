@@ -45,6 +45,8 @@ from pathlib import Path
 
 import torch
 
+from nlnet.cli import HEAP_SETTINGS
+
 VARIANTS = {
     # the model with PyTorch's own stem pools (nn.MaxPool3d) and SGD: the straightforward step
     "reference": {"reference": True},
@@ -70,29 +72,39 @@ VARIANTS = {
 }
 
 
-def hugepages_both(args: argparse.Namespace, argv: list[str]) -> int:
-    """The variants in child processes without / with huge pages for large CPU tensors, in
-    alternation; every median against the first variant's without them."""
-    child = [a for a in argv if not a.startswith("--hugepages") and a != "both"]
-    runs: dict[str, list[dict[str, float]]] = {"0": [], "1": []}
+#: the processes' allocation settings of ``--hugepages both`` (the first two) and ``all``
+ALLOCATIONS: dict[str, dict[str, str]] = {
+    "THP off": {"THP_MEM_ALLOC_ENABLE": "0"},  # PyTorch's and glibc's defaults
+    "THP on": {"THP_MEM_ALLOC_ENABLE": "1"},
+    # the nlnet command line's default: huge pages, and glibc keeps freed blocks (nlnet.cli)
+    "THP+heap": {"THP_MEM_ALLOC_ENABLE": "1"} | {k: str(v) for k, (_, v) in HEAP_SETTINGS.items()},
+}
+
+
+def allocations(args: argparse.Namespace, argv: list[str]) -> int:
+    """The variants in child processes under each allocation setting, in alternation; every
+    median against the first variant's under PyTorch's and glibc's defaults."""
+    child = [a for a in argv if not a.startswith("--hugepages") and a not in ("both", "all")]
+    names = list(ALLOCATIONS)[: 2 if args.hugepages == "both" else 3]
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_"))}
     for _ in range(args.repeats):
-        for thp in runs:
+        for name in runs:
             with tempfile.TemporaryDirectory() as tmp:
                 out = Path(tmp, "medians.json")
-                env = {**os.environ, "THP_MEM_ALLOC_ENABLE": thp}
+                env = {**clean, **ALLOCATIONS[name]}
                 subprocess.run([sys.executable, __file__, *child, "--json", str(out)], env=env,
                                check=True, stdout=subprocess.DEVNULL)  # fmt: skip
-                runs[thp].append(json.loads(out.read_text()))
-    med = {thp: {v: statistics.median(r[v] for r in rs) for v in rs[0]} for thp, rs in runs.items()}
-    base = med["0"][args.variants[0]]
+                runs[name].append(json.loads(out.read_text()))
+    med = {n: {v: statistics.median(r[v] for r in rs) for v in rs[0]} for n, rs in runs.items()}
+    base = med[names[0]][args.variants[0]]
     print(f"\n{args.model} ({args.layout}), batch {args.batch} x 3 x {args.frames} x {args.size} x "
           f"{args.size}: median over {args.repeats} processes each of the per-process medians "
           f"({args.rounds} interleaved rounds)")  # fmt: skip
-    print(f"{'variant':<34}{'THP off s':>10}{'ratio':>7}{'THP on s':>10}{'ratio':>7}")
-    for v in med["0"]:
-        off, on = med["0"][v], med["1"][v]
-        print(f"{v:<34}{off:>10.3f}{base / off:>7.2f}{on:>10.3f}{base / on:>7.2f}")
-    print(f"(ratio: {args.variants[0]}'s step without huge pages / the variant's)")
+    print(f"{'variant':<34}" + "".join(f"{n + ' s':>12}{'ratio':>7}" for n in names))
+    for v in med[names[0]]:
+        print(f"{v:<34}" + "".join(f"{med[n][v]:>12.3f}{base / med[n][v]:>7.2f}" for n in names))
+    print(f"(ratio: {args.variants[0]}'s step under {names[0]} / the variant's)")
     return 0
 
 
@@ -180,11 +192,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", choices=["registered", "pyslowfast"], default="registered",
                    help="pyslowfast: the C2D/I3D in PySlowFast's 8x8 layout (its pooling and "
                         "temporal strides, nlnet.models.pyslowfast)")  # fmt: skip
-    p.add_argument("--hugepages", choices=["inherit", "both"], default="inherit",
+    p.add_argument("--hugepages", choices=["inherit", "both", "all"], default="inherit",
                    help="both: run the variants in child processes without and with "
-                        "THP_MEM_ALLOC_ENABLE=1 (the nlnet command line's default), alternating "
-                        "--repeats times, and compare every median with the reference's "
-                        "without")  # fmt: skip
+                        "THP_MEM_ALLOC_ENABLE=1, alternating --repeats times, and compare every "
+                        "median with the reference's without; all: also with glibc keeping "
+                        "freed blocks (the nlnet command line's default, nlnet.cli)")  # fmt: skip
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--json", help=argparse.SUPPRESS)  # a child's medians, for --hugepages both
     return p
@@ -193,8 +205,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
-    if args.hugepages == "both":
-        return hugepages_both(args, list(sys.argv[1:] if argv is None else argv))
+    if args.hugepages != "inherit":
+        return allocations(args, list(sys.argv[1:] if argv is None else argv))
     if "torchvision" in args.variants and args.model != "r3d_18":
         p.error("--variants torchvision: only with --model r3d_18")
     if args.threads:
@@ -244,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{args.model} ({args.layout}), SGD step, batch {args.batch} x 3 x {args.frames} x "
           f"{args.size} x {args.size}, device {args.device}, threads {torch.get_num_threads()}, "
           f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', '(unset)')}, "
+          f"MALLOC_MMAP_MAX_={os.environ.get('MALLOC_MMAP_MAX_', '(unset)')}, "
           f"median of {args.rounds} interleaved rounds")  # fmt: skip
     print(f"{'variant':<32}{'step s':>8}{'ratio':>8}{'first step s':>14}{'|dloss| 1st':>13}"
           f"{'rel dstate 1st':>15}{'|dloss| last':>14}")  # fmt: skip

@@ -16,13 +16,24 @@ the environment already sets it: a tensor above glibc's 32 MB ``mmap`` limit is 
 afresh and faulted in 4 KB page by page at every allocation, which took two thirds of the time
 of a 1x1 convolution's forward and backward at 8 x 56 x 56 (docs/benchmarks/training_step.md).
 The numbers computed are the same; ``THP_MEM_ALLOC_ENABLE=0 nlnet ...`` turns it off.
+
+With glibc it also keeps freed memory in the process for the next allocation, as the jemalloc or
+tcmalloc that PyTorch's CPU performance guide recommends would: every block comes from the heap
+(``M_MMAP_MAX`` 0, so no block is mapped afresh and faulted in again at every step) and up to
+2 GiB free at the heap's top stay mapped (``M_TRIM_THRESHOLD``), set with ``mallopt`` before
+torch is imported, unless the environment sets glibc's own switches (``MALLOC_MMAP_MAX_``,
+``MALLOC_TRIM_THRESHOLD_`` or ``GLIBC_TUNABLES``). A training step repeats the same sizes, so its
+memory is the previous step's. Same numbers again; ``MALLOC_MMAP_MAX_=65536 nlnet ...`` (glibc's
+default) turns it off.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib
 import os
+import platform
 import sys
 
 #: name -> (module, one-line summary). Order is the order shown by ``nlnet --help``.
@@ -101,11 +112,33 @@ def main(argv: list[str] | None = None) -> int:
     return _run(command, args, debug)
 
 
+#: glibc's ``mallopt`` parameters (``<malloc.h>``) -> the value the command line sets, and the
+#: environment variable with which glibc reads the same parameter at a process's start.
+HEAP_SETTINGS: dict[str, tuple[int, int]] = {
+    "MALLOC_MMAP_MAX_": (-4, 0),  # M_MMAP_MAX: no block mapped on its own
+    "MALLOC_TRIM_THRESHOLD_": (-1, 2**31 - 1),  # M_TRIM_THRESHOLD: keep up to 2 GiB at the top
+}
+
+
 def cpu_allocation_defaults() -> None:
-    """``THP_MEM_ALLOC_ENABLE=1`` on Linux unless set (module docstring); only before torch is
-    imported, since PyTorch reads it once, at its first allocation."""
+    """``THP_MEM_ALLOC_ENABLE=1`` on Linux unless set, and with glibc freed memory kept for reuse
+    (module docstring); only before torch is imported: PyTorch reads its switch once, at its
+    first allocation, and a process's allocations should all follow one policy."""
     if sys.platform.startswith("linux") and "torch" not in sys.modules:
         os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+        keep_freed_memory()
+
+
+def keep_freed_memory() -> bool:
+    """Set :data:`HEAP_SETTINGS` with glibc's ``mallopt``; False (nothing set) where the C
+    library is not glibc or the environment already sets any of glibc's malloc switches."""
+    if platform.libc_ver()[0] != "glibc" or "GLIBC_TUNABLES" in os.environ:
+        return False
+    if any(name in os.environ for name in HEAP_SETTINGS):
+        return False
+    mallopt = ctypes.CDLL(None).mallopt  # the process's own C library
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return all(mallopt(param, value) == 1 for param, value in HEAP_SETTINGS.values())
 
 
 def _run(command: str, args: argparse.Namespace, debug: bool) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,44 @@ def test_it_is_not_set_once_torch_is_imported(monkeypatch):
     assert "torch" in sys.modules  # too late: PyTorch has read it already
     cli.cpu_allocation_defaults()
     assert "THP_MEM_ALLOC_ENABLE" not in os.environ
+
+
+#: a fresh process through the command line's default, then the bytes glibc holds in blocks
+#: mapped on their own (``mallinfo2().hblkhd``) while a 64 MB tensor lives
+_HEAP_PROBE = """
+import ctypes
+from nlnet.cli import cpu_allocation_defaults; cpu_allocation_defaults()
+import torch
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena ordblks smblks hblks hblkhd usmblks "
+                                               "fsmblks uordblks fordblks keepcost").split()]
+info = ctypes.CDLL(None).mallinfo2
+info.restype = Info
+x = torch.ones(1 << 24)
+print(info().hblkhd)
+"""
+
+
+def _mapped_bytes(**env: str) -> int:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_"))}
+    out = subprocess.run([sys.executable, "-c", _HEAP_PROBE], env={**clean, **env},
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    return int(out.stdout)
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+    reason="the heap settings are glibc's (mallopt); other C libraries keep their own policy",
+)
+def test_large_blocks_come_from_the_heap_unless_the_user_sets_glibcs_switch():
+    assert _mapped_bytes() < 1 << 26  # the 64 MB tensor is a heap block, kept after free
+    assert _mapped_bytes(MALLOC_MMAP_MAX_="65536") >= 1 << 26  # glibc's default: mapped alone
+
+
+def test_the_heap_settings_are_left_to_the_environment(monkeypatch):
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    assert cli.keep_freed_memory() is False
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_max=0")
+    assert cli.keep_freed_memory() is False

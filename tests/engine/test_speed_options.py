@@ -72,3 +72,30 @@ def test_the_training_step_benchmark_runs_its_variants(capsys):
     for name, (_, step, ratio, _first, dloss, dstate, _last) in rows.items():
         assert float(step) > 0 and float(ratio) > 0, name
         assert float(dloss) < 1e-5 and float(dstate) < 1e-3, name
+
+
+def test_the_convolution_routes_benchmark_finds_every_frame_wise_convolution(capsys):
+    """``benchmarks/conv_routes.py``: the model's 1 x k x k convolutions are found on the meta
+    device (each counted as often as it runs), and every route computes conv3d's output."""
+    import importlib.util
+    from pathlib import Path
+
+    from nlnet.models.registry import create_model
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "conv_routes.py"
+    spec = importlib.util.spec_from_file_location("conv_routes", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    shapes = bench.conv_shapes("c2d_tiny_nl1", 2, 4, 32, "registered")
+    model = create_model("c2d_tiny_nl1", num_classes=400)
+    frame_wise = [m for m in model.modules() if isinstance(m, torch.nn.Conv3d)
+                  and m.kernel_size[0] == 1 and m.bias is None]  # fmt: skip
+    assert sum(shapes.values()) == len(frame_wise) > 0
+    key = next(k for k in shapes if k[2] == k[3] == (1, 1, 1))
+    fns = bench.routes(key)
+    assert set(fns) == {"conv3d", "conv2d", "conv2d+copies", "matmul"}
+    assert bench.largest_difference(fns) < 1e-5
+    assert bench.main(["--model", "c2d_tiny_nl1", "--size", "32", "--frames", "4",
+                       "--rounds", "1", "--threads", "1"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "every route's output equals conv3d's" in out and "conv2d+copies:" in out
