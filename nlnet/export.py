@@ -83,10 +83,19 @@ def input_shape(info: Any, input_size: str | Sequence[int] | None = None, batch:
                 f"({'CxTxHxW' if len(want) == 4 else 'CxHxW'}, e.g. {example}), got "
                 f"{text!r}"
             )
+        channels = (getattr(info, "model_options", None) or {}).get("in_channels")
+        if channels is not None and size[0] != int(channels):
+            raise ValueError(
+                f"input_size: the model takes {int(channels)} channel(s) (its first number), "
+                f"got {text!r}"
+            )
         return (batch, *size)
     size = list(get_model_entry(info.model_name).default_cfg.input_size)
     if not size:
         raise ValueError("input_size: the model has no registered input size; give one")
+    channels = (getattr(info, "model_options", None) or {}).get("in_channels")
+    if channels is not None:  # trained on data of other channels than the registered input
+        size[0] = int(channels)
     prep = info.preprocessing
     if prep is None or prep.kind == "volume":
         return (batch, *size)

@@ -241,10 +241,9 @@ class VideoTransform:
 
 def _read_image(path: PathLike) -> np.ndarray:
     """An image file as ``uint8`` ``(H, W, 3)`` RGB (Pillow)."""
-    from PIL import Image
+    from nlnet.data.images.dataset import read_rgb
 
-    with Image.open(path) as im:
-        return np.array(im.convert("RGB"))
+    return np.array(read_rgb(path))
 
 
 @dataclass(frozen=True)

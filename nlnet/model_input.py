@@ -16,26 +16,32 @@ __all__ = ["classifier_input", "model_input", "normalize", "read_input"]
 
 
 def read_input(path: Path, frames: int | None, size: int | None) -> Any:
-    """uint8 (T, H, W, 3) from a video, or (1, H, W, 3) from an image file."""
+    """uint8 (T, H, W, 3) from a video, or (1, H, W, 3) from an image file.
+
+    Raises:
+        DataError: the file cannot be read as an image or a video (named, with the reason).
+    """
     import numpy as np
     import torch
 
-    from nlnet.inference import IMAGE_EXTENSIONS
+    from nlnet.data.video_io.backends import VideoDecodeError, open_video
+    from nlnet.engine.errors import DataError
+    from nlnet.inference import IMAGE_EXTENSIONS, _read_image
 
-    if path.suffix.lower() in IMAGE_EXTENSIONS:
-        from PIL import Image
-
-        out = np.array(Image.open(path).convert("RGB"))[None]  # a writable copy
-    else:
-        from nlnet.data.video_io.backends import open_video
-
-        with open_video(path) as reader:
-            n = reader.num_frames
-            if frames is None or frames >= n:
-                out = reader.read_all().numpy()
-            else:
-                idx = np.linspace(0, n - 1, frames).round().astype(int)
-                out = reader.get_frames(idx.tolist()).numpy()
+    try:
+        if path.suffix.lower() in IMAGE_EXTENSIONS:
+            out = _read_image(path)[None]  # a writable copy
+        else:
+            with open_video(path) as reader:
+                n = reader.num_frames
+                if frames is None or frames >= n:
+                    out = reader.read_all().numpy()
+                else:
+                    idx = np.linspace(0, n - 1, frames).round().astype(int)
+                    out = reader.get_frames(idx.tolist()).numpy()
+    except (OSError, ValueError, SyntaxError, VideoDecodeError) as exc:  # Pillow's and PyAV's
+        kind = "image" if path.suffix.lower() in IMAGE_EXTENSIONS else "video"
+        raise DataError(f"{str(path)!r}: not a readable {kind} ({exc})") from None
     if size is not None:
         x = torch.from_numpy(out).permute(0, 3, 1, 2).float()
         x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear")

@@ -25,6 +25,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     (root / "notes.pt").write_text("my notes, not weights\n")
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(root / "photo.png")
     (root / "photo.pt").write_bytes((root / "photo.png").read_bytes())
+    (root / "broken.png").write_bytes((root / "photo.png").read_bytes()[:40])  # truncated
     (root / "bad.yaml").write_text("model:\n  name: [c2d_tiny\n")
     write_video(root / "clip.mp4", np.zeros((4, 32, 32, 3), np.uint8), fps=4)
     for name in ("c2d_tiny", "c2d_tiny_nl1"):
@@ -35,6 +36,8 @@ def files(tmp_path_factory) -> dict[str, Path]:
     import helpers  # tests/journeys/helpers.py
 
     helpers.video_tree(root / "one_class", classes=("cat",), frames=8)  # one class folder per split
+    helpers.video_tree(root / "one_empty", classes=("cat",), frames=8)
+    (root / "one_empty" / "train" / "dog").mkdir()  # a second class folder with no video
     helpers.volume_tree(root / "vols1", shape=(1, 10, 16, 18), splits=("train", "val"))
     return {p.name: p for p in root.iterdir()}
 
@@ -54,6 +57,16 @@ MISTAKES = [
     (["predict", "{empty}", "--checkpoint", "{c2d_tiny_nl1.pt}"], "holds no video or image file"),
     (["train", "--config", "smoke/folder_tiny", "data.root={one_class}", "--output-dir", "{out}"],
      "the training data has one class ('cat'); classification needs at least two"),
+    (["train", "--config", "smoke/folder_tiny", "data.root={one_empty}", "--output-dir", "{out}"],
+     "class folder(s) 'dog' have no usable training file"),
+    (["train", "--config", "smoke/folder_tiny", "data.root={one_class}",
+      "model.overrides={in_channels: 1}", "--output-dir", "{out}"],
+     "model.overrides.in_channels=1: video frames are decoded as RGB"),
+    (["predict", "{missing.mp4}", "--checkpoint", "{c2d_tiny_nl1.pt}"],
+     "VIDEO: no such file or folder"),
+    (["visualize", "--checkpoint", "{c2d_tiny_nl1.pt}", "--video", "{notes.pt}"],
+     "notes.pt': not a readable video"),
+    (["inspect", "{c2d_tiny_nl1.pt}", "--input", "{broken.png}"], "broken.png': not a readable image"),
     (["train", "--config", "dense/unet3d_nl", "data.root={vols1}", "data.modalities=[]",
       "model.overrides={in_channels: 4}", "--output-dir", "{out}"],
      "model.overrides.in_channels=4 but the training data has 1 channel(s)"),

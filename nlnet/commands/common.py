@@ -71,6 +71,7 @@ def expand_inputs(
     naming it (``what``: the kind of file it lacks)."""
     from pathlib import Path
 
+    from nlnet.data.class_folders import media_files
     from nlnet.data.video.config import VIDEO_EXTENSIONS
     from nlnet.engine.errors import UserError
     from nlnet.inference import IMAGE_EXTENSIONS
@@ -79,11 +80,12 @@ def expand_inputs(
     out: list[str] = []
     for text in paths:
         path = Path(text)
+        if not path.exists():
+            raise UserError(f"VIDEO: no such file or folder {text!r}")
         if not path.is_dir():
             out.append(text)
             continue
-        found = sorted(str(p) for p in path.rglob("*")
-                       if p.name.lower().endswith(kinds) and p.is_file())  # fmt: skip
+        found = [str(p) for p in media_files(path, kinds)]
         if not found:
             raise UserError(f"VIDEO: the folder {text!r} holds no {what} file")
         out += found

@@ -151,8 +151,10 @@ def evaluate(
                 f"the {split} data has {n} classes but the checkpoint's model has "
                 f"{ckpt['num_classes']}"
             )
-        amp = cfg.train.amp if info.device.type == "cuda" else "none"
         classifies = getattr(task, "classifies", False)  # one class per item
+        if classifies:
+            check_class_folders(ckpt.get("class_names"), getattr(dataset, "classes", None), split)
+        amp = cfg.train.amp if info.device.type == "cuda" else "none"
         extra = {"details": True} if details and classifies else {}
         metrics = task.evaluate(model, dataset, info.device, amp=amp,
                                 progress=use_progress_bar(cfg.train.progress) and info.is_main,
@@ -162,3 +164,27 @@ def evaluate(
         return metrics
     finally:
         du.cleanup(info)
+
+
+def _plain(name: str) -> str:
+    return " ".join(str(name).replace("_", " ").lower().split())
+
+
+def check_class_folders(trained: Any, found: Any, split: str) -> None:
+    """Refuse data whose classes are not the checkpoint's, in its order: a target is its
+    folder's place among the sorted class folders, so other folders (or the same ones in
+    another order) would be scored against the wrong outputs. Names compare without case and
+    with ``_`` as a space (Kinetics' ``air_drumming`` folder is class ``air drumming``).
+
+    Raises:
+        DataError: both are known, of the same count, and differ (the first difference named).
+    """
+    if not trained or not found or len(trained) != len(found):
+        return
+    for i, (t, f) in enumerate(zip(trained, found)):
+        if _plain(t) != _plain(f):
+            raise DataError(
+                f"data.root: class {i} of the {split} data is folder {str(f)!r} but the "
+                f"checkpoint's class {i} is {str(t)!r}; name the class folders as the "
+                "checkpoint's classes (targets are numbered by sorted folder name)"
+            )

@@ -137,6 +137,14 @@ class Run:
                 f"data.root: the training data has one class ({names[0]!r}); classification "
                 "needs at least two (a model of one class is right on every input)"
             )
+        empty = getattr(train_dataset, "classes_without_items", None)
+        empty = empty() if callable(empty) and getattr(self.task, "classifies", False) else []
+        if empty:
+            raise DataError(
+                f"data.root: class folder(s) {', '.join(map(repr, empty[:5]))}"
+                f"{f' and {len(empty) - 5} more' if len(empty) > 5 else ''} have no usable "
+                f"training file (empty, unreadable or too short); remove them or add data"
+            )
         if cfg.model.num_classes is None:
             if n is None:
                 raise DataError("model.num_classes: the training data does not say; set it")

@@ -232,11 +232,13 @@ def insert_non_local(
             layers = getattr(model, "layers_cfg", None) or _stage_lengths(model)
         paths = non_local_paths(at, layers)
     elif isinstance(at, str):
+        if not at:
+            raise ValueError("at: expected a module path such as 'layer3', got '' (the model)")
         paths = [at]
     else:
-        paths = list(at)
-        if not all(isinstance(p, str) for p in paths):
-            raise TypeError(f"at: expected module paths (str), got {at!r}")
+        paths = list(at) if isinstance(at, (list, tuple)) else [None]
+        if not paths or not all(isinstance(p, str) and p for p in paths):
+            raise TypeError(f"at: expected a module path or a list of them (str), got {at!r}")
     if len(set(paths)) != len(paths):
         raise ValueError(f"at: duplicate paths in {paths}")
     if dim is not None and dim not in (1, 2, 3):
@@ -247,6 +249,12 @@ def insert_non_local(
     for path, module in targets:
         if _has_block(module):
             raise ValueError(f"at: module {path!r} already has a non-local block")
+        if isinstance(module, (nn.ModuleDict, nn.ModuleList)):  # its owner iterates or indexes it
+            raise ValueError(
+                f"at: module {path!r} is a {type(module).__name__}, a container whose members "
+                "its owner calls or iterates (a block added to it would not run, or would run "
+                f"as a member); name one of its members, e.g. '{path}.{next(iter(module._modules), '0')}'"
+            )
     for path, module in targets:
         c = in_channels if in_channels is not None else infer_channels(module)
         d = dim if dim is not None else _infer_dim(module)

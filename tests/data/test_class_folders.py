@@ -108,3 +108,43 @@ def test_full_frame_testing_of_videos_of_several_sizes_in_one_batch(tmp_path):
     assert results[0]["video_count"] == 4 and results[0]["clip_count"] == 8
     for key in ("clip_top1", "video_top1"):
         assert results[0][key] == results[1][key]
+
+
+def test_media_files_follow_linked_folders_once_and_leave_out_dot_files(tmp_path):
+    from nlnet.data.class_folders import media_files
+
+    (tmp_path / "cls" / "sub").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    for name in ("cls/a.MP4", "cls/sub/b.mp4", "cls/._a.MP4", "cls/.DS_Store", "cls/c.txt",
+                 "elsewhere/d.mp4"):  # fmt: skip
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "cls" / ".hidden").mkdir()
+    (tmp_path / "cls" / ".hidden" / "e.mp4").write_bytes(b"x")
+    (tmp_path / "cls" / "linked").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere" / "loop").symlink_to(tmp_path / "cls")  # a cycle
+    found = [p.relative_to(tmp_path).as_posix() for p in media_files(tmp_path / "cls", [".mp4"])]
+    assert found == ["cls/a.MP4", "cls/linked/d.mp4", "cls/sub/b.mp4"]
+
+
+def test_a_class_folder_without_a_usable_video_is_found(tmp_path):
+    from nlnet.data.class_folders import classes_without_items
+
+    assert classes_without_items(["a", "b", "c"], [0, 2, 2], bad={1}) == ["b"]
+    assert classes_without_items(["a", "b"], [0, 1, 1], bad={0}) == ["a"]
+    _tree(tmp_path, {"train": ("cat", "dog"), "val": ("cat",)}, _mp4)
+    write_video(tmp_path / "train" / "dog" / "0.mp4", np.zeros((1, 16, 16, 3), np.uint8), fps=1)
+    task = VideoClassificationTask(data={"type": "folder", "root": str(tmp_path),
+                                         "num_frames": 2, "stride": 1})  # fmt: skip
+    with pytest.warns(UserWarning, match="too short"):
+        train = task.build_dataset("train", "train")
+    assert train.classes_without_items() == ["dog"]  # its one video is too short
+
+
+def test_evaluation_refuses_class_folders_that_are_not_the_checkpoints():
+    from nlnet.engine.evaluation import check_class_folders
+
+    check_class_folders(["air drumming", "Archery"], ["air_drumming", "archery"], "val")
+    check_class_folders(None, ["a", "b"], "val")  # nothing stored: nothing to compare
+    with pytest.raises(DataError, match="class 0 of the val data is folder 'aaa' but the "
+                                        "checkpoint's class 0 is 'left'"):  # fmt: skip
+        check_class_folders(["left", "right"], ["aaa", "left"], "val")

@@ -53,3 +53,26 @@ def test_image_evaluation_reports_top5_only_above_five_classes(classes, tmp_path
     assert matrix.shape == (classes, classes) and matrix.sum(1).tolist() == [2] * classes
     hits = [100 * matrix[c, c] / 2 for c in range(classes)]
     assert details["per_class_top1"] == hits and "confusion" not in metrics
+
+
+def test_sixteen_bit_float_and_rotated_images_read_as_they_look(tmp_path):
+    """Pillow's own RGB conversion clips a 16-bit PNG at 255 (white) and a float image in
+    [0, 1] to black, and ignores the EXIF orientation of phone photos."""
+    from nlnet.data.images.dataset import read_rgb
+    from nlnet.inference import _read_image
+
+    g = (np.arange(40 * 40).reshape(40, 40) * 40).astype(np.uint16)
+    Image.fromarray(g).save(tmp_path / "g16.png")
+    x = np.asarray(read_rgb(tmp_path / "g16.png"))
+    assert x.shape == (40, 40, 3) and np.abs(x[..., 0] - g / 257.0).max() <= 0.5
+    f = np.linspace(0, 1, 400, dtype=np.float32).reshape(20, 20)
+    Image.fromarray(f).save(tmp_path / "f.tif")
+    assert np.abs(np.asarray(read_rgb(tmp_path / "f.tif"))[..., 1] - f * 255).max() <= 0.5
+    photo = np.zeros((20, 60, 3), np.uint8)
+    photo[:, :10] = 255  # a bright left edge, stored sideways: Orientation 6 (turn 90 degrees)
+    im = Image.fromarray(photo)
+    exif = im.getexif()
+    exif[0x0112] = 6
+    im.save(tmp_path / "r.jpg", exif=exif)
+    shown = _read_image(tmp_path / "r.jpg")  # what predict reads
+    assert shown.shape == (60, 20, 3) and shown[:10].mean() > 200 > shown[20:].mean()

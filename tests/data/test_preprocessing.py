@@ -102,3 +102,16 @@ def test_a_record_hashes_and_a_checkpoint_without_one_exports_with_its_models_in
     meta = export_metadata(info)
     assert meta["preprocessing"]["kind"] == "clip" and meta["preprocessing"]["num_frames"] == 32
     assert input_shape(info) == (1, 3, 32, 224, 224)
+
+
+def test_export_takes_the_channels_the_checkpoint_was_trained_on():
+    """A U-Net trained on one-channel volumes (the registered input is BraTS' four): the
+    export input has one channel, and a given size with four is refused naming it."""
+    from nlnet.engine.checkpoint import CheckpointInfo
+    from nlnet.export import input_shape
+
+    info = CheckpointInfo("unet3d_nl", 2, model_options={"in_channels": 1})
+    assert input_shape(info)[:2] == (1, 1)
+    assert input_shape(info, "1x16x16x16") == (1, 1, 16, 16, 16)
+    with pytest.raises(ValueError, match=r"input_size: the model takes 1 channel\(s\)"):
+        input_shape(info, "4x16x16x16")

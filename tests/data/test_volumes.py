@@ -188,3 +188,17 @@ def test_nifti_without_nibabel_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(MissingPackageError) as err:
         task.build_dataset("train")
     assert str(err.value).count("\n") == 0 and "pip install 'nlnet[medical]'" in str(err.value)
+
+
+def test_non_finite_voxels_are_background_not_a_nan_volume():
+    """One NaN voxel made every statistic NaN, so a whole case predicted background."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 6, 7) + 3
+    x[:, :2] = 0
+    y = x.clone()
+    y[0, 3, 3, 3], y[1, 4, 4, 4] = float("nan"), float("inf")
+    z = zscore_nonzero(y)
+    assert torch.isfinite(z).all() and z[0, 3, 3, 3] == 0 and z[1, 4, 4, 4] == 0
+    ok = torch.isfinite(y[0]) & (y[0] != 0)
+    assert torch.allclose(z[0][ok].mean(), torch.tensor(0.0), atol=1e-6)  # over finite voxels
+    assert torch.allclose(z[0][ok].std(unbiased=False), torch.tensor(1.0), atol=1e-5)

@@ -118,6 +118,19 @@ def test_whole_volume_evaluation_ignores_the_pad(root):
     assert conf[:, 0].tolist() == [int((masks == c).sum()) for c in range(4)]
 
 
+def test_a_thin_volume_is_padded_to_what_the_bottleneck_block_needs():
+    """A case of 3 slices with a depth-2 U-Net (stride 4) and a block at the bottleneck: padded
+    to 8 (a bottleneck map of 2 for the block's pool), predicted, cropped back."""
+    from nlnet.engine.tasks.segmentation import forward_padded
+    from nlnet.models.registry import create_model
+
+    torch.manual_seed(0)
+    model = create_model("unet3d_nl", num_classes=2, in_channels=1, width=4, depth=2).eval()
+    with torch.no_grad():
+        out = forward_padded(model, torch.randn(1, 1, 3, 12, 9))
+    assert out.shape == (1, 2, 3, 12, 9) and torch.isfinite(out).all()
+
+
 @pytest.mark.parametrize(
     "override, message",
     [

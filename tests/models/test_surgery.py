@@ -173,3 +173,35 @@ def test_errors():
     with pytest.raises(ValueError):
         insert_non_local(fresh, ["layer3.4", "nope"])
     assert non_local_blocks(fresh) == []
+
+
+class _Heads(nn.Module):
+    """A model whose owner calls the members of a ModuleDict and a ModuleList itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.heads = nn.ModuleDict({"seg": nn.Conv2d(4, 4, 1)})
+        self.blocks = nn.ModuleList([nn.Conv2d(4, 4, 1), nn.Conv2d(4, 4, 1)])
+
+    def forward(self, x):
+        x = self.stem(x)
+        for i in range(len(self.blocks)):
+            x = self.blocks[i](x)
+        return self.heads["seg"](x)
+
+
+@pytest.mark.parametrize("at", ["heads", "blocks"])
+def test_a_container_without_a_forward_of_its_own_is_refused(at):
+    model = _Heads()
+    with pytest.raises(ValueError, match=f"at: module '{at}' is a Module(Dict|List).*name one"):
+        insert_non_local(model, at)
+    assert not non_local_blocks(model)  # nothing changed
+    insert_non_local(model, f"{at}.{'seg' if at == 'heads' else '1'}", sub_sample=False)
+    assert len(non_local_blocks(model)) == 1 and model(torch.randn(1, 3, 8, 8)).shape[1] == 4
+
+
+@pytest.mark.parametrize("at", ["", None, 3])
+def test_a_path_that_is_not_one_is_named(at):
+    with pytest.raises((ValueError, TypeError), match="at: expected a module path"):
+        insert_non_local(_Heads(), at)

@@ -10,7 +10,9 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-__all__ = ["ImageItems", "digits_images"]
+from nlnet.data.class_folders import classes_without_items
+
+__all__ = ["ImageItems", "digits_images", "read_rgb"]
 
 
 def digits_images(split: str, seed: int = 0) -> tuple[list[Any], list[int], list[str]]:
@@ -38,6 +40,38 @@ def digits_images(split: str, seed: int = 0) -> tuple[list[Any], list[int], list
     return imgs, [int(d.target[i]) for i in chosen], [str(c) for c in range(10)]
 
 
+def read_rgb(path: str | os.PathLike) -> Any:
+    """An image file as an 8-bit RGB PIL image, as a camera shows it: turned by its EXIF
+    orientation (phone photos), and 16-bit or float pixels scaled to 8 bits (Pillow's own
+    conversion clips a 16-bit PNG at 255, an all-white image, and a float image in [0, 1] to
+    black): 16-bit by 255 / 65535; 32-bit int or float by 255 / 65535 above 255, unchanged up
+    to 255, and a float image in [0, 1] by 255; NaN as 0.
+
+    Raises:
+        OSError, ValueError, SyntaxError: Pillow's errors for a file that is not a readable image.
+    """
+    import numpy as np
+    from PIL import Image, ImageOps
+
+    with Image.open(path) as opened:
+        im = ImageOps.exif_transpose(opened)
+        if im.mode.startswith("I;16"):
+            scale = 255.0 / 65535.0
+        elif im.mode in ("I", "F"):
+            top = float(np.nan_to_num(np.asarray(im, dtype=np.float64)).max(initial=0))
+            scale = (
+                255.0
+                if im.mode == "F" and top <= 1
+                else 1.0
+                if top <= 255
+                else 255.0 / max(top, 65535.0)
+            )
+        else:
+            return im.convert("RGB")
+        x = np.nan_to_num(np.asarray(im, dtype=np.float64)) * scale
+        return Image.fromarray(np.clip(np.rint(x), 0, 255).astype(np.uint8)).convert("RGB")
+
+
 class ImageItems(Dataset):
     """``{"clip": image (3, S, S), "target", "index"}`` items (the keys of the video items,
     collated by :func:`nlnet.data.video.batches.collate_skip_bad`); an unreadable file gives
@@ -60,12 +94,14 @@ class ImageItems(Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int) -> Any:
-        from torchvision.datasets.folder import default_loader
+    def classes_without_items(self) -> list[str]:
+        """Class names no sample has (an unreadable file is found only when read)."""
+        return classes_without_items(self.classes, self.targets)
 
+    def __getitem__(self, index: int) -> Any:
         sample = self.samples[index]
         try:
-            img = default_loader(sample) if isinstance(sample, (str, os.PathLike)) else sample
+            img = read_rgb(sample) if isinstance(sample, (str, os.PathLike)) else sample
             return {"clip": self.transform(img), "target": self.targets[index], "index": index}
         except (OSError, ValueError, SyntaxError) as exc:  # PIL raises these for broken files
             if index not in self.bad:  # named once per process (a worker is a process)

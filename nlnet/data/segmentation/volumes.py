@@ -128,11 +128,15 @@ def zscore_nonzero(volume: torch.Tensor) -> torch.Tensor:
     ``std`` of each channel over the nonzero voxels (voxels where any channel is nonzero: the
     brain in skull-stripped MRI), and 0 outside them, as nnU-Net and the BraTS pipelines
     normalise MRI (intensities have no absolute scale). A case without nonzero voxels is
-    normalised over all of them.
+    normalised over all of them. Non-finite voxels (NaN, inf: a scanner's or a converter's
+    holes) are left out of the statistics and set to 0, like the background.
 
     Args:
         volume: ``(C, D, H, W)`` float.
     """
+    finite = volume.isfinite()
+    if not finite.all():
+        return _zscore_finite(volume, finite)
     fg = (volume != 0).any(0)  # (D, H, W)
     if not fg.any():
         fg = torch.ones_like(fg)
@@ -140,6 +144,19 @@ def zscore_nonzero(volume: torch.Tensor) -> torch.Tensor:
     mean, std = vals.mean(1), vals.std(1, unbiased=False)
     out = (volume.double() - mean.view(-1, 1, 1, 1)) / std.clamp_min(1e-8).view(-1, 1, 1, 1)
     return torch.where(fg, out, torch.zeros_like(out)).float()
+
+
+def _zscore_finite(volume: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+    """:func:`zscore_nonzero` of a volume with non-finite voxels (``finite``: where it has not)."""
+    fg = ((volume != 0) & finite).any(0)  # (D, H, W)
+    if not fg.any():
+        fg = finite.any(0)
+    vals, ok = volume[:, fg].double(), finite[:, fg]  # (C, N)
+    n = ok.sum(1).clamp_min(1)
+    mean = torch.where(ok, vals, 0.0).sum(1) / n
+    var = torch.where(ok, vals - mean[:, None], 0.0).square().sum(1) / n
+    out = (volume.double() - mean.view(-1, 1, 1, 1)) / var.sqrt().clamp_min(1e-8).view(-1, 1, 1, 1)
+    return torch.where(fg & finite, out, torch.zeros_like(out)).float()
 
 
 def random_patch(

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from nlnet.data.class_folders import classes_without_items
 from nlnet.data.seeding import ItemKey
 from nlnet.data.video.policy import BadVideoPolicy
 from nlnet.data.video.sampling import ClipSampler
@@ -132,6 +133,13 @@ class VideoClipDataset(Dataset):
         if len(t):
             target[torch.as_tensor(list(t), dtype=torch.long)] = 1.0
         return target
+
+    def classes_without_items(self) -> list[str]:
+        """Class names no usable video has (bad at indexing: unreadable or too short); none
+        for multi-label data, whose rare classes may well be absent from a split."""
+        if self.multilabel:
+            return []
+        return classes_without_items(self.classes, self.targets, self.policy.bad)
 
     def unusable_reason(self) -> str | None:
         """Why no video of this dataset can be used (``None`` while at least one can)."""

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nlnet.data.class_folders import split_classes, visible_dirs
+from nlnet.data.class_folders import media_files, split_classes, visible_dirs
 from nlnet.data.video.config import VIDEO_EXTENSIONS
 from nlnet.data.video.dataset import VideoClipDataset
 from nlnet.data.video.lists import max_label, parse_list, read_class_index
@@ -67,9 +67,7 @@ class VideoFolderDataset(VideoClipDataset):
         for class_dir in visible_dirs(split_dir):
             if class_dir.name not in token_to_pos:
                 raise ValueError(f"classes: folder {class_dir.name!r} is not in the class index")
-            files = sorted(
-                f for f in class_dir.rglob("*") if f.is_file() and f.suffix.lower() in exts
-            )
+            files = media_files(class_dir, exts)
             videos += [str(f) for f in files]
             targets += [token_to_pos[class_dir.name]] * len(files)
         if not videos:

@@ -70,7 +70,7 @@ def clip_key(
     else:
         idx = [int(i) for i in (indices.tolist() if isinstance(indices, torch.Tensor) else indices)]
     text = f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0{backend}\0{idx}\0{size}"
-    return hashlib.sha1(text.encode()).hexdigest()
+    return hashlib.sha1(text.encode("utf-8", "surrogateescape")).hexdigest()  # any file name
 
 
 class ClipCache:

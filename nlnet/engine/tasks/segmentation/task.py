@@ -158,11 +158,13 @@ AUX_WEIGHT: dict[str, float] = {"aux": 0.5}
 
 def forward_padded(model: nn.Module, volumes: torch.Tensor) -> Any:
     """Logits of ``volumes`` ``(B, C, *spatial)`` zero-padded at the end of each spatial axis to
-    a multiple of the network's stride, cropped back to the input size (whole-volume testing);
-    each of them for a model with several outputs (``{"out", "aux"}`` in training mode)."""
+    a multiple of the network's stride, and to at least twice it (a bottleneck map of 2, what
+    a non-local block's sub-sampling pool there needs: an axis of 4 or fewer voxels would leave
+    it 1), cropped back to the input size (whole-volume testing); each of them for a model with
+    several outputs (``{"out", "aux"}`` in training mode)."""
     size = volumes.shape[2:]
     m = _stride(model)
-    pad = [(-n) % m for n in size]
+    pad = [max(n + (-n) % m, 2 * m if m > 1 else n) - n for n in size]
     if any(pad):
         volumes = F.pad(volumes, [v for p in reversed(pad) for v in (0, p)])
     out = model(volumes)

@@ -136,6 +136,29 @@ def check_video_sections(cfg: Any) -> None:
     _check_multigrid(cfg.multigrid, cfg.optim.epochs)
     _check_clip_cache(cfg.data, "train.workers", cfg.train.workers)
     _check_clip_cache(cfg.data, "eval.workers", cfg.eval.workers)
+    _check_rgb(cfg)
+
+
+def _check_rgb(cfg: Any) -> None:
+    """Video frames are decoded as RGB (a grey video's three channels are equal), so the
+    model's input channels and the normalisation are three (one-line errors otherwise); a
+    config without ``data.root`` or ``data.annotations`` trains on datasets given in Python."""
+    if getattr(cfg.data, "root", None) is None and getattr(cfg.data, "annotations", None) is None:
+        return
+    overrides = getattr(cfg.model, "overrides", None) or {}
+    channels = overrides.get("in_channels", 3) if isinstance(overrides, dict) else 3
+    if channels != 3:
+        raise ConfigError(
+            f"model.overrides.in_channels={channels}: video frames are decoded as RGB, 3 "
+            "channels (a grey video's three are equal, so it trains as it is); remove it"
+        )
+    for key in ("mean", "std"):
+        values = getattr(cfg.data, key, None)
+        if values is not None and len(values) != 3:
+            raise ConfigError(
+                f"data.{key}: video frames are decoded as RGB: expected 3 values, got "
+                f"{list(values)}"
+            )
 
 
 def _check_clip_cache(data: Any, key: str, workers: int | str) -> None:
