@@ -19,10 +19,10 @@ The numbers computed are the same; ``THP_MEM_ALLOC_ENABLE=0 nlnet ...`` turns it
 
 With glibc it also keeps freed memory in the process for the next allocation, as the jemalloc or
 tcmalloc that PyTorch's CPU performance guide recommends would: every block comes from the heap
-(``M_MMAP_MAX`` 0, so no block is mapped afresh and faulted in again at every step) and up to
-2 GiB free at the heap's top stay mapped (``M_TRIM_THRESHOLD``), set with ``mallopt`` before
-torch is imported, unless the environment sets glibc's own switches (``MALLOC_MMAP_MAX_``,
-``MALLOC_TRIM_THRESHOLD_`` or ``GLIBC_TUNABLES``). A training step repeats the same sizes, so its
+(``M_MMAP_MAX`` 0, so no block of the main thread is mapped afresh and faulted in again at every
+step) and up to 2 GiB free at the heap's top stay mapped (``M_TRIM_THRESHOLD``), set with
+``mallopt`` before torch is imported, unless the environment sets glibc's own switches (any
+``MALLOC_*`` variable or a ``glibc.malloc`` tunable). A training step repeats the same sizes, so its
 memory is the previous step's. Same numbers again; ``MALLOC_MMAP_MAX_=65536 nlnet ...`` (glibc's
 default) turns it off.
 """
@@ -131,10 +131,12 @@ def cpu_allocation_defaults() -> None:
 
 def keep_freed_memory() -> bool:
     """Set :data:`HEAP_SETTINGS` with glibc's ``mallopt``; False (nothing set) where the C
-    library is not glibc or the environment already sets any of glibc's malloc switches."""
-    if platform.libc_ver()[0] != "glibc" or "GLIBC_TUNABLES" in os.environ:
+    library is not glibc or the environment sets any of glibc's malloc switches
+    (``MALLOC_*`` variables, ``glibc.malloc.*`` tunables). Forked DataLoader workers inherit
+    it; threads other than the main one still map requests above 64 MB on their own."""
+    if platform.libc_ver()[0] != "glibc" or "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
         return False
-    if any(name in os.environ for name in HEAP_SETTINGS):
+    if any(k.startswith("MALLOC_") for k in os.environ):  # glibc's own (MALLOC_ARENA_MAX too)
         return False
     mallopt = ctypes.CDLL(None).mallopt  # the process's own C library
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

@@ -64,6 +64,7 @@ def test_large_cpu_tensors_go_on_huge_pages():
 
 def test_the_users_setting_wins(monkeypatch):
     monkeypatch.delitem(sys.modules, "torch")  # as in a fresh `nlnet` process
+    monkeypatch.setattr(cli, "keep_freed_memory", lambda: False)  # not in this pytest process
     monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "0")
     cli.cpu_allocation_defaults()
     assert os.environ["THP_MEM_ALLOC_ENABLE"] == "0"
@@ -126,4 +127,7 @@ def test_the_heap_settings_are_left_to_the_environment(monkeypatch):
     assert cli.keep_freed_memory() is False
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_max=0")
+    assert cli.keep_freed_memory() is False
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")  # any of glibc's malloc variables
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=2048")
     assert cli.keep_freed_memory() is False

@@ -152,8 +152,9 @@ def evaluate(
                 f"{ckpt['num_classes']}"
             )
         classifies = getattr(task, "classifies", False)  # one class per item
-        if classifies:
-            check_class_folders(ckpt.get("class_names"), getattr(dataset, "classes", None), split)
+        named = getattr(task, "class_names", None)  # the config's display names: not folders
+        if classifies and getattr(dataset, "from_folders", False) and not named:
+            check_class_folders(ckpt.get("class_names"), dataset.classes, split)
         amp = cfg.train.amp if info.device.type == "cuda" else "none"
         extra = {"details": True} if details and classifies else {}
         metrics = task.evaluate(model, dataset, info.device, amp=amp,

@@ -236,7 +236,10 @@ def insert_non_local(
             raise ValueError("at: expected a module path such as 'layer3', got '' (the model)")
         paths = [at]
     else:
-        paths = list(at) if isinstance(at, (list, tuple)) else [None]
+        try:
+            paths = list(at)  # any iterable of paths (a list, a tuple, a config's list)
+        except TypeError:
+            paths = [None]
         if not paths or not all(isinstance(p, str) and p for p in paths):
             raise TypeError(f"at: expected a module path or a list of them (str), got {at!r}")
     if len(set(paths)) != len(paths):

@@ -148,3 +148,14 @@ def test_evaluation_refuses_class_folders_that_are_not_the_checkpoints():
     with pytest.raises(DataError, match="class 0 of the val data is folder 'aaa' but the "
                                         "checkpoint's class 0 is 'left'"):  # fmt: skip
         check_class_folders(["left", "right"], ["aaa", "left"], "val")
+
+
+def test_only_class_folders_are_checked_for_classes_without_items():
+    """A list (a 1-based list's class 0, a subset of a class index) or items built in Python
+    may number classes they have no item of: not refused."""
+    from nlnet.data.images.dataset import ImageItems
+
+    items = ImageItems(["a.png"], [1], ["zero", "one"], transform=None)
+    assert items.classes_without_items() == []
+    items.from_folders = True
+    assert items.classes_without_items() == ["zero"]

@@ -129,6 +129,10 @@ def test_a_thin_volume_is_padded_to_what_the_bottleneck_block_needs():
     with torch.no_grad():
         out = forward_padded(model, torch.randn(1, 1, 3, 12, 9))
     assert out.shape == (1, 2, 3, 12, 9) and torch.isfinite(out).all()
+    plain = create_model("unet3d", num_classes=2, in_channels=1, width=4, depth=2).eval()
+    x = torch.randn(1, 1, 4, 8, 8)  # no block: padded as before (here: not at all)
+    with torch.no_grad():
+        assert torch.equal(forward_padded(plain, x), plain(x))
 
 
 @pytest.mark.parametrize(

@@ -48,4 +48,6 @@ def build_image_dataset(
     if not found:
         raise ValueError(f"data.root (split {split!r}): no image in {folder}/<class>/")
     paths, targets = zip(*found)
-    return ImageItems(paths, targets, classes, transform)
+    items = ImageItems(paths, targets, classes, transform)
+    items.from_folders = True  # classes are the sorted class folders
+    return items

@@ -42,34 +42,51 @@ def digits_images(split: str, seed: int = 0) -> tuple[list[Any], list[int], list
 
 def read_rgb(path: str | os.PathLike) -> Any:
     """An image file as an 8-bit RGB PIL image, as a camera shows it: turned by its EXIF
-    orientation (phone photos), and 16-bit or float pixels scaled to 8 bits (Pillow's own
-    conversion clips a 16-bit PNG at 255, an all-white image, and a float image in [0, 1] to
-    black): 16-bit by 255 / 65535; 32-bit int or float by 255 / 65535 above 255, unchanged up
-    to 255, and a float image in [0, 1] by 255; NaN as 0.
+    orientation (phone photos; a malformed EXIF block is ignored), and 16-bit, 32-bit int or
+    float pixels scaled to 8 bits (Pillow's own conversion clips a 16-bit PNG at 255, an
+    all-white image, and a float image in [0, 1] to black): integers up to 255 are kept, larger
+    ones scaled by 255 / 65535 (by 255 / their maximum above 65535); floats up to 1 scaled by
+    255; NaN and infinities are 0.
 
     Raises:
         OSError, ValueError, SyntaxError: Pillow's errors for a file that is not a readable image.
     """
-    import numpy as np
-    from PIL import Image, ImageOps
+    from PIL import Image
 
     with Image.open(path) as opened:
-        im = ImageOps.exif_transpose(opened)
-        if im.mode.startswith("I;16"):
-            scale = 255.0 / 65535.0
-        elif im.mode in ("I", "F"):
-            top = float(np.nan_to_num(np.asarray(im, dtype=np.float64)).max(initial=0))
-            scale = (
-                255.0
-                if im.mode == "F" and top <= 1
-                else 1.0
-                if top <= 255
-                else 255.0 / max(top, 65535.0)
-            )
-        else:
+        im = _upright(opened)
+        if not im.mode.startswith(("I", "F")):
             return im.convert("RGB")
-        x = np.nan_to_num(np.asarray(im, dtype=np.float64)) * scale
-        return Image.fromarray(np.clip(np.rint(x), 0, 255).astype(np.uint8)).convert("RGB")
+        return Image.fromarray(_to_uint8(im)).convert("RGB")
+
+
+def _upright(im: Any) -> Any:
+    """``im`` turned by its EXIF orientation (itself where it has none or a malformed one:
+    Pillow's ``exif_transpose`` has raised KeyError, ZeroDivisionError, IndexError on such)."""
+    from PIL import ImageOps
+
+    try:
+        if im.getexif().get(0x0112, 1) == 1:
+            return im
+        return ImageOps.exif_transpose(im)
+    except Exception:  # noqa: BLE001  (a photo readable without its EXIF stays readable)
+        return im
+
+
+def _to_uint8(im: Any) -> Any:
+    """uint8 ``(H, W)`` of a Pillow ``I;16*``, ``I`` or ``F`` image (scaling: :func:`read_rgb`)."""
+    import numpy as np
+
+    x = np.asarray(im, dtype=np.float64)
+    x = np.where(np.isfinite(x), x, 0.0)
+    top = float(x.max(initial=0.0))
+    if im.mode == "F" and top <= 1.0:
+        scale = 255.0
+    elif top <= 255.0:
+        scale = 1.0
+    else:
+        scale = 255.0 / max(top, 65535.0)
+    return np.clip(np.rint(x * scale), 0, 255).astype(np.uint8)
 
 
 class ImageItems(Dataset):
@@ -90,13 +107,15 @@ class ImageItems(Dataset):
         self.classes, self.transform = list(classes), transform
         self.num_classes = len(self.classes)
         self.bad: dict[int, str] = {}
+        self.from_folders = False  # True: classes are the sorted class folders (the builder's)
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def classes_without_items(self) -> list[str]:
-        """Class names no sample has (an unreadable file is found only when read)."""
-        return classes_without_items(self.classes, self.targets)
+        """Class names no sample has, for class folders only (an unreadable file is found
+        only when read)."""
+        return classes_without_items(self.classes, self.targets) if self.from_folders else []
 
     def __getitem__(self, index: int) -> Any:
         sample = self.samples[index]

@@ -134,10 +134,15 @@ class VideoClipDataset(Dataset):
             target[torch.as_tensor(list(t), dtype=torch.long)] = 1.0
         return target
 
+    #: True where the classes are the sorted class folders (:class:`VideoFolderDataset`); a list
+    #: may number classes it has no line of (a 1-based list's class 0, a subset of an index)
+    from_folders: bool = False
+
     def classes_without_items(self) -> list[str]:
-        """Class names no usable video has (bad at indexing: unreadable or too short); none
-        for multi-label data, whose rare classes may well be absent from a split."""
-        if self.multilabel:
+        """Class names no usable video has (bad at indexing: unreadable or too short), for
+        class folders only; none for lists and multi-label data, whose numbering may well
+        include classes a split lacks."""
+        if self.multilabel or not self.from_folders:
             return []
         return classes_without_items(self.classes, self.targets, self.policy.bad)
 

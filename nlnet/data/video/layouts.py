@@ -76,6 +76,7 @@ class VideoFolderDataset(VideoClipDataset):
         self.split = split
         labeled = list(zip(videos, targets))
         super().__init__(labeled, names, index_file=index_file_for(root, cache), **parts)
+        self.from_folders = classes is None  # numbered by the sorted class folders
 
 
 class VideoListDataset(VideoClipDataset):

@@ -156,15 +156,25 @@ def _stride(model: nn.Module) -> int:
 AUX_WEIGHT: dict[str, float] = {"aux": 0.5}
 
 
+def _pools_keys(model: nn.Module) -> bool:
+    """Whether ``model`` has a non-local block that max-pools its keys and values."""
+    from nlnet.layers.nonlocal_block import NonLocalNd
+
+    return any(isinstance(b, NonLocalNd) and b.kernel is not None and max(b.kernel) > 1
+               for b in model.modules())  # fmt: skip
+
+
 def forward_padded(model: nn.Module, volumes: torch.Tensor) -> Any:
     """Logits of ``volumes`` ``(B, C, *spatial)`` zero-padded at the end of each spatial axis to
-    a multiple of the network's stride, and to at least twice it (a bottleneck map of 2, what
-    a non-local block's sub-sampling pool there needs: an axis of 4 or fewer voxels would leave
-    it 1), cropped back to the input size (whole-volume testing); each of them for a model with
-    several outputs (``{"out", "aux"}`` in training mode)."""
+    a multiple of the network's stride, and, in a network with a sub-sampling non-local block,
+    to at least twice it (a bottleneck map of 2, what the block's pool there needs; an axis no
+    longer than the stride would leave it 1), cropped back to the input size (whole-volume
+    testing); each of them for a model with several outputs (``{"out", "aux"}`` in training
+    mode). A network without such a block is padded as before: its numbers do not change."""
     size = volumes.shape[2:]
     m = _stride(model)
-    pad = [max(n + (-n) % m, 2 * m if m > 1 else n) - n for n in size]
+    least = 2 * m if m > 1 and _pools_keys(model) else 1
+    pad = [max(n + (-n) % m, least) - n for n in size]
     if any(pad):
         volumes = F.pad(volumes, [v for p in reversed(pad) for v in (0, p)])
     out = model(volumes)
