@@ -65,6 +65,7 @@ def input_shape(info: Any, input_size: str | Sequence[int] | None = None, batch:
 
     if batch < 1:
         raise ValueError(f"batch: expected a positive int, got {batch}")
+    channels = (getattr(info, "model_options", None) or {}).get("in_channels")
     if input_size:
         text = input_size if isinstance(input_size, str) else "x".join(map(str, input_size))
         try:
@@ -83,7 +84,6 @@ def input_shape(info: Any, input_size: str | Sequence[int] | None = None, batch:
                 f"({'CxTxHxW' if len(want) == 4 else 'CxHxW'}, e.g. {example}), got "
                 f"{text!r}"
             )
-        channels = (getattr(info, "model_options", None) or {}).get("in_channels")
         if channels is not None and size[0] != int(channels):
             raise ValueError(
                 f"input_size: the model takes {int(channels)} channel(s) (its first number), "
@@ -93,7 +93,6 @@ def input_shape(info: Any, input_size: str | Sequence[int] | None = None, batch:
     size = list(get_model_entry(info.model_name).default_cfg.input_size)
     if not size:
         raise ValueError("input_size: the model has no registered input size; give one")
-    channels = (getattr(info, "model_options", None) or {}).get("in_channels")
     if channels is not None:  # trained on data of other channels than the registered input
         size[0] = int(channels)
     prep = info.preprocessing

@@ -24,13 +24,14 @@ def read_input(path: Path, frames: int | None, size: int | None) -> Any:
     import numpy as np
     import torch
 
+    from nlnet.data.images.dataset import read_rgb
     from nlnet.data.video_io.backends import VideoDecodeError, open_video
     from nlnet.engine.errors import DataError
-    from nlnet.inference import IMAGE_EXTENSIONS, _read_image
+    from nlnet.inference import IMAGE_EXTENSIONS
 
     try:
         if path.suffix.lower() in IMAGE_EXTENSIONS:
-            out = _read_image(path)[None]  # a writable copy
+            out = np.array(read_rgb(path))[None]  # a writable copy
         else:
             with open_video(path) as reader:
                 n = reader.num_frames

@@ -137,8 +137,9 @@ class Run:
                 f"data.root: the training data has one class ({names[0]!r}); classification "
                 "needs at least two (a model of one class is right on every input)"
             )
-        empty = getattr(train_dataset, "classes_without_items", None)
-        empty = empty() if callable(empty) and getattr(self.task, "classifies", False) else []
+        without = getattr(train_dataset, "classes_without_items", None)
+        classifies = getattr(self.task, "classifies", False)
+        empty = without() if callable(without) and classifies else []
         if empty:
             raise DataError(
                 f"data.root: class folder(s) {', '.join(map(repr, empty[:5]))}"

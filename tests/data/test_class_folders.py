@@ -155,7 +155,6 @@ def test_only_class_folders_are_checked_for_classes_without_items():
     may number classes they have no item of: not refused."""
     from nlnet.data.images.dataset import ImageItems
 
-    items = ImageItems(["a.png"], [1], ["zero", "one"], transform=None)
-    assert items.classes_without_items() == []
-    items.from_folders = True
-    assert items.classes_without_items() == ["zero"]
+    assert ImageItems(["a.png"], [1], ["zero", "one"], None).classes_without_items() == []
+    folders = ImageItems(["a.png"], [1], ["zero", "one"], None, from_folders=True)
+    assert folders.classes_without_items() == ["zero"]

@@ -173,6 +173,14 @@ def test_an_i3d_starts_from_a_trained_c2d_by_model_init(order_folder, tmp_path, 
     assert ckpt["iteration"] == 10  # 80 videos, batch 8: one epoch
     assert all(g["fused"] for g in ckpt["optimizer"]["param_groups"])
     assert main(["eval", "--checkpoint", str(final)]) == 0
+    import shutil  # the same videos with the first class folder renamed: other targets
+
+    renamed = shutil.copytree(order_folder, tmp_path / "renamed")
+    for split in ("train", "val"):
+        (renamed / split / CLASSES[0]).rename(renamed / split / "zz_last")
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(final), f"data.root={renamed}"]) == 2
+    assert f"checkpoint's class 0 is {CLASSES[0]!r}" in capsys.readouterr().err
     plain = nlnet.load_model(final).eval()
     trained = copy.deepcopy(plain)
     assert subsample_strided_pointwise(trained) >= 1  # the tiny I3D's projection shortcuts

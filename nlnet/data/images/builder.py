@@ -48,6 +48,4 @@ def build_image_dataset(
     if not found:
         raise ValueError(f"data.root (split {split!r}): no image in {folder}/<class>/")
     paths, targets = zip(*found)
-    items = ImageItems(paths, targets, classes, transform)
-    items.from_folders = True  # classes are the sorted class folders
-    return items
+    return ImageItems(paths, targets, classes, transform, from_folders=True)

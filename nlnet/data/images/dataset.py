@@ -99,15 +99,17 @@ class ImageItems(Dataset):
         targets: the class id of each sample.
         classes: the class names (``num_classes`` is their number).
         transform: PIL image -> tensor (:mod:`nlnet.data.images.transforms`).
+        from_folders: the classes are the sorted class folders of the samples (then a class
+            with no sample is refused for training, :meth:`classes_without_items`).
     """
 
     def __init__(self, samples: Sequence[Any], targets: Sequence[int], classes: Sequence[str],
-                 transform: Any) -> None:  # fmt: skip
+                 transform: Any, *, from_folders: bool = False) -> None:  # fmt: skip
         self.samples, self.targets = list(samples), list(targets)
         self.classes, self.transform = list(classes), transform
         self.num_classes = len(self.classes)
         self.bad: dict[int, str] = {}
-        self.from_folders = False  # True: classes are the sorted class folders (the builder's)
+        self.from_folders = from_folders  # the classes are the sorted class folders
 
     def __len__(self) -> int:
         return len(self.samples)

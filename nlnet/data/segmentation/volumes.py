@@ -134,28 +134,18 @@ def zscore_nonzero(volume: torch.Tensor) -> torch.Tensor:
     Args:
         volume: ``(C, D, H, W)`` float.
     """
-    finite = volume.isfinite()
-    if not finite.all():
-        return _zscore_finite(volume, finite)
-    fg = (volume != 0).any(0)  # (D, H, W)
-    if not fg.any():
-        fg = torch.ones_like(fg)
-    vals = volume[:, fg].double()  # (C, N)
-    mean, std = vals.mean(1), vals.std(1, unbiased=False)
-    out = (volume.double() - mean.view(-1, 1, 1, 1)) / std.clamp_min(1e-8).view(-1, 1, 1, 1)
-    return torch.where(fg, out, torch.zeros_like(out)).float()
-
-
-def _zscore_finite(volume: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
-    """:func:`zscore_nonzero` of a volume with non-finite voxels (``finite``: where it has not)."""
+    finite = volume.isfinite()  # (C, D, H, W)
     fg = ((volume != 0) & finite).any(0)  # (D, H, W)
     if not fg.any():
         fg = finite.any(0)
     vals, ok = volume[:, fg].double(), finite[:, fg]  # (C, N)
-    n = ok.sum(1).clamp_min(1)
-    mean = torch.where(ok, vals, 0.0).sum(1) / n
-    var = torch.where(ok, vals - mean[:, None], 0.0).square().sum(1) / n
-    out = (volume.double() - mean.view(-1, 1, 1, 1)) / var.sqrt().clamp_min(1e-8).view(-1, 1, 1, 1)
+    if ok.all():
+        mean, std = vals.mean(1), vals.std(1, unbiased=False)
+    else:  # the statistics of the finite voxels only
+        n = ok.sum(1).clamp_min(1)
+        mean = torch.where(ok, vals, 0.0).sum(1) / n
+        std = (torch.where(ok, vals - mean[:, None], 0.0).square().sum(1) / n).sqrt()
+    out = (volume.double() - mean.view(-1, 1, 1, 1)) / std.clamp_min(1e-8).view(-1, 1, 1, 1)
     return torch.where(fg & finite, out, torch.zeros_like(out)).float()
 
 
