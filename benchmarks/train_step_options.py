@@ -62,6 +62,12 @@ VARIANTS = {
     "channels_last": {"channels_last": True},
     "compile": {"compile": "inductor"},
     "compile+channels_last": {"channels_last": True, "compile": "inductor"},
+    "fused_sgd+subsample_1x1+compile+channels_last": {
+        "implementation": "fused",
+        "subsample_1x1": True,
+        "compile": "inductor",
+        "channels_last": True,
+    },
     # bf16 autocast (a GPU's; on this CPU bf16 matmuls are ~300x slower: not for CPU timing)
     "bf16": {"bf16": True},
     "channels_last+bf16": {"channels_last": True, "bf16": True},

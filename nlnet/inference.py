@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from nlnet.data.images.dataset import animated_frames
 from nlnet.data.images.transforms import image_test_transform
 from nlnet.data.preprocessing import Preprocessing
 from nlnet.data.video.sampling import make_sampler
@@ -176,7 +177,8 @@ class VideoTransform:
                 ``(frames, H, W, 3)`` tensor or numpy array (e.g. from
                 :func:`nlnet.data.video_io.backends.read_frames`).  A still image file is a
                 one-frame video (with an :class:`InputWarning`), as is a video shorter than one
-                clip (its frames are repeated).
+                clip (its frames are repeated); an animated GIF, WebP or PNG is the video of
+                its frames.
 
         Returns:
             ``(clips * crops, 3, num_frames, H', W')`` float32, normalised.
@@ -208,6 +210,9 @@ class VideoTransform:
                 f"video: expected a file path or a uint8 array, got {type(video).__name__}"
             )
         if Path(video).suffix.lower() in IMAGE_EXTENSIONS:
+            moving = animated_frames(video)  # an animated GIF/WebP: a video
+            if moving is not None:
+                return self.clips_of(moving)
             warnings.warn(
                 f"{str(video)!r}: a still image given to a video model ({self.num_frames}-frame "
                 "clips); it is scored as a clip of that one frame repeated",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["classifier_input", "model_input", "normalize", "read_input"]
+__all__ = ["classifier_input", "model_input", "normalize", "read_input", "volume_input"]
 
 
 def read_input(path: Path, frames: int | None, size: int | None) -> Any:
@@ -71,12 +71,18 @@ def classifier_input(
     predict`` uses (one clip, one crop), or ``None`` for other models and inputs."""
     import torch
 
+    from nlnet.data.images.dataset import animated_frames
     from nlnet.inference import IMAGE_EXTENSIONS, ImageTransform, VideoTransform
 
     prep = info.preprocessing
     still = path.suffix.lower() in IMAGE_EXTENSIONS
     if prep is None:
         return None
+    if still and prep.is_video:  # an animated GIF/WebP is a video (VideoTransform decodes it)
+        try:
+            still = animated_frames(path) is None
+        except (OSError, ValueError, SyntaxError):  # unreadable: read_input names the file
+            return None
     if prep.is_video and prep.size and not still:
         tf = VideoTransform.from_preprocessing(prep, clips=1, crops=1)
         if frames:
@@ -98,6 +104,40 @@ def classifier_input(
     return inp, frames.numpy()
 
 
+def volume_input(path: Path, model: Any) -> tuple[Any, Any]:
+    """A volume file as a 3D segmentation network takes it, ``(1, C, D, H, W)`` z-scored per
+    channel over its nonzero voxels and zero-padded as whole-volume testing pads it, and its
+    first channel's slices as uint8 ``(D, H, W, 3)`` grey frames.
+
+    Raises:
+        DataError: not a volume file (``.npy``, ``.nii``, ``.nii.gz``), unreadable, or of
+            other channels than the network takes.
+    """
+    import torch
+
+    from nlnet.data.segmentation.volumes import VOLUME_EXTENSIONS, read_case, zscore_nonzero
+    from nlnet.engine.errors import DataError
+    from nlnet.engine.tasks.segmentation.task import pad_to_stride
+    from nlnet.models.checks import model_in_channels
+
+    if not str(path).lower().endswith(VOLUME_EXTENSIONS):
+        raise DataError(
+            f"{str(path)!r}: a volume model takes {', '.join(VOLUME_EXTENSIONS)} files (C, D, H, W)"
+        )
+    try:
+        raw = torch.from_numpy(read_case([path], str(path)))
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{str(path)!r}: not a readable volume ({exc})") from None
+    takes = model_in_channels(model)
+    if takes is not None and raw.shape[0] != takes:
+        raise DataError(f"{str(path)!r}: {raw.shape[0]} channel(s), the model takes {takes}")
+    x = zscore_nonzero(raw)
+    first = x[0]
+    lo, hi = float(first.min()), float(first.max())
+    grey = ((first - lo) / max(hi - lo, 1e-8) * 255).round().byte()
+    return pad_to_stride(model, x[None]), grey[..., None].expand(-1, -1, -1, 3).numpy()
+
+
 def model_input(
     path: Path, model: Any, info: Any, *, frames: int | None = None, size: int | None = None,
     side: int | None = None,
@@ -115,6 +155,8 @@ def model_input(
 
     from nlnet.engine.errors import DataError
 
+    if getattr(info.preprocessing, "kind", None) == "volume":
+        return volume_input(path, model)
     got = classifier_input(path, info, frames, size, side)
     if got is not None:
         return got

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from nlnet.data.preprocessing import Preprocessing
+from nlnet.models.checks import model_in_channels
 
 __all__ = ["Segmentation", "segment", "read_input", "model_in_channels", "resolve_window"]
 
@@ -86,12 +87,6 @@ class Segmentation:
         """Fraction of the pixels/voxels given to each class."""
         counts = np.bincount(self.mask.ravel(), minlength=len(self.class_names))
         return {n: float(c) / self.mask.size for n, c in zip(self.class_names, counts)}
-
-
-def model_in_channels(model: nn.Module) -> int | None:
-    """Input channels of the network's first convolution (None: no convolution)."""
-    conv = next((m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Conv3d))), None)
-    return None if conv is None else int(conv.in_channels)
 
 
 def read_input(item: Input, *, volume: bool) -> np.ndarray:

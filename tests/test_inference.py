@@ -167,6 +167,29 @@ def test_short_video_and_still_image_warn_naming_the_file(files, tmp_path):
         nlnet.predict(files["ckpt"], files["video"])
 
 
+def test_an_animated_gif_is_scored_as_the_video_of_its_frames(files, tmp_path):
+    """An animated GIF given to a video model is its frames (not a still of the first one);
+    a one-frame GIF is a still image."""
+    from PIL import Image
+
+    from nlnet.inference import InputWarning
+
+    gen = torch.Generator().manual_seed(2)
+    frames = torch.randint(0, 256, (9, 32, 40, 3), dtype=torch.uint8, generator=gen)
+    frames[..., 1:] = frames[..., :1]  # grey: the GIF palette keeps the pixels exactly
+    images = [Image.fromarray(f.numpy()) for f in frames]
+    gif = tmp_path / "moving.gif"
+    images[0].save(gif, save_all=True, append_images=images[1:], duration=40, loop=0)
+    transform = nlnet.preprocessing(files["ckpt"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not a still image
+        views = transform(gif)
+    assert torch.equal(views, transform(frames))
+    images[0].save(tmp_path / "still.gif")
+    with pytest.warns(InputWarning, match=r"still\.gif.*still image"):
+        transform(tmp_path / "still.gif")
+
+
 @pytest.fixture(scope="module")
 def image_files(tmp_path_factory):
     from PIL import Image

@@ -2,7 +2,8 @@
 
 The figures of the training hook (:mod:`nlnet.engine.hooks.block_health`) for a trained model:
 each non-local block's norm scale from the weights alone; with ``--input`` (videos or images,
-read with the checkpoint's preprocessing, the clip ``nlnet predict --clips 1`` scores) also its
+read with the checkpoint's preprocessing, the clip ``nlnet predict --clips 1`` scores; volume
+files for a 3D segmentation network, z-scored and padded as in testing) also its
 output relative to its input and the concentration of its attention, averaged over the inputs.
 A block that is (nearly) the identity, or attends uniformly, is named.
 """
@@ -26,7 +27,7 @@ A block is "(nearly) the identity" when its output differs from its input by les
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", help="a checkpoint written by nlnet")
     parser.add_argument("--input", action="append", default=None, metavar="FILE",
-                        help="a video or image to run (repeatable; default: weights only)")  # fmt: skip
+                        help="a video, image or volume (.npy, .nii.gz) to run (repeatable; default: weights only)")  # fmt: skip
     parser.add_argument("--frames", type=int, default=None, help="frames to sample")
     parser.add_argument("--size", type=int, default=None, help="resize frames to this size")
     parser.add_argument("--identity-below", type=float, default=0.1)

@@ -28,6 +28,7 @@ from nlnet.engine.errors import DataError
 from nlnet.engine.modeling import trained_model_name
 from nlnet.engine.runlog import use_progress_bar
 from nlnet.engine.tasks import get_task
+from nlnet.models.checks import model_in_channels
 
 __all__ = ["DatasetEvaluator", "inference_on_dataset", "autocast_context", "evaluate"]
 
@@ -155,6 +156,7 @@ def evaluate(
         named = getattr(task, "class_names", None)  # the config's display names: not folders
         if classifies and getattr(dataset, "from_folders", False) and not named:
             check_class_folders(ckpt.get("class_names"), dataset.classes, split)
+        check_data_channels(model, dataset, split)
         amp = cfg.train.amp if info.device.type == "cuda" else "none"
         extra = {"details": True} if details and classifies else {}
         metrics = task.evaluate(model, dataset, info.device, amp=amp,
@@ -165,6 +167,21 @@ def evaluate(
         return metrics
     finally:
         du.cleanup(info)
+
+
+def check_data_channels(model: nn.Module, dataset: Any, split: str) -> None:
+    """Refuse a dataset whose items have another channel count (``dataset.channels``, where
+    the dataset knows it: volume folders) than the model's first convolution takes.
+
+    Raises:
+        DataError: both are known and differ.
+    """
+    have, takes = getattr(dataset, "channels", None), model_in_channels(model)
+    if have is not None and takes is not None and int(have) != takes:
+        raise DataError(
+            f"data.root: the {split} cases have {have} channel(s) but the checkpoint's model "
+            f"takes {takes}; evaluate it on cases with the channels it was trained on"
+        )
 
 
 def _plain(name: str) -> str:

@@ -37,11 +37,13 @@ def check_block_input(
     kernel: tuple[int, ...],
     name: str,
     allow_empty: bool = True,
+    hint: str = "",
 ) -> None:
     """The block's input checks (a leaf call under ``torch.fx``: it reads sizes).
 
     ``allow_empty=False`` (what a ``torch.fx`` trace records) refuses a grid with an axis of size
     0: the traced graph has no branch for it, only the eager block returns its empty output.
+    ``hint`` ends the message of a channel mismatch (where the block's channels came from).
     """
     if not isinstance(x, Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -52,7 +54,7 @@ def check_block_input(
     if x.shape[1] != channels:
         raise ValueError(
             f"{name} was built for in_channels={channels}, got x with {x.shape[1]} channels "
-            f"(shape {tuple(x.shape)})"
+            f"(shape {tuple(x.shape)}){hint}"
         )
     if not x.is_floating_point():
         raise TypeError(f"{name} expects a floating-point x, got dtype {x.dtype}")

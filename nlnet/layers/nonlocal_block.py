@@ -162,6 +162,10 @@ class NonLocalNd(nn.Module):
     NaN, on every path (the explicit matrix would spread it through zero weights anyway).
     """
 
+    #: Ends the error of an input of other channels: where ``in_channels`` came from (set by
+    #: :func:`nlnet.models.surgery.insert_non_local` when it inferred them).
+    channels_hint: str = ""
+
     def __init__(
         self,
         dim: int,
@@ -385,9 +389,8 @@ class NonLocalNd(nn.Module):
             raise TypeError(f"return_attention must be True or False, got {return_attention!r}")
         want_attention = return_attention is True  # (a torch.fx trace takes the default path)
         eager = not isinstance(x, torch.fx.Proxy)  # a trace records no branch on sizes
-        check_block_input(
-            x, self.g.weight, self.dim, self.in_channels, self.kernel, type(self).__name__, eager
-        )
+        check_block_input(x, self.g.weight, self.dim, self.in_channels, self.kernel,
+                          type(self).__name__, eager, self.channels_hint)  # fmt: skip
         if self.temporal_groups is not None:
             check_temporal_groups(x, self.temporal_groups)
         if eager and 0 in x.shape[2:]:

@@ -17,9 +17,9 @@ Usage in a model module (the ``wrap`` call must sit at the top level of the *cal
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["check_input"]
+__all__ = ["check_input", "model_in_channels"]
 
 _LAYOUTS = {
     3: "a sequence batch (B, C, L)",
@@ -41,3 +41,9 @@ def check_input(x: Tensor, ndim: int, channels: int | None = None, name: str = "
             f"shape "
             f"{tuple(x.shape)}"
         )
+
+
+def model_in_channels(model: nn.Module) -> int | None:
+    """Input channels of the network's first convolution (``None``: no convolution)."""
+    conv = next((m for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Conv3d))), None)
+    return None if conv is None else int(conv.in_channels)

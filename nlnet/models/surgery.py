@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torch import nn
 
 from nlnet.layers.nonlocal_block import NonLocalNd
@@ -56,6 +57,7 @@ __all__ = [
     "non_local_blocks",
     "non_local_paths",
     "infer_channels",
+    "measure_outputs",
     "with_non_local_class",
 ]
 
@@ -199,6 +201,7 @@ def insert_non_local(
     layers: Sequence[int] | None = None,
     in_channels: int | None = None,
     dim: int | None = None,
+    example_input: Any = None,
     **block_options: Any,
 ) -> nn.Module:
     """Insert a non-local block after each module in ``at`` (in place) and return ``model``.
@@ -209,8 +212,14 @@ def insert_non_local(
             :data:`PLACEMENTS` (needs ``layers``, taken from ``model.layers_cfg`` or from the
             lengths of ``model.layer1..layer4`` when omitted).
         layers: stage lengths for a preset; inferred from the model by default.
-        in_channels: channels of the block; inferred from the module at the path by default.
+        in_channels: channels of the block; inferred from the module at the path by default
+            (:func:`infer_channels`: its last convolution or norm, which a module that
+            concatenates branches, such as an Inception block, does not end with).
         dim: 1, 2 or 3 (which ``NonLocalNd``); inferred from the convolutions inside the module.
+        example_input: an input of ``model`` (a tensor, or a tuple of its arguments): the
+            channels and dim of each block are then measured on the output of its module in
+            one forward pass (eval mode, no gradients, the model's mode restored), exact for
+            any module.
         **block_options: passed to the block (``instantiation``, ``inter_channels``,
             ``reduction``, ``sub_sample``, ``pool_position``, ``norm``, ``mode``, ``scale``,
             ``impl``); defaults are the paper's video settings (embedded Gaussian, half channels,
@@ -258,10 +267,20 @@ def insert_non_local(
                 "its owner calls or iterates (a block added to it would not run, or would run "
                 f"as a member); name one of its members, e.g. '{path}.{next(iter(module._modules), '0')}'"
             )
+    measured = {} if example_input is None else measure_outputs(model, paths, example_input)
     for path, module in targets:
-        c = in_channels if in_channels is not None else infer_channels(module)
-        d = dim if dim is not None else _infer_dim(module)
-        block = classes[d](c, **options)
+        c, d = measured.get(path, (in_channels, dim))
+        c = in_channels if in_channels is not None else c
+        d = dim if dim is not None else d
+        block = classes[d if d is not None else _infer_dim(module)](
+            c if c is not None else infer_channels(module), **options
+        )
+        if in_channels is None and path not in measured:
+            block.channels_hint = (
+                f"; insert_non_local inferred in_channels={block.in_channels} from the layers "
+                f"of {path!r} ({type(module).__name__}): pass in_channels= (its output's) or "
+                "example_input="
+            )
         ref = next(iter(module.parameters()), None)
         if ref is not None:
             block = block.to(device=ref.device, dtype=ref.dtype)
@@ -276,6 +295,50 @@ def insert_non_local(
             module.add_module("non_local", block)
             module.__class__ = with_non_local_class(type(module))
     return model
+
+
+def measure_outputs(
+    model: nn.Module, paths: Sequence[str], example_input: Any
+) -> dict[str, tuple[int, int]]:
+    """``{path: (channels, dim)}`` of the outputs ``(B, C, *grid)`` of the modules at ``paths``
+    in one forward pass of ``example_input`` (a tensor or a tuple of arguments), in eval mode
+    without gradients (BatchNorm statistics untouched); the model's modes are restored.
+
+    Raises:
+        ValueError: a module at a path did not run, or its output is not a ``(B, C, *grid)``
+            tensor of 1 to 3 grid axes.
+    """
+    outputs: dict[str, Any] = {}
+    hooks = [
+        model.get_submodule(p).register_forward_hook(
+            lambda _m, _a, out, p=p: outputs.setdefault(p, out)
+        )
+        for p in paths
+    ]
+    modes = {m: m.training for m in model.modules()}
+    args = example_input if isinstance(example_input, tuple) else (example_input,)
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(*args)
+    finally:
+        for h in hooks:
+            h.remove()
+        for m, mode in modes.items():
+            m.training = mode
+    found = {}
+    for p in paths:
+        out = outputs.get(p)
+        if p not in outputs:
+            raise ValueError(f"example_input: module {p!r} did not run in the forward pass")
+        if not isinstance(out, torch.Tensor) or not 3 <= out.dim() <= 5:
+            what = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(
+                f"at: the output of {p!r} is {what}, not a (B, C, *grid) tensor with 1 to 3 "
+                "grid axes that a non-local block takes"
+            )
+        found[p] = (int(out.shape[1]), out.dim() - 2)
+    return found
 
 
 def _stage_lengths(model: nn.Module) -> tuple[int, ...]:

@@ -46,3 +46,15 @@ def test_the_checks_normalise_what_they_accept():
     assert vol.regions == {"wt": (1, 2), "et": (4,)} and vol.label_map == {4: 3}
     assert ImageDataConfig(builtin="digits").size == 224
     assert SuperResolutionData().source == "builtin"
+
+
+def test_video_extensions_as_a_user_writes_them():
+    """``data.extensions=mp4`` (one string, no dot) is the list ['.mp4'], not the characters
+    'm', 'p', '4' that would match every name ending in them; an empty entry is refused."""
+    from nlnet.data.video.config import VideoDataConfig
+
+    assert VideoDataConfig(extensions="mp4").extensions == (".mp4",)
+    assert VideoDataConfig(extensions=["avi", ".MKV"]).extensions == (".avi", ".MKV")
+    for bad in ([], ["."], [""], [3]):
+        with pytest.raises(ValueError, match=r"data.extensions: expected file extensions"):
+            VideoDataConfig(extensions=bad)

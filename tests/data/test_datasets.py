@@ -371,3 +371,22 @@ def test_evaluation_counts_skipped_videos_not_their_views(bad_root):
         warnings.simplefilter("ignore", BadVideoWarning)
         metrics = task.evaluate(model, data, torch.device("cpu"))
     assert metrics["skipped"] == 3 and metrics["video_count"] == 1
+
+
+def test_animated_gifs_are_clips_of_a_video_folder(tmp_path):
+    """A class folder of animated GIFs (TGIF-style) is a folder of clips: decoded frame by
+    frame like an mp4 (the frames' red levels number them)."""
+    from PIL import Image
+
+    for cls in ("cat", "dog"):
+        frames = np.zeros((N, H, W, 3), np.uint8)
+        for i in range(N):
+            frames[i, ..., 0], frames[i, ..., 1] = level(i), 90
+        images = [Image.fromarray(f) for f in frames]
+        (tmp_path / "train" / cls).mkdir(parents=True)
+        images[0].save(tmp_path / "train" / cls / "a.GIF", save_all=True,
+                       append_images=images[1:], duration=40, loop=0)  # fmt: skip
+    train = build_dataset({"type": "folder", "root": str(tmp_path), **TINY}, "train")
+    assert train.classes == ["cat", "dog"] and train.frame_counts == [N, N]
+    ids = frame_ids(train[1]["clip"])
+    assert all(b - a == 2 for a, b in zip(ids, ids[1:])) and 0 <= ids[0] <= N - 8

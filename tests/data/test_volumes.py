@@ -202,3 +202,25 @@ def test_non_finite_voxels_are_background_not_a_nan_volume():
     ok = torch.isfinite(y[0]) & (y[0] != 0)
     assert torch.allclose(z[0][ok].mean(), torch.tensor(0.0), atol=1e-6)  # over finite voxels
     assert torch.allclose(z[0][ok].std(unbiased=False), torch.tensor(1.0), atol=1e-5)
+
+
+def test_a_case_of_other_channels_is_a_bad_case(tmp_path):
+    """One case of 2 channels among 1-channel cases (a modality too many): the folder's count is
+    the one most cases have (read from the headers), that case is skipped and named, and the
+    batch stacks; a count given to the folder wins."""
+    from nlnet.data.segmentation.volumes import case_channels, common_channels
+
+    root = helpers.volume_tree(tmp_path, cases=3, shape=(1, 8, 8, 8), splits=("train",))
+    odd = root / "train" / "images" / "case1.npy"
+    np.save(odd, np.concatenate([np.load(odd)] * 2))
+    ds = VolumeFolder(root, "train", skip_bad=True)
+    assert [case_channels(f) for f in ds.images] == [1, 2, 1] and ds.channels == 1
+    with pytest.warns(UserWarning, match=r"case case1: 2 channel\(s\) where the dataset's cases"):
+        batch = collate_volumes([ds[i] for i in range(3)])
+    assert batch["image"].shape == (2, 1, 8, 8, 8) and batch["skipped"] == 1
+    assert VolumeFolder(root, "train", channels=2)[1]["image"].shape[0] == 2
+    with pytest.raises(ValueError, match=r"1 channel\(s\) where the dataset's cases have 2"):
+        VolumeFolder(root, "train", channels=2)[0]
+    (root / "train" / "images" / "case2.npy").write_bytes(b"not a volume")
+    assert common_channels(ds.images[1:]) == 2  # a tie of one: the first readable case's
+    assert case_channels([root / "train" / "images" / "case2.npy"]) is None

@@ -99,3 +99,33 @@ def test_the_convolution_routes_benchmark_finds_every_frame_wise_convolution(cap
                        "--rounds", "1", "--threads", "1"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "every route's output equals conv3d's" in out and "conv2d+copies:" in out
+
+
+def test_the_pyslowfast_benchmark_names_what_it_needs(tmp_path, capsys):
+    """``benchmarks/vs_pyslowfast.py`` needs PySlowFast's source (not on PyPI): without it one
+    line and exit 2; its crop arithmetic gives PySlowFast's head the whole res5 map, and its
+    import stand-ins only replace modules that are missing."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "vs_pyslowfast.py"
+    spec = importlib.util.spec_from_file_location("vs_pyslowfast", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--slowfast", str(tmp_path), "--pytorchvideo", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "no slowfast/models/video_model_builder.py under" in err
+    assert err.count("\n") == 1
+    assert (bench.res5_map(112), bench.res5_map(224), bench.res5_map(256)) == (4, 7, 8)
+    before = dict(sys.modules)
+    try:
+        stubbed = bench.stub_missing_imports()
+        assert "torch" not in stubbed and set(stubbed) <= {"cv2", "pandas", "detectron2",
+                                                           "detectron2.layers"}  # fmt: skip
+        for name in stubbed:
+            assert sys.modules[name].__spec__ is not None
+    finally:
+        for name in set(sys.modules) - set(before):
+            del sys.modules[name]

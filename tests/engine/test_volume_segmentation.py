@@ -249,7 +249,7 @@ def test_one_channel_volumes_set_in_channels_from_the_data(tmp_path, capsys):
 def test_first_run_volume_config_takes_channels_and_classes_from_the_data(tmp_path, capsys):
     """``smoke/volumes_tiny`` on 1-channel volumes of labels {0, 2, 4} (a validation case
     with label 5): ``in_channels`` 1 and ``num_classes`` 6 (the largest label + 1) come from the
-    data; no region scores (none defined); a folder of background-only masks is one line."""
+    data, the labels no mask holds named; no region scores (none defined); a folder of background-only masks is one line."""
     from nlnet.cli import main
 
     one = helpers.volume_tree(tmp_path / "one", shape=(1, 10, 16, 18), splits=("train", "val"))
@@ -261,6 +261,8 @@ def test_first_run_volume_config_takes_channels_and_classes_from_the_data(tmp_pa
     over = [f"data.root={one}", "data.patch=[8,8,8]", "optim.epochs=0", "optim.max_iters=2",
             "train.progress=false", "--output-dir", str(out)]  # fmt: skip
     assert main(["train", "--config", "smoke/volumes_tiny", *over]) == 0
+    # labels 1 and 3 are in no mask: outputs trained on no example, named in a warning
+    assert "no mask holds label(s) 1, 3;" in capsys.readouterr().out
     info = checkpoint_info(out / "checkpoints" / "final.pt")
     assert info.model_options["in_channels"] == 1 and info.num_classes == 6
     val = json.loads((out / "summary.json").read_text())["val"]

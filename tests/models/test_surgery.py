@@ -205,3 +205,54 @@ def test_a_container_without_a_forward_of_its_own_is_refused(at):
 def test_a_path_that_is_not_one_is_named(at):
     with pytest.raises((ValueError, TypeError), match="at: expected a module path"):
         insert_non_local(_Heads(), at)
+
+
+class _Concat(nn.Module):
+    """Two branches concatenated (an Inception block's shape): its last convolution has half
+    the channels of its output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 4, 1), nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.a(x), self.b(x)], 1)
+
+
+def test_example_input_measures_what_the_layers_do_not_say():
+    """A concatenating module's channels cannot be read from its layers: the inferred block
+    fails on the first forward with the way out in the message; with ``example_input`` the
+    channels (and dim) are measured on one pass that leaves the BatchNorm statistics and the
+    modes alone, and the network computes what it did before (identity at init)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(_Concat(), nn.BatchNorm2d(8), nn.Conv2d(8, 2, 1))
+    x = torch.randn(2, 3, 6, 6)
+    guessed = insert_non_local(copy.deepcopy(net), "0")
+    with pytest.raises(ValueError, match=r"in_channels=4 from the layers of '0' \(_Concat\): pass"):
+        guessed(x)
+    with torch.no_grad():
+        net(x)  # statistics of the data, so that the comparison below is not of zeros
+        before, stats = net.eval()(x), net[1].running_mean.clone()
+    net.train()
+    insert_non_local(net, ["0"], example_input=x)
+    assert net[0].non_local.in_channels == 8 and isinstance(net[0].non_local, NonLocal2d)
+    assert torch.equal(net[1].running_mean, stats) and net.training and net[0].training
+    torch.testing.assert_close(net.eval()(x), before, rtol=0, atol=0)
+    unused = _Concat()
+    unused.spare = nn.Conv2d(3, 3, 1)  # registered, never called
+    with pytest.raises(ValueError, match=r"module 'spare' did not run"):
+        insert_non_local(unused, "spare", example_input=x)
+    with pytest.raises(ValueError, match=r"output of '0' is \(2, 3\), not a \(B, C, \*grid\)"):
+        insert_non_local(nn.Sequential(nn.Linear(3, 3)), "0", example_input=torch.randn(2, 3))
+
+
+def test_example_input_on_torchvision_inception_and_fire_modules():
+    """GoogLeNet's Inception blocks and SqueezeNet's Fire modules concatenate branches."""
+    g = torchvision.models.googlenet(weights=None, init_weights=False, aux_logits=False)
+    x = torch.randn(1, 3, 64, 64)
+    insert_non_local(g, ["inception4a", "inception5b"], example_input=x)
+    assert (g.inception4a.non_local.in_channels, g.inception5b.non_local.in_channels) == (512, 1024)
+    assert g.eval()(x).shape == (1, 1000)
+    s = torchvision.models.squeezenet1_0()
+    insert_non_local(s, "features.4", example_input=x)
+    assert s.features[4].non_local.in_channels == 128 and s(x).shape == (1, 1000)

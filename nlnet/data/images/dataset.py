@@ -12,7 +12,7 @@ from torch.utils.data import Dataset
 
 from nlnet.data.class_folders import classes_without_items
 
-__all__ = ["ImageItems", "digits_images", "read_rgb"]
+__all__ = ["ImageItems", "animated_frames", "digits_images", "read_rgb"]
 
 
 def digits_images(split: str, seed: int = 0) -> tuple[list[Any], list[int], list[str]]:
@@ -58,6 +58,23 @@ def read_rgb(path: str | os.PathLike) -> Any:
         if not im.mode.startswith(("I", "F")):
             return im.convert("RGB")
         return Image.fromarray(_to_uint8(im)).convert("RGB")
+
+
+def animated_frames(path: str | os.PathLike) -> Any:
+    """The frames of an animated image (GIF, WebP, APNG) as uint8 ``(T, H, W, 3)`` RGB, each
+    frame as the viewer shows it (Pillow composes a GIF's partial frames); ``None`` for an
+    image of one frame.
+
+    Raises:
+        OSError, ValueError, SyntaxError: Pillow's errors for a file that is not a readable image.
+    """
+    import numpy as np
+    from PIL import Image, ImageSequence
+
+    with Image.open(path) as opened:
+        if getattr(opened, "n_frames", 1) < 2:
+            return None
+        return np.stack([np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(opened)])
 
 
 def _upright(im: Any) -> Any:

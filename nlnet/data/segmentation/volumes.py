@@ -45,7 +45,9 @@ from nlnet.data.segmentation.images import SkipBadItems, check_labels, split_dir
 __all__ = [
     "VOLUME_EXTENSIONS",
     "VolumeFolder",
+    "case_channels",
     "collate_volumes",
+    "common_channels",
     "group_cases",
     "random_flip",
     "random_patch",
@@ -121,6 +123,37 @@ def read_case(files: Sequence[Path], name: str = "case") -> np.ndarray:
     if vol.ndim != 4:
         raise ValueError(f"{files[0]}: expected a (C, D, H, W) volume, got {vol.shape}")
     return vol
+
+
+def case_channels(files: Sequence[Path]) -> int | None:
+    """The channel count of a case from its files' headers (nothing else is read): one per file
+    for one file per modality, ``C`` of a ``.npy`` ``(C, D, H, W)``, 1 or the last axis of a
+    NIfTI file; ``None`` for a file that cannot be read (the case fails when it is loaded)."""
+    if len(files) > 1:
+        return len(files)
+    path = Path(files[0])
+    if _suffix(path) == ".npy":
+        try:
+            shape = np.load(path, mmap_mode="r").shape
+        except (OSError, ValueError, EOFError):
+            return None
+        return int(shape[0]) if len(shape) == 4 else None
+    try:
+        import nibabel
+
+        shape = nibabel.load(str(path)).shape
+    except ImportError:
+        return None
+    except (OSError, ValueError, EOFError, nibabel.filebasedimages.ImageFileError):
+        return None
+    return 1 if len(shape) == 3 else int(shape[-1]) if len(shape) == 4 else None
+
+
+def common_channels(images: Sequence[Sequence[Path]]) -> int | None:
+    """The channel count most cases have (the first case's on a tie; ``None``: none readable),
+    so that one case with a modality missing or an extra one is a bad case, not the rule."""
+    counts = [c for c in (case_channels(files) for files in images) if c is not None]
+    return max(dict.fromkeys(counts), key=counts.count) if counts else None
 
 
 def zscore_nonzero(volume: torch.Tensor) -> torch.Tensor:
@@ -199,6 +232,8 @@ class VolumeFolder(SkipBadItems, Dataset):
         patch: training patch ``(d, h, w)``, cropped at random; ``None``: whole volumes.
         flip: probability of mirroring each spatial axis (0: none).
         skip_bad: an unreadable or inconsistent case yields ``None`` with a warning.
+        channels: the channel count every case must have (a case with another is a bad
+            case); ``None``: the count most cases have (:func:`common_channels`).
 
     Raises:
         FileNotFoundError: a missing folder, no cases, or a case without its mask/modality.
@@ -217,6 +252,7 @@ class VolumeFolder(SkipBadItems, Dataset):
         patch: Sequence[int] | None = None,
         flip: float = 0.0,
         skip_bad: bool = False,
+        channels: int | None = None,
     ) -> None:
         self.root, self.split, self.skip_bad = Path(root), split, skip_bad
         image_dir, mask_dir = split_dirs(self.root, split)
@@ -243,6 +279,7 @@ class VolumeFolder(SkipBadItems, Dataset):
         self.num_classes, self.ignore_index = num_classes, ignore_index
         self.patch = None if not patch else tuple(int(v) for v in patch)
         self.flip = float(flip)
+        self.channels = common_channels(self.images) if channels is None else int(channels)
 
     def __len__(self) -> int:
         return len(self.cases)
@@ -271,6 +308,11 @@ class VolumeFolder(SkipBadItems, Dataset):
 
     def _load(self, index: int) -> dict[str, Any]:
         volume = torch.from_numpy(np.ascontiguousarray(self.read_volume(index)))
+        if self.channels is not None and volume.shape[0] != self.channels:
+            raise ValueError(
+                f"{volume.shape[0]} channel(s) where the dataset's cases have {self.channels} "
+                f"({', '.join(p.name for p in self.images[index])})"
+            )
         mask = torch.from_numpy(self.read_mask(index))
         if tuple(volume.shape[1:]) != tuple(mask.shape):
             raise ValueError(

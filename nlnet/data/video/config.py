@@ -22,7 +22,7 @@ from nlnet.functional.stats import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["VideoDataConfig", "VIDEO_EXTENSIONS", "DATA_TYPES"]
 
-VIDEO_EXTENSIONS: tuple[str, ...] = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v")
+VIDEO_EXTENSIONS: tuple[str, ...] = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v", ".gif")
 #: Dataset layouts: class folders, a list file of ``path label``, a multi-label list (Charades).
 DATA_TYPES: tuple[str, ...] = ("folder", "list", "multilabel")
 _BACKENDS = ("pyav", "torchcodec", "auto")
@@ -33,6 +33,19 @@ def _positive(name: str, value: Any, *, allow_none: bool = False) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"data.{name}: expected a positive integer, got {value!r}")
+
+
+def file_extensions(value: Any, key: str = "data.extensions") -> tuple[str, ...]:
+    """``value`` as a tuple of ``.ext`` strings: one string is a list of one (``mp4`` or
+    ``.mp4``), a missing leading dot is added, so that ``mp4`` never matches ``clip.gmp4``.
+
+    Raises:
+        ValueError: an empty list, or an entry that is not a non-empty string.
+    """
+    items = (value,) if isinstance(value, str) else tuple(value or ())
+    if not items or not all(isinstance(e, str) and e.strip(".") for e in items):
+        raise ValueError(f"{key}: expected file extensions such as ['.mp4', '.avi'], got {value!r}")
+    return tuple(e if e.startswith(".") else f".{e}" for e in items)
 
 
 @dataclass(frozen=True)
@@ -149,8 +162,9 @@ class VideoDataConfig:
         if any(s <= 0 for s in self.std):
             raise ValueError(f"data.std: expected positive values, got {self.std!r}")
         set_ = object.__setattr__  # frozen: normalise sequences to tuples once
-        for name in ("train_scale", "mean", "std", "extensions"):
+        for name in ("train_scale", "mean", "std"):
             set_(self, name, tuple(getattr(self, name)))
+        set_(self, "extensions", file_extensions(self.extensions))
         if isinstance(self.classes, list):
             set_(self, "classes", tuple(self.classes))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -28,8 +29,10 @@ from nlnet.data.segmentation.config import SegmentationDataConfig
 from nlnet.data.segmentation.images import collate_segmentation
 from nlnet.data.segmentation.volumes import VolumeFolder, collate_volumes
 from nlnet.engine.config.sections import data_section
+from nlnet.engine.distributed import is_main_process
 from nlnet.engine.errors import DataError, MissingPackageError
 from nlnet.engine.evaluation import inference_on_dataset
+from nlnet.engine.runlog import say
 from nlnet.engine.tasks.segmentation.options import evaluator_with_regions, window_forward
 from nlnet.engine.tasks.segmentation.region_metrics import monai_hausdorff
 
@@ -164,6 +167,18 @@ def _pools_keys(model: nn.Module) -> bool:
                for b in model.modules())  # fmt: skip
 
 
+def pad_to_stride(model: nn.Module, volumes: torch.Tensor) -> torch.Tensor:
+    """``volumes`` ``(B, C, *spatial)`` zero-padded at the end of each spatial axis as
+    :func:`forward_padded` pads them (a multiple of the stride; twice it at least where a block
+    pools its keys)."""
+    m = _stride(model)
+    least = 2 * m if m > 1 and _pools_keys(model) else 1
+    pad = [max(n + (-n) % m, least) - n for n in volumes.shape[2:]]
+    if not any(pad):
+        return volumes
+    return F.pad(volumes, [v for p in reversed(pad) for v in (0, p)])
+
+
 def forward_padded(model: nn.Module, volumes: torch.Tensor) -> Any:
     """Logits of ``volumes`` ``(B, C, *spatial)`` zero-padded at the end of each spatial axis to
     a multiple of the network's stride, and, in a network with a sub-sampling non-local block,
@@ -172,12 +187,7 @@ def forward_padded(model: nn.Module, volumes: torch.Tensor) -> Any:
     testing); each of them for a model with several outputs (``{"out", "aux"}`` in training
     mode). A network without such a block is padded as before: its numbers do not change."""
     size = volumes.shape[2:]
-    m = _stride(model)
-    least = 2 * m if m > 1 and _pools_keys(model) else 1
-    pad = [max(n + (-n) % m, least) - n for n in size]
-    if any(pad):
-        volumes = F.pad(volumes, [v for p in reversed(pad) for v in (0, p)])
-    out = model(volumes)
+    out = model(pad_to_stride(model, volumes))
     crop = (slice(None), slice(None), *(slice(0, n) for n in size))
     if isinstance(out, Mapping):
         return {name: logits[crop] for name, logits in out.items()}
@@ -193,21 +203,44 @@ def _forward_volumes(model: nn.Module, batch: Mapping[str, Any]) -> torch.Tensor
 def classes_in_masks(d: SegmentationDataConfig) -> int:
     """``model.num_classes`` when the config leaves it out: the largest label of the training
     and validation masks (after ``data.label_map``; ``ignore_index`` aside) plus one; 19 for
-    Cityscapes.
+    Cityscapes. Labels that no mask holds below the largest (``{0, 1, 3}``: class 2) are
+    named in a warning: each is an output trained on no example.
 
     Raises:
         DataError: no ``data.root`` or a missing split folder.
-        ConfigError: no readable training mask, or masks of one label only.
+        ConfigError: no readable training mask, or masks of one label only (with the hint for
+            0/255 masks, whose 255 is ``data.ignore_index``).
     """
     from nlnet.engine.errors import ConfigError
 
     if d.layout == "cityscapes":
         return 19
+    labels, ignored = mask_labels(d)
+    largest = max(labels, default=-1)
+    if largest < 1:
+        hint = (f"; {d.ignore_index} is data.ignore_index (unlabelled): for 0/{d.ignore_index} "
+                f"masks set data.label_map='{{{d.ignore_index}: 1}}'") if ignored else ""  # fmt: skip
+        raise ConfigError(
+            "model.num_classes: the training masks hold "
+            f"{'no readable label' if largest < 0 else 'label 0 only'}{hint}; set model.num_classes"
+        )
+    missing = sorted(set(range(largest + 1)) - labels)
+    if missing:
+        say(f"warning: model.num_classes={largest + 1} from the masks' largest label, but no mask "
+            f"holds label(s) {', '.join(map(str, missing[:10]))}{' ...' if len(missing) > 10 else ''}"
+            "; those outputs train on no example (map the labels to 0..K-1 with data.label_map, "
+            "or set model.num_classes)", is_main_process())  # fmt: skip
+    return largest + 1
+
+
+def mask_labels(d: SegmentationDataConfig) -> tuple[set[int], bool]:
+    """The labels of the readable training and validation masks (``data.label_map`` applied,
+    ``ignore_index`` aside) and whether any voxel is ``ignore_index``."""
+    labels: set[int] = set()
+    ignored = False
     if d.root is None:
         raise DataError("data.root: expected the dataset folder (root/<split>/{images,masks})")
-    largest = -1
-    splits = [d.train_split] + ([d.val_split] if d.val_split else [])
-    for split in splits:
+    for split in [d.train_split] + ([d.val_split] if d.val_split else []):
         try:
             if d.kind == "volume":
                 folder: Any = VolumeFolder(d.root, split, modalities=d.modalities,
@@ -225,14 +258,10 @@ def classes_in_masks(d: SegmentationDataConfig) -> int:
                 mask = folder.read_mask(i)
             except (OSError, ValueError):
                 continue  # a bad case: skipped (and named) when the dataset is read
-            labels = mask[mask != d.ignore_index]
-            largest = max(largest, int(labels.max()) if labels.size else -1)
-    if largest < 1:
-        raise ConfigError(
-            "model.num_classes: the training masks hold "
-            f"{'no readable label' if largest < 0 else 'label 0 only'}; set model.num_classes"
-        )
-    return largest + 1
+            found = np.unique(mask)
+            ignored = ignored or bool((found == d.ignore_index).any())
+            labels.update(int(v) for v in found if v != d.ignore_index)
+    return labels, ignored
 
 
 class SegmentationTask:
