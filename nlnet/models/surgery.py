@@ -124,9 +124,12 @@ def infer_channels(module: nn.Module) -> int:
             if c is not None:
                 return c
     if isinstance(module, nn.Sequential) and len(module) > 0:
-        last = [m for n, m in module.named_children() if n != "non_local"]
-        if last:
-            return infer_channels(last[-1])
+        # the last member with layers of its own (an activation, pool or dropout keeps the
+        # channels of what came before it)
+        members = [m for n, m in module.named_children() if n != "non_local"]
+        for m in reversed(members):
+            if next(m.parameters(), None) is not None:
+                return infer_channels(m)
     c = _own_channels(module)
     if c is not None:
         return c
@@ -219,7 +222,8 @@ def insert_non_local(
         example_input: an input of ``model`` (a tensor, or a tuple of its arguments): the
             channels and dim of each block are then measured on the output of its module in
             one forward pass (eval mode, no gradients, the model's mode restored), exact for
-            any module.
+            any module whose output is ``(B, C, *grid)`` (a concatenation of branches too);
+            an output with its channels on another axis (channels last, tokens) is refused.
         **block_options: passed to the block (``instantiation``, ``inter_channels``,
             ``reduction``, ``sub_sample``, ``pool_position``, ``norm``, ``mode``, ``scale``,
             ``impl``); defaults are the paper's video settings (embedded Gaussian, half channels,
@@ -267,14 +271,18 @@ def insert_non_local(
                 "its owner calls or iterates (a block added to it would not run, or would run "
                 f"as a member); name one of its members, e.g. '{path}.{next(iter(module._modules), '0')}'"
             )
-    measured = {} if example_input is None else measure_outputs(model, paths, example_input)
+    exact = example_input is None or (in_channels is not None and dim is not None)
+    measured = {} if exact else measure_outputs(model, paths, example_input)
     for path, module in targets:
         c, d = measured.get(path, (in_channels, dim))
         c = in_channels if in_channels is not None else c
         d = dim if dim is not None else d
-        block = classes[d if d is not None else _infer_dim(module)](
-            c if c is not None else infer_channels(module), **options
-        )
+        try:
+            d = d if d is not None else _infer_dim(module)
+            c = c if c is not None else infer_channels(module)
+        except ValueError as exc:
+            raise ValueError(f"at: module {path!r}: {exc} (or example_input=)") from None
+        block = classes[d](c, **options)
         if in_channels is None and path not in measured:
             block.channels_hint = (
                 f"; insert_non_local inferred in_channels={block.in_channels} from the layers "
@@ -337,8 +345,35 @@ def measure_outputs(
                 f"at: the output of {p!r} is {what}, not a (B, C, *grid) tensor with 1 to 3 "
                 "grid axes that a non-local block takes"
             )
+        # channels on another axis (channels last, tokens, time first): axis 1 is no width of
+        # the module's layers and a later axis is one (a concatenation of branches has a width
+        # of its own on axis 1 and none later)
+        widths = _layer_widths(model.get_submodule(p))
+        if int(out.shape[1]) not in widths and any(int(a) in widths for a in out.shape[2:]):
+            raise ValueError(
+                f"at: the output of {p!r} is {tuple(out.shape)}, whose axis 1 ({out.shape[1]}) is "
+                f"no width of its layers ({sorted(widths)}) but a later axis is: not the "
+                "(B, C, *grid) layout a non-local block takes (channels last, tokens, or time "
+                "before channels?); insert it where the network holds (B, C, *grid) maps, or "
+                "pass in_channels= and dim= if it is one"
+            )
         found[p] = (int(out.shape[1]), out.dim() - 2)
     return found
+
+
+def _layer_widths(module: nn.Module) -> set[int]:
+    """The output widths of the layers inside ``module``: convolutions' and norms' channels,
+    linear layers' features, layer norms' last axis."""
+    widths: set[int] = set()
+    for m in module.modules():
+        c = _own_channels(m)
+        if c is not None:
+            widths.add(c)
+        elif isinstance(m, nn.Linear):
+            widths.add(m.out_features)
+        elif isinstance(m, nn.LayerNorm) and m.normalized_shape:
+            widths.add(int(m.normalized_shape[-1]))
+    return widths
 
 
 def _stage_lengths(model: nn.Module) -> tuple[int, ...]:

@@ -256,3 +256,38 @@ def test_example_input_on_torchvision_inception_and_fire_modules():
     s = torchvision.models.squeezenet1_0()
     insert_non_local(s, "features.4", example_input=x)
     assert s.features[4].non_local.in_channels == 128 and s(x).shape == (1, 1000)
+
+
+class _ChannelsLast(nn.Module):
+    """A stage that returns (B, H, W, C), as Swin's do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj, self.norm = nn.Linear(3, 6), nn.LayerNorm(6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.proj(x.permute(0, 2, 3, 1)))
+
+
+def test_example_input_refuses_outputs_that_are_not_channels_first():
+    """A measured axis 1 that is no width of the module's layers (channels last, tokens) is not
+    taken for channels: one line that names the shape and the layers' widths."""
+    net = nn.Sequential(_ChannelsLast())
+    with pytest.raises(ValueError, match=r"output of '0' is \(2, 5, 7, 6\), whose axis 1 \(5\) "
+                                         r"is no width of its layers \(\[6\]\) but a later"):  # fmt: skip
+        insert_non_local(net, "0", example_input=torch.randn(2, 3, 5, 7))
+    assert not non_local_blocks(net)
+
+
+def test_channels_come_from_the_last_layer_with_weights_of_a_sequential():
+    """A Sequential ending in an activation, a pool or dropout has the channels of the layer
+    before (MobileNet's and EfficientNet's last stage end in Hardswish/SiLU)."""
+    torch.manual_seed(0)
+    stage = nn.Sequential(nn.Conv1d(3, 5, 1), nn.BatchNorm1d(5), nn.ReLU(), nn.Dropout())
+    insert_non_local(stage, "1")  # the norm itself
+    net = nn.Sequential(nn.Sequential(nn.Conv2d(3, 6, 1), nn.Hardswish(), nn.MaxPool2d(2)))
+    insert_non_local(net, "0")
+    assert net[0].non_local.in_channels == 6 and net(torch.randn(1, 3, 8, 8)).shape[1] == 6
+    with pytest.raises(ValueError, match=r"at: module '0': cannot infer whether a MaxPool2d .* "
+                                         r"\(or example_input=\)"):  # fmt: skip
+        insert_non_local(nn.Sequential(nn.MaxPool2d(2)), "0")
