@@ -163,9 +163,11 @@ def input_channels_from_data(cfg: Any, task: Any, dataset: Any) -> Any:
     return replace_config(cfg, **{"model.overrides": {**cfg.model.overrides, "in_channels": have}})
 
 
-def head_names(cfg: Any) -> tuple[str, ...]:
+def head_names(cfg: Any, model: nn.Module | None = None) -> tuple[str, ...]:
     """The classifier's parameter prefixes: ``model.head_names`` if given, else the model's own
-    (``ModelCfg.classifier`` in the registry); ``("fc",)`` for a network not registered."""
+    (``ModelCfg.classifier`` in the registry); for a network of one's own (``model``), the
+    module its ``get_classifier()`` returns (timm's convention), else its last ``nn.Linear``;
+    ``("fc",)`` when none is known."""
     if cfg.model.head_names:
         return tuple(cfg.model.head_names)
     from nlnet.models.model_cfg import DEFAULT_CLASSIFIER
@@ -174,7 +176,21 @@ def head_names(cfg: Any) -> tuple[str, ...]:
     try:
         return model_facts(cfg.model.name).classifier
     except ValueError:
-        return DEFAULT_CLASSIFIER
+        pass
+    found = classifier_name(unwrap_model(model)) if model is not None else None
+    return (found,) if found else DEFAULT_CLASSIFIER
+
+
+def classifier_name(model: nn.Module) -> str | None:
+    """The path of a network's classifier: the module ``model.get_classifier()`` returns, else
+    the last ``nn.Linear`` it registers (``None``: neither)."""
+    get = getattr(model, "get_classifier", None)
+    head = get() if callable(get) else None
+    names = {id(m): n for n, m in model.named_modules()}
+    if isinstance(head, nn.Module) and names.get(id(head)):
+        return names[id(head)]
+    linear = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    return linear[-1] if linear else None
 
 
 def init_from_pretrained(model: nn.Module, cfg: Any, ckpt: Mapping[str, Any] | None = None) -> None:
@@ -194,7 +210,7 @@ def init_from_pretrained(model: nn.Module, cfg: Any, ckpt: Mapping[str, Any] | N
     if inflated:  # a C2D's 1 x k x k kernels where this model has t x k x k ones (Sec. 4)
         say(f"model.init: {len(inflated)} kernel(s) inflated in time, e.g. {inflated[0]}")
         ckpt = {**ckpt, "model": state}
-    heads = head_names(cfg)
+    heads = head_names(cfg, model)
     if reset:
         load_backbone(model, ckpt, exclude=heads)
         return
@@ -235,15 +251,15 @@ def trained_non_local(model: nn.Module, keys: Iterable[str]) -> set[str]:
     return out
 
 
-def pretrained_keys(cfg: Any) -> set[str]:
+def pretrained_keys(cfg: Any, model: nn.Module | None = None) -> set[str]:
     """State-dict keys that the file of ``model.init`` initialises (empty without one, or for a
-    weights name)."""
+    weights name); ``model``: the network, whose classifier :func:`head_names` finds."""
     ckpt = init_state(cfg)
     if ckpt is None:
         return set()
     keys = set(ckpt["model"])
     if init_source(cfg)[1]:
-        heads = head_names(cfg)
+        heads = head_names(cfg, model)
         keys = {k for k in keys if not any(k == h or k.startswith(h + ".") for h in heads)}
     return keys
 
@@ -359,7 +375,7 @@ def build_train_model(cfg: Any, device: torch.device, model: nn.Module | None = 
     if tc.channels_last:
         to_channels_last(model)
     if tc.freeze or tc.freeze_bn:
-        trained = trained_non_local(model, pretrained_keys(cfg))
+        trained = trained_non_local(model, pretrained_keys(cfg, model))
         if tc.freeze:
             freeze_parameters(model, tc.freeze, trained)
         if tc.freeze_bn:

@@ -215,3 +215,44 @@ def test_2d_weights_of_the_same_names_inflate_into_a_block_free_video_resnet():
         rgb = as_2d["conv1.weight"]
         want = rgb if channels == 3 else rgb.sum(1, keepdim=True)
         torch.testing.assert_close(model.conv1.weight.detach()[:, :, 0], want)
+
+
+def test_reset_head_finds_the_classifier_of_a_network_of_ones_own(tmp_path):
+    """A network passed to ``train(model=...)`` is not registered: ``reset_head`` takes the
+    module its ``get_classifier()`` returns (timm's convention), else its last ``nn.Linear``
+    (here ``head``, not ``fc``), and loads everything else."""
+    from torch import nn
+
+    from nlnet.engine.config import load_config
+    from nlnet.engine.modeling import head_names, init_from_pretrained
+
+    class HeadNet(nn.Module):
+        def __init__(self, k: int = 4) -> None:
+            super().__init__()
+            self.body, self.head = nn.Linear(6, 5), nn.Linear(5, k)
+
+        def forward(self, x):
+            return self.head(self.body(x))
+
+    class TimmStyle(HeadNet):
+        def __init__(self) -> None:
+            super().__init__()
+            self.aux = nn.Linear(4, 2)  # registered last, not the classifier
+
+        def get_classifier(self) -> nn.Module:
+            return self.head
+
+    torch.manual_seed(0)
+    for cls in (HeadNet, TimmStyle):
+        src, net = cls(), cls()
+        path = tmp_path / f"{cls.__name__}.pt"
+        torch.save({"model": src.state_dict(), "model_name": "user:x", "num_classes": 4}, path)
+        cfg = load_config(None, {"task": "image_classification", "data.builtin": "digits",
+                                 "model.name": "user:x", "model.num_classes": 4,
+                                 "model.init": {"from": str(path), "reset_head": True}})  # fmt: skip
+        assert head_names(cfg, net) == ("head",)
+        fresh = net.head.weight.detach().clone()
+        init_from_pretrained(net, cfg)
+        assert torch.equal(net.body.weight, src.body.weight)
+        assert torch.equal(net.head.weight, fresh)  # reset: not the source's head
+    assert head_names(cfg, nn.Sequential(nn.Conv2d(3, 3, 1))) == ("fc",)  # none: the default

@@ -40,7 +40,9 @@ class ModelConfig:
             initialisation. Formerly ``pretrained_2d``, ``weights``, ``pretrained`` and
             ``reset_head`` (still read, with a ``DeprecationWarning``).
         head_names: parameter-name prefixes of the classifier; ``null`` (default): the model's
-            own (``ModelCfg.classifier`` of the registry, e.g. ``fc`` or ``head``).
+            own (``ModelCfg.classifier`` of the registry, e.g. ``fc`` or ``head``; for a
+            network of one's own, what its ``get_classifier()`` returns, else its last
+            ``nn.Linear``).
         dropout: dropout ratio before the classifier (0.5 after global pooling, Section 4.1);
             passed to models that have one (not the dense models).  Formerly ``train.dropout``
             (still read, with a ``DeprecationWarning``).
