@@ -99,7 +99,7 @@ def test_a_model_that_does_not_trace_folds_nothing_with_a_warning():
 
 def _run(tmp_path, name: str, **over):
     torch.manual_seed(0)
-    model = TinyVideoNet(num_classes=4)
+    model = TinyVideoNet(num_classes=3)
     cfg = tiny_run_config(tmp_path, name, **{"optim.max_iters": 3, "train.freeze_bn": True, **over})
     summary = train(cfg, model=model, train_dataset=TinyClipDataset(n=8, size=(4, 32, 32)),
                     collate_fn=collate_standin)  # fmt: skip

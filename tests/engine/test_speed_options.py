@@ -14,7 +14,7 @@ from nlnet.engine.loop import train
 
 def _run(tmp_path, name: str, **over):
     torch.manual_seed(0)
-    model = TinyVideoNet(num_classes=4)  # 3D convolutions, BatchNorm: a short graph to compile
+    model = TinyVideoNet(num_classes=3)  # 3D convolutions, BatchNorm: a short graph to compile
     cfg = tiny_run_config(tmp_path, name, **{"optim.max_iters": 3, **over})
     summary = train(cfg, model=model, train_dataset=TinyClipDataset(n=8, size=(4, 32, 32)),
                     collate_fn=collate_standin)  # fmt: skip

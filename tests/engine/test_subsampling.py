@@ -74,7 +74,7 @@ def test_a_resnets_shortcuts_are_subsampled_with_frozen_bn_folded():
 def test_training_with_subsampled_shortcuts_keeps_the_numbers(tmp_path):
     def run(name: str, **over):
         torch.manual_seed(0)
-        model = ResNet3d((1, 1, 1, 1), 4, width=4, dropout=0.0, stem_kernel=3, stem_stride=1,
+        model = ResNet3d((1, 1, 1, 1), 3, width=4, dropout=0.0, stem_kernel=3, stem_stride=1,
                          pooling="2x2")  # fmt: skip
         cfg = tiny_run_config(tmp_path, name, **{"optim.max_iters": 3, **over})
         summary = train(cfg, model=model, train_dataset=TinyClipDataset(n=8, size=(4, 32, 32)),

@@ -359,3 +359,26 @@ def test_freeze_parameters_keeps_fresh_blocks_trainable_and_names_bad_prefixes()
     assert not any(k.startswith("bottleneck.") for k in trainable(model))
     with pytest.raises(UserError, match=r"train.freeze: \['encoders.'\] name no parameter"):
         freeze_parameters(model, ["encoders."])
+
+
+class _DictNet(TinyVideoNet):
+    def forward(self, x):
+        return {"logits": super().forward(x)}
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        (_DictNet(num_classes=3), "model: its forward returned a dict; a classifier returns one"),
+        (TinyVideoNet(num_classes=10), "it returns 10 scores per item but the data has 3 classes"),
+    ],
+)
+def test_a_network_of_ones_own_with_other_outputs_is_one_line(tmp_path, model, message):
+    """A network of one's own whose output is not the task's ``(B, num_classes)`` scores (a dict
+    of heads, a classifier of another width: top-5 would have scored 10 outputs on 3 classes)
+    stops at its first step with a ``ConfigError`` naming what it returned."""
+    from nlnet.engine.errors import ConfigError
+
+    cfg = tiny_run_config(tmp_path)
+    with pytest.raises(ConfigError, match=message):
+        train(cfg, model=model, train_dataset=TinyClipDataset(n=8), collate_fn=collate_standin)

@@ -92,3 +92,16 @@ def test_masks_of_0_and_255_get_the_label_map_hint(tmp_path, capsys):
     assert "data.label_map='{255: 1}'" in err
     assert main(_train(root, tmp_path / "b", "data.label_map={255: 1}")) == 0
     assert "iou_1" in json.loads((tmp_path / "b" / "summary.json").read_text())["val"]
+
+
+def test_0_255_masks_are_refused_with_a_class_count_given_too(tmp_path, capsys):
+    """The same masks with ``model.num_classes`` set (as the shipped configs set it): the
+    foreground would be ignored in every mask, so the run is refused with the same hint."""
+    root = helpers.volume_tree(tmp_path / "data", cases=2, shape=SHAPE, splits=("train", "val"))
+    for p in root.glob("*/masks/*.npy"):
+        np.save(p, np.where(np.load(p) > 0, 255, 0).astype(np.uint8))
+    assert main(_train(root, tmp_path / "a", "model.num_classes=2")) == 2
+    err = capsys.readouterr().err
+    assert "data.root: the training masks hold label 0 only; 255 is data.ignore_index" in err
+    assert main(_train(root, tmp_path / "b", "model.num_classes=2",
+                       "data.label_map={255: 1}")) == 0  # fmt: skip

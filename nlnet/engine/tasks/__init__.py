@@ -29,6 +29,7 @@ from torch.utils.data import Dataset
 
 __all__ = [
     "Task",
+    "check_logits",
     "get_task",
     "register_task",
     "task_class",
@@ -145,3 +146,32 @@ def get_task(cfg: Any, collate_fn: Callable | None = None) -> Task:
     if collate_fn is not None:
         task.collate = collate_fn
     return task
+
+
+def check_logits(logits: Any, items: int, num_classes: int | None) -> torch.Tensor:
+    """``logits`` if they are the ``(items, num_classes)`` scores a classification task takes
+    from the model (``num_classes`` ``None``: any width).
+
+    Raises:
+        ConfigError: the model returned something else (a dict, a tuple, another shape or
+            width: a network of one's own built for another output), in one line.
+    """
+    from nlnet.engine.errors import ConfigError
+
+    if not isinstance(logits, torch.Tensor):
+        raise ConfigError(
+            f"model: its forward returned a {type(logits).__name__}; a classifier returns one "
+            f"(B, num_classes) tensor of scores (wrap a network that returns more so that it "
+            "returns its logits)"
+        )
+    if logits.dim() != 2 or logits.shape[0] != items:
+        raise ConfigError(
+            f"model: expected ({items}, num_classes) scores for a batch of {items}, got a tensor "
+            f"of shape {tuple(logits.shape)}"
+        )
+    if num_classes is not None and logits.shape[1] != num_classes:
+        raise ConfigError(
+            f"model: it returns {logits.shape[1]} scores per item but the data has "
+            f"{num_classes} classes; give its classifier {num_classes} outputs"
+        )
+    return logits

@@ -27,6 +27,7 @@ from nlnet.data.preprocessing import Preprocessing
 from nlnet.engine.config.schema import EvalConfig
 from nlnet.engine.config.sections import data_section
 from nlnet.engine.errors import DataError
+from nlnet.engine.tasks import check_logits
 
 __all__ = ["ImageClassificationTask"]
 
@@ -71,6 +72,7 @@ class ImageClassificationTask:
         self.evaluation = evaluation if evaluation is not None else EvalConfig()
         self.class_names = tuple(class_names) if class_names else None
         self.collate = collate_skip_bad
+        self.classes: int | None = None  # the final class count (setup)
 
     @classmethod
     def from_config(cls, cfg: Any) -> ImageClassificationTask:
@@ -120,8 +122,13 @@ class ImageClassificationTask:
         if images is None or images.shape[0] == 0:
             return None, 0
         logits = model(images.to(device, non_blocking=True))
+        check_logits(logits, images.shape[0], self.classes)
         target = batch["target"].to(device, non_blocking=True)
         return F.cross_entropy(logits.float(), target.long()), int(images.shape[0])
+
+    def setup(self, num_classes: int) -> None:
+        """The final class count (the model's outputs are checked against it)."""
+        self.classes = int(num_classes)
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, dataset: Dataset, device: torch.device,

@@ -218,11 +218,10 @@ def classes_in_masks(d: SegmentationDataConfig) -> int:
     labels, ignored = mask_labels(d)
     largest = max(labels, default=-1)
     if largest < 1:
-        hint = (f"; {d.ignore_index} is data.ignore_index (unlabelled): for 0/{d.ignore_index} "
-                f"masks set data.label_map='{{{d.ignore_index}: 1}}'") if ignored else ""  # fmt: skip
         raise ConfigError(
             "model.num_classes: the training masks hold "
-            f"{'no readable label' if largest < 0 else 'label 0 only'}{hint}; set model.num_classes"
+            f"{'no readable label' if largest < 0 else 'label 0 only'}"
+            f"{_ignored_hint(d) if ignored else ''}; set model.num_classes"
         )
     missing = sorted(set(range(largest + 1)) - labels)
     if missing:
@@ -233,14 +232,41 @@ def classes_in_masks(d: SegmentationDataConfig) -> int:
     return largest + 1
 
 
-def mask_labels(d: SegmentationDataConfig) -> tuple[set[int], bool]:
+def _ignored_hint(d: SegmentationDataConfig) -> str:
+    return (f"; {d.ignore_index} is data.ignore_index (unlabelled): for 0/{d.ignore_index} masks "
+            f"set data.label_map='{{{d.ignore_index}: 1}}'")  # fmt: skip
+
+
+def check_foreground(d: SegmentationDataConfig) -> None:
+    """With ``model.num_classes`` given: refuse training masks whose only labels are 0 and
+    ``ignore_index`` (masks saved as 0/255 pictures: every foreground pixel would be ignored),
+    judged on up to 8 masks spread over the training split.
+
+    Raises:
+        ConfigError: no sampled mask holds a label above 0 while some hold ``ignore_index``.
+    """
+    from nlnet.engine.errors import ConfigError
+
+    if d.layout == "cityscapes" or d.root is None:
+        return
+    try:
+        labels, ignored = mask_labels(d, sample=8)
+    except (DataError, MissingPackageError):  # no training split here (evaluation): not ours
+        return
+    if ignored and labels and max(labels) < 1:
+        raise ConfigError(f"data.root: the training masks hold label 0 only{_ignored_hint(d)}")
+
+
+def mask_labels(d: SegmentationDataConfig, sample: int | None = None) -> tuple[set[int], bool]:
     """The labels of the readable training and validation masks (``data.label_map`` applied,
-    ``ignore_index`` aside) and whether any voxel is ``ignore_index``."""
+    ``ignore_index`` aside) and whether any voxel is ``ignore_index``; ``sample``: only that
+    many training masks, evenly spaced."""
     labels: set[int] = set()
     ignored = False
     if d.root is None:
         raise DataError("data.root: expected the dataset folder (root/<split>/{images,masks})")
-    for split in [d.train_split] + ([d.val_split] if d.val_split else []):
+    splits = [d.train_split] + ([d.val_split] if d.val_split and sample is None else [])
+    for split in splits:
         try:
             if d.kind == "volume":
                 folder: Any = VolumeFolder(d.root, split, modalities=d.modalities,
@@ -253,7 +279,11 @@ def mask_labels(d: SegmentationDataConfig) -> tuple[set[int], bool]:
             raise DataError(f"data (split {split!r}): {exc}") from None
         except ModuleNotFoundError as exc:
             raise MissingPackageError(str(exc), name=exc.name) from None
-        for i in range(len(folder)):
+        n = len(folder)
+        picks = range(n) if sample is None else sorted({i * n // sample for i in range(sample)})
+        for i in picks:
+            if i >= n:
+                continue
             try:
                 mask = folder.read_mask(i)
             except (OSError, ValueError):
@@ -336,6 +366,8 @@ class SegmentationTask:
         num_classes = cfg.model.num_classes
         if num_classes is None:
             num_classes = classes_in_masks(data)
+        else:
+            check_foreground(data)
         return cls(
             num_classes,
             cfg.class_names,

@@ -14,6 +14,7 @@ from torch.utils.data import Dataset
 from nlnet.data.loader import skipped_count
 from nlnet.data.video.config import VideoDataConfig
 from nlnet.engine.errors import DataError
+from nlnet.engine.tasks import check_logits
 from nlnet.engine.tasks.video.config import (
     AugmentConfig,
     MultigridConfig,
@@ -203,7 +204,7 @@ class VideoClassificationTask:
             clip, target = self.augment(clip, target)
         if self.step_shape is not None and model.training:
             clip = resample_clip(clip, *self.step_shape)
-        logits = model(clip)  # (B, num_classes)
+        logits = check_logits(model(clip), clip.shape[0], self.classes)  # (B, num_classes)
         loss = compute_loss(logits, target, self.loss_name, self.label_smoothing)
         return loss, int(clip.shape[0])
 
