@@ -417,7 +417,9 @@ def preprocessing(
     prep = info.preprocessing
     if prep is not None and prep.is_video:
         return VideoTransform.from_checkpoint(ckpt, clips=clips, crops=crops)
-    if prep is not None and _task(info.model_name) == "image_classification":
+    # a network of one's own is not registered: its run's config names the task
+    task = _task(info.model_name) or (ckpt.get("config") or {}).get("task")
+    if prep is not None and task == "image_classification":
         if (clips, crops) != (None, None):
             name = "clips" if clips is not None else "crops"
             raise ValueError(f"{name}: views of a video clip; the checkpoint's model "

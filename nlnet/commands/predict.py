@@ -58,9 +58,11 @@ _DENSE = {"super_resolution": "super-resolution"}
 def checkpoint_kind(model_name: str) -> str:
     """``"clip"`` or ``"image"`` for a classifier, ``"segmentation"`` for a segmentation
     model; a :class:`UserError` (one line) naming the command for detection models."""
+    from nlnet.engine.checkpoint.model_loading import check_rebuildable
     from nlnet.engine.errors import UserError
     from nlnet.models.registry import model_facts
 
+    check_rebuildable({"model_name": model_name})  # a network of one's own: the Python way
     try:
         facts = model_facts(model_name)
     except ValueError as exc:

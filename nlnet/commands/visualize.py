@@ -91,9 +91,11 @@ def _rollout_picture(model: Any, inp: Any, frames: Any, args: argparse.Namespace
 def _check_kind(model_name: str) -> None:
     """Detectors take lists of images and return boxes: a one-line error naming what
     ``visualize`` takes (video/image classifiers, segmentation models)."""
+    from nlnet.engine.checkpoint.model_loading import check_rebuildable
     from nlnet.engine.errors import CheckpointError
     from nlnet.models.registry import model_facts
 
+    check_rebuildable({"model_name": model_name})  # a network of one's own: the Python way
     try:
         facts = model_facts(model_name)
     except ValueError as exc:

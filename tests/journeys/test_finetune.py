@@ -6,6 +6,7 @@ rewritten to paths by the config."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -256,3 +257,47 @@ def test_reset_head_finds_the_classifier_of_a_network_of_ones_own(tmp_path):
         assert torch.equal(net.body.weight, src.body.weight)
         assert torch.equal(net.head.weight, fresh)  # reset: not the source's head
     assert head_names(cfg, nn.Sequential(nn.Conv2d(3, 3, 1))) == ("fc",)  # none: the default
+
+
+class _OwnImageNet(torch.nn.Module):
+    """A small image classifier of one's own whose classifier is ``head``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, 2), torch.nn.ReLU(),
+                                        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())  # fmt: skip
+        self.head = torch.nn.Linear(4, 10)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def test_an_image_network_of_ones_own_predicts_from_python_and_is_named_on_the_cli(
+    tmp_path, capsys
+):
+    """Trained with ``train(cfg, model=...)`` on the digits: ``nlnet.load_model(path, model=)``
+    carries the stored image preprocessing, so ``nlnet.predict`` takes image files; the
+    command line, which cannot rebuild the class, says how in one line."""
+    import nlnet
+    from nlnet.cli import main
+    from nlnet.engine.config import load_config
+    from nlnet.engine.loop import train
+
+    torch.manual_seed(0)
+    cfg = load_config(None, {"task": "image_classification", "data.builtin": "digits",
+                             "data.size": 16, "optim.max_iters": 1, "train.batch_size": 4,
+                             "train.workers": 0, "train.progress": False, "eval.workers": 0,
+                             "output_dir": str(tmp_path / "run")})  # fmt: skip
+    ckpt = train(cfg, model=_OwnImageNet())["checkpoint"]
+    model = nlnet.load_model(ckpt, model=_OwnImageNet())
+    assert isinstance(model.nlnet_transform, nlnet.ImageTransform)
+    image = tmp_path / "digit.png"
+    from PIL import Image
+
+    Image.fromarray(np.full((12, 12, 3), 200, np.uint8)).save(image)
+    [pred] = nlnet.predict(model, [image])
+    assert pred.scores.shape == (10,) and len(pred.top(2)) == 2
+    capsys.readouterr()
+    assert main(["predict", str(image), "--checkpoint", str(ckpt)]) == 2
+    err = capsys.readouterr().err
+    assert "holds a network of your own class" in err and "model=YourNet" in err
