@@ -153,11 +153,17 @@ def model_input(
     """
     import torch
 
+    from nlnet.data.video_io.backends import VideoDecodeError
     from nlnet.engine.errors import DataError
+    from nlnet.inference import IMAGE_EXTENSIONS
 
     if getattr(info.preprocessing, "kind", None) == "volume":
         return volume_input(path, model)
-    got = classifier_input(path, info, frames, size, side)
+    try:
+        got = classifier_input(path, info, frames, size, side)
+    except (OSError, ValueError, SyntaxError, VideoDecodeError) as exc:  # PyAV's, Pillow's
+        kind = "image" if path.suffix.lower() in IMAGE_EXTENSIONS else "video"
+        raise DataError(f"{str(path)!r}: not a readable {kind} ({exc})") from None
     if got is not None:
         return got
     frames_np = read_input(path, frames or getattr(info.preprocessing, "num_frames", None),

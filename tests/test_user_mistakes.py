@@ -26,6 +26,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(root / "photo.png")
     (root / "photo.pt").write_bytes((root / "photo.png").read_bytes())
     (root / "broken.png").write_bytes((root / "photo.png").read_bytes()[:40])  # truncated
+    (root / "zero.mp4").write_bytes(b"")  # an upload that failed
     (root / "bad.yaml").write_text("model:\n  name: [c2d_tiny\n")
     write_video(root / "clip.mp4", np.zeros((4, 32, 32, 3), np.uint8), fps=4)
     for name in ("c2d_tiny", "c2d_tiny_nl1"):
@@ -33,6 +34,11 @@ def files(tmp_path_factory) -> dict[str, Path]:
         save_checkpoint(root / f"{name}.pt", model=create_model(name, num_classes=2, width=2),
                         model_name=name, num_classes=2, model_options={"width": 2},
                         preprocessing={"mean": [0.5] * 3, "std": [0.25] * 3, "num_frames": 4})  # fmt: skip
+    torch.manual_seed(0)  # one with a test size: the clip nlnet predict scores (VideoTransform)
+    save_checkpoint(root / "sized.pt", model=create_model("c2d_tiny_nl1", num_classes=2, width=2),
+                    model_name="c2d_tiny_nl1", num_classes=2, model_options={"width": 2},
+                    preprocessing={"kind": "clip", "mean": [0.5] * 3, "std": [0.25] * 3,
+                                   "num_frames": 4, "size": 32, "crop": 32})  # fmt: skip
     import helpers  # tests/journeys/helpers.py
 
     helpers.video_tree(root / "one_class", classes=("cat",), frames=8)  # one class folder per split
@@ -67,6 +73,12 @@ MISTAKES = [
     (["visualize", "--checkpoint", "{c2d_tiny_nl1.pt}", "--video", "{notes.pt}"],
      "notes.pt': not a readable video"),
     (["inspect", "{c2d_tiny_nl1.pt}", "--input", "{broken.png}"], "broken.png': not a readable image"),
+    (["inspect", "{c2d_tiny_nl1.pt}", "--input", "{zero.mp4}"],
+     "zero.mp4': not a readable video (cannot decode video"),
+    (["inspect", "{sized.pt}", "--input", "{zero.mp4}"],
+     "zero.mp4': not a readable video (cannot decode video"),
+    (["visualize", "--checkpoint", "{sized.pt}", "--video", "{zero.mp4}"],
+     "zero.mp4': not a readable video (cannot decode video"),
     (["train", "--config", "dense/unet3d_nl", "data.root={vols1}", "data.modalities=[]",
       "model.overrides={in_channels: 4}", "--output-dir", "{out}"],
      "model.overrides.in_channels=4 but the training data has 1 channel(s)"),

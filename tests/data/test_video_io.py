@@ -299,3 +299,51 @@ def test_a_forked_worker_reads_after_its_parent_did(videos):
         child.kill()
         pytest.fail("the forked reader hung")
     assert queue.get(timeout=5) == 2
+
+
+def _encode(path, frames, rotation: int = 0, pts=None) -> None:
+    """``frames`` (T, H, W, 3) uint8 as H.264 with a display rotation (counter-clockwise
+    degrees) and optional millisecond timestamps."""
+    from fractions import Fraction
+
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=25)
+        s.height, s.width, s.pix_fmt = frames.shape[1], frames.shape[2], "yuv444p"
+        s.options = {"crf": "0"}
+        if rotation:
+            s.set_display_rotation(rotation)
+        for i, a in enumerate(frames):
+            f = av.VideoFrame.from_ndarray(a, format="rgb24")
+            if pts is not None:
+                f.pts, f.time_base = pts[i], Fraction(1, 1000)
+            for p in s.encode(f):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rotation, turns", [(90, 1), (-90, 3), (180, 2)])
+def test_a_phone_video_is_turned_as_a_player_shows_it(tmp_path, backend, rotation, turns,
+                                                      require_torchcodec):  # fmt: skip
+    """A portrait phone video is stored landscape with a display rotation: the frames come
+    turned by it (counter-clockwise, FFmpeg's convention, as torchcodec 0.11 on turns them)."""
+    if backend == "torchcodec":
+        require_torchcodec()
+    frames = np.full((4, 32, 48, 3), 20, np.uint8)
+    frames[:, :16, :24, 0] = 250  # a red block at the top left of the stored frame
+    _encode(tmp_path / "phone.mp4", frames, rotation)
+    got = read_frames(tmp_path / "phone.mp4", [0, 3], backend=backend).numpy()
+    expected = np.rot90(frames[[0, 3]], turns, axes=(1, 2))
+    assert got.shape == expected.shape
+    assert np.abs(got.astype(int) - expected).max() <= 8  # lossless up to colour conversion
+
+
+def test_repeated_timestamps_keep_every_frame_in_order(tmp_path):
+    """Millisecond timestamps into a 1/25 encoder round some frames to one pts: every frame is
+    still read once, in decoding order (frames keyed by pts would overwrite each other)."""
+    frames = np.stack([np.full((32, 32, 3), 20 * i + 10, np.uint8) for i in range(8)])
+    _encode(tmp_path / "dup.mkv", frames, pts=[0, 10, 20, 200, 210, 220, 600, 610])
+    with open_video(tmp_path / "dup.mkv") as r:
+        got = r.get_frames(list(range(r.num_frames)))[:, 0, 0, 0].tolist()
+    assert np.allclose(got, [20 * i + 10 for i in range(8)], atol=3)

@@ -104,9 +104,10 @@ class PyAVReader(VideoReader):
             pts.append(int(packet.pts))
             if packet.is_keyframe:
                 key_pts.append(int(packet.pts))
-        # No usable timestamps (e.g. raw elementary streams): index by a full decode and later
-        # decode sequentially from the start.
-        self._sequential = has_none or not pts
+        # No usable timestamps (e.g. raw elementary streams), or timestamps that repeat (a
+        # muxer's rounding: frames keyed by pts would overwrite each other): index by a full
+        # decode and later decode sequentially from the start.
+        self._sequential = has_none or not pts or len(set(pts)) < len(pts)
         if self._sequential:
             pts, key_pts = self._index_by_decoding()
         if not pts:
@@ -183,7 +184,12 @@ class PyAVReader(VideoReader):
         return got if len(got) == len(wanted) else None
 
     def _to_rgb(self, frame) -> np.ndarray:
-        return convert_frame(frame, "rgb24").to_ndarray()  # (H, W, 3)
+        """The frame as a player shows it, ``(H, W, 3)`` RGB: turned by the rotation of its
+        display matrix (a phone's portrait video is stored landscape with a rotation of 90 or
+        -90 degrees counter-clockwise), as FFmpeg's players and torchcodec (0.11 on) turn it."""
+        rgb = convert_frame(frame, "rgb24").to_ndarray()
+        turns = round((frame.rotation or 0) / 90) % 4
+        return np.ascontiguousarray(np.rot90(rgb, turns)) if turns else rgb
 
     def _decode_sequential(self, indices: list[int]) -> torch.Tensor:
         av = self._av
