@@ -203,6 +203,13 @@ class VideoTransform:
                     "video: expected a file path or uint8 frames of shape (frames, H, W, C), "
                     f"got a {video.dtype} array of shape {tuple(video.shape)}"
                 )
+            if video.shape[-1] != len(self.mean):
+                first = " (channels first? permute it to (frames, H, W, C))" if (
+                    video.shape[1] == len(self.mean)) else ""  # fmt: skip
+                raise ValueError(
+                    f"video: expected frames (frames, H, W, {len(self.mean)}), got shape "
+                    f"{tuple(video.shape)}{first}"
+                )
             self._warn_short(video.shape[0], "video frames")
             return [video[idx] for idx in self._indices(video.shape[0])]
         if not isinstance(video, (str, os.PathLike)):

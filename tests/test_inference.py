@@ -146,6 +146,10 @@ def test_video_transform_takes_numpy_frames(files):
     torch.testing.assert_close(by_array.scores, by_path.scores)
     with pytest.raises(ValueError, match="uint8"):
         transform(frames.numpy().astype("float32"))
+    with pytest.raises(ValueError, match=r"\(11, 3, 32, 40\) \(channels first\? permute"):
+        transform(frames.permute(0, 3, 1, 2).contiguous())  # torchvision's TCHW
+    with pytest.raises(ValueError, match=r"expected frames \(frames, H, W, 3\), got shape"):
+        transform(torch.cat([frames, frames[..., :1]], -1))  # RGBA
 
 
 def test_short_video_and_still_image_warn_naming_the_file(files, tmp_path):

@@ -257,3 +257,22 @@ def test_config_files_of_an_earlier_release_migrate_before_their_bases_merge(tmp
     with pytest.warns(DeprecationWarning, match="model.init"):
         cfg = load_config(tmp_path / "child.yaml")
     assert cfg.model.init == {"from": "k400.pt", "reset_head": True}
+
+
+def test_max_iters_given_where_the_config_counts_epochs_is_warned_about():
+    """``optim.max_iters=2`` on a config of ``optim.epochs: 30`` would silently run 30 epochs:
+    a warning says so and how to get the steps; with ``optim.epochs=0`` too, no warning."""
+    import warnings
+
+    with pytest.warns(UserWarning, match=r"optim.max_iters=2 has no effect: optim.epochs=30"):
+        cfg = load_config("smoke/folder_tiny", ["optim.max_iters=2"])
+    assert cfg.optim.epochs == 30
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert (
+            load_config(
+                "smoke/folder_tiny", ["optim.epochs=0", "optim.max_iters=2"]
+            ).optim.max_iters
+            == 2
+        )
+        load_config("smoke/folder_tiny", iter(["optim.lr=0.1"]))  # a generator of overrides

@@ -34,7 +34,7 @@ NO_TORCHCODEC = pytest.mark.skipif(
 )
 #: ``nlnet train`` on the tiny video folder, one step (every row fails before training)
 TRAIN = ["train", "--config", "smoke/folder_tiny", "data.root={videos}", "data.num_frames=4",
-         "optim.max_iters=1", "train.batch_size=2", "--output-dir", "{tmp}/run"]  # fmt: skip
+         "optim.epochs=0", "optim.max_iters=1", "train.batch_size=2", "--output-dir", "{tmp}/run"]  # fmt: skip
 PREDICT = ["predict", "{clip}", "--checkpoint", "{ckpt}"]
 VISUALIZE = ["visualize", "--checkpoint", "{ckpt}", "--video", "{clip}", "--output", "{tmp}/v"]
 EXPORT = ["export", "--checkpoint", "{ckpt}", "--format", "exported", "--output", "{tmp}/m.pt2"]

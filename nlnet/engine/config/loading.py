@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -226,11 +227,24 @@ def load_config(
         ``output_dir`` to ``runs/<name>``.
     """
     data: dict = {}
+    overrides = overrides if isinstance(overrides, Mapping) else list(overrides)
     if name_or_path is not None:
         path = resolve_config_path(name_or_path)
         data = load_yaml_tree(path)
         data.setdefault("name", path.stem)
+    epochs_before = (data.get("optim") or {}).get("epochs")
     apply_overrides(data, overrides)
     if data.get("name") and "output_dir" not in data:
         data["output_dir"] = f"runs/{data['name']}"
-    return config_from_dict(data)
+    cfg = config_from_dict(data)
+    keys = list(overrides) if isinstance(overrides, Mapping) else [
+        str(o).split("=", 1)[0].strip() for o in overrides]  # fmt: skip
+    if "optim.max_iters" in keys and "optim.epochs" not in keys and cfg.optim.epochs > 0:
+        warnings.warn(
+            f"optim.max_iters={cfg.optim.max_iters} has no effect: optim.epochs="
+            f"{epochs_before} of the config decides the run's length (add optim.epochs=0 to "
+            "train for optim.max_iters steps)",
+            UserWarning,
+            stacklevel=2,
+        )
+    return cfg

@@ -95,7 +95,8 @@ def epoch_summary(run: RunView, epoch: int, t_epoch: float, complete: bool = Tru
     if count == 0 and complete:
         raise DataError(
             f"no {item} of split {run.cfg.train.split!r} could be decoded in epoch {epoch} "
-            f"({int(skipped)} bad item(s) skipped); check the {source}s (nothing was learned)"
+            f"({int(skipped)} bad item(s) skipped); check the {source}s: the warnings above name "
+            "each skipped one and why (nothing was learned)"
         )
     run.logger.log(
         {

@@ -320,7 +320,7 @@ class SegmentationTask:
 
     name = "segmentation"
     data_config = SegmentationDataConfig
-    words = ("image", "image")  # a training item, its source (the loop's messages)
+    words = ("image", "image and mask pair")  # a training item, its source (the loop's messages)
 
     def __init__(
         self,
