@@ -240,3 +240,16 @@ def test_image_checkpoints_through_the_python_api(image_files):
     torch.testing.assert_close(results[0].scores, expected)
     assert results[0].class_names == ["dark", "light"] and results[0].views == 1
     assert nlnet.load_model(image_files["ckpt"]).nlnet_transform == transform
+
+
+def test_loading_into_another_network_names_the_keys_at_fault(files):
+    """``load_model(path, model=...)`` with a network that is not the checkpoint's: the keys
+    missing, unexpected or of another shape are named (not PyTorch's cut-off first line)."""
+    from nlnet.engine.checkpoint import CheckpointMismatchError
+
+    other = nlnet.create_model("c2d_tiny_nl1", num_classes=5, width=4)  # another classifier
+    with pytest.raises(CheckpointMismatchError, match=r"fc.weight has shape \(3, 32\), the model "
+                                                      r"\(5, 32\).*load_backbone"):  # fmt: skip
+        nlnet.load_model(files["ckpt"], model=other)
+    with pytest.raises(CheckpointMismatchError, match=r"missing weight; missing bias; unexpected"):
+        nlnet.load_model(files["ckpt"], model=torch.nn.Linear(2, 2))
