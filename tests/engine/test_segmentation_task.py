@@ -115,3 +115,39 @@ def test_deep_supervision_adds_half_the_bottleneck_classifiers_loss(tiny_root, d
     assert model.aux_classifier.weight.grad.abs().sum() > 0
     assert model.bottleneck[-1].theta.weight.grad.abs().sum() > 0
     assert torch.is_tensor(model.eval()(padded))  # tests and exports as a plain model
+
+
+def _picture_folder(root, mask_mode: str, mask_ext: str = ".png") -> None:
+    """``root/{train,val}/{images,masks}`` of 8 x 8 pictures with masks saved as ``mask_mode``."""
+    import numpy as np
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for kind in ("images", "masks"):
+            (root / split / kind).mkdir(parents=True)
+        for i in range(2):
+            Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(
+                root / split / "images" / f"{i}.png"
+            )
+            labels = np.zeros((8, 8), np.uint8)
+            labels[2:5, 2:5] = 1
+            mask = Image.fromarray(labels * 255).convert(mask_mode)
+            mask.save(root / split / "masks" / f"{i}{mask_ext}")
+
+
+def test_masks_saved_as_colour_pictures_or_jpeg_are_named_before_training(tmp_path):
+    """Masks that are colour pictures (no class ids) are refused before training with the
+    first mask's reason, not as "no readable label; set model.num_classes"; JPEG masks are
+    named where their PNG is looked for."""
+    from nlnet.data.segmentation.config import SegmentationDataConfig
+    from nlnet.engine.errors import DataError
+    from nlnet.engine.tasks.segmentation.task import classes_in_masks
+
+    _picture_folder(tmp_path / "rgb", "RGB")
+    with pytest.raises(DataError, match=r"no training mask is readable, e.g. mask .*0.png: "
+                                        r"expected a single-channel PNG of class ids, got 3"):  # fmt: skip
+        classes_in_masks(SegmentationDataConfig(root=str(tmp_path / "rgb")))
+    _picture_folder(tmp_path / "jpg", "L", ".jpg")
+    with pytest.raises(DataError, match=r"without a mask in .*e.g. 0.png \(found 0.jpg: masks "
+                                        r"are PNG files of class ids"):  # fmt: skip
+        classes_in_masks(SegmentationDataConfig(root=str(tmp_path / "jpg")))

@@ -133,10 +133,14 @@ class SegmentationFolder(SkipBadItems, Dataset):
         if not images:
             raise FileNotFoundError(f"root: no images in {image_dir}")
         masks = {p.stem: p for p in mask_dir.iterdir() if p.suffix.lower() == ".png"}
-        missing = [p.name for p in images if p.stem not in masks]
+        missing = [p for p in images if p.stem not in masks]
         if missing:
+            other = sorted(q.name for q in mask_dir.glob(f"{missing[0].stem}.*"))
+            why = (f" (found {other[0]}: masks are PNG files of class ids; JPEG's compression "
+                   "changes the ids)") if other else ""  # fmt: skip
             raise FileNotFoundError(
-                f"root: {len(missing)} image(s) without a mask in {mask_dir}, e.g. {missing[0]}"
+                f"root: {len(missing)} image(s) without a mask in {mask_dir}, e.g. "
+                f"{missing[0].name}{why}"
             )
         return images, [masks[p.stem] for p in images]
 
@@ -156,7 +160,11 @@ class SegmentationFolder(SkipBadItems, Dataset):
         with Image.open(self.masks[index]) as im:
             mask = np.asarray(im)
         if mask.ndim != 2:
-            raise ValueError(f"mask {self.masks[index]}: expected a single-channel PNG")
+            raise ValueError(
+                f"mask {self.masks[index]}: expected a single-channel PNG of class ids, got "
+                f"{mask.shape[-1]} channels (a colour picture: save the class id of each pixel, "
+                "e.g. as a palette or grey-level PNG)"
+            )
         check_labels(mask, self.num_classes, self.ignore_index, self.masks[index])
         return mask
 

@@ -215,8 +215,10 @@ def classes_in_masks(d: SegmentationDataConfig) -> int:
 
     if d.layout == "cityscapes":
         return 19
-    labels, ignored = mask_labels(d)
+    labels, ignored, first_error = mask_labels(d)
     largest = max(labels, default=-1)
+    if largest < 0 and first_error:
+        raise DataError(f"data.root: no training mask is readable, e.g. {first_error}")
     if largest < 1:
         raise ConfigError(
             "model.num_classes: the training masks hold "
@@ -250,19 +252,21 @@ def check_foreground(d: SegmentationDataConfig) -> None:
     if d.layout == "cityscapes" or d.root is None:
         return
     try:
-        labels, ignored = mask_labels(d, sample=8)
+        labels, ignored, _ = mask_labels(d, sample=8)
     except (DataError, MissingPackageError):  # no training split here (evaluation): not ours
         return
     if ignored and labels and max(labels) < 1:
         raise ConfigError(f"data.root: the training masks hold label 0 only{_ignored_hint(d)}")
 
 
-def mask_labels(d: SegmentationDataConfig, sample: int | None = None) -> tuple[set[int], bool]:
+def mask_labels(
+    d: SegmentationDataConfig, sample: int | None = None
+) -> tuple[set[int], bool, str | None]:
     """The labels of the readable training and validation masks (``data.label_map`` applied,
-    ``ignore_index`` aside) and whether any voxel is ``ignore_index``; ``sample``: only that
-    many training masks, evenly spaced."""
+    ``ignore_index`` aside), whether any voxel is ``ignore_index``, and the first unreadable
+    mask's error; ``sample``: only that many training masks, evenly spaced."""
     labels: set[int] = set()
-    ignored = False
+    ignored, first_error = False, None
     if d.root is None:
         raise DataError("data.root: expected the dataset folder (root/<split>/{images,masks})")
     splits = [d.train_split] + ([d.val_split] if d.val_split and sample is None else [])
@@ -286,12 +290,13 @@ def mask_labels(d: SegmentationDataConfig, sample: int | None = None) -> tuple[s
                 continue
             try:
                 mask = folder.read_mask(i)
-            except (OSError, ValueError):
+            except (OSError, ValueError) as exc:
+                first_error = first_error or str(exc)
                 continue  # a bad case: skipped (and named) when the dataset is read
             found = np.unique(mask)
             ignored = ignored or bool((found == d.ignore_index).any())
             labels.update(int(v) for v in found if v != d.ignore_index)
-    return labels, ignored
+    return labels, ignored, first_error
 
 
 class SegmentationTask:
