@@ -141,7 +141,7 @@ def test_masks_saved_as_colour_pictures_or_jpeg_are_named_before_training(tmp_pa
     named where their PNG is looked for."""
     from nlnet.data.segmentation.config import SegmentationDataConfig
     from nlnet.engine.errors import DataError
-    from nlnet.engine.tasks.segmentation.task import classes_in_masks
+    from nlnet.engine.tasks.segmentation.labels import classes_in_masks
 
     _picture_folder(tmp_path / "rgb", "RGB")
     with pytest.raises(DataError, match=r"no training mask is readable, e.g. mask .*0.png: "

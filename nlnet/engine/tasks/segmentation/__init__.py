@@ -2,6 +2,7 @@
 
 ==================  ======================================================================
 ``task``            ``SegmentationTask``: per-pixel cross-entropy (or Dice), mIoU / mDice
+``labels``          the class ids of the masks, read before training (``model.num_classes``)
 ``options``         what the task builds from the data section's window and region keys
 ``sliding_window``  sliding-window inference on inputs larger than the training crop
 ``region_metrics``  BraTS's per-case region Dice and HD95
