@@ -64,6 +64,17 @@ def normalize(frames: Any, preprocessing: Any) -> Any:
     return (x - torch.tensor(preprocessing.mean)) / torch.tensor(preprocessing.std)
 
 
+def _read(transform: Any, path: Path, kind: str) -> Any:
+    """``transform(path)``; a file that cannot be read is one ``DataError`` naming it."""
+    from nlnet.data.video_io.backends import VideoDecodeError
+    from nlnet.engine.errors import DataError
+
+    try:
+        return transform(path)
+    except (OSError, ValueError, SyntaxError, VideoDecodeError) as exc:  # Pillow's, PyAV's
+        raise DataError(f"{str(path)!r}: not a readable {kind} ({exc})") from None
+
+
 def classifier_input(
     path: Path, info: Any, frames: int | None, size: int | None, side: int | None
 ) -> Any:
@@ -71,7 +82,7 @@ def classifier_input(
     predict`` uses (one clip, one crop), or ``None`` for other models and inputs."""
     import torch
 
-    from nlnet.data.images.dataset import animated_frames
+    from nlnet.data.images.dataset import is_animated
     from nlnet.inference import IMAGE_EXTENSIONS, ImageTransform, VideoTransform
 
     prep = info.preprocessing
@@ -80,7 +91,7 @@ def classifier_input(
         return None
     if still and prep.is_video:  # an animated GIF/WebP is a video (VideoTransform decodes it)
         try:
-            still = animated_frames(path) is None
+            still = not is_animated(path)
         except (OSError, ValueError, SyntaxError):  # unreadable: read_input names the file
             return None
     if prep.is_video and prep.size and not still:
@@ -89,12 +100,12 @@ def classifier_input(
             tf = tf.replace(num_frames=frames)
         if side or size:
             tf = tf.replace(size=size or side, crop=size or side)
-        inp = tf(path)  # (1, 3, T, H, W)
+        inp = _read(tf, path, "video")  # (1, 3, T, H, W)
     elif prep.kind == "image" and prep.crop is not None and still:  # an image classifier's
         tf = ImageTransform.from_preprocessing(prep)
         if size:
             tf = tf.replace(size=size, crop=size)
-        inp = tf(path)  # (1, 3, H, W)
+        inp = _read(tf, path, "image")  # (1, 3, H, W)
     else:
         return None
     mean = torch.tensor(tf.mean).view(-1, *[1] * (inp.dim() - 2))
@@ -153,17 +164,11 @@ def model_input(
     """
     import torch
 
-    from nlnet.data.video_io.backends import VideoDecodeError
     from nlnet.engine.errors import DataError
-    from nlnet.inference import IMAGE_EXTENSIONS
 
     if getattr(info.preprocessing, "kind", None) == "volume":
         return volume_input(path, model)
-    try:
-        got = classifier_input(path, info, frames, size, side)
-    except (OSError, ValueError, SyntaxError, VideoDecodeError) as exc:  # PyAV's, Pillow's
-        kind = "image" if path.suffix.lower() in IMAGE_EXTENSIONS else "video"
-        raise DataError(f"{str(path)!r}: not a readable {kind} ({exc})") from None
+    got = classifier_input(path, info, frames, size, side)
     if got is not None:
         return got
     frames_np = read_input(path, frames or getattr(info.preprocessing, "num_frames", None),

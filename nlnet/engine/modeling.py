@@ -177,20 +177,24 @@ def head_names(cfg: Any, model: nn.Module | None = None) -> tuple[str, ...]:
         return model_facts(cfg.model.name).classifier
     except ValueError:
         pass
-    found = classifier_name(unwrap_model(model)) if model is not None else None
+    found = None
+    if model is not None:
+        found = classifier_name(unwrap_model(model), cfg.model.num_classes)
     return (found,) if found else DEFAULT_CLASSIFIER
 
 
-def classifier_name(model: nn.Module) -> str | None:
+def classifier_name(model: nn.Module, num_classes: int | None = None) -> str | None:
     """The path of a network's classifier: the module ``model.get_classifier()`` returns, else
-    the last ``nn.Linear`` it registers (``None``: neither)."""
+    the last ``nn.Linear`` with ``num_classes`` outputs, else the last ``nn.Linear`` it
+    registers (``None``: none)."""
     get = getattr(model, "get_classifier", None)
     head = get() if callable(get) else None
     names = {id(m): n for n, m in model.named_modules()}
     if isinstance(head, nn.Module) and names.get(id(head)):
         return names[id(head)]
-    linear = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
-    return linear[-1] if linear else None
+    linear = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    fits = [n for n, m in linear if m.out_features == num_classes]
+    return fits[-1] if fits else linear[-1][0] if linear else None
 
 
 def init_from_pretrained(model: nn.Module, cfg: Any, ckpt: Mapping[str, Any] | None = None) -> None:
@@ -212,6 +216,9 @@ def init_from_pretrained(model: nn.Module, cfg: Any, ckpt: Mapping[str, Any] | N
         ckpt = {**ckpt, "model": state}
     heads = head_names(cfg, model)
     if reset:
+        if heads != head_names(cfg):  # found on a network of one's own: say which
+            say(f"model.init: reset_head keeps {', '.join(heads)} fresh (model.head_names "
+                "names another classifier)")  # fmt: skip
         load_backbone(model, ckpt, exclude=heads)
         return
     try:

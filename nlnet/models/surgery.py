@@ -345,35 +345,36 @@ def measure_outputs(
                 f"at: the output of {p!r} is {what}, not a (B, C, *grid) tensor with 1 to 3 "
                 "grid axes that a non-local block takes"
             )
-        # channels on another axis (channels last, tokens, time first): axis 1 is no width of
-        # the module's layers and a later axis is one (a concatenation of branches has a width
-        # of its own on axis 1 and none later)
-        widths = _layer_widths(model.get_submodule(p))
-        if int(out.shape[1]) not in widths and any(int(a) in widths for a in out.shape[2:]):
+        # channels last (Swin's stages, a ViT's tokens): axis 1 is no width of the module's
+        # layers and the last axis is the width of a linear layer or layer norm in it (a
+        # concatenation of convolution branches has a width of its own on axis 1)
+        conv, token = _layer_widths(model.get_submodule(p))
+        if int(out.shape[1]) not in conv | token and int(out.shape[-1]) in token:
             raise ValueError(
-                f"at: the output of {p!r} is {tuple(out.shape)}, whose axis 1 ({out.shape[1]}) is "
-                f"no width of its layers ({sorted(widths)}) but a later axis is: not the "
-                "(B, C, *grid) layout a non-local block takes (channels last, tokens, or time "
-                "before channels?); insert it where the network holds (B, C, *grid) maps, or "
-                "pass in_channels= and dim= if it is one"
+                f"at: the output of {p!r} is {tuple(out.shape)}: its last axis is the width of "
+                f"its linear layers ({sorted(token)}), axis 1 is no width of its layers: not the "
+                "(B, C, *grid) layout a non-local block takes (channels last, or tokens?); "
+                "insert it where the network holds (B, C, *grid) maps, or pass in_channels= and "
+                "dim= if it is one"
             )
         found[p] = (int(out.shape[1]), out.dim() - 2)
     return found
 
 
-def _layer_widths(module: nn.Module) -> set[int]:
+def _layer_widths(module: nn.Module) -> tuple[set[int], set[int]]:
     """The output widths of the layers inside ``module``: convolutions' and norms' channels,
-    linear layers' features, layer norms' last axis."""
-    widths: set[int] = set()
+    and linear layers' features with layer norms' last axis (the widths of token layouts)."""
+    conv: set[int] = set()
+    token: set[int] = set()
     for m in module.modules():
         c = _own_channels(m)
         if c is not None:
-            widths.add(c)
+            conv.add(c)
         elif isinstance(m, nn.Linear):
-            widths.add(m.out_features)
+            token.add(m.out_features)
         elif isinstance(m, nn.LayerNorm) and m.normalized_shape:
-            widths.add(int(m.normalized_shape[-1]))
-    return widths
+            token.add(int(m.normalized_shape[-1]))
+    return conv, token
 
 
 def _stage_lengths(model: nn.Module) -> tuple[int, ...]:

@@ -267,6 +267,8 @@ def test_max_iters_given_where_the_config_counts_epochs_is_warned_about():
     with pytest.warns(UserWarning, match=r"optim.max_iters=2 has no effect: optim.epochs=30"):
         cfg = load_config("smoke/folder_tiny", ["optim.max_iters=2"])
     assert cfg.optim.epochs == 30
+    with pytest.warns(UserWarning, match=r"optim.max_iters=5 has no effect: optim.epochs=30 "):
+        load_config("smoke/folder_tiny", {"optim.max_iters": 5})  # overrides as a mapping
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert (

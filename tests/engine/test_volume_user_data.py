@@ -105,3 +105,25 @@ def test_0_255_masks_are_refused_with_a_class_count_given_too(tmp_path, capsys):
     assert "data.root: the training masks hold label 0 only; 255 is data.ignore_index" in err
     assert main(_train(root, tmp_path / "b", "model.num_classes=2",
                        "data.label_map={255: 1}")) == 0  # fmt: skip
+
+
+def test_sparse_foreground_with_a_void_label_passes_the_0_255_check(tmp_path):
+    """The check reads 8 of the training masks first; when those hold only 0 and 255 it reads
+    them all, so a dataset whose few foreground masks fall outside the sample still trains."""
+    from nlnet.data.segmentation.config import SegmentationDataConfig
+    from nlnet.engine.errors import ConfigError
+    from nlnet.engine.tasks.segmentation.labels import check_foreground
+
+    root = helpers.volume_tree(tmp_path, cases=10, shape=(1, 8, 8, 8), splits=("train",))
+    masks = sorted((root / "train" / "masks").glob("*.npy"))
+    for p in masks:
+        void = np.zeros((8, 8, 8), np.uint8)
+        void[0] = 255
+        np.save(p, void)
+    d = SegmentationDataConfig(root=str(root), kind="volume", val_split=None)
+    with pytest.raises(ConfigError, match="the training masks hold label 0 only"):
+        check_foreground(d)
+    one = np.load(masks[9])
+    one[2, 2, 2] = 1  # case9: not among the 8 sampled of 10
+    np.save(masks[9], one)
+    check_foreground(d)

@@ -257,6 +257,10 @@ def test_reset_head_finds_the_classifier_of_a_network_of_ones_own(tmp_path):
         assert torch.equal(net.body.weight, src.body.weight)
         assert torch.equal(net.head.weight, fresh)  # reset: not the source's head
     assert head_names(cfg, nn.Sequential(nn.Conv2d(3, 3, 1))) == ("fc",)  # none: the default
+    # registered before the blocks, the classifier is the Linear of num_classes outputs
+    early = nn.Sequential()
+    early.head, early.mlp = nn.Linear(5, 4), nn.Linear(5, 5)
+    assert head_names(cfg, early) == ("head",)
 
 
 class _OwnImageNet(torch.nn.Module):

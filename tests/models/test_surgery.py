@@ -253,6 +253,11 @@ def test_example_input_on_torchvision_inception_and_fire_modules():
     insert_non_local(g, ["inception4a", "inception5b"], example_input=x)
     assert (g.inception4a.non_local.in_channels, g.inception5b.non_local.in_channels) == (512, 1024)
     assert g.eval()(x).shape == (1, 1000)
+    # a grid side equal to a branch's width (inception3a at 128 x 128: 16 x 16 maps, a 16-wide
+    # branch) is no channels-last layout
+    g = torchvision.models.googlenet(weights=None, init_weights=False, aux_logits=False)
+    insert_non_local(g, "inception3a", example_input=torch.randn(1, 3, 128, 128))
+    assert g.inception3a.non_local.in_channels == 256
     s = torchvision.models.squeezenet1_0()
     insert_non_local(s, "features.4", example_input=x)
     assert s.features[4].non_local.in_channels == 128 and s(x).shape == (1, 1000)
@@ -273,8 +278,8 @@ def test_example_input_refuses_outputs_that_are_not_channels_first():
     """A measured axis 1 that is no width of the module's layers (channels last, tokens) is not
     taken for channels: one line that names the shape and the layers' widths."""
     net = nn.Sequential(_ChannelsLast())
-    with pytest.raises(ValueError, match=r"output of '0' is \(2, 5, 7, 6\), whose axis 1 \(5\) "
-                                         r"is no width of its layers \(\[6\]\) but a later"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"output of '0' is \(2, 5, 7, 6\): its last axis is "
+                                         r"the width of its linear layers \(\[6\]\)"):  # fmt: skip
         insert_non_local(net, "0", example_input=torch.randn(2, 3, 5, 7))
     assert not non_local_blocks(net)
 

@@ -12,7 +12,7 @@ from torch.utils.data import Dataset
 
 from nlnet.data.class_folders import classes_without_items
 
-__all__ = ["ImageItems", "animated_frames", "digits_images", "read_rgb"]
+__all__ = ["ImageItems", "animated_frames", "digits_images", "is_animated", "read_rgb"]
 
 
 def digits_images(split: str, seed: int = 0) -> tuple[list[Any], list[int], list[str]]:
@@ -75,6 +75,19 @@ def animated_frames(path: str | os.PathLike) -> Any:
         if getattr(opened, "n_frames", 1) < 2:
             return None
         return np.stack([np.asarray(f.convert("RGB")) for f in ImageSequence.Iterator(opened)])
+
+
+def is_animated(path: str | os.PathLike) -> bool:
+    """Whether an image file holds more than one frame (an animated GIF, WebP or PNG), from
+    its header (nothing decoded).
+
+    Raises:
+        OSError, ValueError, SyntaxError: Pillow's errors for a file that is not a readable image.
+    """
+    from PIL import Image
+
+    with Image.open(path) as opened:
+        return getattr(opened, "n_frames", 1) > 1
 
 
 def _upright(im: Any) -> Any:

@@ -104,11 +104,14 @@ class PyAVReader(VideoReader):
             pts.append(int(packet.pts))
             if packet.is_keyframe:
                 key_pts.append(int(packet.pts))
-        # No usable timestamps (e.g. raw elementary streams), or timestamps that repeat (a
-        # muxer's rounding: frames keyed by pts would overwrite each other): index by a full
-        # decode and later decode sequentially from the start.
+        # No usable timestamps (e.g. raw elementary streams): index by a full decode and later
+        # decode sequentially from the start. Timestamps that repeat (a muxer's rounding:
+        # frames keyed by pts would overwrite each other): one frame per packet, decoded in
+        # order from the start (slower for clips late in a long file, and correct).
         self._sequential = has_none or not pts or len(set(pts)) < len(pts)
-        if self._sequential:
+        if self._sequential and not has_none and pts:
+            pts, key_pts = list(range(len(pts))), [0]
+        elif self._sequential:
             pts, key_pts = self._index_by_decoding()
         if not pts:
             raise VideoDecodeError(self.path, "the video stream holds no frames")
@@ -188,7 +191,7 @@ class PyAVReader(VideoReader):
         display matrix (a phone's portrait video is stored landscape with a rotation of 90 or
         -90 degrees counter-clockwise), as FFmpeg's players and torchcodec (0.11 on) turn it."""
         rgb = convert_frame(frame, "rgb24").to_ndarray()
-        turns = round((frame.rotation or 0) / 90) % 4
+        turns = round((getattr(frame, "rotation", 0) or 0) / 90) % 4  # PyAV >= 14
         return np.ascontiguousarray(np.rot90(rgb, turns)) if turns else rgb
 
     def _decode_sequential(self, indices: list[int]) -> torch.Tensor:

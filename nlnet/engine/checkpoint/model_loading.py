@@ -218,13 +218,14 @@ def load_model_weights(
     if model_name is not None:
         fc_classes = ckpt.get("num_classes")
         check_compatible(ckpt, model_name, fc_classes if fc_classes is not None else 0)
-    from nlnet.models.loading import load_partial
-
-    try:  # strict: every key of both, each of its shape (the keys at fault named)
-        load_partial(target, ckpt["model"], (), what="checkpoint")
-    except ValueError as exc:
+    try:
+        target.load_state_dict(ckpt["model"], strict=True)
+    except RuntimeError as exc:  # PyTorch's lines after the first name the keys at fault
+        detail = "; ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip())
+        detail = detail if len(detail) <= 400 else detail[:400] + " ..."
         raise CheckpointMismatchError(
-            f"{exc}; use load_backbone(model, ckpt, exclude=...) to load a backbone only"
+            f"checkpoint weights do not fit the model ({detail or str(exc)}); "
+            "use load_backbone(model, ckpt, exclude=...) to load a backbone only"
         ) from None
 
 

@@ -211,6 +211,15 @@ def save_config(cfg: Config, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
+def _dotted_keys(values: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``{"optim": {"max_iters": 5}, "train.seed": 1}`` -> ``["optim.max_iters", "train.seed"]``."""
+    keys: list[str] = []
+    for k, v in values.items():
+        key = f"{prefix}{k}"
+        keys += _dotted_keys(v, f"{key}.") if isinstance(v, Mapping) else [key]
+    return keys
+
+
 def load_config(
     name_or_path: str | os.PathLike | None = None,
     overrides: Iterable[str] | Mapping[str, Any] = (),
@@ -232,17 +241,16 @@ def load_config(
         path = resolve_config_path(name_or_path)
         data = load_yaml_tree(path)
         data.setdefault("name", path.stem)
-    epochs_before = (data.get("optim") or {}).get("epochs")
     apply_overrides(data, overrides)
     if data.get("name") and "output_dir" not in data:
         data["output_dir"] = f"runs/{data['name']}"
     cfg = config_from_dict(data)
-    keys = list(overrides) if isinstance(overrides, Mapping) else [
+    keys = _dotted_keys(overrides) if isinstance(overrides, Mapping) else [
         str(o).split("=", 1)[0].strip() for o in overrides]  # fmt: skip
     if "optim.max_iters" in keys and "optim.epochs" not in keys and cfg.optim.epochs > 0:
         warnings.warn(
             f"optim.max_iters={cfg.optim.max_iters} has no effect: optim.epochs="
-            f"{epochs_before} of the config decides the run's length (add optim.epochs=0 to "
+            f"{cfg.optim.epochs} of the config decides the run's length (add optim.epochs=0 to "
             "train for optim.max_iters steps)",
             UserWarning,
             stacklevel=2,

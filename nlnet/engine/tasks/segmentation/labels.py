@@ -63,35 +63,39 @@ def _ignored_hint(d: SegmentationDataConfig) -> str:
 
 def check_foreground(d: SegmentationDataConfig) -> None:
     """With ``model.num_classes`` given: refuse training masks whose only labels are 0 and
-    ``ignore_index`` (masks saved as 0/255 pictures: every foreground pixel would be ignored),
-    judged on up to 8 masks spread over the training split.
+    ``ignore_index`` (masks saved as 0/255 pictures: every foreground pixel would be ignored).
+    8 masks spread over the training split are read first; only when they look so are all the
+    training masks read (sparse foreground with a real void label passes).
 
     Raises:
-        ConfigError: no sampled mask holds a label above 0 while some hold ``ignore_index``.
+        ConfigError: no training mask holds a label above 0 while some hold ``ignore_index``.
     """
     from nlnet.engine.errors import ConfigError
 
     if d.layout == "cityscapes" or d.root is None:
         return
-    try:
-        labels, ignored, _ = mask_labels(d, sample=8)
-    except (DataError, MissingPackageError):  # no training split here (evaluation): not ours
-        return
-    if ignored and labels and max(labels) < 1:
-        raise ConfigError(f"data.root: the training masks hold label 0 only{_ignored_hint(d)}")
+    for sample in (8, None):
+        try:
+            labels, ignored, _ = mask_labels(d, sample=sample, with_val=False)
+        except (DataError, MissingPackageError):  # no training split here (evaluation)
+            return
+        if not (ignored and labels and max(labels) < 1):
+            return
+    raise ConfigError(f"data.root: the training masks hold label 0 only{_ignored_hint(d)}")
 
 
 def mask_labels(
-    d: SegmentationDataConfig, sample: int | None = None
+    d: SegmentationDataConfig, sample: int | None = None, with_val: bool = True
 ) -> tuple[set[int], bool, str | None]:
-    """The labels of the readable training and validation masks (``data.label_map`` applied,
-    ``ignore_index`` aside), whether any voxel is ``ignore_index``, and the first unreadable
-    mask's error; ``sample``: only that many training masks, evenly spaced."""
+    """The labels of the readable training (and, ``with_val``, validation) masks
+    (``data.label_map`` applied, ``ignore_index`` aside), whether any voxel is
+    ``ignore_index``, and the first unreadable mask's error; ``sample``: only that many masks
+    of each split, evenly spaced."""
     labels: set[int] = set()
     ignored, first_error = False, None
     if d.root is None:
         raise DataError("data.root: expected the dataset folder (root/<split>/{images,masks})")
-    splits = [d.train_split] + ([d.val_split] if d.val_split and sample is None else [])
+    splits = [d.train_split] + ([d.val_split] if d.val_split and with_val else [])
     for split in splits:
         try:
             if d.kind == "volume":
