@@ -382,3 +382,27 @@ def test_a_network_of_ones_own_with_other_outputs_is_one_line(tmp_path, model, m
     cfg = tiny_run_config(tmp_path)
     with pytest.raises(ConfigError, match=message):
         train(cfg, model=model, train_dataset=TinyClipDataset(n=8), collate_fn=collate_standin)
+
+
+class _LabelledClips(TinyClipDataset):
+    """The stand-in videos with their classes listed, as a class-folder dataset lists them."""
+
+    @property
+    def targets(self) -> list[int]:
+        return [v % self.num_classes for v in range(self.n)]
+
+
+def test_a_class_whose_every_video_fails_to_decode_is_named(tmp_path, capsys):
+    """Videos that index but do not decode are skipped when drawn; when a whole class is so,
+    the first epoch's end names it (the run would otherwise train on the others alone)."""
+    cfg = tiny_run_config(tmp_path, "bad_class", **{"optim.epochs": 2,
+                                                    "optim.steps": [], "optim.warmup_iters": 0})  # fmt: skip
+    data = _LabelledClips(n=12, bad=(2, 5, 8, 11))  # every video of class 2
+    train(cfg, model=TinyVideoNet(), train_dataset=data, collate_fn=collate_standin)
+    out = capsys.readouterr().out
+    assert out.count("warning: class(es) 'class_2' had no usable training clip") == 1
+    train(tiny_run_config(tmp_path, "good", **{"optim.epochs": 2,
+                                               "optim.steps": [], "optim.warmup_iters": 0}),
+          model=TinyVideoNet(), train_dataset=_LabelledClips(n=12),
+          collate_fn=collate_standin)  # fmt: skip
+    assert "no usable training clip" not in capsys.readouterr().out

@@ -130,6 +130,7 @@ class VideoClassificationTask:
         self.augment = None
         self.classes: int | None = None
         self.step_shape: tuple[int, int] | None = None  # (T, S) of a multigrid step
+        self.seen_classes: set[int] = set()  # the classes of the usable training clips so far
         if num_classes is not None:
             self.setup(num_classes)
 
@@ -148,11 +149,14 @@ class VideoClassificationTask:
 
     @classmethod
     def hooks(cls, cfg: Any) -> list[Any]:
-        """The task's own hooks: multigrid training when the ``multigrid`` section asks."""
+        """The task's own hooks: multigrid training when the ``multigrid`` section asks, and
+        for single-label data the first epoch's class check (:class:`ClassCoverageHook`)."""
+        from nlnet.engine.tasks.video.coverage import ClassCoverageHook
         from nlnet.engine.tasks.video.multigrid import MultigridHook
 
         m = cfg.multigrid
-        return [MultigridHook(cfg)] if m.long_cycle or m.short_cycle else []
+        hooks: list[Any] = [MultigridHook(cfg)] if m.long_cycle or m.short_cycle else []
+        return hooks + ([ClassCoverageHook()] if cfg.train.loss == "ce" else [])
 
     def set_step_shape(self, shape: tuple[int, int] | None) -> None:
         """The ``(T, S)`` every training clip is resampled to from the next step on (the
@@ -198,6 +202,8 @@ class VideoClassificationTask:
         clip, target, _index, _bad = unpack_batch(batch)
         if clip is None or clip.shape[0] == 0:
             return None, 0
+        if model.training and torch.as_tensor(target).dim() == 1:  # single-label targets
+            self.seen_classes.update(torch.as_tensor(target).unique().tolist())
         clip = clip.to(device, non_blocking=True)
         target = torch.as_tensor(target).to(device, non_blocking=True)
         if self.augment is not None and model.training:
