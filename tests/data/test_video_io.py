@@ -347,3 +347,27 @@ def test_repeated_timestamps_keep_every_frame_in_order(tmp_path):
     with open_video(tmp_path / "dup.mkv") as r:
         got = r.get_frames(list(range(r.num_frames)))[:, 0, 0, 0].tolist()
     assert np.allclose(got, [20 * i + 10 for i in range(8)], atol=3)
+
+
+@pytest.mark.parametrize("container", ["mp4", "mkv"])
+def test_a_stream_cut_mid_gop_starts_at_its_first_decodable_frame(tmp_path, container):
+    """A stream copied from the middle of a GOP (a cut without re-encoding) starts with frames
+    whose keyframe it lacks: they never decode. The video is indexed from the first frame that
+    does, and reads as a plain decode reads it (before, every clip that touched the start
+    failed and the whole video was skipped)."""
+    full = write_video(tmp_path / "gop8.mp4", textured_frames(40), fps=8, gop_size=8, bframes=0)
+    cut = tmp_path / f"cut.{container}"
+    with av.open(str(full)) as src, av.open(str(cut), "w") as dst:
+        ins = src.streams.video[0]
+        out = dst.add_stream_from_template(ins)
+        for i, packet in enumerate(src.demux(ins)):
+            if packet.dts is None or i < 3:  # the flush packet; the cut
+                continue
+            packet.stream = out
+            dst.mux(packet)
+    expected = sequential_decode(cut)
+    assert len(expected) < 37  # some frames of the cut GOP do not decode
+    with open_video(cut) as reader:
+        assert reader.num_frames == len(expected)
+        assert torch.equal(reader.get_frames(list(range(reader.num_frames))), expected)
+        assert torch.equal(reader.get_frames([0, 20]), expected[[0, 20]])

@@ -95,12 +95,15 @@ class PyAVReader(VideoReader):
         pts: list[int] = []
         key_pts: list[int] = []
         has_none = False
+        first_not_key: bool | None = None  # the first packet is no keyframe
         for packet in self._container.demux(self._stream):
             if packet.size == 0 or getattr(packet, "is_discard", False):
                 continue  # the flush packet at the end, or a packet an edit list drops
             if packet.pts is None:
                 has_none = True
                 continue
+            if not pts and first_not_key is None:
+                first_not_key = not packet.is_keyframe
             pts.append(int(packet.pts))
             if packet.is_keyframe:
                 key_pts.append(int(packet.pts))
@@ -113,6 +116,11 @@ class PyAVReader(VideoReader):
             pts, key_pts = list(range(len(pts))), [0]
         elif self._sequential:
             pts, key_pts = self._index_by_decoding()
+        if first_not_key and not self._sequential:  # a stream cut mid-GOP (copied without
+            # re-encoding) starts with frames that refer to a keyframe it lacks: they never
+            # decode, so the video starts where decoding gives its first frame
+            start = self._first_decoded_pts()
+            pts = [p for p in pts if start is None or p >= start]
         if not pts:
             raise VideoDecodeError(self.path, "the video stream holds no frames")
         self._pts = sorted(pts)
@@ -121,6 +129,17 @@ class PyAVReader(VideoReader):
         self._height, self._width = int(codec.height or 0), int(codec.width or 0)
         rate = self._stream.average_rate or self._stream.guessed_rate
         self._fps = float(rate) if rate else 0.0
+
+    def _first_decoded_pts(self) -> int | None:
+        """The timestamp of the first frame that decodes from the start (``None``: none)."""
+        self._rewind()
+        try:
+            for frame in self._container.decode(self._stream):
+                if frame.pts is not None:
+                    return int(frame.pts)
+        except (self._av.FFmpegError, OSError, ValueError):
+            return None
+        return None
 
     def _index_by_decoding(self) -> tuple[list[int], list[int]]:
         self._rewind()
