@@ -156,7 +156,7 @@ def evaluate(
         named = getattr(task, "class_names", None)  # the config's display names: not folders
         if classifies and getattr(dataset, "from_folders", False) and not named:
             check_class_folders(ckpt.get("class_names"), dataset.classes, split)
-        check_data_channels(model, dataset, split)
+        check_data_channels(model, task, dataset, split)
         amp = cfg.train.amp if info.device.type == "cuda" else "none"
         extra = {"details": True} if details and classifies else {}
         metrics = task.evaluate(model, dataset, info.device, amp=amp,
@@ -169,14 +169,17 @@ def evaluate(
         du.cleanup(info)
 
 
-def check_data_channels(model: nn.Module, dataset: Any, split: str) -> None:
-    """Refuse a dataset whose items have another channel count (``dataset.channels``, where
-    the dataset knows it: volume folders) than the model's first convolution takes.
+def check_data_channels(model: nn.Module, task: Any, dataset: Any, split: str) -> None:
+    """Refuse a dataset whose items have another channel count (``task.in_channels(dataset)``,
+    where the task can tell: segmentation images and volumes) than the model's first
+    convolution takes.
 
     Raises:
         DataError: both are known and differ.
     """
-    have, takes = getattr(dataset, "channels", None), model_in_channels(model)
+    probe = getattr(task, "in_channels", None)
+    have = probe(dataset) if probe is not None else None
+    takes = model_in_channels(model)
     if have is not None and takes is not None and int(have) != takes:
         raise DataError(
             f"data.root: the {split} cases have {have} channel(s) but the checkpoint's model "

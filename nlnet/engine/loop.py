@@ -158,13 +158,7 @@ class Run:
                     f"classes; remove model.num_classes (inferred) or set it to {k}"
                 )
         self.train_dataset, self.val_dataset = train_dataset, val_dataset
-        cfg = self.cfg = input_channels_from_data(cfg, self.task, train_dataset)
-        have = [getattr(ds, "channels", None) for ds in (train_dataset, val_dataset)]
-        if None not in have and have[0] != have[1]:  # volume folders know their channel count
-            raise DataError(
-                f"data.root: the validation cases have {have[1]} channel(s) but the training "
-                f"cases {have[0]}; give both splits the same modalities"
-            )
+        cfg = self.cfg = input_channels_from_data(cfg, self.task, train_dataset, val_dataset)
         setup = getattr(self.task, "setup", None)  # optional: the final class count
         if setup is not None:
             setup(cfg.model.num_classes)

@@ -133,11 +133,12 @@ def trained_model_name(cfg: Any, model: nn.Module) -> str:
     return f"{USER_MODEL_PREFIX}{cls.__module__}.{cls.__qualname__}"
 
 
-def input_channels_from_data(cfg: Any, task: Any, dataset: Any) -> Any:
+def input_channels_from_data(cfg: Any, task: Any, dataset: Any, val_dataset: Any = None) -> Any:
     """``cfg`` with ``model.overrides.in_channels`` from the data when the task can tell
     (``task.in_channels(dataset)``: segmentation images and volumes) and the registered model
     takes another count by default, as ``model.num_classes`` comes from the classes; an
-    explicit ``in_channels`` that the data contradicts is one line naming the key."""
+    explicit ``in_channels`` that the data contradicts, or a validation set of other channels,
+    is one line naming the key."""
     from nlnet.engine.config import replace as replace_config
     from nlnet.engine.errors import DataError
     from nlnet.models.registry import model_facts
@@ -146,6 +147,12 @@ def input_channels_from_data(cfg: Any, task: Any, dataset: Any) -> Any:
     have = probe(dataset) if probe is not None and dataset is not None else None
     if have is None:
         return cfg
+    val = probe(val_dataset) if val_dataset is not None else None
+    if val is not None and val != have:
+        raise DataError(
+            f"data.root: the validation data has {val} channel(s) but the training data "
+            f"{have}; give both splits the same modalities"
+        )
     given = cfg.model.overrides.get("in_channels")
     if given is not None:
         if int(given) != have:

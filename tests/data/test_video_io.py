@@ -371,3 +371,26 @@ def test_a_stream_cut_mid_gop_starts_at_its_first_decodable_frame(tmp_path, cont
         assert reader.num_frames == len(expected)
         assert torch.equal(reader.get_frames(list(range(reader.num_frames))), expected)
         assert torch.equal(reader.get_frames([0, 20]), expected[[0, 20]])
+
+
+def test_a_phone_video_is_predicted_as_its_upright_twin(tmp_path):
+    """The user's path: ``nlnet.predict`` on a portrait phone video (stored landscape with a
+    display rotation) gives the scores of the same video stored upright."""
+    import nlnet
+    from nlnet.data.preprocessing import Preprocessing
+    from nlnet.inference import VideoTransform
+
+    upright = textured_frames(8)[:, :, :32]  # (T, 48, 32, 3): portrait
+    _encode(tmp_path / "upright.mp4", np.ascontiguousarray(upright))
+    _encode(tmp_path / "phone.mp4", np.ascontiguousarray(np.rot90(upright, -1, axes=(1, 2))), 90)
+    prep = Preprocessing("clip", (0.45,) * 3, (0.225,) * 3, num_frames=4, stride=2, size=32,
+                         crop=32)  # fmt: skip
+    transform = VideoTransform.from_preprocessing(prep, clips=2, crops=1)
+    torch.manual_seed(0)
+    model = nlnet.create_model("c2d_tiny_nl1", num_classes=3, width=4).eval()
+    a, b = nlnet.predict(model, [tmp_path / "upright.mp4", tmp_path / "phone.mp4"],
+                         transform=transform)  # fmt: skip
+    torch.testing.assert_close(b.scores, a.scores, atol=1e-3, rtol=0)
+    assert not torch.allclose(
+        transform(tmp_path / "phone.mp4"), transform(np.rot90(upright, -1, axes=(1, 2)).copy())
+    )  # the stored (sideways) frames would give other views

@@ -55,7 +55,7 @@ def test_splits_and_checkpoints_of_other_channels_are_one_line(trained, tmp_path
     assert "Traceback" not in err and err.count("\n") == 1
     assert main(_train(other, tmp_path / "run")) == 2
     err = capsys.readouterr().err
-    assert "the validation cases have 2 channel(s) but the training cases 1" in err
+    assert "the validation data has 2 channel(s) but the training data 1" in err
     assert "Traceback" not in err
 
 

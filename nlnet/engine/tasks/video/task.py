@@ -202,10 +202,11 @@ class VideoClassificationTask:
         clip, target, _index, _bad = unpack_batch(batch)
         if clip is None or clip.shape[0] == 0:
             return None, 0
-        if model.training and torch.as_tensor(target).dim() == 1:  # single-label targets
-            self.seen_classes.update(torch.as_tensor(target).unique().tolist())
+        target = torch.as_tensor(target)
+        if model.training and target.dim() == 1:  # single-label: the classes trained on
+            self.seen_classes.update(target.unique().tolist())
         clip = clip.to(device, non_blocking=True)
-        target = torch.as_tensor(target).to(device, non_blocking=True)
+        target = target.to(device, non_blocking=True)
         if self.augment is not None and model.training:
             clip, target = self.augment(clip, target)
         if self.step_shape is not None and model.training:
